@@ -1,0 +1,72 @@
+//! Booking's configuration: the common sections from `shared::config` plus `[booking]`.
+
+use secrecy::SecretString;
+use serde::Deserialize;
+use shared::config::{
+    DatabaseSettings, IdentitySettings, LogSettings, RedisSettings, TokenSettings,
+};
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct BookingConfig {
+    /// Admin bearer secret for `/admin/*`. Empty disables the admin API.
+    pub admin_token: SecretString,
+    pub database: DatabaseSettings,
+    pub redis: RedisSettings,
+    pub tokens: TokenSettings,
+    pub identity: IdentitySettings,
+    pub log: LogSettings,
+    pub booking: BookingSettings,
+}
+
+impl Default for BookingConfig {
+    fn default() -> Self {
+        Self {
+            admin_token: SecretString::from(""),
+            database: DatabaseSettings::default(),
+            redis: RedisSettings::default(),
+            tokens: TokenSettings::default(),
+            identity: IdentitySettings::default(),
+            log: LogSettings::default(),
+            booking: BookingSettings::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct BookingSettings {
+    /// Listen address; port 0 picks a free port (tests).
+    pub listen: String,
+    /// Largest accepted request body.
+    pub body_limit_bytes: usize,
+    /// Run background jobs (sweeper, expiry, relays) in this process. Tests turn it off and
+    /// call the jobs directly.
+    pub jobs_enabled: bool,
+    /// How often the hold sweeper runs.
+    pub sweeper_interval_ms: u64,
+    /// Rows per sweeper batch.
+    pub sweeper_batch: i64,
+    /// Largest number of seats one hold request may name.
+    pub max_seats_per_hold: usize,
+    /// Use `synchronous_commit = off` for hold transactions (holds move no money; a crash can
+    /// lose the last few milliseconds of holds, never a sale). See docs/decisions.md.
+    pub async_commit_holds: bool,
+    /// Seconds the seat map stays cached in memory (and `Cache-Control: max-age`).
+    pub seat_map_cache_s: u64,
+}
+
+impl Default for BookingSettings {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8090".into(),
+            body_limit_bytes: 64 * 1024,
+            jobs_enabled: true,
+            sweeper_interval_ms: 2000,
+            sweeper_batch: 500,
+            max_seats_per_hold: 10,
+            async_commit_holds: true,
+            seat_map_cache_s: 1,
+        }
+    }
+}

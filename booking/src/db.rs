@@ -1,0 +1,111 @@
+//! Postgres plumbing: the pool, the migrator, and bounded retry of transactions that lost a
+//! deadlock or serialization race (retried from the top, never partially).
+
+use crate::error::ApiError;
+use anyhow::Context;
+use secrecy::ExposeSecret;
+use shared::config::DatabaseSettings;
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+use std::future::Future;
+use std::time::Duration;
+
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
+
+/// Builds the pool. Connections are opened lazily so the process starts (and `/readyz`
+/// reports the problem) even when Postgres is briefly unreachable.
+pub fn pool(settings: &DatabaseSettings) -> anyhow::Result<PgPool> {
+    PgPoolOptions::new()
+        .max_connections(settings.max_connections)
+        .acquire_timeout(Duration::from_millis(settings.acquire_timeout_ms))
+        .connect_lazy(settings.url.expose_secret())
+        .context("invalid database url")
+}
+
+/// Applies pending migrations.
+pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
+    MIGRATOR
+        .run(pool)
+        .await
+        .context("failed to apply migrations")
+}
+
+/// True for errors that mean "run the whole transaction again": deadlock detected (40P01)
+/// and serialization failure (40001).
+pub fn is_retryable(e: &sqlx::Error) -> bool {
+    matches!(
+        e.as_database_error().and_then(|d| d.code()).as_deref(),
+        Some("40P01") | Some("40001")
+    )
+}
+
+/// An error that may carry a retryable database error.
+pub trait MaybeRetryable {
+    fn retryable(&self) -> bool;
+}
+
+impl MaybeRetryable for sqlx::Error {
+    fn retryable(&self) -> bool {
+        is_retryable(self)
+    }
+}
+
+/// Handlers return `ApiError`; this lets [`retry`] see a database error inside it.
+#[derive(Debug)]
+pub enum TxError {
+    Db(sqlx::Error),
+    Api(ApiError),
+}
+
+impl From<sqlx::Error> for TxError {
+    fn from(e: sqlx::Error) -> Self {
+        TxError::Db(e)
+    }
+}
+
+impl From<ApiError> for TxError {
+    fn from(e: ApiError) -> Self {
+        TxError::Api(e)
+    }
+}
+
+impl From<TxError> for ApiError {
+    fn from(e: TxError) -> Self {
+        match e {
+            TxError::Db(e) => e.into(),
+            TxError::Api(e) => e,
+        }
+    }
+}
+
+impl MaybeRetryable for TxError {
+    fn retryable(&self) -> bool {
+        matches!(self, TxError::Db(e) if is_retryable(e))
+    }
+}
+
+/// Runs `f` (one whole transaction) up to `1 + retries` times while it fails with a deadlock
+/// or serialization error. Nothing outside the database may happen inside `f`.
+pub async fn retry<T, E, F, Fut>(retries: u32, mut f: F) -> Result<T, E>
+where
+    E: MaybeRetryable,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    let mut attempt = 0;
+    loop {
+        match f().await {
+            Err(e) if e.retryable() && attempt < retries => {
+                attempt += 1;
+                tracing::debug!(
+                    attempt,
+                    "transaction retried after deadlock/serialization failure"
+                );
+                // A little jitter so the two losers of a deadlock do not collide again.
+                let ms = rand::random::<u64>() % (5 * u64::from(attempt)) + 1;
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+            }
+            other => return other,
+        }
+    }
+}

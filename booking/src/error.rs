@@ -1,0 +1,177 @@
+//! The one error type every handler returns. It becomes `{"code", "message", ...details}`
+//! with a stable `code`; internal error text never reaches the client. Server-side failures
+//! are logged once, here, with their full cause chain.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+use shared::error::{ErrorBody, codes};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// A client-facing refusal with its status and body.
+    #[error("{status}: {}", body.code)]
+    Client {
+        status: StatusCode,
+        body: ErrorBody,
+        retry_after_s: Option<u64>,
+    },
+    /// A dependency (Postgres, Redis, provider) is unreachable or overloaded: `503`.
+    #[error("dependency unavailable")]
+    Unavailable(#[source] anyhow::Error),
+    #[error(transparent)]
+    Unexpected(#[from] anyhow::Error),
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &str, message: impl Into<String>) -> Self {
+        ApiError::Client {
+            status,
+            body: ErrorBody::new(code, message),
+            retry_after_s: None,
+        }
+    }
+
+    /// Adds a detail field to a client error (no-op on server errors).
+    pub fn with(mut self, key: &str, value: impl Into<Value>) -> Self {
+        if let ApiError::Client { body, .. } = &mut self {
+            body.details.insert(key.to_owned(), value.into());
+        }
+        self
+    }
+
+    pub fn retry_after(mut self, seconds: u64) -> Self {
+        if let ApiError::Client { retry_after_s, .. } = &mut self {
+            *retry_after_s = Some(seconds);
+        }
+        self
+    }
+
+    pub fn bad_request(code: &str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    pub fn validation(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            codes::VALIDATION_FAILED,
+            message,
+        )
+    }
+
+    pub fn not_found(code: &str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, code, message)
+    }
+
+    pub fn conflict(code: &str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, code, message)
+    }
+
+    pub fn admission_required() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            codes::ADMISSION_REQUIRED,
+            "a valid admission token for this event is required; join the waiting room",
+        )
+    }
+
+    pub fn unauthorized() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            codes::UNAUTHORIZED,
+            "admin credentials required",
+        )
+    }
+
+    pub fn unexpected(e: impl Into<anyhow::Error>) -> Self {
+        ApiError::Unexpected(e.into())
+    }
+
+    /// The machine code of this error (for metrics).
+    pub fn code(&self) -> &str {
+        match self {
+            ApiError::Client { body, .. } => &body.code,
+            ApiError::Unavailable(_) => codes::UNAVAILABLE,
+            ApiError::Unexpected(_) => codes::INTERNAL,
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::Client { status, .. } => *status,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+/// Database errors: pool exhaustion and connection failures are `503` (retry later); anything
+/// else is a bug or an unexpected state and becomes a `500`.
+impl From<sqlx::Error> for ApiError {
+    fn from(e: sqlx::Error) -> Self {
+        match e {
+            sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) => {
+                ApiError::Unavailable(anyhow::Error::new(e).context("database unavailable"))
+            }
+            other => ApiError::Unexpected(anyhow::Error::new(other).context("database error")),
+        }
+    }
+}
+
+impl From<redis::RedisError> for ApiError {
+    fn from(e: redis::RedisError) -> Self {
+        if e.is_io_error()
+            || e.is_timeout()
+            || e.is_connection_dropped()
+            || e.is_connection_refusal()
+        {
+            ApiError::Unavailable(anyhow::Error::new(e).context("redis unavailable"))
+        } else {
+            ApiError::Unexpected(anyhow::Error::new(e).context("redis error"))
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let (body, retry_after) = match self {
+            ApiError::Client {
+                body,
+                retry_after_s,
+                ..
+            } => (body, retry_after_s),
+            ApiError::Unavailable(e) => {
+                tracing::warn!(error = ?e, "dependency unavailable");
+                (
+                    ErrorBody::new(
+                        codes::UNAVAILABLE,
+                        "service temporarily unavailable, retry shortly",
+                    ),
+                    Some(1),
+                )
+            }
+            ApiError::Unexpected(e) => {
+                tracing::error!(error = ?e, "unexpected error");
+                (ErrorBody::new(codes::INTERNAL, "internal error"), None)
+            }
+        };
+        let mut resp = (
+            status,
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
+            body.to_json(),
+        )
+            .into_response();
+        if let Some(s) = retry_after
+            && let Ok(v) = HeaderValue::from_str(&s.to_string())
+        {
+            resp.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        resp
+    }
+}

@@ -1,0 +1,57 @@
+//! `/healthz` (the process is alive), `/readyz` (Postgres reachable; Redis reported) and
+//! `/metrics` (Prometheus text format).
+
+use crate::state::AppState;
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use serde_json::json;
+use std::time::Duration;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+}
+
+async fn healthz() -> impl IntoResponse {
+    axum::Json(json!({"status": "ok"}))
+}
+
+async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
+    let pg = tokio::time::timeout(
+        Duration::from_secs(2),
+        sqlx::query_scalar::<_, i32>("SELECT 1").fetch_one(&state.pool),
+    )
+    .await
+    .map(|r| r.is_ok())
+    .unwrap_or(false);
+    let redis = match tokio::time::timeout(Duration::from_secs(2), state.redis()).await {
+        Ok(Ok(mut conn)) => redis::cmd("PING")
+            .query_async::<String>(&mut conn)
+            .await
+            .is_ok(),
+        _ => false,
+    };
+    // Postgres is the source of truth: without it we are not ready. Without Redis the
+    // seat paths still work, so it is reported but does not fail readiness.
+    let status = if pg {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        status,
+        axum::Json(json!({"postgres": pg, "redis": redis, "ready": pg})),
+    )
+}
+
+async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.metrics.render(),
+    )
+}

@@ -1,0 +1,7 @@
+//! Seat holds.
+use crate::state::AppState;
+use axum::Router;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+}

@@ -1,0 +1,23 @@
+//! Floodgate booking core: the source of truth behind the gateway.
+//!
+//! Postgres decides every sale with one conditional statement per check-and-write; Redis is a
+//! filter or a fast path. Start it with [`startup::Application`].
+
+pub mod auth;
+pub mod config;
+pub mod db;
+pub mod error;
+pub mod health;
+pub mod jobs;
+pub mod json;
+pub mod metrics;
+pub mod routes;
+pub mod startup;
+pub mod state;
+
+// Seat booking (events, seat map, holds, general admission, sweeper).
+pub mod events;
+pub mod ga;
+pub mod holds;
+pub mod seats;
+pub mod sweeper;

@@ -1,0 +1,186 @@
+//! `TestApp`: starts booking exactly as `main` does, against a fresh database.
+
+#![allow(dead_code)]
+
+use booking::config::BookingConfig;
+use booking::startup::Application;
+use booking::state::AppState;
+use secrecy::SecretString;
+use serde_json::Value;
+use shared::token::AdmissionTokens;
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{Connection, Executor, PgConnection, PgPool};
+use std::time::Duration;
+
+pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
+
+pub fn database_url() -> String {
+    std::env::var("FLOODGATE_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:55432/postgres".into())
+}
+
+pub fn redis_url() -> String {
+    std::env::var("FLOODGATE_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:56379".into())
+}
+
+pub struct TestApp {
+    pub addr: String,
+    pub port: u16,
+    pub client: reqwest::Client,
+    pub pool: PgPool,
+    pub state: AppState,
+    pub db_name: String,
+    pub config: BookingConfig,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    handle: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+/// Creates an empty database with all migrations applied and returns its URL and name.
+pub async fn fresh_database() -> (String, String) {
+    let admin_url = database_url();
+    let name = format!("fg_test_{}", shared::ids::new_id());
+    let mut conn = PgConnection::connect(&admin_url).await.expect(
+        "cannot reach test Postgres; run `deploy/stack test` or set FLOODGATE_TEST_DATABASE_URL",
+    );
+    conn.execute(sqlx::AssertSqlSafe(format!(r#"CREATE DATABASE "{name}""#)))
+        .await
+        .expect("create test database");
+    let url = match admin_url.rsplit_once('/') {
+        Some((base, _)) => format!("{base}/{name}"),
+        None => panic!("bad database url {admin_url}"),
+    };
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        .connect(&url)
+        .await
+        .expect("connect test database");
+    booking::db::MIGRATOR
+        .run(&pool)
+        .await
+        .expect("migrate test database");
+    pool.close().await;
+    (url, name)
+}
+
+pub fn test_config(db_url: &str) -> BookingConfig {
+    let mut config = BookingConfig::default();
+    config.admin_token = SecretString::from(ADMIN_TOKEN);
+    config.database.url = SecretString::from(db_url.to_owned());
+    config.database.max_connections = 40;
+    config.redis.url = SecretString::from(redis_url());
+    config.redis.key_prefix = format!("t{}:", shared::ids::new_id());
+    config.booking.listen = "127.0.0.1:0".into();
+    config.booking.jobs_enabled = false;
+    config
+}
+
+impl TestApp {
+    pub async fn spawn() -> TestApp {
+        Self::spawn_with(|_| {}).await
+    }
+
+    /// Starts the app after letting the test adjust its configuration.
+    pub async fn spawn_with(adjust: impl FnOnce(&mut BookingConfig)) -> TestApp {
+        shared::telemetry::init_for_tests();
+        let (db_url, db_name) = fresh_database().await;
+        let mut config = test_config(&db_url);
+        adjust(&mut config);
+        let app = Application::build(config.clone()).await.expect("build app");
+        let port = app.port();
+        let state = app.state();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let handle = tokio::spawn(app.run_until_stopped(async move {
+            let _ = rx.await;
+        }));
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(512)
+            .timeout(Duration::from_secs(60))
+            .build()
+            .expect("client");
+        TestApp {
+            addr: format!("http://127.0.0.1:{port}"),
+            port,
+            client,
+            pool: state.pool.clone(),
+            state,
+            db_name,
+            config,
+            shutdown: Some(tx),
+            handle: Some(handle),
+        }
+    }
+
+    /// Stops the server gracefully and waits for it.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(h) = self.handle.take() {
+            let _ = h.await;
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.addr, path)
+    }
+
+    pub fn tokens(&self) -> &AdmissionTokens {
+        &self.state.tokens
+    }
+
+    /// A valid admission token for `account` on `event`.
+    pub fn admission(&self, account: &str, event: &str) -> String {
+        let now = chrono::Utc::now().timestamp();
+        self.tokens()
+            .mint(account, &format!("sess-{account}"), event, now, 600)
+            .expect("mint")
+            .0
+    }
+
+    pub async fn admin_post(&self, path: &str, body: &Value) -> reqwest::Response {
+        self.client
+            .post(self.url(path))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(body)
+            .send()
+            .await
+            .expect("request")
+    }
+
+    pub async fn admin_get(&self, path: &str) -> reqwest::Response {
+        self.client
+            .get(self.url(path))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .expect("request")
+    }
+
+    pub async fn post(&self, path: &str, token: &str, body: &Value) -> reqwest::Response {
+        self.client
+            .post(self.url(path))
+            .bearer_auth(token)
+            .json(body)
+            .send()
+            .await
+            .expect("request")
+    }
+
+    pub async fn get(&self, path: &str, token: &str) -> reqwest::Response {
+        self.client
+            .get(self.url(path))
+            .bearer_auth(token)
+            .send()
+            .await
+            .expect("request")
+    }
+}
+
+/// Reads a response as JSON, panicking with the body text when it is not JSON.
+pub async fn json(resp: reqwest::Response) -> (u16, Value) {
+    let status = resp.status().as_u16();
+    let text = resp.text().await.expect("body");
+    let v =
+        serde_json::from_str(&text).unwrap_or_else(|_| panic!("non-JSON body ({status}): {text}"));
+    (status, v)
+}

@@ -1,0 +1,8 @@
+//! Booking's integration tests: the real service on a free port, a fresh Postgres database
+//! per test, a unique Redis key prefix per test, real HTTP.
+//!
+//! Needs Postgres and Redis: `deploy/stack test` starts private ones and points the tests at
+//! them (`FLOODGATE_TEST_DATABASE_URL`, `FLOODGATE_TEST_REDIS_URL`).
+
+mod health;
+mod helpers;

@@ -1,0 +1,89 @@
+//! The JSON error shape every Floodgate endpoint answers with:
+//! `{"code": "SEAT_TAKEN", "message": "...", ...details}`.
+//!
+//! `code` is stable and machine-readable; clients branch on it. `message` is for humans and
+//! never contains internal error text.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// Stable machine codes shared by gateway and booking.
+pub mod codes {
+    pub const ADMISSION_REQUIRED: &str = "ADMISSION_REQUIRED";
+    pub const UNAUTHORIZED: &str = "UNAUTHORIZED";
+    pub const UNKNOWN_EVENT: &str = "UNKNOWN_EVENT";
+    pub const NOT_FOUND: &str = "NOT_FOUND";
+    pub const SEAT_TAKEN: &str = "SEAT_TAKEN";
+    pub const SOLD_OUT: &str = "SOLD_OUT";
+    pub const LIMIT_EXCEEDED: &str = "LIMIT_EXCEEDED";
+    pub const INSUFFICIENT_STOCK: &str = "INSUFFICIENT_STOCK";
+    pub const INVALID_REQUEST: &str = "INVALID_REQUEST";
+    pub const MALFORMED_JSON: &str = "MALFORMED_JSON";
+    pub const PAYLOAD_TOO_LARGE: &str = "PAYLOAD_TOO_LARGE";
+    pub const UNSUPPORTED_MEDIA_TYPE: &str = "UNSUPPORTED_MEDIA_TYPE";
+    pub const VALIDATION_FAILED: &str = "VALIDATION_FAILED";
+    pub const IDEMPOTENCY_KEY_MISSING: &str = "IDEMPOTENCY_KEY_MISSING";
+    pub const IDEMPOTENCY_KEY_REUSED: &str = "IDEMPOTENCY_KEY_REUSED";
+    pub const IDEMPOTENCY_IN_FLIGHT: &str = "IDEMPOTENCY_IN_FLIGHT";
+    pub const RATE_LIMITED: &str = "RATE_LIMITED";
+    pub const UNAVAILABLE: &str = "UNAVAILABLE";
+    pub const WAITING_ROOM_UNAVAILABLE: &str = "WAITING_ROOM_UNAVAILABLE";
+    pub const UPSTREAM_UNAVAILABLE: &str = "UPSTREAM_UNAVAILABLE";
+    pub const INTERNAL: &str = "INTERNAL";
+    pub const CONFLICT: &str = "CONFLICT";
+    pub const HOLD_EXPIRED: &str = "HOLD_EXPIRED";
+    pub const CARD_DECLINED: &str = "CARD_DECLINED";
+    pub const PAYMENT_PROVIDER_ERROR: &str = "PAYMENT_PROVIDER_ERROR";
+    pub const PAYMENT_PROVIDER_TIMEOUT: &str = "PAYMENT_PROVIDER_TIMEOUT";
+    pub const BID_TOO_LOW: &str = "BID_TOO_LOW";
+    pub const AUCTION_CLOSED: &str = "AUCTION_CLOSED";
+    pub const FORBIDDEN: &str = "FORBIDDEN";
+}
+
+/// The wire shape of an error.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ErrorBody {
+    pub code: String,
+    pub message: String,
+    #[serde(flatten)]
+    pub details: Map<String, Value>,
+}
+
+impl ErrorBody {
+    pub fn new(code: &str, message: impl Into<String>) -> Self {
+        Self {
+            code: code.to_owned(),
+            message: message.into(),
+            details: Map::new(),
+        }
+    }
+
+    /// Adds one detail field (`"seats": [...]`, `"current_price": 1200`, ...).
+    pub fn with(mut self, key: &str, value: impl Into<Value>) -> Self {
+        self.details.insert(key.to_owned(), value.into());
+        self
+    }
+
+    pub fn to_json(&self) -> String {
+        // Serialising a map of strings and JSON values cannot fail; fall back defensively.
+        serde_json::to_string(self).unwrap_or_else(|_| {
+            format!(
+                r#"{{"code":"{}","message":"error"}}"#,
+                self.code.replace('"', "")
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn details_are_flattened() {
+        let body = ErrorBody::new(codes::SEAT_TAKEN, "taken").with("seats", vec!["A-1"]);
+        let v: Value = serde_json::from_str(&body.to_json()).unwrap();
+        assert_eq!(v["code"], "SEAT_TAKEN");
+        assert_eq!(v["seats"][0], "A-1");
+    }
+}
