@@ -38,6 +38,18 @@ pub mod codes {
     pub const BID_TOO_LOW: &str = "BID_TOO_LOW";
     pub const AUCTION_CLOSED: &str = "AUCTION_CLOSED";
     pub const FORBIDDEN: &str = "FORBIDDEN";
+    // Gateway (waiting room).
+    pub const EVENT_CLOSED: &str = "EVENT_CLOSED";
+    pub const NOT_IN_QUEUE: &str = "NOT_IN_QUEUE";
+    pub const POW_REQUIRED: &str = "POW_REQUIRED";
+    pub const POW_INVALID: &str = "POW_INVALID";
+    pub const METHOD_NOT_ALLOWED: &str = "METHOD_NOT_ALLOWED";
+    // Seat booking.
+    pub const EVENT_EXISTS: &str = "EVENT_EXISTS";
+    pub const SALE_NOT_STARTED: &str = "SALE_NOT_STARTED";
+    pub const UNKNOWN_SEATS: &str = "UNKNOWN_SEATS";
+    pub const UNKNOWN_TIER: &str = "UNKNOWN_TIER";
+    pub const HOLD_ORDERED: &str = "HOLD_ORDERED";
 }
 
 /// The wire shape of an error.
