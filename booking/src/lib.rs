@@ -21,3 +21,5 @@ pub mod ga;
 pub mod holds;
 pub mod seats;
 pub mod sweeper;
+// Carts, orders, inventory, idempotency keys, flash-sale gate.
+pub mod idempotency;

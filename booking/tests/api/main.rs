@@ -6,3 +6,4 @@
 
 mod health;
 mod helpers;
+mod idempotency;

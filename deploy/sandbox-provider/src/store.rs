@@ -1,0 +1,289 @@
+//! The sandbox's memory: payment intents, refunds and idempotency records.
+//!
+//! Idempotency follows Stripe: the first request with a key runs and its response is stored;
+//! a repeat with the same parameters replays that response; the same key with different
+//! parameters is `400 idempotency_error`; a repeat while the first is still running is
+//! `409 idempotency_key_in_use`. A `5xx` that happened before anything was done is not stored,
+//! so the retry runs afresh. All of this sits behind one mutex that is never held across an
+//! `await`, so a check and its write are always one step.
+
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Intent {
+    pub id: String,
+    pub object: &'static str,
+    pub amount: i64,
+    pub amount_refunded: i64,
+    pub currency: String,
+    /// `succeeded` or `requires_payment_method` (declined).
+    pub status: String,
+    pub payment_method: String,
+    pub metadata: BTreeMap<String, String>,
+    pub created: i64,
+    pub latest_charge: Option<String>,
+    pub last_payment_error: Option<Value>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Refund {
+    pub id: String,
+    pub object: &'static str,
+    pub amount: i64,
+    pub currency: String,
+    pub payment_intent: String,
+    pub charge: Option<String>,
+    pub status: &'static str,
+    pub created: i64,
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// What the merchant asked for under one idempotency key.
+#[derive(Debug, Clone)]
+enum IdemState {
+    InFlight,
+    Done { status: u16, body: Value },
+}
+
+#[derive(Debug, Clone)]
+struct IdemEntry {
+    endpoint: &'static str,
+    fingerprint: String,
+    state: IdemState,
+}
+
+/// The outcome of presenting an idempotency key.
+#[derive(Debug)]
+pub enum IdemBegin {
+    /// Run the request; finish with [`Store::idem_finish`] or [`Store::idem_forget`].
+    Run,
+    /// Same key, same parameters, finished before: send this again.
+    Replay { status: u16, body: Value },
+    /// Same key, different parameters (or endpoint).
+    Mismatch,
+    /// Same key, still running.
+    InFlight,
+}
+
+#[derive(Default)]
+struct Inner {
+    intents: HashMap<String, Intent>,
+    /// Creation order, for listing and search.
+    intent_ids: Vec<String>,
+    refunds: HashMap<String, Refund>,
+    idem: HashMap<String, IdemEntry>,
+}
+
+#[derive(Default)]
+pub struct Store {
+    inner: Mutex<Inner>,
+}
+
+/// Per-order counts for tests and operators ("was the customer charged once?").
+#[derive(Debug, Clone, Serialize)]
+pub struct OrderSummary {
+    pub order_id: String,
+    /// Payment intents that succeeded (money taken).
+    pub charges: usize,
+    pub declines: usize,
+    pub refunds: usize,
+    pub amount_charged: i64,
+    pub amount_refunded: i64,
+    pub intents: Vec<Intent>,
+}
+
+impl Store {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves plain data behind, still consistent for a
+        // sandbox; keep serving rather than poisoning every later request.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Claims `key` for a request, or says why not.
+    pub fn idem_begin(&self, key: &str, endpoint: &'static str, fingerprint: &str) -> IdemBegin {
+        let mut inner = self.lock();
+        match inner.idem.get(key) {
+            Some(e) if e.endpoint != endpoint || e.fingerprint != fingerprint => {
+                IdemBegin::Mismatch
+            }
+            Some(IdemEntry {
+                state: IdemState::InFlight,
+                ..
+            }) => IdemBegin::InFlight,
+            Some(IdemEntry {
+                state: IdemState::Done { status, body },
+                ..
+            }) => IdemBegin::Replay {
+                status: *status,
+                body: body.clone(),
+            },
+            None => {
+                inner.idem.insert(
+                    key.to_owned(),
+                    IdemEntry {
+                        endpoint,
+                        fingerprint: fingerprint.to_owned(),
+                        state: IdemState::InFlight,
+                    },
+                );
+                IdemBegin::Run
+            }
+        }
+    }
+
+    /// Stores the response of a request that ran.
+    pub fn idem_finish(&self, key: &str, status: u16, body: &Value) {
+        if let Some(e) = self.lock().idem.get_mut(key) {
+            e.state = IdemState::Done {
+                status,
+                body: body.clone(),
+            };
+        }
+    }
+
+    /// Drops the claim of a request that did nothing (so a retry runs afresh).
+    pub fn idem_forget(&self, key: &str) {
+        self.lock().idem.remove(key);
+    }
+
+    pub fn insert_intent(&self, intent: Intent) {
+        let mut inner = self.lock();
+        inner.intent_ids.push(intent.id.clone());
+        inner.intents.insert(intent.id.clone(), intent);
+    }
+
+    pub fn intent(&self, id: &str) -> Option<Intent> {
+        self.lock().intents.get(id).cloned()
+    }
+
+    /// Intents whose `metadata[key] == value`, oldest first.
+    pub fn search_metadata(&self, key: &str, value: &str) -> Vec<Intent> {
+        let inner = self.lock();
+        inner
+            .intent_ids
+            .iter()
+            .filter_map(|id| inner.intents.get(id))
+            .filter(|i| i.metadata.get(key).map(String::as_str) == Some(value))
+            .cloned()
+            .collect()
+    }
+
+    /// Refunds the rest of a succeeded intent, or says why not. One locked step, so two
+    /// refund requests with different keys cannot both refund.
+    pub fn refund(&self, intent_id: &str, refund: Refund) -> Result<(Refund, Intent), RefundError> {
+        let mut inner = self.lock();
+        let intent = inner
+            .intents
+            .get_mut(intent_id)
+            .ok_or(RefundError::NoSuchIntent)?;
+        if intent.status != "succeeded" {
+            return Err(RefundError::NotCharged);
+        }
+        let remaining = intent.amount - intent.amount_refunded;
+        if remaining <= 0 {
+            return Err(RefundError::AlreadyRefunded);
+        }
+        let amount = if refund.amount > 0 {
+            refund.amount
+        } else {
+            remaining
+        };
+        if amount > remaining {
+            return Err(RefundError::TooMuch);
+        }
+        intent.amount_refunded += amount;
+        let intent = intent.clone();
+        let refund = Refund { amount, ..refund };
+        inner.refunds.insert(refund.id.clone(), refund.clone());
+        Ok((refund, intent))
+    }
+
+    pub fn order_summary(&self, order_id: &str) -> OrderSummary {
+        let intents = self.search_metadata("order_id", order_id);
+        let inner = self.lock();
+        let ids: Vec<&str> = intents.iter().map(|i| i.id.as_str()).collect();
+        let refunds = inner
+            .refunds
+            .values()
+            .filter(|r| ids.contains(&r.payment_intent.as_str()))
+            .count();
+        OrderSummary {
+            order_id: order_id.to_owned(),
+            charges: intents.iter().filter(|i| i.status == "succeeded").count(),
+            declines: intents
+                .iter()
+                .filter(|i| i.status == "requires_payment_method")
+                .count(),
+            refunds,
+            amount_charged: intents
+                .iter()
+                .filter(|i| i.status == "succeeded")
+                .map(|i| i.amount)
+                .sum(),
+            amount_refunded: intents.iter().map(|i| i.amount_refunded).sum(),
+            intents,
+        }
+    }
+
+    /// Totals over everything (for `GET /_sandbox/stats`).
+    pub fn stats(&self) -> Value {
+        let inner = self.lock();
+        let charges = inner
+            .intents
+            .values()
+            .filter(|i| i.status == "succeeded")
+            .count();
+        serde_json::json!({
+            "intents": inner.intents.len(),
+            "charges": charges,
+            "declines": inner.intents.len() - charges,
+            "refunds": inner.refunds.len(),
+            "idempotency_keys": inner.idem.len(),
+        })
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum RefundError {
+    #[error("no such payment intent")]
+    NoSuchIntent,
+    #[error("the payment intent has not been charged")]
+    NotCharged,
+    #[error("the charge has already been refunded")]
+    AlreadyRefunded,
+    #[error("refund amount exceeds the charge")]
+    TooMuch,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idempotency_states() {
+        let s = Store::default();
+        assert!(matches!(s.idem_begin("k", "create", "a"), IdemBegin::Run));
+        assert!(matches!(
+            s.idem_begin("k", "create", "a"),
+            IdemBegin::InFlight
+        ));
+        assert!(matches!(
+            s.idem_begin("k", "create", "b"),
+            IdemBegin::Mismatch
+        ));
+        s.idem_finish("k", 200, &serde_json::json!({"id": "pi_1"}));
+        assert!(matches!(
+            s.idem_begin("k", "create", "a"),
+            IdemBegin::Replay { status: 200, .. }
+        ));
+        assert!(matches!(
+            s.idem_begin("k", "refund", "a"),
+            IdemBegin::Mismatch
+        ));
+        s.idem_forget("k");
+        assert!(matches!(s.idem_begin("k", "create", "b"), IdemBegin::Run));
+    }
+}
