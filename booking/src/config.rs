@@ -17,6 +17,8 @@ pub struct BookingConfig {
     pub identity: IdentitySettings,
     pub log: LogSettings,
     pub booking: BookingSettings,
+    /// `[idempotency]`: Idempotency-Key retention and stale-claim takeover.
+    pub idempotency: crate::idempotency::IdempotencySettings,
 }
 
 impl Default for BookingConfig {
@@ -29,6 +31,7 @@ impl Default for BookingConfig {
             identity: IdentitySettings::default(),
             log: LogSettings::default(),
             booking: BookingSettings::default(),
+            idempotency: Default::default(),
         }
     }
 }
