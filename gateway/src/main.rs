@@ -1,1 +1,16 @@
-fn main() {}
+//! The gateway binary: read config, set up telemetry, run. Everything else is in the library.
+
+use gateway::Gateway;
+use gateway::config::GatewayConfig;
+
+// mimalloc: pingora allocates per request (buffers, header copies); glibc malloc showed up
+// at ~17 % of samples in the proxy benchmark (docs/benchmarks.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn main() -> anyhow::Result<()> {
+    let config: GatewayConfig = shared::config::load_from_env()?;
+    shared::telemetry::init(&config.log);
+    // Not async on purpose: pingora builds its own runtimes (and may fork).
+    Gateway::build(config)?.run()
+}

@@ -1,0 +1,268 @@
+//! The admin listener (separate port, never the public one): live event config, early
+//! revocation, the sold-out flag, health and metrics.
+//!
+//! Guarantees: every admin call needs the admin bearer secret (constant-time compare;
+//! missing or wrong → `401`); a config PUT is validated as a whole and nothing is stored
+//! unless every field is valid (`422` lists the problems); once stored, every instance
+//! applies it within one refresh (`refresh_ms`, 250 ms by default).
+
+use crate::event_config::EventConfigInput;
+use crate::queue::unavailable;
+use crate::respond::{Reply, is_json, parse_json, read_body, send};
+use crate::routes::{self, AdminRoute};
+use crate::state::Shared;
+use crate::store::Store;
+use async_trait::async_trait;
+use bytes::Bytes;
+use pingora_core::upstreams::peer::HttpPeer;
+use pingora_core::{Error, ErrorType, Result};
+use pingora_proxy::{ProxyHttp, Session};
+use serde::Deserialize;
+use serde_json::json;
+use shared::error::{ErrorBody, codes};
+use std::sync::Arc;
+
+pub struct AdminApp {
+    pub shared: Arc<Shared>,
+    pub store: Store,
+}
+
+enum Action {
+    Reply(Reply),
+    Ready,
+    GetConfig(String),
+    PutConfig(String),
+    Revoke(String),
+    SoldOut(String),
+}
+
+impl AdminApp {
+    fn authorized(&self, session: &Session) -> bool {
+        let Some(secret) = &self.shared.config.admin_token else {
+            return false;
+        };
+        session
+            .req_header()
+            .headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(shared::token::bearer)
+            .is_some_and(|t| shared::config::admin_secret_matches(secret, t))
+    }
+
+    async fn get_config(&self, event: &str) -> Reply {
+        match self.store.load_event(event).await {
+            Err(e) => unavailable(&self.shared, &e),
+            Ok(None) => Reply::error(404, codes::UNKNOWN_EVENT, "no config for this event"),
+            Ok(Some(s)) => Reply::json(
+                200,
+                &json!({
+                    "event": event,
+                    "config": s.config,
+                    "version": s.version,
+                    "seed_hash": s.seed_hash,
+                    "effective_admit_per_minute": s.effective_rate(),
+                    "sold_out": s.sold_out,
+                }),
+            ),
+        }
+    }
+
+    async fn body(&self, session: &mut Session) -> std::result::Result<Bytes, Reply> {
+        if !is_json(session) {
+            return Err(Reply::error(
+                415,
+                codes::UNSUPPORTED_MEDIA_TYPE,
+                "send Content-Type: application/json",
+            ));
+        }
+        read_body(session, self.shared.config.gateway.max_body_bytes)
+            .await
+            .map_err(|e| e.reply())
+    }
+
+    async fn put_config(&self, session: &mut Session, event: &str) -> Reply {
+        let body = match self.body(session).await {
+            Ok(b) => b,
+            Err(r) => return r,
+        };
+        let input: EventConfigInput = match parse_json(&body) {
+            Ok(i) => i,
+            Err(r) => return r,
+        };
+        let cfg = match input.validate(
+            self.shared.tokens.default_ttl_s(),
+            self.shared.config.gateway.default_claim_deadline_s,
+        ) {
+            Ok(c) => c,
+            Err(errors) => {
+                return Reply::from_error(
+                    422,
+                    ErrorBody::new(
+                        codes::VALIDATION_FAILED,
+                        "invalid event config; nothing applied",
+                    )
+                    .with("errors", serde_json::to_value(errors).unwrap_or_default()),
+                );
+            }
+        };
+        // A fresh seed is offered every time; Redis keeps the first one (HSETNX), so the
+        // published commitment never changes once made.
+        let (seed, seed_hash) = match crate::draw::new_seed() {
+            Ok(s) => s,
+            Err(_) => return Reply::error(500, codes::INTERNAL, "no randomness available"),
+        };
+        match self.store.put_config(event, &cfg, &seed, &seed_hash).await {
+            Err(e) => unavailable(&self.shared, &e),
+            Ok(version) => {
+                tracing::info!(
+                    event,
+                    version,
+                    mode = cfg.mode.as_str(),
+                    admit_per_minute = cfg.admit_per_minute,
+                    "event config updated"
+                );
+                // Apply here at once; other instances pick it up on their next refresh.
+                if let Ok(Some(s)) = self.store.load_event(event).await {
+                    self.shared.live.upsert(event, s);
+                }
+                self.get_config(event).await
+            }
+        }
+    }
+
+    async fn revoke(&self, session: &mut Session, event: &str) -> Reply {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Body {
+            account: Option<String>,
+            session: Option<String>,
+        }
+        let body = match self.body(session).await {
+            Ok(b) => b,
+            Err(r) => return r,
+        };
+        let b: Body = match parse_json(&body) {
+            Ok(b) => b,
+            Err(r) => return r,
+        };
+        let (field, account) = match (&b.account, &b.session) {
+            (Some(a), None) if shared::identity::is_valid_account(a) => {
+                (format!("a:{a}"), Some(a.as_str()))
+            }
+            (None, Some(s)) if shared::ids::is_valid_slug(s) => (format!("s:{s}"), None),
+            _ => {
+                return Reply::error(
+                    422,
+                    codes::VALIDATION_FAILED,
+                    "give exactly one of a valid `account` or `session`",
+                );
+            }
+        };
+        // Keep the revocation as long as any token could still be valid.
+        let keep_s = 86_400 + self.shared.config.tokens.leeway_s;
+        match self.store.revoke(event, &field, account, keep_s).await {
+            Err(e) => unavailable(&self.shared, &e),
+            Ok(None) => Reply::error(404, codes::UNKNOWN_EVENT, "no config for this event"),
+            Ok(Some(at)) => {
+                if let Ok(Some(s)) = self.store.load_event(event).await {
+                    self.shared.live.upsert(event, s);
+                }
+                Reply::json(
+                    200,
+                    &json!({"event": event, "revoked": field, "revoked_at": at}),
+                )
+            }
+        }
+    }
+
+    async fn sold_out(&self, session: &mut Session, event: &str) -> Reply {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Body {
+            sold_out: bool,
+        }
+        let body = match self.body(session).await {
+            Ok(b) => b,
+            Err(r) => return r,
+        };
+        let b: Body = match parse_json(&body) {
+            Ok(b) => b,
+            Err(r) => return r,
+        };
+        match self.store.load_event(event).await {
+            Err(e) => return unavailable(&self.shared, &e),
+            Ok(None) => {
+                return Reply::error(404, codes::UNKNOWN_EVENT, "no config for this event");
+            }
+            Ok(Some(_)) => {}
+        }
+        match self.store.set_sold_out(event, b.sold_out).await {
+            Err(e) => unavailable(&self.shared, &e),
+            Ok(()) => Reply::json(200, &json!({"event": event, "sold_out": b.sold_out})),
+        }
+    }
+}
+
+#[async_trait]
+impl ProxyHttp for AdminApp {
+    type CTX = ();
+
+    fn new_ctx(&self) {}
+
+    async fn request_filter(&self, session: &mut Session, _ctx: &mut ()) -> Result<bool> {
+        let action = {
+            let req = session.req_header();
+            let route = routes::admin(&req.method, req.uri.path());
+            match route {
+                AdminRoute::Healthz => Action::Reply(Reply::json(200, &json!({"status": "ok"}))),
+                AdminRoute::Readyz => Action::Ready,
+                AdminRoute::Metrics => Action::Reply(Reply::bytes(
+                    200,
+                    "text/plain; version=0.0.4",
+                    Bytes::from(self.shared.metrics.render()),
+                    "no-store",
+                )),
+                AdminRoute::NotFound => {
+                    Action::Reply(Reply::error(404, codes::NOT_FOUND, "not found"))
+                }
+                _ if !self.authorized(session) => Action::Reply(
+                    Reply::error(401, codes::UNAUTHORIZED, "admin bearer secret required")
+                        .header("www-authenticate", "Bearer"),
+                ),
+                AdminRoute::UnknownEvent => {
+                    Action::Reply(Reply::error(404, codes::UNKNOWN_EVENT, "invalid event id"))
+                }
+                AdminRoute::MethodNotAllowed => Action::Reply(Reply::error(
+                    405,
+                    codes::METHOD_NOT_ALLOWED,
+                    "method not allowed",
+                )),
+                AdminRoute::GetConfig(e) => Action::GetConfig(e.to_owned()),
+                AdminRoute::PutConfig(e) => Action::PutConfig(e.to_owned()),
+                AdminRoute::Revoke(e) => Action::Revoke(e.to_owned()),
+                AdminRoute::SoldOut(e) => Action::SoldOut(e.to_owned()),
+            }
+        };
+        let reply = match action {
+            Action::Reply(r) => r,
+            Action::Ready => {
+                let ok = self.store.ping().await.is_ok();
+                Reply::json(if ok { 200 } else { 503 }, &json!({"redis": ok}))
+            }
+            Action::GetConfig(e) => self.get_config(&e).await,
+            Action::PutConfig(e) => self.put_config(session, &e).await,
+            Action::Revoke(e) => self.revoke(session, &e).await,
+            Action::SoldOut(e) => self.sold_out(session, &e).await,
+        };
+        send(session, reply).await
+    }
+
+    async fn upstream_peer(&self, _session: &mut Session, _ctx: &mut ()) -> Result<Box<HttpPeer>> {
+        // Every admin request is answered in `request_filter`.
+        Err(Error::explain(
+            ErrorType::InternalError,
+            "admin listener has no upstream",
+        ))
+    }
+}

@@ -1,0 +1,130 @@
+//! Gateway configuration: the shared TOML file plus `FLOODGATE_*` overrides (see
+//! `shared::config`). The gateway reads `[tokens]`, `[identity]`, `[redis]`, `[log]`,
+//! `admin_token` and its own `[gateway]` section; every other section is ignored.
+//!
+//! Every value has a default so `deploy/local.toml` only lists what differs, and tests build
+//! [`GatewayConfig`] directly (no environment variables).
+
+use secrecy::SecretString;
+use serde::Deserialize;
+use shared::config::{IdentitySettings, LogSettings, RedisSettings, TokenSettings};
+
+/// Everything the gateway process needs.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(default)]
+pub struct GatewayConfig {
+    pub gateway: GatewaySettings,
+    pub tokens: TokenSettings,
+    pub identity: IdentitySettings,
+    pub redis: RedisSettings,
+    pub log: LogSettings,
+    /// Admin bearer secret (`FLOODGATE_ADMIN_TOKEN`). Unset: the admin API answers 401 to all.
+    pub admin_token: Option<SecretString>,
+}
+
+/// The `[gateway]` section.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GatewaySettings {
+    /// Public listener: waiting room, static pages, proxied API.
+    pub listen: String,
+    /// Admin listener (ops config, revocation). Kept off the public port on purpose.
+    pub admin_listen: String,
+    /// Booking upstreams (`host:port`), health-checked, round-robin.
+    pub upstreams: Vec<String>,
+    /// Directory with the waiting page and storefront files.
+    pub static_dir: String,
+    /// Local development: serves `POST /dev/login` (as does `identity.dev_login`).
+    pub dev_mode: bool,
+    /// Worker threads of the public listener.
+    pub threads: usize,
+    /// Tokio work stealing for the public listener (off: one runtime per thread, like nginx
+    /// workers; measured faster for proxying, see docs/benchmarks.md).
+    pub work_stealing: bool,
+    /// Seconds a graceful shutdown (SIGTERM) keeps serving in-flight requests.
+    pub grace_period_s: u64,
+    /// Admission tick interval. Each tick admits at most one batch.
+    pub tick_ms: u64,
+    /// Admission lease TTL: how fast another instance takes over when the holder dies.
+    pub lease_ttl_ms: u64,
+    /// How often live config, sold-out flags and revocations are re-read from Redis.
+    pub refresh_ms: u64,
+    /// Upstream health-check interval.
+    pub health_check_ms: u64,
+    /// Timeout for connecting to an upstream.
+    pub upstream_connect_timeout_ms: u64,
+    /// Timeout for reading an upstream response.
+    pub upstream_read_timeout_ms: u64,
+    /// Defaults applied to fields an event config PUT leaves out.
+    pub default_claim_deadline_s: u64,
+    pub limits: RateLimits,
+    /// Largest request body the gateway itself accepts (join, admin PUT); 413 above.
+    pub max_body_bytes: usize,
+    /// Sliding window (seconds) over which upstream latency and errors are measured for
+    /// auto mode.
+    pub auto_window_s: u64,
+    /// Largest number of fans one tick may admit in passthrough mode (drains the queue).
+    pub passthrough_batch: u64,
+}
+
+impl Default for GatewaySettings {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8080".into(),
+            admin_listen: "127.0.0.1:8081".into(),
+            upstreams: vec!["127.0.0.1:8090".into()],
+            static_dir: "static".into(),
+            dev_mode: false,
+            threads: 2,
+            work_stealing: false,
+            grace_period_s: 5,
+            tick_ms: 250,
+            lease_ttl_ms: 3000,
+            refresh_ms: 250,
+            health_check_ms: 1000,
+            upstream_connect_timeout_ms: 1000,
+            upstream_read_timeout_ms: 30_000,
+            default_claim_deadline_s: 120,
+            limits: RateLimits::default(),
+            max_body_bytes: 16 * 1024,
+            auto_window_s: 10,
+            passthrough_batch: 5000,
+        }
+    }
+}
+
+/// Per-key request limits (governor GCRA). `0` disables a limit.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RateLimits {
+    /// Joins per account per minute (repeat joins are cheap but still limited).
+    pub join_per_account_per_min: u32,
+    /// Joins per client IP per minute (many fans can share a NAT: keep it generous).
+    pub join_per_ip_per_min: u32,
+    /// Status polls per account per minute (the page polls every 1–30 s).
+    pub status_per_account_per_min: u32,
+    pub status_per_ip_per_min: u32,
+    /// Admitted API calls per account per second.
+    pub api_per_account_per_s: u32,
+    pub api_per_ip_per_s: u32,
+}
+
+impl Default for RateLimits {
+    fn default() -> Self {
+        Self {
+            join_per_account_per_min: 30,
+            join_per_ip_per_min: 600,
+            status_per_account_per_min: 120,
+            status_per_ip_per_min: 6000,
+            api_per_account_per_s: 20,
+            api_per_ip_per_s: 500,
+        }
+    }
+}
+
+impl GatewayConfig {
+    /// Dev login is served when either switch is on (the local stack sets both).
+    pub fn dev_login_enabled(&self) -> bool {
+        self.identity.dev_login || self.gateway.dev_mode
+    }
+}

@@ -1,0 +1,273 @@
+//! The per-event waiting-room configuration ops set with `PUT /admin/events/{event}/config`.
+//!
+//! Guarantee: a config that reaches Redis has passed [`EventConfigInput::validate`]; a bad
+//! value is a `422` listing every problem and nothing is applied. Validation is a plain
+//! function so it is unit-tested without a socket.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// Admission mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Normal: admit from the queue at the configured (or measured) rate.
+    Queue,
+    /// Stop admitting; fans keep their places.
+    Paused,
+    /// Every join is admitted at once (tokens are still minted and required).
+    Passthrough,
+    /// Refuse new joins; stop admitting.
+    Closed,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Queue => "queue",
+            Mode::Paused => "paused",
+            Mode::Passthrough => "passthrough",
+            Mode::Closed => "closed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Mode> {
+        match s {
+            "queue" => Some(Mode::Queue),
+            "paused" => Some(Mode::Paused),
+            "passthrough" => Some(Mode::Passthrough),
+            "closed" => Some(Mode::Closed),
+            _ => None,
+        }
+    }
+}
+
+/// Auto mode: the admit rate follows the measured upstream health between these bounds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AutoBounds {
+    pub floor: i64,
+    pub ceiling: i64,
+    /// Upstream p99 latency above this lowers the rate.
+    #[serde(default = "default_target_p99_ms")]
+    pub target_p99_ms: i64,
+    /// Share of 5xx/429 responses above this lowers the rate.
+    #[serde(default = "default_max_error_ratio")]
+    pub max_error_ratio: f64,
+}
+
+fn default_target_p99_ms() -> i64 {
+    800
+}
+
+fn default_max_error_ratio() -> f64 {
+    0.02
+}
+
+/// The request body of a config PUT. Numbers are signed so a negative value is reported as
+/// a validation problem (`422`) with the field name rather than a parse error.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventConfigInput {
+    pub sale_start: DateTime<Utc>,
+    pub admit_per_minute: i64,
+    #[serde(default = "default_mode")]
+    pub mode: Mode,
+    /// Cap on concurrently admitted fans (unclaimed + active); 0 = no cap.
+    #[serde(default)]
+    pub max_active: i64,
+    pub token_ttl_s: Option<i64>,
+    #[serde(default)]
+    pub auto: Option<AutoBounds>,
+    pub claim_deadline_s: Option<i64>,
+    #[serde(default)]
+    pub pow_difficulty: i64,
+}
+
+fn default_mode() -> Mode {
+    Mode::Queue
+}
+
+/// A validated config, as stored in Redis and served by `GET`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventConfig {
+    pub sale_start: DateTime<Utc>,
+    pub admit_per_minute: u64,
+    pub mode: Mode,
+    pub max_active: u64,
+    pub token_ttl_s: u64,
+    pub auto: Option<AutoBounds>,
+    pub claim_deadline_s: u64,
+    pub pow_difficulty: u32,
+}
+
+/// Upper bounds that catch typos (an extra zero or two) without limiting real launches.
+pub const MAX_ADMIT_PER_MINUTE: i64 = 1_000_000;
+pub const MAX_ACTIVE: i64 = 10_000_000;
+pub const MAX_POW_DIFFICULTY: i64 = 24;
+
+/// One validation problem: which field and why.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FieldError {
+    pub field: &'static str,
+    pub problem: String,
+}
+
+impl EventConfigInput {
+    /// Checks every field and fills defaults. Returns all problems at once.
+    pub fn validate(
+        self,
+        default_ttl_s: u64,
+        default_claim_deadline_s: u64,
+    ) -> Result<EventConfig, Vec<FieldError>> {
+        let mut errs = Vec::new();
+        let mut bad = |field: &'static str, problem: String| {
+            errs.push(FieldError { field, problem });
+        };
+        if !(1..=MAX_ADMIT_PER_MINUTE).contains(&self.admit_per_minute) {
+            bad(
+                "admit_per_minute",
+                format!("must be between 1 and {MAX_ADMIT_PER_MINUTE}"),
+            );
+        }
+        if !(0..=MAX_ACTIVE).contains(&self.max_active) {
+            bad(
+                "max_active",
+                format!("must be between 0 (no cap) and {MAX_ACTIVE}"),
+            );
+        }
+        let ttl = self
+            .token_ttl_s
+            .unwrap_or_else(|| i64::try_from(default_ttl_s).unwrap_or(600));
+        if !(30..=86_400).contains(&ttl) {
+            bad("token_ttl_s", "must be between 30 and 86400".into());
+        }
+        let claim = self
+            .claim_deadline_s
+            .unwrap_or_else(|| i64::try_from(default_claim_deadline_s).unwrap_or(120));
+        if !(10..=3600).contains(&claim) {
+            bad("claim_deadline_s", "must be between 10 and 3600".into());
+        }
+        if !(0..=MAX_POW_DIFFICULTY).contains(&self.pow_difficulty) {
+            bad(
+                "pow_difficulty",
+                format!("must be between 0 (off) and {MAX_POW_DIFFICULTY}"),
+            );
+        }
+        if let Some(a) = &self.auto {
+            if !(1..=MAX_ADMIT_PER_MINUTE).contains(&a.floor) {
+                bad(
+                    "auto.floor",
+                    format!("must be between 1 and {MAX_ADMIT_PER_MINUTE}"),
+                );
+            }
+            if !(1..=MAX_ADMIT_PER_MINUTE).contains(&a.ceiling) || a.ceiling < a.floor {
+                bad(
+                    "auto.ceiling",
+                    format!("must be between auto.floor and {MAX_ADMIT_PER_MINUTE}"),
+                );
+            }
+            if !(1..=60_000).contains(&a.target_p99_ms) {
+                bad("auto.target_p99_ms", "must be between 1 and 60000".into());
+            }
+            if !(a.max_error_ratio.is_finite() && (0.0..=1.0).contains(&a.max_error_ratio)) {
+                bad("auto.max_error_ratio", "must be between 0 and 1".into());
+            }
+        }
+        let year = self.sale_start.format("%Y").to_string();
+        if !("2000".."2100").contains(&year.as_str()) {
+            bad("sale_start", "must be a date between 2000 and 2099".into());
+        }
+        if !errs.is_empty() {
+            return Err(errs);
+        }
+        // Every value was range-checked above, so these conversions cannot fail.
+        let u = |v: i64| u64::try_from(v).unwrap_or(0);
+        Ok(EventConfig {
+            sale_start: self.sale_start,
+            admit_per_minute: u(self.admit_per_minute),
+            mode: self.mode,
+            max_active: u(self.max_active),
+            token_ttl_s: u(ttl),
+            auto: self.auto,
+            claim_deadline_s: u(claim),
+            pow_difficulty: u32::try_from(self.pow_difficulty).unwrap_or(0),
+        })
+    }
+}
+
+impl EventConfig {
+    pub fn sale_start_ms(&self) -> i64 {
+        self.sale_start.timestamp_millis()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input(json: &str) -> EventConfigInput {
+        serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn defaults_filled() {
+        let c = input(r#"{"sale_start":"2027-01-10T10:00:00+09:00","admit_per_minute":600}"#)
+            .validate(600, 120)
+            .unwrap();
+        assert_eq!(c.mode, Mode::Queue);
+        assert_eq!(c.max_active, 0);
+        assert_eq!(c.token_ttl_s, 600);
+        assert_eq!(c.claim_deadline_s, 120);
+        assert_eq!(c.pow_difficulty, 0);
+        assert_eq!(c.sale_start_ms(), 1_799_542_800_000);
+    }
+
+    #[test]
+    fn bad_values_all_reported() {
+        let errs = input(
+            r#"{"sale_start":"2027-01-10T10:00:00Z","admit_per_minute":-5,"max_active":-1,
+                "token_ttl_s":0,"pow_difficulty":99,"claim_deadline_s":1,
+                "auto":{"floor":100,"ceiling":10,"max_error_ratio":2.0}}"#,
+        )
+        .validate(600, 120)
+        .unwrap_err();
+        let fields: Vec<_> = errs.iter().map(|e| e.field).collect();
+        for f in [
+            "admit_per_minute",
+            "max_active",
+            "token_ttl_s",
+            "claim_deadline_s",
+            "pow_difficulty",
+            "auto.ceiling",
+            "auto.max_error_ratio",
+        ] {
+            assert!(fields.contains(&f), "{f} not reported in {fields:?}");
+        }
+    }
+
+    #[test]
+    fn absurd_rate_refused() {
+        assert!(
+            input(r#"{"sale_start":"2027-01-10T10:00:00Z","admit_per_minute":99999999999}"#)
+                .validate(600, 120)
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn unknown_fields_and_modes_refused() {
+        assert!(
+            serde_json::from_str::<EventConfigInput>(
+                r#"{"sale_start":"2027-01-10T10:00:00Z","admit_per_minute":1,"x":1}"#
+            )
+            .is_err()
+        );
+        assert!(
+            serde_json::from_str::<EventConfigInput>(
+                r#"{"sale_start":"2027-01-10T10:00:00Z","admit_per_minute":1,"mode":"fast"}"#
+            )
+            .is_err()
+        );
+    }
+}

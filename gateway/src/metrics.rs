@@ -1,0 +1,130 @@
+//! Prometheus metrics of one gateway instance (its own registry, so several instances can
+//! live in one test process). Hot-path counters are resolved once at start-up, so recording
+//! is an atomic add, never a label lookup.
+
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+use shared::token::TokenError;
+
+pub struct Metrics {
+    registry: Registry,
+    pub joins: IntCounter,
+    pub status_polls: IntCounter,
+    pub admitted: IntCounterVec,
+    pub expired_unclaimed: IntCounterVec,
+    pub queue_length: IntGaugeVec,
+    pub active_admitted: IntGaugeVec,
+    pub admit_rate: IntGaugeVec,
+    pub is_leader: IntGaugeVec,
+    token_rejections: IntCounterVec,
+    pub rate_limited: IntCounterVec,
+    pub upstream_latency: Histogram,
+    pub upstream_responses: IntCounterVec,
+    pub upstream_unavailable: IntCounter,
+    pub redis_errors: IntCounter,
+    pub proxied: IntCounter,
+}
+
+impl Metrics {
+    pub fn new() -> Result<Self, prometheus::Error> {
+        let registry = Registry::new();
+        let counter = |name: &str, help: &str| IntCounter::new(name, help);
+        let gauge_vec =
+            |name: &str, help: &str| IntGaugeVec::new(Opts::new(name, help), &["event"]);
+        let m = Metrics {
+            joins: counter("fg_joins_total", "Queue joins (new places and repeats)")?,
+            status_polls: counter("fg_status_polls_total", "Queue status polls")?,
+            admitted: IntCounterVec::new(
+                Opts::new(
+                    "fg_admitted_total",
+                    "Fans admitted by this instance's ticker",
+                ),
+                &["event"],
+            )?,
+            expired_unclaimed: IntCounterVec::new(
+                Opts::new(
+                    "fg_admissions_expired_total",
+                    "Admissions not claimed before their deadline",
+                ),
+                &["event"],
+            )?,
+            queue_length: gauge_vec("fg_queue_length", "Fans waiting")?,
+            active_admitted: gauge_vec(
+                "fg_active_admitted",
+                "Admitted fans holding a place in the active budget",
+            )?,
+            admit_rate: gauge_vec("fg_admit_rate_per_minute", "Admit rate in force")?,
+            is_leader: gauge_vec(
+                "fg_admission_leader",
+                "1 when this instance holds the lease",
+            )?,
+            token_rejections: IntCounterVec::new(
+                Opts::new(
+                    "fg_token_rejections_total",
+                    "Admission tokens refused, by reason",
+                ),
+                &["reason"],
+            )?,
+            rate_limited: IntCounterVec::new(
+                Opts::new(
+                    "fg_rate_limited_total",
+                    "Requests refused with 429, by scope",
+                ),
+                &["scope"],
+            )?,
+            upstream_latency: Histogram::with_opts(
+                HistogramOpts::new(
+                    "fg_upstream_latency_seconds",
+                    "Time from sending a request upstream to its response header",
+                )
+                .buckets(vec![
+                    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                    10.0,
+                ]),
+            )?,
+            upstream_responses: IntCounterVec::new(
+                Opts::new("fg_upstream_responses_total", "Upstream responses by class"),
+                &["class"],
+            )?,
+            upstream_unavailable: counter(
+                "fg_upstream_unavailable_total",
+                "Requests answered 503 because no upstream was reachable",
+            )?,
+            redis_errors: counter("fg_redis_errors_total", "Failed Redis calls")?,
+            proxied: counter("fg_proxied_total", "Requests forwarded to booking")?,
+            registry,
+        };
+        m.registry.register(Box::new(m.joins.clone()))?;
+        m.registry.register(Box::new(m.status_polls.clone()))?;
+        m.registry.register(Box::new(m.admitted.clone()))?;
+        m.registry.register(Box::new(m.expired_unclaimed.clone()))?;
+        m.registry.register(Box::new(m.queue_length.clone()))?;
+        m.registry.register(Box::new(m.active_admitted.clone()))?;
+        m.registry.register(Box::new(m.admit_rate.clone()))?;
+        m.registry.register(Box::new(m.is_leader.clone()))?;
+        m.registry.register(Box::new(m.token_rejections.clone()))?;
+        m.registry.register(Box::new(m.rate_limited.clone()))?;
+        m.registry.register(Box::new(m.upstream_latency.clone()))?;
+        m.registry
+            .register(Box::new(m.upstream_responses.clone()))?;
+        m.registry
+            .register(Box::new(m.upstream_unavailable.clone()))?;
+        m.registry.register(Box::new(m.redis_errors.clone()))?;
+        m.registry.register(Box::new(m.proxied.clone()))?;
+        Ok(m)
+    }
+
+    pub fn token_rejected(&self, e: &TokenError) {
+        self.token_rejections.with_label_values(&[e.reason()]).inc();
+    }
+
+    /// Prometheus text exposition.
+    pub fn render(&self) -> Vec<u8> {
+        let mut buf = Vec::new();
+        // Encoding into a Vec cannot fail for well-formed metric families.
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
+        buf
+    }
+}

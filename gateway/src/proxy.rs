@@ -1,0 +1,384 @@
+//! The public listener: a thin pingora `ProxyHttp`. `request_filter` routes the request
+//! ([`crate::routes::public`]); the waiting room, static pages and health endpoints are
+//! answered right there (`Ok(true)`), and only `/api/…`, `/ws/…` with a valid admission
+//! token (plus the signed payment webhook) continue to a booking upstream.
+//!
+//! Guarantees for what reaches booking: the admission token verified (signature, `kid`,
+//! algorithm, expiry, audience, issuer, event on event-scoped paths, not revoked); every
+//! client-sent `x-floodgate-*` header removed and `x-floodgate-account`,
+//! `x-floodgate-event`, `x-request-id` set from the verified token; a request is retried on
+//! another upstream only when the connection could not be established (nothing was sent),
+//! never after it was sent (pingora's default `error_while_proxy` keeps non-idempotent
+//! requests unretried).
+
+use crate::limits::Scope;
+use crate::queue;
+use crate::respond::{Reply, send};
+use crate::routes::{self, Route};
+use crate::state::Shared;
+use crate::store::Store;
+use async_trait::async_trait;
+use bytes::Bytes;
+use http::HeaderMap;
+use pingora_core::upstreams::peer::HttpPeer;
+use pingora_core::{Error, ErrorSource, ErrorType, Result};
+use pingora_http::{RequestHeader, ResponseHeader};
+use pingora_proxy::{FailToProxy, ProxyHttp, Session};
+use serde_json::json;
+use shared::error::{ErrorBody, codes};
+use shared::headers;
+use shared::token::{AdmissionClaims, AdmissionTokens, TokenError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::live::Live;
+
+pub struct PublicProxy {
+    pub shared: Arc<Shared>,
+    pub store: Store,
+}
+
+/// Per-request state.
+#[derive(Default)]
+pub struct Ctx {
+    claims: Option<AdmissionClaims>,
+    upstream: Option<usize>,
+    tried: u64,
+    sent_at: Option<Instant>,
+    latency: Option<Duration>,
+    status: u16,
+}
+
+/// The admission token of a request: `Authorization: Bearer` first, then the cookie.
+pub fn admission_token(h: &HeaderMap) -> Option<&str> {
+    if let Some(t) = h
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(shared::token::bearer)
+    {
+        return Some(t);
+    }
+    h.get_all(http::header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find_map(|v| shared::token::cookie(v, headers::ADMISSION_COOKIE))
+}
+
+/// The whole admission decision for a forwarded request (pure over headers and state).
+pub fn check_admission(
+    tokens: &AdmissionTokens,
+    live: &Live,
+    h: &HeaderMap,
+    path_event: Option<&str>,
+) -> std::result::Result<AdmissionClaims, TokenError> {
+    let token = admission_token(h).ok_or(TokenError::Missing)?;
+    let claims = match path_event {
+        Some(e) => tokens.verify_for_event(token, e)?,
+        None => tokens.verify(token)?,
+    };
+    if live.is_revoked(&claims) {
+        return Err(TokenError::Revoked);
+    }
+    Ok(claims)
+}
+
+fn wants_html(h: &HeaderMap) -> bool {
+    h.get(http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("text/html"))
+}
+
+/// The answer to a refused admission: browsers go back to the waiting room, API clients get
+/// `401 ADMISSION_REQUIRED`.
+pub fn refusal(e: &TokenError, html: bool, event: Option<&str>) -> Reply {
+    if html {
+        return match event {
+            Some(ev) if shared::ids::is_valid_slug(ev) => Reply::redirect(&format!("/e/{ev}")),
+            _ => Reply::redirect("/"),
+        };
+    }
+    Reply::from_error(
+        401,
+        ErrorBody::new(
+            codes::ADMISSION_REQUIRED,
+            "an admission from the waiting room is required",
+        )
+        .with("reason", e.reason()),
+    )
+    .header("www-authenticate", "Bearer")
+}
+
+impl PublicProxy {
+    fn page(&self, key: &str) -> Reply {
+        match self.shared.pages.get(key) {
+            Some(f) => Reply::bytes(
+                200,
+                f.content_type,
+                f.body.clone(),
+                if self.shared.config.gateway.dev_mode {
+                    "no-cache"
+                } else {
+                    "public, max-age=300"
+                },
+            ),
+            None => Reply::error(404, codes::NOT_FOUND, "not found"),
+        }
+    }
+
+    async fn ready(&self) -> Reply {
+        let redis = self.store.ping().await.is_ok();
+        let upstream = self.shared.upstreams.any_healthy();
+        let status = if redis && upstream { 200 } else { 503 };
+        Reply::json(status, &json!({"redis": redis, "upstream": upstream}))
+    }
+
+    /// Decides a `/api/` or `/ws/` request; `Ok(())` lets it through to booking.
+    fn admit_api(
+        &self,
+        session: &Session,
+        event: Option<&str>,
+        ctx: &mut Ctx,
+    ) -> std::result::Result<(), Reply> {
+        let s = &self.shared;
+        s.limits
+            .check_ip(Scope::Api, queue::client_ip(session))
+            .map_err(|w| rate_limited(s, w))?;
+        let h = &session.req_header().headers;
+        let claims = check_admission(&s.tokens, &s.live, h, event).map_err(|e| {
+            s.metrics.token_rejected(&e);
+            refusal(&e, wants_html(h), event)
+        })?;
+        s.limits
+            .check_account(Scope::Api, &claims.sub)
+            .map_err(|w| rate_limited(s, w))?;
+        ctx.claims = Some(claims);
+        Ok(())
+    }
+}
+
+fn rate_limited(s: &Shared, wait: Duration) -> Reply {
+    s.metrics
+        .rate_limited
+        .with_label_values(&[Scope::Api.label()])
+        .inc();
+    Reply::error(429, codes::RATE_LIMITED, "too many requests; slow down")
+        .retry_after(crate::limits::retry_after_secs(wait))
+}
+
+enum Action {
+    Forward,
+    Reply(Reply),
+    Join(String),
+    Status(String),
+    Draw(String),
+    Receipt(String),
+    Challenge(String),
+    DevLogin,
+    Ready,
+}
+
+#[async_trait]
+impl ProxyHttp for PublicProxy {
+    type CTX = Ctx;
+
+    fn new_ctx(&self) -> Ctx {
+        Ctx::default()
+    }
+
+    async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
+        let action = {
+            let req = session.req_header();
+            match routes::public(&req.method, req.uri.path()) {
+                Route::Api { event } => match self.admit_api(session, event, ctx) {
+                    Ok(()) => Action::Forward,
+                    Err(r) => Action::Reply(r),
+                },
+                Route::Webhook => Action::Forward,
+                Route::Healthz => Action::Reply(Reply::json(200, &json!({"status": "ok"}))),
+                Route::Readyz => Action::Ready,
+                Route::Metrics => Action::Reply(Reply::bytes(
+                    200,
+                    "text/plain; version=0.0.4",
+                    Bytes::from(self.shared.metrics.render()),
+                    "no-store",
+                )),
+                Route::DevLogin => Action::DevLogin,
+                Route::Join(e) => Action::Join(e.to_owned()),
+                Route::Status(e) => Action::Status(e.to_owned()),
+                Route::Draw(e) => Action::Draw(e.to_owned()),
+                Route::Receipt(e) => Action::Receipt(e.to_owned()),
+                Route::Challenge(e) => Action::Challenge(e.to_owned()),
+                Route::Page(p) => Action::Reply(self.page(p)),
+                Route::EventPage { shop, .. } => {
+                    Action::Reply(self.page(if shop { "/shop.html" } else { "/waiting.html" }))
+                }
+                Route::UnknownEvent => Action::Reply(Reply::error(
+                    404,
+                    codes::UNKNOWN_EVENT,
+                    "no waiting room for this event",
+                )),
+                Route::MethodNotAllowed => Action::Reply(Reply::error(
+                    405,
+                    codes::METHOD_NOT_ALLOWED,
+                    "method not allowed",
+                )),
+                Route::BadPath => {
+                    Action::Reply(Reply::error(400, codes::INVALID_REQUEST, "malformed path"))
+                }
+                Route::NotFound => Action::Reply(Reply::error(404, codes::NOT_FOUND, "not found")),
+            }
+        };
+        let s = &self.shared;
+        let st = &self.store;
+        let reply = match action {
+            Action::Forward => return Ok(false),
+            Action::Reply(r) => r,
+            Action::Ready => self.ready().await,
+            Action::DevLogin => queue::dev_login(s, session).await,
+            Action::Join(e) => queue::join(s, st, session, &e).await,
+            Action::Status(e) => queue::status(s, st, session, &e).await,
+            Action::Draw(e) => queue::draw(s, st, &e).await,
+            Action::Receipt(e) => queue::receipt(s, session, &e).await,
+            Action::Challenge(e) => queue::challenge(s, st, session, &e).await,
+        };
+        send(session, reply).await
+    }
+
+    async fn upstream_peer(&self, _session: &mut Session, ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
+        let ups = &self.shared.upstreams;
+        let i = ups.pick(ctx.tried).ok_or_else(|| {
+            Error::explain(ErrorType::ConnectNoRoute, "no healthy booking upstream")
+        })?;
+        ctx.tried |= 1 << i;
+        ctx.upstream = Some(i);
+        ups.peer(i)
+            .ok_or_else(|| Error::explain(ErrorType::InternalError, "upstream index out of range"))
+    }
+
+    fn fail_to_connect(
+        &self,
+        _session: &mut Session,
+        _peer: &HttpPeer,
+        ctx: &mut Ctx,
+        mut e: Box<Error>,
+    ) -> Box<Error> {
+        // Nothing reached this upstream, so trying another one is safe for any method.
+        if let Some(i) = ctx.upstream {
+            self.shared.upstreams.mark(i, false);
+        }
+        e.set_retry(self.shared.upstreams.pick(ctx.tried).is_some());
+        e
+    }
+
+    async fn upstream_request_filter(
+        &self,
+        _session: &mut Session,
+        req: &mut RequestHeader,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
+        let internal: Vec<http::HeaderName> = req
+            .headers
+            .keys()
+            .filter(|k| k.as_str().starts_with(headers::INTERNAL_PREFIX))
+            .cloned()
+            .collect();
+        for k in internal {
+            req.remove_header(&k);
+        }
+        if let Some(c) = &ctx.claims {
+            req.insert_header(headers::ACCOUNT, c.sub.as_str())?;
+            req.insert_header(headers::EVENT, c.evt.as_str())?;
+        }
+        req.insert_header(headers::REQUEST_ID, shared::ids::new_id())?;
+        ctx.sent_at = Some(Instant::now());
+        Ok(())
+    }
+
+    async fn upstream_response_filter(
+        &self,
+        _session: &mut Session,
+        resp: &mut ResponseHeader,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
+        ctx.status = resp.status.as_u16();
+        ctx.latency = ctx.sent_at.map(|t| t.elapsed());
+        Ok(())
+    }
+
+    async fn fail_to_proxy(&self, session: &mut Session, e: &Error, _ctx: &mut Ctx) -> FailToProxy {
+        use ErrorType::*;
+        let (status, code, msg): (u16, &str, &str) = match e.etype() {
+            ConnectTimedout | ConnectRefused | ConnectNoRoute | ConnectError | SocketError
+            | TLSHandshakeFailure | TLSHandshakeTimedout | HandshakeError => {
+                self.shared.metrics.upstream_unavailable.inc();
+                (
+                    503,
+                    codes::UPSTREAM_UNAVAILABLE,
+                    "booking is unavailable; retry shortly",
+                )
+            }
+            HTTPStatus(c) => (*c, codes::INVALID_REQUEST, "request refused"),
+            ReadTimedout | WriteTimedout if e.esource() == &ErrorSource::Upstream => (
+                504,
+                codes::UPSTREAM_UNAVAILABLE,
+                "booking did not answer in time",
+            ),
+            _ => match e.esource() {
+                ErrorSource::Upstream => {
+                    (502, codes::UPSTREAM_UNAVAILABLE, "booking failed to answer")
+                }
+                ErrorSource::Downstream => match e.etype() {
+                    WriteError | ReadError | ConnectionClosed => (0, "", ""),
+                    _ => (400, codes::INVALID_REQUEST, "malformed request"),
+                },
+                ErrorSource::Internal | ErrorSource::Unset => {
+                    (500, codes::INTERNAL, "internal error")
+                }
+            },
+        };
+        if status > 0 && session.as_downstream().response_written().is_none() {
+            let mut reply = Reply::error(status, code, msg);
+            if status == 503 {
+                reply = reply.retry_after(2);
+            }
+            let _ = send(session, reply).await;
+        }
+        FailToProxy {
+            error_code: status,
+            can_reuse_downstream: false,
+        }
+    }
+
+    async fn logging(&self, _session: &mut Session, _e: Option<&Error>, ctx: &mut Ctx) {
+        if ctx.upstream.is_none() {
+            return;
+        }
+        let m = &self.shared.metrics;
+        m.proxied.inc();
+        let latency = ctx
+            .latency
+            .unwrap_or_else(|| ctx.sent_at.map(|t| t.elapsed()).unwrap_or_default());
+        self.shared.window.record(latency, ctx.status);
+        if ctx.status > 0 {
+            m.upstream_latency.observe(latency.as_secs_f64());
+        }
+        let class = match ctx.status {
+            0 => "none",
+            100..=199 => "1xx",
+            200..=299 => "2xx",
+            300..=399 => "3xx",
+            400..=499 => "4xx",
+            _ => "5xx",
+        };
+        m.upstream_responses.with_label_values(&[class]).inc();
+    }
+
+    fn suppress_error_log(&self, _session: &Session, _ctx: &Ctx, e: &Error) -> bool {
+        // Clients hanging up are normal at the edge; logging each one is what made
+        // pingora slow in benchmarks.
+        matches!(
+            e.etype(),
+            ErrorType::ReadError | ErrorType::WriteError | ErrorType::ConnectionClosed
+        ) && e.esource() == &ErrorSource::Downstream
+    }
+}

@@ -1,0 +1,275 @@
+//! What a request is, decided from its method and path alone (a pure function, unit-tested
+//! without a socket). The proxy acts on the [`Route`]; nothing else parses paths.
+
+use http::Method;
+use shared::ids::is_valid_slug;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route<'a> {
+    Healthz,
+    Readyz,
+    Metrics,
+    DevLogin,
+    Join(&'a str),
+    Status(&'a str),
+    /// Seed commitment / reveal of the pre-sale draw.
+    Draw(&'a str),
+    /// Checks a place receipt.
+    Receipt(&'a str),
+    /// Proof-of-work challenge for joining.
+    Challenge(&'a str),
+    /// `POST /webhooks/payments`: forwarded without an admission token (signed by the provider).
+    Webhook,
+    /// `/api/…` and `/ws/…`: forwarded only with a valid admission token. `event` is set on
+    /// event-scoped paths (`/api/events/{event}/…`), where the token's `evt` must match.
+    Api {
+        event: Option<&'a str>,
+    },
+    /// A static file, by its key in the page table.
+    Page(&'a str),
+    /// The waiting page or shop page of an event (`/e/{event}`, `/e/{event}/shop`).
+    EventPage {
+        event: &'a str,
+        shop: bool,
+    },
+    UnknownEvent,
+    MethodNotAllowed,
+    BadPath,
+    NotFound,
+}
+
+/// Routes of the public listener.
+pub fn public<'a>(method: &Method, path: &'a str) -> Route<'a> {
+    let get = method == Method::GET || method == Method::HEAD;
+    let post = method == Method::POST;
+    if !path.starts_with('/') || path.len() > 2048 {
+        return Route::BadPath;
+    }
+    if path.starts_with("/api/") || path.starts_with("/ws/") {
+        if !is_clean(path) {
+            return Route::BadPath;
+        }
+        let event = path
+            .strip_prefix("/api/events/")
+            .map(|rest| rest.split('/').next().unwrap_or(""));
+        return Route::Api { event };
+    }
+    match path {
+        "/healthz" => {
+            return if get {
+                Route::Healthz
+            } else {
+                Route::MethodNotAllowed
+            };
+        }
+        "/readyz" => {
+            return if get {
+                Route::Readyz
+            } else {
+                Route::MethodNotAllowed
+            };
+        }
+        "/metrics" => {
+            return if get {
+                Route::Metrics
+            } else {
+                Route::MethodNotAllowed
+            };
+        }
+        "/dev/login" => {
+            return if post {
+                Route::DevLogin
+            } else {
+                Route::MethodNotAllowed
+            };
+        }
+        "/webhooks/payments" => {
+            return if post {
+                Route::Webhook
+            } else {
+                Route::MethodNotAllowed
+            };
+        }
+        "/" => {
+            return if get {
+                Route::Page("/index.html")
+            } else {
+                Route::MethodNotAllowed
+            };
+        }
+        _ => {}
+    }
+    if let Some(rest) = path.strip_prefix("/queue/") {
+        let (event, action) = rest.split_once('/').unwrap_or((rest, ""));
+        if !is_valid_slug(event) {
+            return Route::UnknownEvent;
+        }
+        return match (action, get, post) {
+            ("join", _, true) => Route::Join(event),
+            ("status", true, _) => Route::Status(event),
+            ("draw", true, _) => Route::Draw(event),
+            ("receipt", _, true) => Route::Receipt(event),
+            ("challenge", true, _) => Route::Challenge(event),
+            ("join" | "status" | "draw" | "receipt" | "challenge", _, _) => Route::MethodNotAllowed,
+            _ => Route::NotFound,
+        };
+    }
+    if let Some(rest) = path.strip_prefix("/e/") {
+        let rest = rest.trim_end_matches('/');
+        let (event, tail) = rest.split_once('/').unwrap_or((rest, ""));
+        if !is_valid_slug(event) {
+            return Route::NotFound;
+        }
+        if !get {
+            return Route::MethodNotAllowed;
+        }
+        return match tail {
+            "" => Route::EventPage { event, shop: false },
+            "shop" => Route::EventPage { event, shop: true },
+            _ => Route::NotFound,
+        };
+    }
+    if get {
+        Route::Page(path)
+    } else {
+        Route::NotFound
+    }
+}
+
+/// Refuses dot segments, encoded dots/slashes/backslashes and empty segments, so the path
+/// booking routes on is the path the gateway checked.
+fn is_clean(path: &str) -> bool {
+    let lower_has = |needle: &str| {
+        path.as_bytes()
+            .windows(needle.len())
+            .any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
+    };
+    !path.contains("//")
+        && !path.contains('\\')
+        && !lower_has("%2e")
+        && !lower_has("%2f")
+        && !lower_has("%5c")
+        && !lower_has("%00")
+        && path.split('/').skip(1).all(|seg| seg != "." && seg != "..")
+}
+
+/// Routes of the admin listener.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdminRoute<'a> {
+    Healthz,
+    Readyz,
+    Metrics,
+    GetConfig(&'a str),
+    PutConfig(&'a str),
+    Revoke(&'a str),
+    SoldOut(&'a str),
+    UnknownEvent,
+    MethodNotAllowed,
+    NotFound,
+}
+
+pub fn admin<'a>(method: &Method, path: &'a str) -> AdminRoute<'a> {
+    match path {
+        "/healthz" => return AdminRoute::Healthz,
+        "/readyz" => return AdminRoute::Readyz,
+        "/metrics" => return AdminRoute::Metrics,
+        _ => {}
+    }
+    let Some(rest) = path.strip_prefix("/admin/events/") else {
+        return AdminRoute::NotFound;
+    };
+    let Some((event, action)) = rest.split_once('/') else {
+        return AdminRoute::NotFound;
+    };
+    if !is_valid_slug(event) {
+        return AdminRoute::UnknownEvent;
+    }
+    match (action, method) {
+        ("config", &Method::GET) => AdminRoute::GetConfig(event),
+        ("config", &Method::PUT) => AdminRoute::PutConfig(event),
+        ("revoke", &Method::POST) => AdminRoute::Revoke(event),
+        ("sold_out", &Method::PUT) => AdminRoute::SoldOut(event),
+        ("config" | "revoke" | "sold_out", _) => AdminRoute::MethodNotAllowed,
+        _ => AdminRoute::NotFound,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn public_routes() {
+        let g = Method::GET;
+        let p = Method::POST;
+        assert_eq!(public(&p, "/queue/demo/join"), Route::Join("demo"));
+        assert_eq!(public(&g, "/queue/demo/join"), Route::MethodNotAllowed);
+        assert_eq!(public(&g, "/queue/demo/status"), Route::Status("demo"));
+        assert_eq!(public(&g, "/queue/De{mo}/status"), Route::UnknownEvent);
+        assert_eq!(public(&g, "/queue/demo/other"), Route::NotFound);
+        assert_eq!(
+            public(&g, "/api/events/demo/seats"),
+            Route::Api {
+                event: Some("demo")
+            }
+        );
+        assert_eq!(public(&p, "/api/orders"), Route::Api { event: None });
+        assert_eq!(public(&g, "/ws/auctions/x"), Route::Api { event: None });
+        assert_eq!(public(&g, "/api/../admin/events"), Route::BadPath);
+        assert_eq!(public(&g, "/api/%2e%2e/admin"), Route::BadPath);
+        assert_eq!(public(&g, "/api//x"), Route::BadPath);
+        assert_eq!(public(&p, "/webhooks/payments"), Route::Webhook);
+        assert_eq!(public(&g, "/webhooks/payments"), Route::MethodNotAllowed);
+        assert_eq!(
+            public(&g, "/e/demo"),
+            Route::EventPage {
+                event: "demo",
+                shop: false
+            }
+        );
+        assert_eq!(
+            public(&g, "/e/demo/"),
+            Route::EventPage {
+                event: "demo",
+                shop: false
+            }
+        );
+        assert_eq!(
+            public(&g, "/e/demo/shop"),
+            Route::EventPage {
+                event: "demo",
+                shop: true
+            }
+        );
+        assert_eq!(public(&g, "/e/DEMO"), Route::NotFound);
+        assert_eq!(public(&g, "/"), Route::Page("/index.html"));
+        assert_eq!(public(&g, "/waiting.js"), Route::Page("/waiting.js"));
+        assert_eq!(public(&g, "relative"), Route::BadPath);
+        assert_eq!(public(&p, "/dev/login"), Route::DevLogin);
+    }
+
+    #[test]
+    fn admin_routes() {
+        assert_eq!(
+            admin(&Method::PUT, "/admin/events/demo/config"),
+            AdminRoute::PutConfig("demo")
+        );
+        assert_eq!(
+            admin(&Method::GET, "/admin/events/demo/config"),
+            AdminRoute::GetConfig("demo")
+        );
+        assert_eq!(
+            admin(&Method::DELETE, "/admin/events/demo/config"),
+            AdminRoute::MethodNotAllowed
+        );
+        assert_eq!(
+            admin(&Method::POST, "/admin/events/demo/revoke"),
+            AdminRoute::Revoke("demo")
+        );
+        assert_eq!(
+            admin(&Method::GET, "/admin/events/x:y/config"),
+            AdminRoute::UnknownEvent
+        );
+        assert_eq!(admin(&Method::GET, "/admin/other"), AdminRoute::NotFound);
+    }
+}

@@ -1,0 +1,31 @@
+//! State shared by the public and admin listeners of one gateway instance (behind an `Arc`).
+
+use crate::auto::UpstreamWindow;
+use crate::config::GatewayConfig;
+use crate::draw::Receipts;
+use crate::limits::Limits;
+use crate::live::Live;
+use crate::metrics::Metrics;
+use crate::pages::Pages;
+use crate::pow::Pow;
+use crate::upstream::Upstreams;
+use shared::identity::IdentityVerifier;
+use shared::token::AdmissionTokens;
+use std::sync::Arc;
+
+pub struct Shared {
+    pub config: GatewayConfig,
+    pub tokens: AdmissionTokens,
+    pub identity: IdentityVerifier,
+    pub live: Arc<Live>,
+    pub limits: Arc<Limits>,
+    pub metrics: Arc<Metrics>,
+    pub upstreams: Arc<Upstreams>,
+    pub window: Arc<UpstreamWindow>,
+    pub pages: Pages,
+    pub receipts: Receipts,
+    pub pow: Pow,
+    pub dev_login: bool,
+    /// Unique per process start; names this instance in leases and stats.
+    pub instance: String,
+}

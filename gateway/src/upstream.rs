@@ -1,0 +1,184 @@
+//! The booking upstreams: round-robin over healthy ones, with active health checks
+//! (`GET /healthz` every `health_check_ms`) and passive marking (a refused connection takes
+//! an upstream out until its next good check).
+//!
+//! Each upstream's [`HttpPeer`] is built once and cloned per request: pingora pools upstream
+//! connections by the peer's hash, so an identical peer is what makes keep-alive reuse work.
+
+use anyhow::Context;
+use async_trait::async_trait;
+use pingora_core::server::ShutdownWatch;
+use pingora_core::services::background::BackgroundService;
+use pingora_core::upstreams::peer::HttpPeer;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+pub struct Upstream {
+    pub addr: SocketAddr,
+    peer: HttpPeer,
+    healthy: AtomicBool,
+}
+
+pub struct Upstreams {
+    list: Vec<Upstream>,
+    next: AtomicUsize,
+}
+
+impl Upstreams {
+    pub fn new(
+        addrs: &[String],
+        connect_timeout: Duration,
+        read_timeout: Duration,
+    ) -> anyhow::Result<Self> {
+        anyhow::ensure!(!addrs.is_empty(), "gateway.upstreams is empty");
+        anyhow::ensure!(addrs.len() <= 64, "at most 64 upstreams are supported");
+        let mut list = Vec::new();
+        for a in addrs {
+            let addr = a
+                .to_socket_addrs()
+                .with_context(|| format!("invalid upstream address {a:?}"))?
+                .next()
+                .with_context(|| format!("upstream {a:?} resolves to nothing"))?;
+            let mut peer = HttpPeer::new(addr, false, String::new());
+            peer.options.connection_timeout = Some(connect_timeout);
+            peer.options.read_timeout = Some(read_timeout);
+            peer.options.write_timeout = Some(read_timeout);
+            peer.options.idle_timeout = Some(Duration::from_secs(60));
+            list.push(Upstream {
+                addr,
+                peer,
+                // Optimistic until the first check, so a fresh gateway serves at once.
+                healthy: AtomicBool::new(true),
+            });
+        }
+        Ok(Self {
+            list,
+            next: AtomicUsize::new(0),
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// Next healthy upstream not in `tried` (a bit mask of indexes already attempted).
+    pub fn pick(&self, tried: u64) -> Option<usize> {
+        let n = self.list.len();
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        (0..n)
+            .map(|k| (start + k) % n)
+            .find(|&i| tried & (1 << i) == 0 && self.list[i].healthy.load(Ordering::Relaxed))
+    }
+
+    pub fn peer(&self, i: usize) -> Option<Box<HttpPeer>> {
+        self.list.get(i).map(|u| Box::new(u.peer.clone()))
+    }
+
+    pub fn mark(&self, i: usize, healthy: bool) {
+        if let Some(u) = self.list.get(i) {
+            let was = u.healthy.swap(healthy, Ordering::Relaxed);
+            if was != healthy {
+                if healthy {
+                    tracing::info!(upstream = %u.addr, "upstream healthy again");
+                } else {
+                    tracing::warn!(upstream = %u.addr, "upstream marked down");
+                }
+            }
+        }
+    }
+
+    pub fn any_healthy(&self) -> bool {
+        self.list.iter().any(|u| u.healthy.load(Ordering::Relaxed))
+    }
+}
+
+/// One `GET /healthz` over a fresh connection; healthy on a 2xx status line.
+async fn check(addr: SocketAddr, timeout: Duration) -> bool {
+    let probe = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await?;
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: upstream\r\nConnection: close\r\n\r\n")
+            .await?;
+        let mut buf = [0u8; 16];
+        let mut got = 0;
+        while got < 12 {
+            let n = s.read(&mut buf[got..]).await?;
+            if n == 0 {
+                break;
+            }
+            got += n;
+        }
+        Ok::<bool, std::io::Error>(got >= 12 && buf.starts_with(b"HTTP/1.") && buf[9] == b'2')
+    };
+    matches!(tokio::time::timeout(timeout, probe).await, Ok(Ok(true)))
+}
+
+/// Background service running the active health checks.
+pub struct HealthChecker {
+    pub upstreams: Arc<Upstreams>,
+    pub every: Duration,
+}
+
+#[async_trait]
+impl BackgroundService for HealthChecker {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let mut tick = tokio::time::interval(self.every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let timeout = self.every.min(Duration::from_secs(2));
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                _ = tick.tick() => {}
+            }
+            let mut set = tokio::task::JoinSet::new();
+            for (i, u) in self.upstreams.list.iter().enumerate() {
+                let addr = u.addr;
+                set.spawn(async move { (i, check(addr, timeout).await) });
+            }
+            while let Some(joined) = set.join_next().await {
+                if let Ok((i, ok)) = joined {
+                    self.upstreams.mark(i, ok);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn picks_round_robin_over_healthy() {
+        let u = Upstreams::new(
+            &[
+                "127.0.0.1:1".into(),
+                "127.0.0.1:2".into(),
+                "127.0.0.1:3".into(),
+            ],
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+        )
+        .unwrap();
+        let a = u.pick(0).unwrap();
+        let b = u.pick(0).unwrap();
+        assert_ne!(a, b);
+        u.mark(1, false);
+        for _ in 0..10 {
+            assert_ne!(u.pick(0), Some(1));
+        }
+        assert_eq!(u.pick(0b101), None);
+        u.mark(0, false);
+        u.mark(2, false);
+        assert!(!u.any_healthy());
+        assert_eq!(u.pick(0), None);
+        assert!(Upstreams::new(&[], Duration::ZERO, Duration::ZERO).is_err());
+        assert!(Upstreams::new(&["nonsense".into()], Duration::ZERO, Duration::ZERO).is_err());
+    }
+}
