@@ -1,10 +1,28 @@
-//! The seat map.
+//! The seat map: `GET /api/events/{event}/seats`.
+//!
+//! The map of a 60,000-seat event is a few megabytes and every admitted fan asks for it, so
+//! the rendered body is cached per event for `seat_map_cache_s` (one second by default) and
+//! rendered by ONE request at a time per event (the others wait for it instead of stampeding
+//! Postgres). Availability is a hint here: the hold statement decides. A seat whose hold has
+//! expired (by the database clock) is shown as available, as the next hold would take it.
+
+use crate::auth::Admitted;
+use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use bytes::Bytes;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-/// In-memory cache of rendered seat maps.
-#[derive(Default)]
-pub struct SeatMapCache {}
+pub fn router() -> Router<AppState> {
+    Router::new().route("/api/events/{event}/seats", get(seat_map))
+}
 
 /// A well-formed seat id: 1..=64 ASCII letters, digits, `-`, `_`, `.`, `:`.
 pub fn is_valid_seat_id(s: &str) -> bool {
@@ -14,6 +32,116 @@ pub fn is_valid_seat_id(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
 }
 
-pub fn router() -> Router<AppState> {
-    Router::new()
+type Slot = Arc<tokio::sync::Mutex<Option<(Instant, Bytes)>>>;
+
+/// In-memory cache of rendered seat maps, one slot per event. The outer lock is held only
+/// to find the slot; the slot's async lock serialises rendering for that event.
+#[derive(Default)]
+pub struct SeatMapCache {
+    slots: Mutex<HashMap<String, Slot>>,
+}
+
+impl SeatMapCache {
+    fn slot(&self, event: &str) -> Slot {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        slots.entry(event.to_owned()).or_default().clone()
+    }
+
+    fn forget(&self, event: &str) {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        slots.remove(event);
+    }
+}
+
+#[derive(Serialize, sqlx::FromRow)]
+struct SeatView {
+    seat_id: String,
+    section: String,
+    #[sqlx(rename = "row_no")]
+    row: i32,
+    number: i32,
+    tier: String,
+    status: String,
+}
+
+#[derive(Serialize)]
+struct SeatMapView<'a> {
+    event: &'a str,
+    seats: Vec<SeatView>,
+}
+
+async fn seat_map(
+    State(state): State<AppState>,
+    Path(event): Path<String>,
+    admitted: Result<Admitted, ApiError>,
+) -> ApiResult<Response> {
+    let r = async {
+        crate::holds::admitted_for(admitted, &event)?;
+        cached_body(&state, &event).await
+    }
+    .await;
+    let body = crate::holds::counted(&state, r)?;
+    let max_age = state.config.booking.seat_map_cache_s;
+    let cache_control = HeaderValue::from_str(&format!("private, max-age={max_age}"))
+        .unwrap_or(HeaderValue::from_static("private, max-age=1"));
+    Ok((
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            ),
+            (header::CACHE_CONTROL, cache_control),
+        ],
+        body,
+    )
+        .into_response())
+}
+
+async fn cached_body(state: &AppState, event: &str) -> ApiResult<Bytes> {
+    let ttl = Duration::from_secs(state.config.booking.seat_map_cache_s);
+    if ttl.is_zero() {
+        return render(state, event).await;
+    }
+    let slot = state.seat_map_cache.slot(event);
+    let mut cached = slot.lock().await;
+    if let Some((at, body)) = cached.as_ref()
+        && at.elapsed() < ttl
+    {
+        return Ok(body.clone());
+    }
+    match render(state, event).await {
+        Ok(body) => {
+            *cached = Some((Instant::now(), body.clone()));
+            Ok(body)
+        }
+        Err(e) => {
+            drop(cached);
+            // Do not keep slots for events that do not exist.
+            state.seat_map_cache.forget(event);
+            Err(e)
+        }
+    }
+}
+
+async fn render(state: &AppState, event: &str) -> ApiResult<Bytes> {
+    let exists: Option<i32> = sqlx::query_scalar("SELECT 1 FROM events WHERE id = $1")
+        .bind(event)
+        .fetch_optional(&state.pool)
+        .await?;
+    if exists.is_none() {
+        return Err(crate::holds::unknown_event());
+    }
+    let seats: Vec<SeatView> = sqlx::query_as(
+        "SELECT seat_id, section, row_no, number, tier,
+                CASE WHEN status = 'held' AND held_until <= clock_timestamp() THEN 'available'
+                     ELSE status END AS status
+         FROM seats WHERE event_id = $1
+         ORDER BY section, row_no, number, seat_id",
+    )
+    .bind(event)
+    .fetch_all(&state.pool)
+    .await?;
+    let body = serde_json::to_vec(&SeatMapView { event, seats })
+        .map_err(|e| ApiError::unexpected(anyhow::Error::new(e).context("render seat map")))?;
+    Ok(Bytes::from(body))
 }
