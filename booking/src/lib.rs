@@ -23,3 +23,6 @@ pub mod seats;
 pub mod sweeper;
 // Carts, orders, inventory, idempotency keys, flash-sale gate.
 pub mod idempotency;
+
+// Storefront: event details for the shop page.
+pub mod storefront;
