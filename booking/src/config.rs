@@ -17,6 +17,8 @@ pub struct BookingConfig {
     pub identity: IdentitySettings,
     pub log: LogSettings,
     pub booking: BookingSettings,
+    /// `[auctions]`: bid rate limit, closer, hot-bid consumer, live prices.
+    pub auctions: crate::auctions::AuctionSettings,
     /// `[idempotency]`: Idempotency-Key retention and stale-claim takeover.
     pub idempotency: crate::idempotency::IdempotencySettings,
 }
@@ -31,6 +33,7 @@ impl Default for BookingConfig {
             identity: IdentitySettings::default(),
             log: LogSettings::default(),
             booking: BookingSettings::default(),
+            auctions: Default::default(),
             idempotency: Default::default(),
         }
     }

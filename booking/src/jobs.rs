@@ -10,7 +10,8 @@ use tokio::task::JoinHandle;
 
 pub fn spawn_all(state: AppState, stop: watch::Receiver<bool>) -> Vec<JoinHandle<()>> {
     let sweep_every = Duration::from_millis(state.config.booking.sweeper_interval_ms.max(100));
-    vec![spawn_periodic("hold-sweeper", sweep_every, stop, {
+    let mut jobs = crate::auctions::spawn_jobs(&state, &stop);
+    jobs.push(spawn_periodic("hold-sweeper", sweep_every, stop, {
         let state = state.clone();
         move || {
             let state = state.clone();
@@ -19,7 +20,8 @@ pub fn spawn_all(state: AppState, stop: watch::Receiver<bool>) -> Vec<JoinHandle
                 Ok(())
             }
         }
-    })]
+    }));
+    jobs
 }
 
 /// Runs `tick` every `every` until `stop` is set; errors are logged and the loop goes on.

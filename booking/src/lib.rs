@@ -26,3 +26,6 @@ pub mod idempotency;
 
 // Storefront: event details for the shop page.
 pub mod storefront;
+
+// Auctions: cold (Postgres) and hot (Redis Lua) bids, closer, live prices.
+pub mod auctions;

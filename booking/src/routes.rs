@@ -20,6 +20,7 @@ pub fn router(state: AppState) -> Router {
         .merge(crate::seats::router())
         .merge(crate::holds::router())
         .merge(crate::ga::router())
+        .merge(crate::auctions::router())
         .merge(crate::storefront::router())
         .fallback(fallback)
         .layer(DefaultBodyLimit::max(body_limit))

@@ -25,6 +25,8 @@ pub struct Inner {
     redis: OnceCell<ConnectionManager>,
     /// Per-process caches (seat maps etc.), keyed by whatever the owning module needs.
     pub seat_map_cache: crate::seats::SeatMapCache,
+    /// Auction rate limiter, caches and live-price hub.
+    pub auctions: crate::auctions::AuctionRuntime,
 }
 
 impl std::ops::Deref for AppState {
@@ -46,6 +48,8 @@ impl AppState {
             redis_client,
             redis: OnceCell::new(),
             seat_map_cache: Default::default(),
+            auctions: crate::auctions::AuctionRuntime::new(&config)
+                .context("failed to set up auctions")?,
             pool,
             config,
         })))

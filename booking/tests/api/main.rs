@@ -8,3 +8,4 @@ mod health;
 mod helpers;
 mod idempotency;
 mod storefront;
+mod auctions;

@@ -1,0 +1,476 @@
+//! Auctions (DESIGN.md section 5): creation, reads, bids, closing and live prices.
+//!
+//! What this module guarantees:
+//! - **One decision per bid, made by the data store.** A cold auction's bid is decided by one
+//!   conditional `UPDATE` (status, `end_time > clock_timestamp()`, minimum next amount,
+//!   anti-sniping) that also writes the bid row in the same statement ([`bids`]); a hot
+//!   auction's bid is decided by one Redis Lua script that also appends the bid to the
+//!   auction's stream ([`hot`]). Rust never reads a price and then writes one.
+//! - **The minimum next bid** is `start_price` while nobody leads, and
+//!   `current_price + min_increment` afterwards. Amounts are integers in `1..=MAX_MONEY`, so
+//!   no sum overflows in Postgres and every value is exact inside Lua (doubles are exact
+//!   below 2^53).
+//! - **Anti-sniping**: an accepted bid placed less than [`SNIPING_WINDOW_S`] before the end
+//!   moves the end to `now + SNIPING_WINDOW_S`, at most `max_extensions` times.
+//! - **Closing** happens once ([`closer`]) with an `auction.closed` outbox row in the same
+//!   statement; no bid is accepted after the end, whether or not the closer has run yet.
+//! - **Idempotent bids**: a bid's request id is the bidder-scoped `Idempotency-Key`; the first
+//!   accepted result is replayed (`200`, same body) and the key cannot be reused for another
+//!   amount (`422`).
+
+pub mod bids;
+pub mod closer;
+pub mod hot;
+pub mod live;
+
+use crate::auth::Admitted;
+use crate::error::{ApiError, ApiResult};
+use crate::json::ApiJson;
+use crate::state::AppState;
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use chrono::{DateTime, SecondsFormat, Utc};
+use governor::clock::{Clock, DefaultClock};
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use serde::{Deserialize, Serialize};
+use shared::error::codes;
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+use std::sync::Mutex;
+
+/// Largest amount (minor units) a price, increment or bid may have: 10^15.
+pub const MAX_MONEY: i64 = 1_000_000_000_000_000;
+/// A bid accepted this close to the end pushes the end to this far from now.
+pub const SNIPING_WINDOW_S: i64 = 120;
+/// Upper bound for an auction's `max_extensions` (also a CHECK in the schema).
+pub const MAX_EXTENSIONS_LIMIT: i32 = 1000;
+
+/// `[auctions]` settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct AuctionSettings {
+    /// Per-bidder rate limit (sustained bids per second) and burst.
+    pub bids_per_second: u32,
+    pub bid_burst: u32,
+    /// `max_extensions` when the seller does not say.
+    pub default_max_extensions: i32,
+    /// Longest time from creation to `end_time`.
+    pub max_duration_days: i64,
+    /// Closer: how often it runs and how many auctions one batch closes.
+    pub closer_interval_ms: u64,
+    pub closer_batch: i64,
+    /// Hot-bid consumer: poll interval when idle, entries per batch, and how long a stream
+    /// entry may stay unacknowledged by a (presumably dead) consumer before another takes it.
+    pub consumer_interval_ms: u64,
+    pub consumer_batch: usize,
+    pub consumer_claim_idle_ms: u64,
+    /// This process's consumer name in the stream consumer group; empty picks a unique one.
+    pub consumer_name: String,
+    /// Live prices: at most one update per this many milliseconds per auction per node.
+    pub live_coalesce_ms: u64,
+    /// Messages a WebSocket client may fall behind before it is dropped.
+    pub live_client_buffer: usize,
+    /// A WebSocket send that takes longer than this drops the client.
+    pub live_send_timeout_ms: u64,
+    /// How long the Redis state of a closed hot auction (and its replay records) is kept.
+    pub hot_retention_s: u64,
+}
+
+impl Default for AuctionSettings {
+    fn default() -> Self {
+        Self {
+            bids_per_second: 5,
+            bid_burst: 5,
+            default_max_extensions: 30,
+            max_duration_days: 90,
+            closer_interval_ms: 1000,
+            closer_batch: 500,
+            consumer_interval_ms: 50,
+            consumer_batch: 500,
+            consumer_claim_idle_ms: 30_000,
+            consumer_name: String::new(),
+            live_coalesce_ms: 150,
+            live_client_buffer: 32,
+            live_send_timeout_ms: 2000,
+            hot_retention_s: 7 * 24 * 3600,
+        }
+    }
+}
+
+/// Per-process auction state: the bid rate limiter, caches of immutable auction facts and of
+/// price floors (for early rejection only), and the live-price hub.
+pub struct AuctionRuntime {
+    limiter: DefaultKeyedRateLimiter<String>,
+    /// Auction id -> (hot, seller). Both never change after creation.
+    meta: Mutex<HashMap<String, Meta>>,
+    /// Auction id -> a known lower bound of the minimum next bid. Prices only rise, so any
+    /// value once observed stays a lower bound forever: a bid below it is certainly too low.
+    /// Used to skip the contended row lock, never to accept.
+    floors: Mutex<HashMap<String, i64>>,
+    pub live: std::sync::Arc<live::LiveHub>,
+    pub consumer_name: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct Meta {
+    pub hot: bool,
+    pub seller: String,
+}
+
+/// Caches are bounded: past this many entries they are simply cleared (they only save work).
+const CACHE_LIMIT: usize = 100_000;
+
+impl AuctionRuntime {
+    pub fn new(config: &crate::config::BookingConfig) -> anyhow::Result<Self> {
+        let settings = &config.auctions;
+        let rate = NonZeroU32::new(settings.bids_per_second.max(1)).unwrap_or(NonZeroU32::MIN);
+        let burst = NonZeroU32::new(settings.bid_burst.max(1)).unwrap_or(NonZeroU32::MIN);
+        let consumer_name = if settings.consumer_name.is_empty() {
+            format!("booking-{}-{}", std::process::id(), shared::ids::new_id())
+        } else {
+            settings.consumer_name.clone()
+        };
+        Ok(Self {
+            limiter: RateLimiter::keyed(Quota::per_second(rate).allow_burst(burst)),
+            meta: Mutex::new(HashMap::new()),
+            floors: Mutex::new(HashMap::new()),
+            live: std::sync::Arc::new(live::LiveHub::new(config)?),
+            consumer_name,
+        })
+    }
+
+    /// `Err(seconds)` when `bidder` is over the per-bidder bid rate.
+    fn check_rate(&self, bidder: &str) -> Result<(), u64> {
+        match self.limiter.check_key(&bidder.to_owned()) {
+            Ok(()) => Ok(()),
+            Err(not_until) => {
+                let wait = not_until.wait_time_from(DefaultClock::default().now());
+                Err(wait.as_secs() + u64::from(wait.subsec_nanos() > 0))
+            }
+        }
+    }
+
+    /// Forgets idle rate-limit keys (called by the closer tick) so memory stays bounded.
+    pub fn tidy(&self) {
+        self.limiter.retain_recent();
+        self.limiter.shrink_to_fit();
+    }
+
+    fn cached_meta(&self, id: &str) -> Option<Meta> {
+        self.meta.lock().ok()?.get(id).cloned()
+    }
+
+    fn remember_meta(&self, id: &str, meta: Meta) {
+        if let Ok(mut m) = self.meta.lock() {
+            if m.len() >= CACHE_LIMIT {
+                m.clear();
+            }
+            m.insert(id.to_owned(), meta);
+        }
+    }
+
+    /// The known lower bound of the next acceptable bid, if any.
+    fn floor(&self, id: &str) -> Option<i64> {
+        self.floors.lock().ok()?.get(id).copied()
+    }
+
+    /// Records an observed minimum next bid (keeps the highest seen).
+    fn raise_floor(&self, id: &str, min_next: i64) {
+        if let Ok(mut f) = self.floors.lock() {
+            if f.len() >= CACHE_LIMIT {
+                f.clear();
+            }
+            let e = f.entry(id.to_owned()).or_insert(min_next);
+            *e = (*e).max(min_next);
+        }
+    }
+}
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/auctions", post(create))
+        .route("/api/auctions/{id}", get(show))
+        .route("/api/auctions/{id}/bids", post(bids::place))
+        .route("/ws/auctions/{id}", get(live::upgrade))
+}
+
+/// RFC 3339 with the precision the value has (µs from Postgres, ms from Redis), UTC.
+pub fn rfc3339(t: &DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::AutoSi, true)
+}
+
+/// An auction as clients see it.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct AuctionRow {
+    pub id: String,
+    pub seller_id: String,
+    pub title: String,
+    pub start_price: i64,
+    pub min_increment: i64,
+    pub current_price: i64,
+    pub leader_id: Option<String>,
+    pub bid_count: i64,
+    pub hot: bool,
+    pub status: String,
+    pub end_time: DateTime<Utc>,
+    pub extensions: i32,
+    pub max_extensions: i32,
+    pub created_at: DateTime<Utc>,
+    pub closed_at: Option<DateTime<Utc>>,
+}
+
+pub const AUCTION_COLUMNS: &str = "id, seller_id, title, start_price, min_increment, \
+    current_price, leader_id, bid_count, hot, status, end_time, extensions, max_extensions, \
+    created_at, closed_at";
+
+impl AuctionRow {
+    /// The smallest amount the next bid must have.
+    pub fn min_next_bid(&self) -> i64 {
+        min_next_bid(self.current_price, self.min_increment, self.leader_id.is_some())
+    }
+
+    pub fn view(&self) -> serde_json::Value {
+        serde_json::json!({
+            "id": self.id,
+            "seller": self.seller_id,
+            "title": self.title,
+            "start_price": self.start_price,
+            "min_increment": self.min_increment,
+            "current_price": self.current_price,
+            "min_next_bid": self.min_next_bid(),
+            "leader": self.leader_id,
+            "bid_count": self.bid_count,
+            "hot": self.hot,
+            "status": self.status,
+            "end_time": rfc3339(&self.end_time),
+            "extensions": self.extensions,
+            "max_extensions": self.max_extensions,
+            "created_at": rfc3339(&self.created_at),
+            "closed_at": self.closed_at.as_ref().map(rfc3339),
+        })
+    }
+}
+
+/// Both inputs are at most [`MAX_MONEY`], so the sum cannot overflow; saturate anyway.
+pub fn min_next_bid(current_price: i64, min_increment: i64, has_leader: bool) -> i64 {
+    if has_leader {
+        current_price.saturating_add(min_increment)
+    } else {
+        current_price
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateAuction {
+    pub title: String,
+    pub start_price: i64,
+    pub min_increment: i64,
+    /// RFC 3339; must be in the future (by the database clock).
+    pub end_time: String,
+    #[serde(default)]
+    pub hot: bool,
+    pub max_extensions: Option<i32>,
+}
+
+/// Validated creation input.
+struct NewAuction {
+    title: String,
+    start_price: i64,
+    min_increment: i64,
+    end_time: DateTime<Utc>,
+    hot: bool,
+    max_extensions: i32,
+}
+
+fn validate(req: CreateAuction, settings: &AuctionSettings) -> ApiResult<NewAuction> {
+    let title = req.title.trim().to_owned();
+    if title.is_empty() || title.chars().count() > 200 {
+        return Err(ApiError::validation("title must be 1 to 200 characters").with("field", "title"));
+    }
+    for (field, v) in [
+        ("start_price", req.start_price),
+        ("min_increment", req.min_increment),
+    ] {
+        if !(1..=MAX_MONEY).contains(&v) {
+            return Err(ApiError::validation(format!(
+                "{field} must be a positive integer amount in minor units, at most {MAX_MONEY}"
+            ))
+            .with("field", field));
+        }
+    }
+    let end_time = DateTime::parse_from_rfc3339(&req.end_time)
+        .map_err(|_| {
+            ApiError::validation("end_time must be an RFC 3339 timestamp").with("field", "end_time")
+        })?
+        .with_timezone(&Utc);
+    let max_extensions = req
+        .max_extensions
+        .unwrap_or(settings.default_max_extensions);
+    if !(0..=MAX_EXTENSIONS_LIMIT).contains(&max_extensions) {
+        return Err(ApiError::validation(format!(
+            "max_extensions must be between 0 and {MAX_EXTENSIONS_LIMIT}"
+        ))
+        .with("field", "max_extensions"));
+    }
+    Ok(NewAuction {
+        title,
+        start_price: req.start_price,
+        min_increment: req.min_increment,
+        end_time,
+        hot: req.hot,
+        max_extensions,
+    })
+}
+
+/// `POST /api/auctions` (Idempotency-Key): the seller is the token's account.
+async fn create(
+    State(state): State<AppState>,
+    who: Admitted,
+    headers: HeaderMap,
+    ApiJson(req): ApiJson<CreateAuction>,
+) -> ApiResult<Response> {
+    let new = validate(req, &state.config.auctions)?;
+    let _ = &headers;
+    let (status, body) = create_auction(&state, who.account(), new).await?;
+    Ok((status, axum::Json(body)).into_response())
+}
+
+/// Inserts the auction; the end-time checks use the database clock, in the same statement.
+async fn create_auction(
+    state: &AppState,
+    seller: &str,
+    new: NewAuction,
+) -> ApiResult<(StatusCode, serde_json::Value)> {
+    let id = shared::ids::new_id();
+    let sql = format!(
+        "INSERT INTO auctions (id, seller_id, title, start_price, min_increment, current_price, \
+                               hot, end_time, max_extensions)
+         SELECT $1, $2, $3, $4, $5, $4, $6, $7, $8
+          WHERE $7 > clock_timestamp() AND $7 <= clock_timestamp() + make_interval(days => $9)
+         RETURNING {AUCTION_COLUMNS}"
+    );
+    let row: Option<AuctionRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(&id)
+        .bind(seller)
+        .bind(&new.title)
+        .bind(new.start_price)
+        .bind(new.min_increment)
+        .bind(new.hot)
+        .bind(new.end_time)
+        .bind(new.max_extensions)
+        .bind(i32::try_from(state.config.auctions.max_duration_days).unwrap_or(i32::MAX))
+        .fetch_optional(&state.pool)
+        .await?;
+    let Some(row) = row else {
+        return Err(ApiError::validation(format!(
+            "end_time must be in the future and at most {} days away",
+            state.config.auctions.max_duration_days
+        ))
+        .with("field", "end_time"));
+    };
+    state.auctions.remember_meta(
+        &row.id,
+        Meta {
+            hot: row.hot,
+            seller: row.seller_id.clone(),
+        },
+    );
+    if row.hot {
+        // Best effort: if Redis is unreachable now, the first bid initialises it from this
+        // row (the script's init is create-if-absent, so this can never reset a live auction).
+        if let Err(e) = hot::init_from_row(state, &row).await {
+            tracing::warn!(auction = %row.id, error = ?e, "hot auction not yet initialised in Redis");
+        }
+    }
+    Ok((StatusCode::CREATED, row.view()))
+}
+
+/// Loads an auction row from Postgres.
+pub async fn load(state: &AppState, id: &str) -> ApiResult<Option<AuctionRow>> {
+    let sql = format!("SELECT {AUCTION_COLUMNS} FROM auctions WHERE id = $1");
+    Ok(sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(id)
+        .fetch_optional(&state.pool)
+        .await?)
+}
+
+pub fn unknown_auction() -> ApiError {
+    ApiError::not_found(codes::NOT_FOUND, "no such auction")
+}
+
+/// The freshest view of an auction: Postgres, overlaid with the Redis state while a hot
+/// auction is open (Postgres trails the hot path by the consumer's lag).
+pub async fn current(state: &AppState, id: &str) -> ApiResult<Option<AuctionRow>> {
+    let Some(mut row) = load(state, id).await? else {
+        return Ok(None);
+    };
+    if row.hot && row.status == "OPEN" {
+        hot::overlay(state, &mut row).await?;
+    }
+    state.auctions.raise_floor(id, row.min_next_bid());
+    Ok(Some(row))
+}
+
+/// `GET /api/auctions/{id}`.
+async fn show(
+    State(state): State<AppState>,
+    _who: Admitted,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    let row = current(&state, &id).await?.ok_or_else(unknown_auction)?;
+    Ok(axum::Json(row.view()).into_response())
+}
+
+/// Immutable facts about an auction (hot flag, seller), cached per process.
+pub async fn meta(state: &AppState, id: &str) -> ApiResult<Option<Meta>> {
+    if let Some(m) = state.auctions.cached_meta(id) {
+        return Ok(Some(m));
+    }
+    let row: Option<(bool, String)> =
+        sqlx::query_as("SELECT hot, seller_id FROM auctions WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&state.pool)
+            .await?;
+    Ok(row.map(|(hot, seller)| {
+        let m = Meta { hot, seller };
+        state.auctions.remember_meta(id, m.clone());
+        m
+    }))
+}
+
+/// The auction jobs: the closer, and the hot-bid consumer (stream -> Postgres).
+pub fn spawn_jobs(
+    state: &AppState,
+    stop: &tokio::sync::watch::Receiver<bool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let s = &state.config.auctions;
+    let closer_every = std::time::Duration::from_millis(s.closer_interval_ms.max(50));
+    let consumer_every = std::time::Duration::from_millis(s.consumer_interval_ms.max(5));
+    vec![
+        crate::jobs::spawn_periodic("auction-closer", closer_every, stop.clone(), {
+            let state = state.clone();
+            move || {
+                let state = state.clone();
+                async move {
+                    closer::close_due(&state).await?;
+                    state.auctions.tidy();
+                    Ok(())
+                }
+            }
+        }),
+        crate::jobs::spawn_periodic("hot-bid-consumer", consumer_every, stop.clone(), {
+            let state = state.clone();
+            move || {
+                let state = state.clone();
+                async move {
+                    hot::consume_all(&state).await?;
+                    Ok(())
+                }
+            }
+        }),
+    ]
+}

@@ -1,0 +1,402 @@
+//! `POST /api/auctions/{id}/bids`: placing a bid, cold (Postgres) or hot (Redis).
+//!
+//! Cold path: ONE statement decides and records. Its `UPDATE` checks status, the end (by
+//! `clock_timestamp()`, re-evaluated after any row-lock wait), the minimum next bid and the
+//! seller, sets price and leader, applies anti-sniping, and the same statement inserts the bid
+//! row. A statement is its own transaction, so the price change and the bid log can never
+//! diverge. Concurrent bids queue on the auction's row lock and each re-checks the `WHERE`
+//! against the committed winner before it (READ COMMITTED re-evaluation): no lost update.
+//!
+//! Idempotency uses the bids table itself rather than the generic Idempotency-Key store: the
+//! bid row is the stored result, and `UNIQUE (auction_id, request_id)` makes the key and the
+//! price change commit together (docs/decisions.md, "Auctions"). A retry whose `UPDATE` finds
+//! nothing to do (the price has moved past its own amount) or that loses the unique race then
+//! finds the first attempt's row and replays it (`200`, same body). Refusals are not stored:
+//! prices only rise and ends only pass, so re-deciding a refused bid refuses it again.
+
+use super::{MAX_MONEY, SNIPING_WINDOW_S, hot, meta, min_next_bid, rfc3339};
+use crate::auth::Admitted;
+use crate::error::{ApiError, ApiResult};
+use crate::json::ApiJson;
+use crate::state::AppState;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use shared::error::codes;
+
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+/// Stable code for a seller bidding on their own auction (`403`).
+pub const SELLER_CANNOT_BID: &str = "SELLER_CANNOT_BID";
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlaceBid {
+    /// Minor units. A JSON number outside i64 is refused by the extractor (`422`).
+    pub amount: i64,
+}
+
+/// An accepted bid: what `201` answers and what a replay (`200`) answers again, byte for byte.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AcceptedBid {
+    pub bid_id: String,
+    pub auction_id: String,
+    pub bidder: String,
+    pub amount: i64,
+    pub placed_at: DateTime<Utc>,
+    /// The auction's end right after this bid.
+    pub end_time: DateTime<Utc>,
+    pub extended: bool,
+}
+
+impl AcceptedBid {
+    pub fn body(&self) -> serde_json::Value {
+        serde_json::json!({
+            "bid_id": self.bid_id,
+            "auction_id": self.auction_id,
+            "bidder": self.bidder,
+            "amount": self.amount,
+            "status": "ACCEPTED",
+            "current_price": self.amount,
+            "leader": self.bidder,
+            "placed_at": rfc3339(&self.placed_at),
+            "end_time": rfc3339(&self.end_time),
+            "extended": self.extended,
+        })
+    }
+}
+
+#[derive(Debug)]
+pub enum BidOutcome {
+    /// `201`: this request placed the bid.
+    Accepted(AcceptedBid),
+    /// `200`: an earlier request with the same key placed it.
+    Replayed(AcceptedBid),
+}
+
+/// The key scoped to the bidder: `len:bidder:key`, unambiguous whatever the two contain.
+pub fn request_id(bidder: &str, key: &str) -> String {
+    format!("{}:{bidder}:{key}", bidder.len())
+}
+
+/// The `Idempotency-Key` header: required, 1..=255 visible ASCII characters.
+pub fn idempotency_key(headers: &HeaderMap) -> ApiResult<String> {
+    let Some(v) = headers.get(IDEMPOTENCY_KEY) else {
+        return Err(ApiError::bad_request(
+            codes::IDEMPOTENCY_KEY_MISSING,
+            "this endpoint needs an Idempotency-Key header",
+        ));
+    };
+    match v.to_str() {
+        Ok(k) if !k.is_empty() && k.len() <= 255 && k.bytes().all(|b| b.is_ascii_graphic()) => {
+            Ok(k.to_owned())
+        }
+        _ => Err(
+            ApiError::validation("Idempotency-Key must be 1 to 255 visible ASCII characters")
+                .with("field", "Idempotency-Key"),
+        ),
+    }
+}
+
+pub fn bid_too_low(current_price: i64, min_next: i64, leader: Option<&str>) -> ApiError {
+    ApiError::conflict(
+        codes::BID_TOO_LOW,
+        format!("the bid must be at least {min_next}"),
+    )
+    .with("current_price", current_price)
+    .with("min_next_bid", min_next)
+    .with("leader", leader)
+}
+
+pub fn auction_closed(current_price: i64, leader: Option<&str>, end_time: &str) -> ApiError {
+    ApiError::conflict(codes::AUCTION_CLOSED, "this auction has ended")
+        .with("current_price", current_price)
+        .with("leader", leader)
+        .with("end_time", end_time)
+}
+
+pub fn seller_cannot_bid() -> ApiError {
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        SELLER_CANNOT_BID,
+        "a seller cannot bid on their own auction",
+    )
+}
+
+pub fn key_reused() -> ApiError {
+    ApiError::new(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        codes::IDEMPOTENCY_KEY_REUSED,
+        "this Idempotency-Key was already used for a different bid",
+    )
+}
+
+/// `POST /api/auctions/{id}/bids {"amount": n}` with `Idempotency-Key`.
+pub async fn place(
+    State(state): State<AppState>,
+    who: Admitted,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    ApiJson(req): ApiJson<PlaceBid>,
+) -> ApiResult<Response> {
+    let result = place_inner(&state, who.account(), &id, &headers, req.amount).await;
+    match result {
+        Ok(BidOutcome::Accepted(bid)) => Ok((StatusCode::CREATED, axum::Json(bid.body())).into_response()),
+        Ok(BidOutcome::Replayed(bid)) => Ok((StatusCode::OK, axum::Json(bid.body())).into_response()),
+        Err(e) => {
+            if e.status().is_client_error() {
+                state.metrics.refusals.with_label_values(&[e.code()]).inc();
+            }
+            Err(e)
+        }
+    }
+}
+
+async fn place_inner(
+    state: &AppState,
+    bidder: &str,
+    id: &str,
+    headers: &HeaderMap,
+    amount: i64,
+) -> ApiResult<BidOutcome> {
+    let key = idempotency_key(headers)?;
+    if !(1..=MAX_MONEY).contains(&amount) {
+        return Err(ApiError::validation(format!(
+            "amount must be a positive integer in minor units, at most {MAX_MONEY}"
+        ))
+        .with("field", "amount"));
+    }
+    if let Err(secs) = state.auctions.check_rate(bidder) {
+        return Err(ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            codes::RATE_LIMITED,
+            "too many bids; slow down",
+        )
+        .retry_after(secs.max(1)));
+    }
+    let meta = meta(state, id).await?.ok_or_else(super::unknown_auction)?;
+    // The seller never changes, so refusing here is not a read-then-write race; the bid
+    // statement and the Lua script check it again anyway.
+    if meta.seller == bidder {
+        return Err(seller_cannot_bid());
+    }
+    let request_id = request_id(bidder, &key);
+    let outcome = if meta.hot {
+        hot::place(state, id, bidder, &request_id, amount).await?
+    } else {
+        place_cold(state, id, bidder, &request_id, amount).await?
+    };
+    if let BidOutcome::Accepted(bid) = &outcome {
+        let path = if meta.hot { "hot" } else { "cold" };
+        state.metrics.bids.with_label_values(&[path]).inc();
+        // After the commit (or the script), never inside it; best effort.
+        super::live::publish_bid(state, bid);
+    }
+    Ok(outcome)
+}
+
+/// The decision and the bid row, in one statement. Returns nothing when the `UPDATE` refused.
+const COLD_BID: &str = r#"
+WITH upd AS (
+    UPDATE auctions a
+       SET current_price = $3,
+           leader_id     = $2,
+           bid_count     = a.bid_count + 1,
+           -- One clock reading decides both whether this bid extends the end and the new end.
+           (end_time, extensions, last_bid_at, last_bid_extended) = (
+               SELECT CASE WHEN s.extend THEN s.now + make_interval(secs => $6)
+                           ELSE a.end_time END,
+                      a.extensions + s.extend::int,
+                      s.now,
+                      s.extend
+                 FROM (SELECT t.now,
+                              (a.end_time - t.now < make_interval(secs => $6)
+                               AND a.extensions < a.max_extensions) AS extend
+                         FROM (SELECT clock_timestamp() AS now) t) s)
+     WHERE a.id = $1
+       AND a.status = 'OPEN'
+       AND NOT a.hot
+       AND a.seller_id <> $2
+       AND a.end_time > clock_timestamp()
+       AND $3 >= CASE WHEN a.leader_id IS NULL THEN a.current_price
+                      ELSE a.current_price + a.min_increment END
+ RETURNING a.id, a.end_time, a.last_bid_at, a.last_bid_extended, a.min_increment
+), ins AS (
+    INSERT INTO bids (id, auction_id, bidder_id, request_id, amount, placed_at, end_time,
+                      extended, path)
+    SELECT $5, upd.id, $2, $4, $3, upd.last_bid_at, upd.end_time, upd.last_bid_extended, 'cold'
+      FROM upd
+    RETURNING id, placed_at, end_time, extended
+)
+SELECT ins.id, ins.placed_at, ins.end_time, ins.extended, upd.min_increment FROM ins, upd
+"#;
+
+/// What the auction looks like now, plus the bid this key already placed (if any). A plain
+/// MVCC read: it never waits on the auction's row lock.
+#[derive(Debug, sqlx::FromRow)]
+struct Explain {
+    status: String,
+    hot: bool,
+    seller_id: String,
+    current_price: i64,
+    min_increment: i64,
+    leader_id: Option<String>,
+    end_time: DateTime<Utc>,
+    ended: bool,
+    bid_id: Option<String>,
+    bid_bidder: Option<String>,
+    bid_amount: Option<i64>,
+    bid_placed_at: Option<DateTime<Utc>>,
+    bid_end_time: Option<DateTime<Utc>>,
+    bid_extended: Option<bool>,
+}
+
+const EXPLAIN: &str = r#"
+SELECT a.status, a.hot, a.seller_id, a.current_price, a.min_increment, a.leader_id, a.end_time,
+       a.end_time <= clock_timestamp() AS ended,
+       b.id AS bid_id, b.bidder_id AS bid_bidder, b.amount AS bid_amount,
+       b.placed_at AS bid_placed_at, b.end_time AS bid_end_time, b.extended AS bid_extended
+  FROM auctions a
+  LEFT JOIN bids b ON b.auction_id = a.id AND b.request_id = $2
+ WHERE a.id = $1
+"#;
+
+enum Verdict {
+    Done(BidOutcome),
+    /// The read says the bid could be accepted: let the conditional UPDATE decide.
+    Decide,
+}
+
+async fn explain(
+    state: &AppState,
+    id: &str,
+    bidder: &str,
+    request_id: &str,
+    amount: i64,
+) -> ApiResult<Verdict> {
+    let row: Option<Explain> = sqlx::query_as(EXPLAIN)
+        .bind(id)
+        .bind(request_id)
+        .fetch_optional(&state.pool)
+        .await?;
+    let Some(r) = row else {
+        return Err(super::unknown_auction());
+    };
+    if let (Some(bid_id), Some(b_amount), Some(placed_at), Some(end_time), Some(extended)) = (
+        r.bid_id,
+        r.bid_amount,
+        r.bid_placed_at,
+        r.bid_end_time,
+        r.bid_extended,
+    ) {
+        if b_amount != amount {
+            return Err(key_reused());
+        }
+        return Ok(Verdict::Done(BidOutcome::Replayed(AcceptedBid {
+            bid_id,
+            auction_id: id.to_owned(),
+            bidder: r.bid_bidder.unwrap_or_else(|| bidder.to_owned()),
+            amount: b_amount,
+            placed_at,
+            end_time,
+            extended,
+        })));
+    }
+    let min_next = min_next_bid(r.current_price, r.min_increment, r.leader_id.is_some());
+    state.auctions.raise_floor(id, min_next);
+    if r.seller_id == bidder {
+        return Err(seller_cannot_bid());
+    }
+    if r.status != "OPEN" || r.ended {
+        return Err(auction_closed(
+            r.current_price,
+            r.leader_id.as_deref(),
+            &rfc3339(&r.end_time),
+        ));
+    }
+    if amount < min_next {
+        return Err(bid_too_low(r.current_price, min_next, r.leader_id.as_deref()));
+    }
+    if r.hot {
+        return Err(ApiError::conflict(
+            codes::CONFLICT,
+            "this auction moved to the hot path; retry",
+        ));
+    }
+    Ok(Verdict::Decide)
+}
+
+/// Unique violation on `bids (auction_id, request_id)`: a concurrent request with the same key
+/// committed first.
+fn is_unique_violation(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .and_then(|d| d.code())
+        .is_some_and(|c| c == "23505")
+}
+
+pub async fn place_cold(
+    state: &AppState,
+    id: &str,
+    bidder: &str,
+    request_id: &str,
+    amount: i64,
+) -> ApiResult<BidOutcome> {
+    // Early rejection: below a price floor this process has already seen, the bid is certainly
+    // too low. Answer from a lock-free read (which also finds a replay) instead of queueing on
+    // the row lock. The cache never accepts anything.
+    if state.auctions.floor(id).is_some_and(|floor| amount < floor) {
+        match explain(state, id, bidder, request_id, amount).await? {
+            Verdict::Done(outcome) => return Ok(outcome),
+            Verdict::Decide => {}
+        }
+    }
+    // A refused UPDATE is explained by a read; the read can only say "decide again" if the
+    // state it saw was older than the statement's (it never is: prices only rise), so two
+    // rounds are plenty.
+    for _ in 0..2 {
+        let bid_id = shared::ids::new_id();
+        let res: Result<Option<(String, DateTime<Utc>, DateTime<Utc>, bool, i64)>, _> =
+            sqlx::query_as(COLD_BID)
+                .bind(id)
+                .bind(bidder)
+                .bind(amount)
+                .bind(request_id)
+                .bind(&bid_id)
+                .bind(SNIPING_WINDOW_S as f64)
+                .fetch_optional(&state.pool)
+                .await;
+        match res {
+            Ok(Some((bid_id, placed_at, end_time, extended, min_increment))) => {
+                state
+                    .auctions
+                    .raise_floor(id, amount.saturating_add(min_increment));
+                return Ok(BidOutcome::Accepted(AcceptedBid {
+                    bid_id,
+                    auction_id: id.to_owned(),
+                    bidder: bidder.to_owned(),
+                    amount,
+                    placed_at,
+                    end_time,
+                    extended,
+                }));
+            }
+            Ok(None) => {}
+            Err(e) if is_unique_violation(&e) => {}
+            Err(e) => return Err(e.into()),
+        }
+        match explain(state, id, bidder, request_id, amount).await? {
+            Verdict::Done(outcome) => return Ok(outcome),
+            Verdict::Decide => continue,
+        }
+    }
+    Err(ApiError::conflict(
+        codes::CONFLICT,
+        "the auction changed while deciding; retry with the same Idempotency-Key",
+    ))
+}
+
+/// Used by tests and the benchmark: the cold bid statement, exactly as the handler runs it.
+pub fn cold_bid_sql() -> &'static str {
+    COLD_BID
+}

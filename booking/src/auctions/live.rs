@@ -1,0 +1,500 @@
+//! Live prices: `GET /ws/auctions/{id}` (WebSocket).
+//!
+//! - Accepted bids and closes are published to Redis pub/sub (`auction:{id}:live`) after the
+//!   commit or the script, never inside a transaction, best effort (a lost message is healed
+//!   by the next one; the snapshot on connect is read from the source of truth).
+//! - Each node holds ONE Redis pub/sub connection and one channel subscription per auction
+//!   that has local viewers. Messages go into a per-auction `watch` (latest state wins; prices
+//!   only rise, so merging keeps the highest), and a per-auction task turns it into at most one
+//!   broadcast per `live_coalesce_ms`, fanned out to every local client via `tokio::broadcast`.
+//! - A client gets a snapshot on connect, then updates, then a final `closed` message. A
+//!   client that lags behind the broadcast buffer, or whose socket does not take a message
+//!   within `live_send_timeout_ms`, is dropped; the broadcast never waits for anyone.
+//! - Auth: the admission token as Bearer header or cookie, or (for browsers, which cannot set
+//!   headers on a WebSocket) as a `?token=` query parameter.
+
+use super::closer::Closed;
+use super::{AuctionRow, rfc3339};
+use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+use anyhow::Context;
+use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::http::header::{AUTHORIZATION, COOKIE};
+use axum::response::Response;
+use futures::StreamExt;
+use redis::aio::PubSubSink;
+use secrecy::ExposeSecret;
+use serde::Deserialize;
+use shared::headers::ADMISSION_COOKIE;
+use shared::token::{bearer, cookie};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+use tokio::sync::{broadcast, mpsc, watch};
+
+/// The latest known state of one auction, as carried on pub/sub and merged per node.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, Deserialize)]
+pub struct LiveState {
+    pub auction_id: String,
+    pub current_price: i64,
+    pub leader: Option<String>,
+    pub end_time: String,
+    pub closed: bool,
+}
+
+impl LiveState {
+    /// Merges a newer message: closed is final; otherwise the higher price (or the first
+    /// leader) wins, so out-of-order publishes can never move a viewer's price backwards.
+    fn merge(&mut self, new: LiveState) -> bool {
+        if self.closed {
+            return false;
+        }
+        if new.closed
+            || new.current_price > self.current_price
+            || (self.leader.is_none() && new.leader.is_some())
+            || (new.current_price == self.current_price && new.end_time > self.end_time)
+        {
+            *self = new;
+            return true;
+        }
+        false
+    }
+
+    fn message(&self) -> serde_json::Value {
+        if self.closed {
+            serde_json::json!({
+                "type": "closed",
+                "auction_id": self.auction_id,
+                "final_price": self.current_price,
+                "winner": self.leader,
+                "end_time": self.end_time,
+            })
+        } else {
+            serde_json::json!({
+                "type": "price",
+                "auction_id": self.auction_id,
+                "current_price": self.current_price,
+                "leader": self.leader,
+                "end_time": self.end_time,
+            })
+        }
+    }
+}
+
+/// One coalesced update, serialised once for every client.
+#[derive(Debug)]
+pub struct LiveMsg {
+    pub price: i64,
+    pub closed: bool,
+    pub text: Utf8Bytes,
+}
+
+struct Topic {
+    tx: broadcast::Sender<Arc<LiveMsg>>,
+    latest: watch::Sender<Option<LiveState>>,
+}
+
+enum Cmd {
+    Subscribe(String),
+    Unsubscribe(String),
+}
+
+/// Per-node fan-out of live prices.
+pub struct LiveHub {
+    client: redis::Client,
+    prefix: String,
+    coalesce: Duration,
+    buffer: usize,
+    topics: Arc<Mutex<HashMap<String, Arc<Topic>>>>,
+    cmds: OnceLock<mpsc::UnboundedSender<Cmd>>,
+}
+
+impl LiveHub {
+    pub fn new(config: &crate::config::BookingConfig) -> anyhow::Result<Self> {
+        Ok(Self {
+            client: redis::Client::open(config.redis.url.expose_secret())
+                .context("invalid redis url")?,
+            prefix: config.redis.key_prefix.clone(),
+            coalesce: Duration::from_millis(config.auctions.live_coalesce_ms.max(1)),
+            buffer: config.auctions.live_client_buffer.max(1),
+            topics: Arc::new(Mutex::new(HashMap::new())),
+            cmds: OnceLock::new(),
+        })
+    }
+
+    pub fn channel(&self, id: &str) -> String {
+        format!("{}auction:{{{id}}}:live", self.prefix)
+    }
+
+    fn auction_of<'a>(&self, channel: &'a str) -> Option<&'a str> {
+        channel
+            .strip_prefix(self.prefix.as_str())?
+            .strip_prefix("auction:{")?
+            .strip_suffix("}:live")
+    }
+
+    /// Number of auctions with local viewers (for tests and metrics).
+    pub fn topics(&self) -> usize {
+        self.topics.lock().map(|t| t.len()).unwrap_or(0)
+    }
+
+    /// A receiver of coalesced updates for `id`, subscribing this node on first use.
+    fn subscribe(self: &Arc<Self>, id: &str) -> broadcast::Receiver<Arc<LiveMsg>> {
+        let cmds = self.cmds.get_or_init(|| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            tokio::spawn(dispatch(self.clone(), rx));
+            tx
+        });
+        let Ok(mut topics) = self.topics.lock() else {
+            // A poisoned lock means a panic elsewhere; give the client a dead receiver.
+            return broadcast::channel(1).1;
+        };
+        if let Some(t) = topics.get(id) {
+            return t.tx.subscribe();
+        }
+        let (tx, rx) = broadcast::channel(self.buffer);
+        let (latest, latest_rx) = watch::channel(None);
+        let topic = Arc::new(Topic { tx, latest });
+        topics.insert(id.to_owned(), topic.clone());
+        drop(topics);
+        let _ = cmds.send(Cmd::Subscribe(self.channel(id)));
+        tokio::spawn(coalesce(self.clone(), id.to_owned(), topic, latest_rx));
+        rx
+    }
+
+    fn deliver(&self, id: &str, state: LiveState) {
+        let topic = self.topics.lock().ok().and_then(|t| t.get(id).cloned());
+        if let Some(topic) = topic {
+            topic.latest.send_if_modified(|cur| match cur {
+                Some(c) => c.merge(state),
+                None => {
+                    *cur = Some(state);
+                    true
+                }
+            });
+        }
+    }
+
+    /// Removes the topic if nobody listens any more (checked under the lock, so a client
+    /// subscribing concurrently either keeps it alive or gets a fresh one).
+    fn release_if_idle(&self, id: &str, topic: &Arc<Topic>, force: bool) -> bool {
+        let Ok(mut topics) = self.topics.lock() else {
+            return true;
+        };
+        let same = topics.get(id).is_some_and(|t| Arc::ptr_eq(t, topic));
+        if same && (force || topic.tx.receiver_count() == 0) {
+            topics.remove(id);
+            drop(topics);
+            if let Some(c) = self.cmds.get() {
+                let _ = c.send(Cmd::Unsubscribe(self.channel(id)));
+            }
+            return true;
+        }
+        !same
+    }
+}
+
+/// Turns the per-auction `watch` into at most one broadcast per coalescing interval; ends
+/// after the closed message or when the last local viewer has gone.
+async fn coalesce(
+    hub: Arc<LiveHub>,
+    id: String,
+    topic: Arc<Topic>,
+    mut latest: watch::Receiver<Option<LiveState>>,
+) {
+    loop {
+        tokio::select! {
+            changed = latest.changed() => {
+                if changed.is_err() {
+                    break;
+                }
+            }
+            _ = tokio::time::sleep(Duration::from_secs(2)) => {
+                if hub.release_if_idle(&id, &topic, false) {
+                    return;
+                }
+                continue;
+            }
+        }
+        let Some(state) = latest.borrow_and_update().clone() else {
+            continue;
+        };
+        let text = state.message().to_string();
+        let msg = Arc::new(LiveMsg {
+            price: state.current_price,
+            closed: state.closed,
+            text: Utf8Bytes::from(text),
+        });
+        // Never blocks: a receiver that falls `buffer` messages behind gets `Lagged`.
+        let _ = topic.tx.send(msg);
+        if state.closed {
+            break;
+        }
+        tokio::time::sleep(hub.coalesce).await;
+    }
+    hub.release_if_idle(&id, &topic, true);
+}
+
+/// The node's single pub/sub connection: applies (un)subscribe commands in order and routes
+/// messages to topics. Reconnects (and resubscribes) if the connection drops.
+async fn dispatch(hub: Arc<LiveHub>, mut cmds: mpsc::UnboundedReceiver<Cmd>) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let pubsub = match hub.client.get_async_pubsub().await {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(error = ?e, "live prices: cannot connect to Redis pub/sub");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+                continue;
+            }
+        };
+        backoff = Duration::from_millis(100);
+        let (mut sink, mut stream) = pubsub.split();
+        let wanted: Vec<String> = hub
+            .topics
+            .lock()
+            .map(|t| t.keys().map(|id| hub.channel(id)).collect())
+            .unwrap_or_default();
+        let mut ok = true;
+        for ch in wanted {
+            ok &= sink.subscribe(&ch).await.is_ok();
+        }
+        while ok {
+            tokio::select! {
+                cmd = cmds.recv() => match cmd {
+                    None => return,
+                    Some(cmd) => ok = apply(&hub, &mut sink, cmd).await,
+                },
+                msg = stream.next() => match msg {
+                    None => ok = false,
+                    Some(msg) => {
+                        let channel = msg.get_channel_name().to_owned();
+                        let Some(id) = hub.auction_of(&channel) else { continue };
+                        match msg.get_payload::<String>().ok()
+                            .and_then(|p| serde_json::from_str::<LiveState>(&p).ok())
+                        {
+                            Some(state) => hub.deliver(id, state),
+                            None => tracing::debug!(channel, "ignored malformed live message"),
+                        }
+                    }
+                },
+            }
+        }
+        tracing::warn!("live prices: Redis pub/sub connection lost; reconnecting");
+    }
+}
+
+async fn apply(hub: &LiveHub, sink: &mut PubSubSink, cmd: Cmd) -> bool {
+    match cmd {
+        Cmd::Subscribe(ch) => sink.subscribe(&ch).await.is_ok(),
+        Cmd::Unsubscribe(ch) => {
+            // Skip if a new topic for this auction appeared after the release was queued.
+            let still_wanted = hub
+                .auction_of(&ch)
+                .and_then(|id| hub.topics.lock().ok().map(|t| t.contains_key(id)))
+                .unwrap_or(false);
+            still_wanted || sink.unsubscribe(&ch).await.is_ok()
+        }
+    }
+}
+
+fn publish(state: &AppState, live: LiveState) {
+    let state = state.clone();
+    tokio::spawn(async move {
+        let channel = state.auctions.live.channel(&live.auction_id);
+        let payload = match serde_json::to_string(&live) {
+            Ok(p) => p,
+            Err(_) => return,
+        };
+        let res = async {
+            let mut conn = state.redis().await?;
+            let _: i64 = redis::cmd("PUBLISH")
+                .arg(&channel)
+                .arg(payload)
+                .query_async(&mut conn)
+                .await?;
+            Ok::<_, ApiError>(())
+        }
+        .await;
+        if let Err(e) = res {
+            tracing::debug!(error = ?e, "live price publish failed");
+        }
+    });
+}
+
+/// Announces an accepted bid (after commit / after the script).
+pub fn publish_bid(state: &AppState, bid: &super::bids::AcceptedBid) {
+    publish(
+        state,
+        LiveState {
+            auction_id: bid.auction_id.clone(),
+            current_price: bid.amount,
+            leader: Some(bid.bidder.clone()),
+            end_time: rfc3339(&bid.end_time),
+            closed: false,
+        },
+    );
+}
+
+/// Announces a close (after the closer's commit).
+pub fn publish_closed(state: &AppState, c: &Closed) {
+    publish(
+        state,
+        LiveState {
+            auction_id: c.id.clone(),
+            current_price: c.current_price,
+            leader: c.leader_id.clone(),
+            end_time: rfc3339(&c.end_time),
+            closed: true,
+        },
+    );
+}
+
+#[derive(Debug, Deserialize)]
+pub struct WsQuery {
+    pub token: Option<String>,
+}
+
+fn token<'a>(headers: &'a HeaderMap, query: &'a WsQuery) -> Option<&'a str> {
+    if let Some(t) = headers
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(bearer)
+    {
+        return Some(t);
+    }
+    if let Some(t) = headers
+        .get_all(COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find_map(|v| cookie(v, ADMISSION_COOKIE))
+    {
+        return Some(t);
+    }
+    query.token.as_deref()
+}
+
+/// `GET /ws/auctions/{id}`.
+pub async fn upgrade(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(query): Query<WsQuery>,
+    headers: HeaderMap,
+    ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
+) -> ApiResult<Response> {
+    let Some(tok) = token(&headers, &query) else {
+        state
+            .metrics
+            .token_failures
+            .with_label_values(&["missing"])
+            .inc();
+        return Err(ApiError::admission_required().with("reason", "missing"));
+    };
+    if let Err(e) = state.tokens.verify(tok) {
+        state
+            .metrics
+            .token_failures
+            .with_label_values(&[e.reason()])
+            .inc();
+        return Err(ApiError::admission_required().with("reason", e.reason()));
+    }
+    let ws = ws.map_err(|_| {
+        ApiError::bad_request(
+            shared::error::codes::INVALID_REQUEST,
+            "this endpoint needs a WebSocket upgrade",
+        )
+    })?;
+    if super::meta(&state, &id).await?.is_none() {
+        return Err(super::unknown_auction());
+    }
+    Ok(ws
+        .max_message_size(4096)
+        .on_upgrade(move |socket| session(state, id, socket)))
+}
+
+async fn session(state: AppState, id: String, mut socket: WebSocket) {
+    let hub = state.auctions.live.clone();
+    // Subscribe before reading the snapshot, so no update can fall between the two.
+    let mut rx = hub.subscribe(&id);
+    let send_timeout = Duration::from_millis(state.config.auctions.live_send_timeout_ms.max(1));
+    let row: AuctionRow = match super::current(&state, &id).await {
+        Ok(Some(row)) => row,
+        _ => {
+            let _ = socket.send(close_frame(1011, "auction unavailable")).await;
+            return;
+        }
+    };
+    let mut snapshot = row.view();
+    snapshot["type"] = "snapshot".into();
+    if !send(&mut socket, Utf8Bytes::from(snapshot.to_string()), send_timeout).await {
+        return;
+    }
+    if row.status == "CLOSED" {
+        let closed = LiveState {
+            auction_id: row.id.clone(),
+            current_price: row.current_price,
+            leader: row.leader_id.clone(),
+            end_time: rfc3339(&row.end_time),
+            closed: true,
+        };
+        let _ = send(&mut socket, Utf8Bytes::from(closed.message().to_string()), send_timeout).await;
+        let _ = socket.send(close_frame(1000, "auction closed")).await;
+        return;
+    }
+    let mut last_price = row.current_price;
+    loop {
+        tokio::select! {
+            m = rx.recv() => match m {
+                Ok(msg) => {
+                    // The snapshot may be newer than an update that was already queued.
+                    if !msg.closed && msg.price < last_price {
+                        continue;
+                    }
+                    last_price = msg.price;
+                    if !send(&mut socket, msg.text.clone(), send_timeout).await {
+                        return;
+                    }
+                    if msg.closed {
+                        let _ = socket.send(close_frame(1000, "auction closed")).await;
+                        return;
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    // Too slow to keep up: drop it rather than slow anyone else down.
+                    let _ = tokio::time::timeout(
+                        send_timeout,
+                        socket.send(close_frame(1013, "too slow; reconnect")),
+                    )
+                    .await;
+                    return;
+                }
+                Err(broadcast::error::RecvError::Closed) => {
+                    let _ = socket.send(close_frame(1001, "going away")).await;
+                    return;
+                }
+            },
+            incoming = socket.recv() => match incoming {
+                None | Some(Err(_)) | Some(Ok(Message::Close(_))) => return,
+                // Pings are answered by the protocol layer; other input is ignored.
+                Some(Ok(_)) => {}
+            },
+        }
+    }
+}
+
+async fn send(socket: &mut WebSocket, text: Utf8Bytes, timeout: Duration) -> bool {
+    matches!(
+        tokio::time::timeout(timeout, socket.send(Message::Text(text))).await,
+        Ok(Ok(()))
+    )
+}
+
+fn close_frame(code: u16, reason: &'static str) -> Message {
+    Message::Close(Some(CloseFrame {
+        code,
+        reason: Utf8Bytes::from_static(reason),
+    }))
+}
