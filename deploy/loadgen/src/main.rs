@@ -1,1 +1,80 @@
-fn main() {}
+//! Floodgate's load generator: the launch-day scenarios from one machine with many
+//! concurrent virtual fans (tokio tasks over a pooled HTTP client), HDR latency quantiles,
+//! and the invariant checks that decide whether a run passed. Each scenario is a
+//! subcommand; `deploy/bench/run` drives them and writes `docs/benchmarks.md`.
+
+mod promtext;
+mod surge;
+mod svg;
+mod verify;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "loadgen",
+    about = "Floodgate load generator and invariant checker"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Launch surge through the waiting room: arrivals, queue, admission, hold, order, pay;
+    /// a per-second timeline and the invariants at the end.
+    Surge(Box<surge::SurgeArgs>),
+    /// Check the invariants in Postgres and the payment sandbox; non-zero exit on a violation.
+    Verify(verify::VerifyArgs),
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Surge(a) => run_surge(*a).await,
+        Command::Verify(a) => run_verify(a).await,
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("loadgen: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Runs the surge, checks the invariants, writes the outputs. `Ok(false)`: a violation.
+async fn run_surge(a: surge::SurgeArgs) -> anyhow::Result<bool> {
+    let out = a.out.clone();
+    let verify_conn = a.verify.clone();
+    let no_verify = a.no_verify;
+    let mut report = surge::run(a).await?;
+    if !no_verify {
+        let v = verify::run(&verify::VerifyArgs {
+            conn: verify_conn,
+            event: Some(report.event.clone()),
+            expect_sold_out: vec![],
+            json: None,
+        })
+        .await?;
+        v.print();
+        report.verify = Some(v);
+    }
+    surge::write_outputs(&report, &out)?;
+    surge::print_summary(&report);
+    Ok(report.verify.as_ref().is_none_or(|v| v.ok))
+}
+
+async fn run_verify(a: verify::VerifyArgs) -> anyhow::Result<bool> {
+    let v = verify::run(&a).await?;
+    v.print();
+    if let Some(path) = &a.json {
+        let text = serde_json::to_string_pretty(&v)?;
+        std::fs::write(path, text)?;
+    }
+    Ok(v.ok)
+}
