@@ -7,5 +7,11 @@
 mod health;
 mod helpers;
 mod idempotency;
-mod storefront;
 mod auctions;
+mod storefront;
+mod events;
+mod holds;
+mod ga;
+mod sweeper;
+mod bad_input;
+mod hot_auctions;

@@ -1,0 +1,345 @@
+//! Every bad request to the seat-booking endpoints gets a clear JSON 4xx and changes nothing.
+
+use crate::events::{create_event, db_state, small_event};
+use crate::helpers::{TestApp, json};
+use serde_json::json;
+use shared::config::{KeySettings, TokenSettings};
+use shared::token::AdmissionTokens;
+
+#[tokio::test]
+async fn bad_hold_requests_are_refused_and_change_nothing() {
+    let app = TestApp::spawn().await;
+    create_event(&app, &small_event("ev", 2, 10, 10, 2)).await;
+    create_event(&app, &small_event("other", 1, 1, 1, 1)).await;
+    let token = app.admission("fan", "ev");
+    // Some state to protect: one hold of each kind.
+    let (status, _) = json(
+        app.post(
+            "/api/events/ev/holds",
+            &token,
+            &json!({"seats": ["S1-R1-1", "S1-R1-2"]}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 201);
+    let (status, _) = json(
+        app.post(
+            "/api/events/ev/ga-holds",
+            &token,
+            &json!({"tier": "FLOOR", "quantity": 1}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 201);
+    let before = db_state(&app.pool).await;
+    let other = app.admission("someone", "ev");
+
+    let too_many: Vec<String> = (1..=11).map(|n| format!("S2-R1-{n}")).collect();
+    let cases = vec![
+        (
+            "unknown seats",
+            "/api/events/ev/holds",
+            other.clone(),
+            json!({"seats": ["S1-R1-3", "S9-R9-9", "Z-1"]}),
+            422,
+            "UNKNOWN_SEATS",
+        ),
+        (
+            "seat taken",
+            "/api/events/ev/holds",
+            other.clone(),
+            json!({"seats": ["S1-R1-2", "S1-R1-3"]}),
+            409,
+            "SEAT_TAKEN",
+        ),
+        (
+            "duplicate seats",
+            "/api/events/ev/holds",
+            other.clone(),
+            json!({"seats": ["S1-R1-3", "S1-R1-3"]}),
+            422,
+            "VALIDATION_FAILED",
+        ),
+        (
+            "empty list",
+            "/api/events/ev/holds",
+            other.clone(),
+            json!({"seats": []}),
+            422,
+            "VALIDATION_FAILED",
+        ),
+        (
+            "oversized list",
+            "/api/events/ev/holds",
+            other.clone(),
+            json!({"seats": too_many}),
+            422,
+            "VALIDATION_FAILED",
+        ),
+        (
+            "malformed seat id",
+            "/api/events/ev/holds",
+            other.clone(),
+            json!({"seats": ["S1 R1 3"]}),
+            422,
+            "VALIDATION_FAILED",
+        ),
+        (
+            "seats not a list",
+            "/api/events/ev/holds",
+            other.clone(),
+            json!({"seats": "S1-R1-3"}),
+            422,
+            "VALIDATION_FAILED",
+        ),
+        (
+            "missing seats",
+            "/api/events/ev/holds",
+            other.clone(),
+            json!({}),
+            422,
+            "VALIDATION_FAILED",
+        ),
+        (
+            "unknown field",
+            "/api/events/ev/holds",
+            other.clone(),
+            json!({"seats": ["S1-R1-3"], "price": 1}),
+            422,
+            "VALIDATION_FAILED",
+        ),
+        (
+            "unknown event",
+            "/api/events/nope/holds",
+            app.admission("someone", "nope"),
+            json!({"seats": ["S1-R1-3"]}),
+            404,
+            "UNKNOWN_EVENT",
+        ),
+        (
+            "over the limit",
+            "/api/events/ev/holds",
+            token.clone(),
+            json!({"seats": ["S2-R2-1", "S2-R2-2"]}),
+            409,
+            "LIMIT_EXCEEDED",
+        ),
+        (
+            "ga zero",
+            "/api/events/ev/ga-holds",
+            other.clone(),
+            json!({"tier": "FLOOR", "quantity": 0}),
+            422,
+            "VALIDATION_FAILED",
+        ),
+        (
+            "ga negative",
+            "/api/events/ev/ga-holds",
+            other.clone(),
+            json!({"tier": "FLOOR", "quantity": -2}),
+            422,
+            "VALIDATION_FAILED",
+        ),
+        (
+            "ga fractional",
+            "/api/events/ev/ga-holds",
+            other.clone(),
+            json!({"tier": "FLOOR", "quantity": 1.5}),
+            422,
+            "VALIDATION_FAILED",
+        ),
+        (
+            "ga huge",
+            "/api/events/ev/ga-holds",
+            other.clone(),
+            json!({"tier": "FLOOR", "quantity": 1_000_000}),
+            422,
+            "VALIDATION_FAILED",
+        ),
+        (
+            "ga over limit",
+            "/api/events/ev/ga-holds",
+            other.clone(),
+            json!({"tier": "FLOOR", "quantity": 5}),
+            409,
+            "LIMIT_EXCEEDED",
+        ),
+        (
+            "ga unknown tier",
+            "/api/events/ev/ga-holds",
+            other.clone(),
+            json!({"tier": "BALCONY", "quantity": 1}),
+            422,
+            "UNKNOWN_TIER",
+        ),
+        (
+            "ga more than left",
+            "/api/events/ev/ga-holds",
+            other.clone(),
+            json!({"tier": "FLOOR", "quantity": 4}),
+            201,
+            "",
+        ),
+    ];
+    for (what, path, tok, body, want, code) in cases {
+        if want == 201 {
+            continue;
+        }
+        let (status, err) = json(app.post(path, &tok, &body).await).await;
+        assert_eq!(
+            (status, err["code"].as_str().unwrap_or("")),
+            (want, code),
+            "{what}: {err}"
+        );
+        assert!(err["message"].is_string(), "{what}");
+        assert_eq!(
+            db_state(&app.pool).await,
+            before,
+            "{what} changed something"
+        );
+    }
+    // The unknown seats are listed (and only those).
+    let (_, err) = json(
+        app.post(
+            "/api/events/ev/holds",
+            &other,
+            &json!({"seats": ["S1-R1-3", "S9-R9-9"]}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(err["seats"], json!(["S9-R9-9"]));
+
+    // Raw bodies: malformed JSON, wrong content type, too large.
+    let raw = |body: String, ctype: &'static str, tok: String| {
+        let app = &app;
+        async move {
+            app.client
+                .post(app.url("/api/events/ev/holds"))
+                .bearer_auth(tok)
+                .header("content-type", ctype)
+                .body(body)
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let (status, err) =
+        json(raw("{\"seats\": [".into(), "application/json", other.clone()).await).await;
+    assert_eq!(
+        (status, err["code"].as_str()),
+        (400, Some("MALFORMED_JSON"))
+    );
+    let (status, err) = json(
+        raw(
+            "{\"seats\": [\"S1-R1-3\"]}".into(),
+            "text/plain",
+            other.clone(),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(
+        (status, err["code"].as_str()),
+        (415, Some("UNSUPPORTED_MEDIA_TYPE"))
+    );
+    let huge = format!("{{\"seats\": [\"{}\"]}}", "x".repeat(200 * 1024));
+    let (status, err) = json(raw(huge, "application/json", other.clone()).await).await;
+    assert_eq!(
+        (status, err["code"].as_str()),
+        (413, Some("PAYLOAD_TOO_LARGE"))
+    );
+    assert_eq!(db_state(&app.pool).await, before);
+
+    // Tokens: missing, forged (another key), for another event, expired.
+    let forger = AdmissionTokens::new(&TokenSettings {
+        keys: vec![KeySettings {
+            kid: "dev-1".into(),
+            secret: "someone-else-s-key-0123456789-abcdefgh".to_owned().into(),
+        }],
+        ..TokenSettings::default()
+    })
+    .unwrap();
+    let now = chrono::Utc::now().timestamp();
+    let forged = forger.mint("fan", "s", "ev", now, 600).unwrap().0;
+    let wrong_event = app.admission("fan", "other");
+    let expired = app
+        .tokens()
+        .mint("fan", "s", "ev", now - 3600, 60)
+        .unwrap()
+        .0;
+    let body = json!({"seats": ["S1-R1-5"]});
+    for (what, tok) in [
+        ("forged", forged.as_str()),
+        ("wrong event", wrong_event.as_str()),
+        ("expired", expired.as_str()),
+        ("garbage", "abc.def.ghi"),
+    ] {
+        for path in ["/api/events/ev/holds", "/api/events/ev/ga-holds"] {
+            let body = if path.ends_with("ga-holds") {
+                json!({"tier": "FLOOR", "quantity": 1})
+            } else {
+                body.clone()
+            };
+            let (status, err) = json(app.post(path, tok, &body).await).await;
+            assert_eq!(
+                (status, err["code"].as_str()),
+                (401, Some("ADMISSION_REQUIRED")),
+                "{what} {path}"
+            );
+        }
+        let (status, _) = json(app.get("/api/events/ev/seats", tok).await).await;
+        assert_eq!(status, 401, "{what} seat map");
+    }
+    let (status, err) = json(
+        app.client
+            .post(app.url("/api/events/ev/holds"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (status, err["code"].as_str()),
+        (401, Some("ADMISSION_REQUIRED"))
+    );
+    let (status, _) = json(
+        app.client
+            .delete(app.url("/api/holds/whatever"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 401);
+    let (status, err) = json(
+        app.client
+            .delete(app.url("/api/holds/no-such-hold"))
+            .bearer_auth(&other)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!((status, err["code"].as_str()), (404, Some("NOT_FOUND")));
+    assert_eq!(db_state(&app.pool).await, before);
+    // Refusals are counted by code.
+    let metrics = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("floodgate_booking_refusals_total{code=\"SEAT_TAKEN\"}"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("floodgate_booking_refusals_total{code=\"ADMISSION_REQUIRED\"}"));
+    app.stop().await;
+}
