@@ -29,7 +29,9 @@ use crate::json::ApiJson;
 use crate::state::AppState;
 use axum::Router;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use crate::db::TxError;
+use crate::idempotency::{self, Begin, Fingerprint, IdempotencyKey};
+use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -263,7 +265,7 @@ pub fn min_next_bid(current_price: i64, min_increment: i64, has_leader: bool) ->
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreateAuction {
     pub title: String,
@@ -326,26 +328,46 @@ fn validate(req: CreateAuction, settings: &AuctionSettings) -> ApiResult<NewAuct
     })
 }
 
-/// `POST /api/auctions` (Idempotency-Key): the seller is the token's account.
+/// `POST /api/auctions` (Idempotency-Key): the seller is the token's account. The key is
+/// handled by the shared layer ([`crate::idempotency`]): the stored `201` body commits in the
+/// same transaction as the auction row, so a retry replays exactly it.
 async fn create(
     State(state): State<AppState>,
     who: Admitted,
-    headers: HeaderMap,
+    key: IdempotencyKey,
     ApiJson(req): ApiJson<CreateAuction>,
 ) -> ApiResult<Response> {
+    let fingerprint = Fingerprint::of_json(
+        &Method::POST,
+        "/api/auctions",
+        &serde_json::to_value(&req).map_err(ApiError::unexpected)?,
+    );
+    // Bad input is refused before a key is claimed: it changes nothing, not even the key.
     let new = validate(req, &state.config.auctions)?;
-    let _ = &headers;
-    let (status, body) = create_auction(&state, who.account(), new).await?;
-    Ok((status, axum::Json(body)).into_response())
+    let claim = match idempotency::begin(&state, who.account(), &key, &fingerprint).await? {
+        Begin::Replay(stored) => return Ok(stored.into_response()),
+        Begin::Started(claim) => claim,
+    };
+    match create_auction(&state, who.account(), new, &claim).await {
+        Ok((row, body)) => {
+            after_create(&state, &row).await;
+            Ok(idempotency::respond(StatusCode::CREATED, body))
+        }
+        Err(e) => {
+            claim.release(&state.pool).await;
+            Err(e)
+        }
+    }
 }
 
-/// Inserts the auction; the end-time checks use the database clock, in the same statement.
+/// Inserts the auction and completes the key, in one transaction. The end-time checks use
+/// the database clock, in the insert statement itself.
 async fn create_auction(
     state: &AppState,
     seller: &str,
     new: NewAuction,
-) -> ApiResult<(StatusCode, serde_json::Value)> {
-    let id = shared::ids::new_id();
+    claim: &idempotency::Claim,
+) -> ApiResult<(AuctionRow, Vec<u8>)> {
     let sql = format!(
         "INSERT INTO auctions (id, seller_id, title, start_price, min_increment, current_price, \
                                hot, end_time, max_extensions)
@@ -353,25 +375,42 @@ async fn create_auction(
           WHERE $7 > clock_timestamp() AND $7 <= clock_timestamp() + make_interval(days => $9)
          RETURNING {AUCTION_COLUMNS}"
     );
-    let row: Option<AuctionRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
-        .bind(&id)
-        .bind(seller)
-        .bind(&new.title)
-        .bind(new.start_price)
-        .bind(new.min_increment)
-        .bind(new.hot)
-        .bind(new.end_time)
-        .bind(new.max_extensions)
-        .bind(i32::try_from(state.config.auctions.max_duration_days).unwrap_or(i32::MAX))
-        .fetch_optional(&state.pool)
-        .await?;
-    let Some(row) = row else {
-        return Err(ApiError::validation(format!(
-            "end_time must be in the future and at most {} days away",
-            state.config.auctions.max_duration_days
-        ))
-        .with("field", "end_time"));
-    };
+    let max_days = i32::try_from(state.config.auctions.max_duration_days).unwrap_or(i32::MAX);
+    let result = crate::db::retry(2, || async {
+        let mut tx = state.pool.begin().await?;
+        let row: Option<AuctionRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+            .bind(shared::ids::new_id())
+            .bind(seller)
+            .bind(&new.title)
+            .bind(new.start_price)
+            .bind(new.min_increment)
+            .bind(new.hot)
+            .bind(new.end_time)
+            .bind(new.max_extensions)
+            .bind(max_days)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some(row) = row else {
+            return Err(TxError::Api(
+                ApiError::validation(format!(
+                    "end_time must be in the future and at most {max_days} days away"
+                ))
+                .with("field", "end_time"),
+            ));
+        };
+        let body = serde_json::to_vec(&row.view()).map_err(ApiError::unexpected)?;
+        claim
+            .complete_tx(&mut tx, StatusCode::CREATED, &body)
+            .await?;
+        tx.commit().await?;
+        Ok::<_, TxError>((row, body))
+    })
+    .await;
+    result.map_err(ApiError::from)
+}
+
+/// After the commit: cache the immutable facts and set up a hot auction's Redis state.
+async fn after_create(state: &AppState, row: &AuctionRow) {
     state.auctions.remember_meta(
         &row.id,
         Meta {
@@ -380,13 +419,12 @@ async fn create_auction(
         },
     );
     if row.hot {
-        // Best effort: if Redis is unreachable now, the first bid initialises it from this
-        // row (the script's init is create-if-absent, so this can never reset a live auction).
-        if let Err(e) = hot::init_from_row(state, &row).await {
+        // Best effort: if Redis is unreachable now, the first bid initialises it from the row
+        // (the init script is create-if-absent, so it can never reset a live auction).
+        if let Err(e) = hot::init_from_row(state, row).await {
             tracing::warn!(auction = %row.id, error = ?e, "hot auction not yet initialised in Redis");
         }
     }
-    Ok((StatusCode::CREATED, row.view()))
 }
 
 /// Loads an auction row from Postgres.

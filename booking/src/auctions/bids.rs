@@ -17,6 +17,7 @@
 use super::{MAX_MONEY, SNIPING_WINDOW_S, hot, meta, min_next_bid, rfc3339};
 use crate::auth::Admitted;
 use crate::error::{ApiError, ApiResult};
+use crate::idempotency::IdempotencyKey;
 use crate::json::ApiJson;
 use crate::state::AppState;
 use axum::extract::{Path, State};
@@ -26,7 +27,7 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use shared::error::codes;
 
-pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+pub use crate::idempotency::HEADER as IDEMPOTENCY_KEY;
 /// Stable code for a seller bidding on their own auction (`403`).
 pub const SELLER_CANNOT_BID: &str = "SELLER_CANNOT_BID";
 
@@ -80,23 +81,12 @@ pub fn request_id(bidder: &str, key: &str) -> String {
     format!("{}:{bidder}:{key}", bidder.len())
 }
 
-/// The `Idempotency-Key` header: required, 1..=255 visible ASCII characters.
+/// The `Idempotency-Key` header, validated by the shared layer's rules (missing `400`,
+/// malformed `422`).
 pub fn idempotency_key(headers: &HeaderMap) -> ApiResult<String> {
-    let Some(v) = headers.get(IDEMPOTENCY_KEY) else {
-        return Err(ApiError::bad_request(
-            codes::IDEMPOTENCY_KEY_MISSING,
-            "this endpoint needs an Idempotency-Key header",
-        ));
-    };
-    match v.to_str() {
-        Ok(k) if !k.is_empty() && k.len() <= 255 && k.bytes().all(|b| b.is_ascii_graphic()) => {
-            Ok(k.to_owned())
-        }
-        _ => Err(
-            ApiError::validation("Idempotency-Key must be 1 to 255 visible ASCII characters")
-                .with("field", "Idempotency-Key"),
-        ),
-    }
+    Ok(IdempotencyKey::parse(headers.get(IDEMPOTENCY_KEY))?
+        .as_str()
+        .to_owned())
 }
 
 pub fn bid_too_low(current_price: i64, min_next: i64, leader: Option<&str>) -> ApiError {

@@ -56,7 +56,10 @@ SELECT id, leader_id, current_price, end_time, bid_count FROM closed
 const CLOSE_HOT: &str = r#"
 WITH due AS (
     SELECT id FROM auctions
-     WHERE id = $1 AND hot AND status = 'OPEN' AND end_time <= clock_timestamp()
+     WHERE id = $1 AND hot AND status = 'OPEN'
+       -- Frozen in Redis ($2 set): Redis time and the Redis end decided. Otherwise (Redis
+       -- lost the auction) Postgres's own end must have passed.
+       AND ($2::bigint IS NOT NULL OR end_time <= clock_timestamp())
      FOR UPDATE SKIP LOCKED
 ), closed AS (
     UPDATE auctions a
@@ -64,7 +67,7 @@ WITH due AS (
            closed_at     = clock_timestamp(),
            current_price = COALESCE($2, a.current_price),
            leader_id     = CASE WHEN $2 IS NULL THEN a.leader_id ELSE $3 END,
-           end_time      = GREATEST(a.end_time, COALESCE($4, a.end_time)),
+           end_time      = COALESCE($4, a.end_time),
            extensions    = GREATEST(a.extensions, COALESCE($5, 0)),
            bid_count     = GREATEST(a.bid_count, COALESCE($6, 0))
       FROM due

@@ -522,3 +522,44 @@ async fn racing_closers_close_each_auction_once_with_one_outbox_event() {
     assert_eq!((s, b["code"].as_str()), (409, Some("AUCTION_CLOSED")));
     app.stop().await;
 }
+
+#[tokio::test]
+async fn create_is_idempotent_per_seller_key() {
+    let app = TestApp::spawn().await;
+    let token = app.admission("seller-9", "auction-day");
+    let body = json!({"title": "Vase", "start_price": 500, "min_increment": 5,
+                      "end_time": in_secs(3600)});
+    let post = |body: Value| {
+        app.client
+            .post(app.url("/api/auctions"))
+            .bearer_auth(&token)
+            .header("Idempotency-Key", "create-1")
+            .json(&body)
+            .send()
+    };
+    let (s1, b1) = json(post(body.clone()).await.unwrap()).await;
+    assert_eq!(s1, 201, "{b1}");
+    let (s2, b2) = json(post(body.clone()).await.unwrap()).await;
+    assert_eq!(s2, 200);
+    assert_eq!(b1, b2, "the replay carries the first body");
+    let mut other = body.clone();
+    other["start_price"] = json!(600);
+    let (s3, b3) = json(post(other).await.unwrap()).await;
+    assert_eq!((s3, b3["code"].as_str()), (422, Some("IDEMPOTENCY_KEY_REUSED")), "{b3}");
+    let resp = app
+        .client
+        .post(app.url("/api/auctions"))
+        .bearer_auth(&token)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let (s4, b4) = json(resp).await;
+    assert_eq!((s4, b4["code"].as_str()), (400, Some("IDEMPOTENCY_KEY_MISSING")));
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM auctions")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    app.stop().await;
+}
