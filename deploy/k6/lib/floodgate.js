@@ -64,10 +64,17 @@ export function code(res) {
   return b && typeof b === 'object' && !Array.isArray(b) ? b.code : undefined;
 }
 
-// Records a response that none of the script's branches expected.
+// Records a response that none of the script's branches expected; the first few per VU are
+// logged with their body (LOG_UNEXPECTED per VU, default 3) so a failed run says why.
+const LOG_UNEXPECTED = Number(env('LOG_UNEXPECTED', 3));
+let logged = 0;
 export function unexpectedResponse(res, step) {
   if (res.status === 429) rateLimited.add(1, { step });
   unexpected.add(1, { step, status: String(res.status), code: String(code(res) || '') });
+  if (logged < LOG_UNEXPECTED) {
+    logged++;
+    console.warn(`unexpected answer at ${step}: ${res.status} ${res.error || ''} ${String(res.body || '').slice(0, 300)}`);
+  }
 }
 
 export function newKey() {

@@ -708,6 +708,8 @@ pub struct Tick {
     pub arrivals_per_s: f64,
     pub queue_length: f64,
     pub admitted_per_s: f64,
+    /// The gateway's cumulative admissions for the event (`fg_admitted_total`).
+    pub admitted_total: f64,
     pub admit_rate_per_s: f64,
     pub active_admitted: f64,
     pub holds_per_s: f64,
@@ -957,10 +959,11 @@ pub async fn run(args: SurgeArgs) -> anyhow::Result<SurgeReport> {
         };
         let window = run.lat.take_status_window();
         let row = Tick {
-            t: (t * 10.0).round() / 10.0,
+            t: (t * 1000.0).round() / 1000.0,
             arrivals_per_s: (arrivals - last.0) as f64,
             queue_length: g.as_ref().map_or(0.0, |g| g.queue_length),
             admitted_per_s,
+            admitted_total: admitted_total.or(last.4).unwrap_or(0.0),
             admit_rate_per_s: g.as_ref().map_or(0.0, |g| g.rate_per_min / 60.0),
             active_admitted: g.as_ref().map_or(0.0, |g| g.active),
             holds_per_s: (holds - last.1) as f64,
@@ -1037,10 +1040,15 @@ pub async fn run(args: SurgeArgs) -> anyhow::Result<SurgeReport> {
         .filter(|r| r.queue_length > 0.0 && sold_out_at.is_none_or(|s| r.t < s))
         .collect();
     let (measured, window) = if busy.len() >= 4 {
-        let inner = &busy[1..busy.len() - 1];
-        let sum: f64 = inner.iter().map(|r| r.admitted_per_s).sum();
-        let span = inner.last().map_or(0.0, |r| r.t) - inner.first().map_or(0.0, |r| r.t) + 1.0;
-        (sum / span.max(1.0), (inner[0].t, inner[inner.len() - 1].t))
+        // Counter difference over wall-clock time between two samples: exact whatever the
+        // sampler's own drift.
+        let (first, last) = (busy[1], busy[busy.len() - 2]);
+        let span = last.t - first.t;
+        let admitted = last.admitted_total - first.admitted_total;
+        (
+            if span > 0.0 { admitted / span } else { 0.0 },
+            (first.t, last.t),
+        )
     } else {
         (0.0, (0.0, 0.0))
     };
