@@ -3,7 +3,9 @@
 //! and the invariant checks that decide whether a run passed. Each scenario is a
 //! subcommand; `deploy/bench/run` drives them and writes `docs/benchmarks.md`.
 
+mod holds;
 mod promtext;
+mod stats;
 mod surge;
 mod svg;
 mod verify;
@@ -28,6 +30,8 @@ enum Command {
     Surge(Box<surge::SurgeArgs>),
     /// Check the invariants in Postgres and the payment sandbox; non-zero exit on a violation.
     Verify(verify::VerifyArgs),
+    /// Seat (or GA) holds straight against booking as fast as possible: holds/s, p50/p99.
+    Holds(holds::HoldsArgs),
 }
 
 #[tokio::main]
@@ -36,6 +40,7 @@ async fn main() -> ExitCode {
     let result = match cli.command {
         Command::Surge(a) => run_surge(*a).await,
         Command::Verify(a) => run_verify(a).await,
+        Command::Holds(a) => run_holds(a).await,
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
@@ -77,4 +82,14 @@ async fn run_verify(a: verify::VerifyArgs) -> anyhow::Result<bool> {
         std::fs::write(path, text)?;
     }
     Ok(v.ok)
+}
+
+async fn run_holds(a: holds::HoldsArgs) -> anyhow::Result<bool> {
+    let json = a.json.clone();
+    let report = holds::run(a).await?;
+    holds::print(&report);
+    if let Some(path) = json {
+        std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
+    }
+    Ok(true)
 }
