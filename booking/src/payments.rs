@@ -1,0 +1,195 @@
+//! Payments: taking an order from `PENDING_PAYMENT` to `PAID` without ever charging twice,
+//! selling a seat twice or resurrecting an expired order (DESIGN.md section 6).
+//!
+//! - [`provider`]: the [`provider::PaymentProvider`] trait the rest of booking talks to;
+//!   [`stripe`] is the shipped adapter (a Stripe-style HTTP API with `Idempotency-Key`).
+//! - [`flow`]: `POST /api/orders/{id}/pay`. Each attempt is recorded (with its provider
+//!   idempotency key `<order>-<attempt>`) *before* the provider is called, the call happens
+//!   outside any transaction, and the outcome is applied by [`flow::apply_success`] — the
+//!   one conditional transition (`WHERE status = 'PENDING_PAYMENT'`) that the webhook and the
+//!   reconciliation job use too, so whichever arrives first wins and the others are no-ops.
+//! - [`reconcile`]: asks the provider about attempts nobody heard back about, and retries
+//!   pending refunds.
+//!
+//! Money that arrives for an order that can no longer be fulfilled (expired, cancelled, hold
+//! lost, already paid by another attempt) is refunded with an idempotency key derived from the
+//! payment id, exactly once, and announced as `order.refunded`.
+
+pub mod flow;
+pub mod provider;
+pub mod reconcile;
+pub mod stripe;
+
+use secrecy::SecretString;
+use serde::Deserialize;
+
+pub use flow::router;
+
+/// `[payments]` settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct PaymentSettings {
+    /// Base URL of the Stripe-style provider (the sandbox locally).
+    pub provider_url: String,
+    /// Secret API key sent as `Authorization: Bearer`.
+    pub api_key: SecretString,
+    /// Secrets that verify `Stripe-Signature` on webhooks. Several during rotation: add the
+    /// new one, switch the provider, remove the old one once its retries are over.
+    pub webhook_secrets: Vec<SecretString>,
+    /// Webhook timestamps further than this from our clock are refused (replay protection).
+    pub webhook_tolerance_s: u64,
+    pub connect_timeout_ms: u64,
+    /// Whole-request timeout of a provider call. A timeout leaves the attempt pending; the
+    /// retry (or reconciliation) reuses its key.
+    pub request_timeout_ms: u64,
+    /// How long the provider's `409 idempotency_key_in_use` (a concurrent request with the
+    /// same key) is waited out before answering the client `409 PAYMENT_IN_PROGRESS`.
+    pub in_progress_wait_ms: u64,
+    /// `pay` pins the hold and the order this far into the future (never shortens them), so
+    /// neither can expire under a running payment. Must exceed `request_timeout_ms`.
+    pub pay_pin_s: u64,
+    /// An attempt nobody heard back about is reconciled this long after it started.
+    pub reconcile_after_s: u64,
+    pub reconcile_interval_ms: u64,
+    pub reconcile_batch: i64,
+}
+
+impl Default for PaymentSettings {
+    fn default() -> Self {
+        Self {
+            provider_url: "http://127.0.0.1:8099".into(),
+            api_key: SecretString::from("sk_test_floodgate_dev"),
+            webhook_secrets: vec![SecretString::from("whsec_floodgate_dev")],
+            webhook_tolerance_s: 300,
+            connect_timeout_ms: 1_000,
+            request_timeout_ms: 10_000,
+            in_progress_wait_ms: 5_000,
+            pay_pin_s: 120,
+            reconcile_after_s: 60,
+            reconcile_interval_ms: 15_000,
+            reconcile_batch: 100,
+        }
+    }
+}
+
+/// Payment, webhook, outbox and delivery metrics (registered by [`crate::metrics::Metrics`]).
+pub struct PaymentMetrics {
+    /// Pay attempts by outcome (`paid`, `declined`, `timeout`, `provider_error`, ...).
+    pub attempts: prometheus::IntCounterVec,
+    /// Provider webhooks by result (`applied`, `duplicate`, `bad_signature`, `ignored`).
+    pub webhooks: prometheus::IntCounterVec,
+    /// Refunds issued for payments that could not be honoured.
+    pub refunds: prometheus::IntCounter,
+    /// Attempts the reconciliation job resolved, by outcome.
+    pub reconciled: prometheus::IntCounterVec,
+    /// Outbox rows published to streams.
+    pub outbox_published: prometheus::IntCounter,
+    /// Age of the oldest unpublished outbox row.
+    pub outbox_oldest_s: prometheus::Gauge,
+    /// Ticket-delivery consumer results (`delivered`, `duplicate`, `dead_lettered`).
+    pub deliveries: prometheus::IntCounterVec,
+}
+
+impl PaymentMetrics {
+    pub fn register(registry: &prometheus::Registry) -> Result<Self, prometheus::Error> {
+        use prometheus::{Gauge, IntCounter, IntCounterVec, Opts};
+        let m = Self {
+            attempts: IntCounterVec::new(
+                Opts::new("payment_attempts_total", "Pay requests by outcome"),
+                &["outcome"],
+            )?,
+            webhooks: IntCounterVec::new(
+                Opts::new("payment_webhooks_total", "Provider webhooks by result"),
+                &["result"],
+            )?,
+            refunds: IntCounter::new("payment_refunds_total", "Refunds issued")?,
+            reconciled: IntCounterVec::new(
+                Opts::new(
+                    "payment_reconciled_total",
+                    "Attempts resolved by reconciliation",
+                ),
+                &["outcome"],
+            )?,
+            outbox_published: IntCounter::new(
+                "outbox_published_total",
+                "Outbox rows published to Redis Streams",
+            )?,
+            outbox_oldest_s: Gauge::new(
+                "outbox_oldest_unpublished_seconds",
+                "Age of the oldest unpublished outbox row",
+            )?,
+            deliveries: IntCounterVec::new(
+                Opts::new(
+                    "ticket_deliveries_total",
+                    "Ticket-delivery consumer results",
+                ),
+                &["result"],
+            )?,
+        };
+        registry.register(Box::new(m.attempts.clone()))?;
+        registry.register(Box::new(m.webhooks.clone()))?;
+        registry.register(Box::new(m.refunds.clone()))?;
+        registry.register(Box::new(m.reconciled.clone()))?;
+        registry.register(Box::new(m.outbox_published.clone()))?;
+        registry.register(Box::new(m.outbox_oldest_s.clone()))?;
+        registry.register(Box::new(m.deliveries.clone()))?;
+        Ok(m)
+    }
+}
+
+/// The background jobs of this area: payment reconciliation, the outbox relay and the
+/// ticket-delivery consumer. Each is safe on any number of instances.
+pub fn spawn_jobs(
+    state: &crate::state::AppState,
+    stop: &tokio::sync::watch::Receiver<bool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    use crate::jobs::spawn_periodic;
+    use std::time::Duration;
+    let every = |ms: u64| Duration::from_millis(ms.max(10));
+    let reconcile = {
+        let state = state.clone();
+        spawn_periodic(
+            "payment-reconcile",
+            every(state.config.payments.reconcile_interval_ms),
+            stop.clone(),
+            move || {
+                let state = state.clone();
+                async move {
+                    reconcile::run_once(&state).await?;
+                    Ok(())
+                }
+            },
+        )
+    };
+    let relay = {
+        let state = state.clone();
+        spawn_periodic(
+            "outbox-relay",
+            every(state.config.outbox.relay_interval_ms),
+            stop.clone(),
+            move || {
+                let state = state.clone();
+                async move {
+                    crate::outbox::relay_all(&state).await?;
+                    Ok(())
+                }
+            },
+        )
+    };
+    let delivery = {
+        let state = state.clone();
+        spawn_periodic(
+            "ticket-delivery",
+            every(state.config.outbox.delivery_poll_ms),
+            stop.clone(),
+            move || {
+                let state = state.clone();
+                async move {
+                    crate::delivery::consume_once(&state, crate::delivery::consumer_name()).await?;
+                    Ok(())
+                }
+            },
+        )
+    };
+    vec![reconcile, relay, delivery]
+}
