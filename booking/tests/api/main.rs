@@ -15,3 +15,4 @@ mod ga;
 mod sweeper;
 mod bad_input;
 mod hot_auctions;
+mod auction_ws;
