@@ -134,12 +134,12 @@ impl Gateway {
         &self.shared.instance
     }
 
-    fn server(self) -> anyhow::Result<Server> {
+    fn server_with(self, force_work_stealing: bool) -> anyhow::Result<Server> {
         let s = &self.shared;
         let g = &s.config.gateway;
         let conf = ServerConf {
             threads: g.threads.max(1),
-            work_stealing: g.work_stealing,
+            work_stealing: g.work_stealing || force_work_stealing,
             grace_period_seconds: Some(g.grace_period_s),
             graceful_shutdown_timeout_seconds: Some(1),
             // Per-instance paths, so several gateways (tests) never share them.
@@ -217,7 +217,7 @@ impl Gateway {
     /// tokio runtime.
     pub fn run(self) -> anyhow::Result<()> {
         let (public, admin, instance) = (self.public, self.admin, self.shared.instance.clone());
-        let server = self.server()?;
+        let server = self.server_with(false)?;
         tracing::info!(%public, %admin, instance, "gateway starting");
         server.run(RunArgs::default());
         Ok(())
@@ -225,10 +225,15 @@ impl Gateway {
 
     /// Starts the gateway on its own thread and waits until both listeners accept
     /// connections. Dropping or [`GatewayHandle::stop`]ping the handle shuts it down.
+    ///
+    /// In-process instances always use work-stealing runtimes: pingora's one-runtime-per-
+    /// thread mode keeps its runtime handles in a `thread_local::ThreadLocal`, whose entries
+    /// outlive their threads and are handed to new threads that reuse a thread id, so a
+    /// second server in the same process would spawn its listeners onto a dead runtime.
     pub fn spawn(self) -> anyhow::Result<GatewayHandle> {
         let (public, admin, instance) = (self.public, self.admin, self.shared.instance.clone());
         let shared = self.shared.clone();
-        let server = self.server()?;
+        let server = self.server_with(true)?;
         let (tx, rx) = tokio::sync::oneshot::channel();
         let thread = std::thread::Builder::new()
             .name(format!("gateway-{public}"))

@@ -1,0 +1,319 @@
+//! Test harness: real gateway instances (pingora listeners on free ports, real Redis with a
+//! unique key prefix per test), a tiny echo upstream standing in for booking, and HTTP
+//! helpers. `TEST_LOG=1` turns logs on.
+
+#![allow(dead_code)]
+
+use axum::extract::Request;
+use axum::routing::any;
+use gateway::config::GatewayConfig;
+use gateway::{Gateway, GatewayHandle};
+use reqwest::StatusCode;
+use secrecy::SecretString;
+use serde_json::{Value, json};
+use shared::config::{KeySettings, RedisSettings, TokenSettings};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+pub const ADMIN: &str = "test-admin-secret-0123456789";
+
+pub fn redis_url() -> String {
+    std::env::var("FLOODGATE_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:56379".into())
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub fn key(kid: &str) -> KeySettings {
+    KeySettings {
+        kid: kid.into(),
+        secret: SecretString::from(format!("{kid}-test-secret-0123456789abcdef0123456789")),
+    }
+}
+
+pub fn token_settings(kids: &[&str], current: &str) -> TokenSettings {
+    TokenSettings {
+        current_kid: current.into(),
+        keys: kids.iter().map(|k| key(k)).collect(),
+        ..TokenSettings::default()
+    }
+}
+
+/// A config for one test instance: free ports, fast ticks, the given prefix and upstreams.
+pub fn config(prefix: &str, upstreams: Vec<String>) -> GatewayConfig {
+    let mut c = GatewayConfig::default();
+    c.gateway.listen = format!("127.0.0.1:{}", free_port());
+    c.gateway.admin_listen = format!("127.0.0.1:{}", free_port());
+    c.gateway.upstreams = upstreams;
+    c.gateway.static_dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../static").into();
+    c.gateway.dev_mode = true;
+    c.gateway.threads = 2;
+    c.gateway.tick_ms = 100;
+    c.gateway.lease_ttl_ms = 1000;
+    c.gateway.refresh_ms = 100;
+    c.gateway.health_check_ms = 200;
+    c.gateway.upstream_read_timeout_ms = 5000;
+    // Tests fire hundreds of requests from one IP and one account: limits off unless a test
+    // turns them on.
+    c.gateway.limits = gateway::RateLimits {
+        join_per_account_per_min: 0,
+        join_per_ip_per_min: 0,
+        status_per_account_per_min: 0,
+        status_per_ip_per_min: 0,
+        api_per_account_per_s: 0,
+        api_per_ip_per_s: 0,
+    };
+    c.tokens = token_settings(&["k1"], "k1");
+    c.redis = RedisSettings {
+        url: SecretString::from(redis_url()),
+        key_prefix: prefix.into(),
+        response_timeout_ms: 500,
+    };
+    c.admin_token = Some(SecretString::from(ADMIN));
+    c
+}
+
+pub fn unique_prefix() -> String {
+    format!("fgt:{}:", shared::ids::new_id())
+}
+
+/// Starts a gateway from `config` (off the async runtime: pingora builds its own).
+pub async fn start(config: GatewayConfig) -> GatewayHandle {
+    shared::telemetry::init_for_tests();
+    tokio::task::spawn_blocking(move || Gateway::build(config).unwrap().spawn().unwrap())
+        .await
+        .unwrap()
+}
+
+/// Stops a gateway off the async runtime.
+pub async fn stop(g: GatewayHandle) {
+    tokio::task::spawn_blocking(move || g.stop()).await.unwrap();
+}
+
+/// The upstream stand-in: answers every path with what it received, and counts requests.
+pub struct Echo {
+    pub addr: SocketAddr,
+    pub hits: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Echo {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Echo {
+    pub async fn start() -> Echo {
+        let hits = Arc::new(AtomicU64::new(0));
+        let h = hits.clone();
+        let app = axum::Router::new()
+            .route("/healthz", any(|| async { "ok" }))
+            .fallback(any(move |req: Request| {
+                let h = h.clone();
+                async move {
+                    h.fetch_add(1, Ordering::SeqCst);
+                    let hdr = |n: &str| {
+                        req.headers()
+                            .get(n)
+                            .and_then(|v| v.to_str().ok())
+                            .map(str::to_owned)
+                    };
+                    let internal: Vec<String> = req
+                        .headers()
+                        .keys()
+                        .map(|k| k.as_str().to_owned())
+                        .filter(|k| k.starts_with("x-floodgate-"))
+                        .collect();
+                    axum::Json(json!({
+                        "method": req.method().as_str(),
+                        "path": req.uri().path(),
+                        "account": hdr("x-floodgate-account"),
+                        "event": hdr("x-floodgate-event"),
+                        "request_id": hdr("x-request-id"),
+                        "internal_headers": internal,
+                    }))
+                }
+            }));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Echo { addr, hits, task }
+    }
+
+    pub fn upstream(&self) -> String {
+        self.addr.to_string()
+    }
+}
+
+/// One test's world: an echo upstream and one gateway on a private key prefix.
+pub struct TestApp {
+    pub gw: Option<GatewayHandle>,
+    pub echo: Echo,
+    pub prefix: String,
+    pub http: reqwest::Client,
+    pub redis: redis::aio::MultiplexedConnection,
+}
+
+impl TestApp {
+    pub async fn spawn() -> TestApp {
+        Self::spawn_with(|_| {}).await
+    }
+
+    pub async fn spawn_with(tweak: impl FnOnce(&mut GatewayConfig)) -> TestApp {
+        let echo = Echo::start().await;
+        let prefix = unique_prefix();
+        let mut c = config(&prefix, vec![echo.upstream()]);
+        tweak(&mut c);
+        let gw = start(c).await;
+        TestApp {
+            gw: Some(gw),
+            echo,
+            prefix,
+            http: client(),
+            redis: redis_conn().await,
+        }
+    }
+
+    pub fn gw(&self) -> &GatewayHandle {
+        self.gw.as_ref().unwrap()
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.gw().public)
+    }
+
+    pub fn admin_url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.gw().admin)
+    }
+
+    pub fn key(&self, event: &str, suffix: &str) -> String {
+        format!("{}fg:{{{event}}}:{suffix}", self.prefix)
+    }
+
+    pub async fn login(&self, account: &str) -> String {
+        login(&self.http, &self.url("/dev/login"), account).await
+    }
+
+    pub async fn put_config(&self, event: &str, cfg: Value) -> reqwest::Response {
+        self.http
+            .put(self.admin_url(&format!("/admin/events/{event}/config")))
+            .bearer_auth(ADMIN)
+            .json(&cfg)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// Creates an event whose sale started in the past, with the given admit rate.
+    pub async fn open_event(&self, event: &str, rate: u64) {
+        let r = self
+            .put_config(
+                event,
+                json!({"sale_start": "2020-01-01T00:00:00Z", "admit_per_minute": rate}),
+            )
+            .await;
+        assert_eq!(r.status(), StatusCode::OK, "{}", r.text().await.unwrap());
+    }
+
+    pub async fn join(&self, event: &str, token: &str) -> reqwest::Response {
+        self.http
+            .post(self.url(&format!("/queue/{event}/join")))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    pub async fn status(&self, event: &str, token: &str) -> reqwest::Response {
+        self.http
+            .get(self.url(&format!("/queue/{event}/status")))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// Polls status until admitted (or panics after `within`); returns the status body.
+    pub async fn wait_admitted(&self, event: &str, token: &str, within: Duration) -> Value {
+        let deadline = Instant::now() + within;
+        loop {
+            let r = self.status(event, token).await;
+            assert_eq!(r.status(), StatusCode::OK);
+            let v: Value = r.json().await.unwrap();
+            if v["state"] == "admitted" {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "not admitted in time: {v}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Accounts admitted so far, in admission order, with the instance that admitted them.
+    pub async fn admissions(&self, event: &str) -> Vec<(String, String, u64)> {
+        admissions(&mut self.redis.clone(), &self.key(event, "admissions")).await
+    }
+}
+
+pub async fn admissions(
+    conn: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+) -> Vec<(String, String, u64)> {
+    let v: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+        .arg(key)
+        .arg("-")
+        .arg("+")
+        .query_async(conn)
+        .await
+        .unwrap();
+    v.ids
+        .into_iter()
+        .map(|e| {
+            let ms: u64 = e.id.split('-').next().unwrap().parse().unwrap();
+            let a: String = e.get("a").unwrap();
+            let by: String = e.get("by").unwrap();
+            (a, by, ms)
+        })
+        .collect()
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .pool_max_idle_per_host(64)
+        .build()
+        .unwrap()
+}
+
+pub async fn redis_conn() -> redis::aio::MultiplexedConnection {
+    redis::Client::open(redis_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+pub async fn login(http: &reqwest::Client, url: &str, account: &str) -> String {
+    let r = http
+        .post(url)
+        .json(&json!({"account": account}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let v: Value = r.json().await.unwrap();
+    v["token"].as_str().unwrap().to_owned()
+}
+
+pub async fn json(r: reqwest::Response) -> Value {
+    r.json().await.unwrap()
+}

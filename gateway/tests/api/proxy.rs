@@ -1,0 +1,460 @@
+//! What reaches booking: token attacks, revocation, header hygiene, upstream failures,
+//! malformed input.
+
+use crate::helpers::*;
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use shared::token::{AdmissionClaims, AdmissionTokens};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+fn now() -> i64 {
+    chrono::Utc::now().timestamp()
+}
+
+async fn api(app: &TestApp, token: &str, path: &str) -> reqwest::Response {
+    app.http
+        .get(app.url(path))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn refused(r: reqwest::Response, reason: &str) {
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    let v = json(r).await;
+    assert_eq!(v["code"], "ADMISSION_REQUIRED");
+    assert_eq!(v["reason"], reason, "{v}");
+}
+
+#[tokio::test]
+async fn token_attacks_never_reach_booking() {
+    let app = TestApp::spawn().await;
+    let tokens = AdmissionTokens::new(&token_settings(&["k1"], "k1")).unwrap();
+    let (good, claims) = tokens.mint("fan-1", "s1", "ev", now(), 60).unwrap();
+    assert_eq!(
+        api(&app, &good, "/api/events/ev/seats").await.status(),
+        StatusCode::OK
+    );
+    let hits = app.echo.hits.load(Ordering::SeqCst);
+
+    // Forged: right kid, attacker's key.
+    let attacker = AdmissionTokens::new(&shared::config::TokenSettings {
+        keys: vec![shared::config::KeySettings {
+            kid: "k1".into(),
+            secret: secrecy::SecretString::from("attacker-secret-0123456789abcdef0123456"),
+        }],
+        ..token_settings(&["k1"], "k1")
+    })
+    .unwrap();
+    let (forged, _) = attacker.mint("fan-1", "s1", "ev", now(), 60).unwrap();
+    refused(
+        api(&app, &forged, "/api/events/ev/seats").await,
+        "bad_signature",
+    )
+    .await;
+    // Expired.
+    let (expired, _) = tokens.mint("fan-1", "s1", "ev", now() - 3600, 60).unwrap();
+    refused(api(&app, &expired, "/api/events/ev/seats").await, "expired").await;
+    // alg=none.
+    let header = URL_SAFE_NO_PAD.encode(r#"{"alg":"none","typ":"JWT","kid":"k1"}"#);
+    let payload = good.split('.').nth(1).unwrap();
+    for t in [
+        format!("{header}.{payload}."),
+        format!("{header}.{payload}"),
+    ] {
+        let r = api(&app, &t, "/api/events/ev/seats").await;
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    }
+    // Another event's token on an event-scoped path.
+    refused(
+        api(&app, &good, "/api/events/other/seats").await,
+        "wrong_event",
+    )
+    .await;
+    // Tampered claims (event swapped, signature kept).
+    let mut c: Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).unwrap()).unwrap();
+    c["evt"] = "other".into();
+    let parts: Vec<&str> = good.split('.').collect();
+    let tampered = format!(
+        "{}.{}.{}",
+        parts[0],
+        URL_SAFE_NO_PAD.encode(serde_json::to_vec(&c).unwrap()),
+        parts[2]
+    );
+    refused(
+        api(&app, &tampered, "/api/events/other/seats").await,
+        "bad_signature",
+    )
+    .await;
+    // Wrong audience, signed with the right key.
+    let wrong_aud = tokens
+        .sign(&AdmissionClaims {
+            aud: "someone-else".into(),
+            ..claims.clone()
+        })
+        .unwrap();
+    refused(api(&app, &wrong_aud, "/api/orders").await, "wrong_audience").await;
+    // Missing and garbage.
+    let r = app.http.get(app.url("/api/orders")).send().await.unwrap();
+    refused(r, "missing").await;
+    let r = app
+        .http
+        .get(app.url("/api/orders"))
+        .header("cookie", "fg_admission=%%%garbage; other=1")
+        .send()
+        .await
+        .unwrap();
+    refused(r, "malformed").await;
+    assert_eq!(
+        app.echo.hits.load(Ordering::SeqCst),
+        hits,
+        "a refused request reached booking"
+    );
+    // Browsers are sent back to the waiting room instead.
+    let r = app
+        .http
+        .get(app.url("/api/events/ev/seats"))
+        .header("accept", "text/html,application/xhtml+xml")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::FOUND);
+    assert_eq!(r.headers()["location"], "/e/ev");
+    let m = app.gw().metrics_text();
+    assert!(
+        m.contains(r#"fg_token_rejections_total{reason="expired"} 1"#),
+        "{m}"
+    );
+}
+
+#[tokio::test]
+async fn key_rotation_old_key_verifies_until_removed() {
+    let old = AdmissionTokens::new(&token_settings(&["k1"], "k1")).unwrap();
+    let (old_tok, _) = old.mint("fan", "s", "ev", now(), 60).unwrap();
+    // Rotated: k2 signs, k1 still verifies.
+    let app = TestApp::spawn_with(|c| c.tokens = token_settings(&["k1", "k2"], "k2")).await;
+    assert_eq!(
+        api(&app, &old_tok, "/api/orders").await.status(),
+        StatusCode::OK
+    );
+    app.open_event("rot", 60000).await;
+    let t = app.login("fan-rot").await;
+    app.join("rot", &t).await;
+    let v = app.wait_admitted("rot", &t, Duration::from_secs(5)).await;
+    let new_tok = v["token"].as_str().unwrap().to_owned();
+    let header: Value = serde_json::from_slice(
+        &URL_SAFE_NO_PAD
+            .decode(new_tok.split('.').next().unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(header["kid"], "k2");
+    // k1 removed: its tokens are refused, k2's still pass.
+    let later = TestApp::spawn_with(|c| c.tokens = token_settings(&["k2"], "k2")).await;
+    refused(api(&later, &old_tok, "/api/orders").await, "unknown_key").await;
+    assert_eq!(
+        api(&later, &new_tok, "/api/orders").await.status(),
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn revocation_reaches_other_instances_within_a_second() {
+    let app = TestApp::spawn().await;
+    let other = start(config(&app.prefix, vec![app.echo.upstream()])).await;
+    app.open_event("rv", 60000).await;
+    let t = app.login("fan-rv").await;
+    app.join("rv", &t).await;
+    let v = app.wait_admitted("rv", &t, Duration::from_secs(5)).await;
+    let adm = v["token"].as_str().unwrap().to_owned();
+    let other_url = format!("http://{}/api/events/rv/seats", other.public);
+    let get = || app.http.get(&other_url).bearer_auth(&adm).send();
+    assert_eq!(get().await.unwrap().status(), StatusCode::OK);
+    let r = app
+        .http
+        .post(app.admin_url("/admin/events/rv/revoke"))
+        .bearer_auth(ADMIN)
+        .json(&json!({"account": "fan-rv"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let revoked_at = Instant::now();
+    loop {
+        let r = get().await.unwrap();
+        if r.status() == StatusCode::UNAUTHORIZED {
+            assert_eq!(json(r).await["reason"], "revoked");
+            break;
+        }
+        assert!(
+            revoked_at.elapsed() < Duration::from_secs(1),
+            "still accepted after 1 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Bad revoke bodies change nothing.
+    let r = app
+        .http
+        .post(app.admin_url("/admin/events/rv/revoke"))
+        .bearer_auth(ADMIN)
+        .json(&json!({"account": "a", "session": "b"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    stop(other).await;
+}
+
+#[tokio::test]
+async fn webhook_passes_without_token_but_with_clean_headers() {
+    let app = TestApp::spawn().await;
+    let r = app
+        .http
+        .post(app.url("/webhooks/payments"))
+        .header("x-floodgate-account", "forged")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let v = json(r).await;
+    assert_eq!(v["path"], "/webhooks/payments");
+    assert!(v["account"].is_null());
+    assert_eq!(v["internal_headers"].as_array().unwrap().len(), 0);
+}
+
+#[tokio::test]
+async fn upstream_down_is_a_clear_503_and_healthy_peers_take_over() {
+    let dead = format!("127.0.0.1:{}", free_port());
+    let app = TestApp::spawn_with(|c| c.gateway.upstreams = vec![dead.clone()]).await;
+    let tokens = AdmissionTokens::new(&token_settings(&["k1"], "k1")).unwrap();
+    let (tok, _) = tokens.mint("fan", "s", "ev", now(), 60).unwrap();
+    let t0 = Instant::now();
+    let r = api(&app, &tok, "/api/orders").await;
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(r.headers().contains_key("retry-after"));
+    assert_eq!(json(r).await["code"], "UPSTREAM_UNAVAILABLE");
+    assert!(t0.elapsed() < Duration::from_secs(2));
+    // One dead and one live upstream: every request is served (connect failures move on).
+    let live = TestApp::spawn_with(|c| {
+        let echo_addr = c.gateway.upstreams[0].clone();
+        c.gateway.upstreams = vec![dead.clone(), echo_addr];
+    })
+    .await;
+    for _ in 0..20 {
+        let r = live
+            .http
+            .post(live.url("/api/orders"))
+            .bearer_auth(&tok)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+    }
+}
+
+#[tokio::test]
+async fn non_idempotent_request_is_not_retried_after_it_was_sent() {
+    // An upstream that reads the request and hangs up without answering.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let s2 = seen.clone();
+    let task = tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        loop {
+            let Ok((mut sock, _)) = listener.accept().await else {
+                return;
+            };
+            let seen = s2.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 8192];
+                let n = sock.read(&mut buf).await.unwrap_or(0);
+                let req = String::from_utf8_lossy(&buf[..n]).to_string();
+                if req.starts_with("GET /healthz") {
+                    let _ = sock
+                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                        .await;
+                } else if n > 0 {
+                    seen.fetch_add(1, Ordering::SeqCst);
+                }
+            });
+        }
+    });
+    let app =
+        TestApp::spawn_with(|c| c.gateway.upstreams = vec![addr.to_string(), addr.to_string()])
+            .await;
+    let tokens = AdmissionTokens::new(&token_settings(&["k1"], "k1")).unwrap();
+    let (tok, _) = tokens.mint("fan", "s", "ev", now(), 60).unwrap();
+    let r = app
+        .http
+        .post(app.url("/api/orders"))
+        .bearer_auth(&tok)
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_GATEWAY);
+    assert_eq!(json(r).await["code"], "UPSTREAM_UNAVAILABLE");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        seen.load(Ordering::SeqCst),
+        1,
+        "the POST was sent more than once"
+    );
+    task.abort();
+}
+
+#[tokio::test]
+async fn malformed_input_gets_a_clear_4xx() {
+    let app = TestApp::spawn().await;
+    app.open_event("mal", 60).await;
+    let tok = app.login("fan-mal").await;
+    // Oversized join body.
+    let r = app
+        .http
+        .post(app.url("/queue/mal/join"))
+        .bearer_auth(&tok)
+        .body(vec![b'a'; 64 * 1024])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    // Huge header.
+    let r = app
+        .http
+        .get(app.url("/queue/mal/status"))
+        .header("x-big", "a".repeat(200 * 1024))
+        .send()
+        .await;
+    if let Ok(r) = r {
+        assert!(r.status().is_client_error(), "{}", r.status());
+    }
+    // Path tricks on the API (sent raw: HTTP clients normalise them away).
+    for p in [
+        "/api/../admin/events",
+        "/api/%2e%2e/x",
+        "/api//x",
+        "/api/a/%2F../b",
+    ] {
+        let status = raw_status(
+            app.gw().public,
+            &format!("GET {p} HTTP/1.1\r\nHost: x\r\n\r\n"),
+        )
+        .await;
+        assert_eq!(status, 400, "{p}");
+    }
+    // Garbage request line.
+    let status = raw_status(app.gw().public, "GARBAGE\r\n\r\n").await;
+    assert!((400..500).contains(&status) || status == 0, "{status}");
+    let r = app
+        .http
+        .get(app.url("/queue/mal/nothing"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    let r = app
+        .http
+        .delete(app.url("/queue/mal/join"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED);
+    // Garbage dev login.
+    let r = app
+        .http
+        .post(app.url("/dev/login"))
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let r = app
+        .http
+        .post(app.url("/dev/login"))
+        .json(&json!({"account": "has space"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    // The gateway is still fine.
+    let r = app.http.get(app.url("/healthz")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn pages_health_and_metrics() {
+    let app = TestApp::spawn().await;
+    for (p, ct) in [
+        ("/e/demo", "text/html"),
+        ("/e/demo/shop", "text/html"),
+        ("/waiting.js", "text/javascript"),
+        ("/waiting.css", "text/css"),
+    ] {
+        let r = app.http.get(app.url(p)).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "{p}");
+        assert!(
+            r.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with(ct)
+        );
+    }
+    assert_eq!(
+        app.http
+            .get(app.url("/nope.html"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        app.http
+            .get(app.url("/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
+    let m = app
+        .http
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(m.contains("fg_joins_total"));
+    let r = app
+        .http
+        .get(app.admin_url("/healthz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+}
+
+/// Sends raw bytes and returns the response status (0 if the connection was just closed).
+async fn raw_status(addr: std::net::SocketAddr, request: &str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut buf = vec![0u8; 1024];
+    let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+        .await
+        .unwrap()
+        .unwrap_or(0);
+    let head = String::from_utf8_lossy(&buf[..n]);
+    head.split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
