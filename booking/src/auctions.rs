@@ -24,13 +24,13 @@ pub mod hot;
 pub mod live;
 
 use crate::auth::Admitted;
+use crate::db::TxError;
 use crate::error::{ApiError, ApiResult};
+use crate::idempotency::{self, Begin, Fingerprint, IdempotencyKey};
 use crate::json::ApiJson;
 use crate::state::AppState;
 use axum::Router;
 use axum::extract::{Path, State};
-use crate::db::TxError;
-use crate::idempotency::{self, Begin, Fingerprint, IdempotencyKey};
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -231,7 +231,11 @@ pub const AUCTION_COLUMNS: &str = "id, seller_id, title, start_price, min_increm
 impl AuctionRow {
     /// The smallest amount the next bid must have.
     pub fn min_next_bid(&self) -> i64 {
-        min_next_bid(self.current_price, self.min_increment, self.leader_id.is_some())
+        min_next_bid(
+            self.current_price,
+            self.min_increment,
+            self.leader_id.is_some(),
+        )
     }
 
     pub fn view(&self) -> serde_json::Value {
@@ -291,7 +295,9 @@ struct NewAuction {
 fn validate(req: CreateAuction, settings: &AuctionSettings) -> ApiResult<NewAuction> {
     let title = req.title.trim().to_owned();
     if title.is_empty() || title.chars().count() > 200 {
-        return Err(ApiError::validation("title must be 1 to 200 characters").with("field", "title"));
+        return Err(
+            ApiError::validation("title must be 1 to 200 characters").with("field", "title")
+        );
     }
     for (field, v) in [
         ("start_price", req.start_price),

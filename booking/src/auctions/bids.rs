@@ -132,8 +132,12 @@ pub async fn place(
 ) -> ApiResult<Response> {
     let result = place_inner(&state, who.account(), &id, &headers, req.amount).await;
     match result {
-        Ok(BidOutcome::Accepted(bid)) => Ok((StatusCode::CREATED, axum::Json(bid.body())).into_response()),
-        Ok(BidOutcome::Replayed(bid)) => Ok((StatusCode::OK, axum::Json(bid.body())).into_response()),
+        Ok(BidOutcome::Accepted(bid)) => {
+            Ok((StatusCode::CREATED, axum::Json(bid.body())).into_response())
+        }
+        Ok(BidOutcome::Replayed(bid)) => {
+            Ok((StatusCode::OK, axum::Json(bid.body())).into_response())
+        }
         Err(e) => {
             if e.status().is_client_error() {
                 state.metrics.refusals.with_label_values(&[e.code()]).inc();
@@ -306,7 +310,11 @@ async fn explain(
         ));
     }
     if amount < min_next {
-        return Err(bid_too_low(r.current_price, min_next, r.leader_id.as_deref()));
+        return Err(bid_too_low(
+            r.current_price,
+            min_next,
+            r.leader_id.as_deref(),
+        ));
     }
     if r.hot {
         return Err(ApiError::conflict(
@@ -316,6 +324,9 @@ async fn explain(
     }
     Ok(Verdict::Decide)
 }
+
+/// `bid_id, placed_at, end_time, extended, min_increment` of an accepted cold bid.
+type ColdAccepted = (String, DateTime<Utc>, DateTime<Utc>, bool, i64);
 
 /// Unique violation on `bids (auction_id, request_id)`: a concurrent request with the same key
 /// committed first.
@@ -346,16 +357,15 @@ pub async fn place_cold(
     // rounds are plenty.
     for _ in 0..2 {
         let bid_id = shared::ids::new_id();
-        let res: Result<Option<(String, DateTime<Utc>, DateTime<Utc>, bool, i64)>, _> =
-            sqlx::query_as(COLD_BID)
-                .bind(id)
-                .bind(bidder)
-                .bind(amount)
-                .bind(request_id)
-                .bind(&bid_id)
-                .bind(SNIPING_WINDOW_S as f64)
-                .fetch_optional(&state.pool)
-                .await;
+        let res: Result<Option<ColdAccepted>, _> = sqlx::query_as(COLD_BID)
+            .bind(id)
+            .bind(bidder)
+            .bind(amount)
+            .bind(request_id)
+            .bind(&bid_id)
+            .bind(SNIPING_WINDOW_S as f64)
+            .fetch_optional(&state.pool)
+            .await;
         match res {
             Ok(Some((bid_id, placed_at, end_time, extended, min_increment))) => {
                 state

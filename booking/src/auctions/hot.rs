@@ -483,17 +483,34 @@ UPDATE auctions a
     .bind(id)
     .bind(batch.iter().map(|b| b.bid_id.clone()).collect::<Vec<_>>())
     .bind(batch.iter().map(|b| b.bidder.clone()).collect::<Vec<_>>())
-    .bind(batch.iter().map(|b| b.request_id.clone()).collect::<Vec<_>>())
+    .bind(
+        batch
+            .iter()
+            .map(|b| b.request_id.clone())
+            .collect::<Vec<_>>(),
+    )
     .bind(batch.iter().map(|b| b.amount).collect::<Vec<_>>())
     .bind(batch.iter().map(|b| b.placed_at).collect::<Vec<_>>())
     .bind(batch.iter().map(|b| b.end_time).collect::<Vec<_>>())
     .bind(batch.iter().map(|b| b.extended).collect::<Vec<_>>())
     .bind(top.amount)
     .bind(&top.bidder)
-    .bind(batch.iter().map(|b| b.end_time).max().unwrap_or(top.end_time))
+    .bind(
+        batch
+            .iter()
+            .map(|b| b.end_time)
+            .max()
+            .unwrap_or(top.end_time),
+    )
     .bind(batch.iter().map(|b| b.extensions).max().unwrap_or(0))
     .bind(batch.iter().map(|b| b.bids).max().unwrap_or(0))
-    .bind(batch.iter().map(|b| b.placed_at).max().unwrap_or(top.placed_at))
+    .bind(
+        batch
+            .iter()
+            .map(|b| b.placed_at)
+            .max()
+            .unwrap_or(top.placed_at),
+    )
     .execute(&state.pool)
     .await
     .context("failed to record hot bids")?;

@@ -429,7 +429,13 @@ async fn session(state: AppState, id: String, mut socket: WebSocket) {
     };
     let mut snapshot = row.view();
     snapshot["type"] = "snapshot".into();
-    if !send(&mut socket, Utf8Bytes::from(snapshot.to_string()), send_timeout).await {
+    if !send(
+        &mut socket,
+        Utf8Bytes::from(snapshot.to_string()),
+        send_timeout,
+    )
+    .await
+    {
         return;
     }
     if row.status == "CLOSED" {
@@ -440,7 +446,12 @@ async fn session(state: AppState, id: String, mut socket: WebSocket) {
             end_time: rfc3339(&row.end_time),
             closed: true,
         };
-        let _ = send(&mut socket, Utf8Bytes::from(closed.message().to_string()), send_timeout).await;
+        let _ = send(
+            &mut socket,
+            Utf8Bytes::from(closed.message().to_string()),
+            send_timeout,
+        )
+        .await;
         let _ = socket.send(close_frame(1000, "auction closed")).await;
         return;
     }

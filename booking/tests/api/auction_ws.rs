@@ -1,6 +1,11 @@
 //! Live prices over WebSocket: snapshot, coalesced updates, the final close; one Redis
 //! subscription per auction per node shared by 1,000 clients, one of which never reads.
 
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] fns: a failure must panic the test"
+)]
+
 use crate::auctions::{bid, create_ok, spawn_unlimited};
 use crate::helpers::TestApp;
 use booking::auctions::closer;
@@ -10,7 +15,8 @@ use std::time::{Duration, Instant};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
-type Ws = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 async fn connect(app: &TestApp, auction: &str, viewer: &str) -> Ws {
     let mut req = format!("ws://127.0.0.1:{}/ws/auctions/{auction}", app.port)
@@ -19,7 +25,9 @@ async fn connect(app: &TestApp, auction: &str, viewer: &str) -> Ws {
     let token = app.admission(viewer, "auction-day");
     req.headers_mut()
         .insert("authorization", format!("Bearer {token}").parse().unwrap());
-    let (ws, _) = tokio_tungstenite::connect_async(req).await.expect("ws connect");
+    let (ws, _) = tokio_tungstenite::connect_async(req)
+        .await
+        .expect("ws connect");
     ws
 }
 
@@ -34,17 +42,22 @@ async fn read_all(ws: &mut Ws, limit: Duration) -> Vec<(Instant, Value)> {
             }
             Ok(Some(Ok(Message::Close(_)))) | Ok(None) | Ok(Some(Err(_))) => return out,
             Ok(Some(Ok(_))) => {}
-            Err(_) => panic!("no close within {limit:?}; got {:?}", out.iter().map(|m| &m.1).collect::<Vec<_>>()),
+            Err(_) => panic!(
+                "no close within {limit:?}; got {:?}",
+                out.iter().map(|m| &m.1).collect::<Vec<_>>()
+            ),
         }
     }
 }
 
 async fn end_and_close(app: &TestApp, auction: &str) {
-    sqlx::query("UPDATE auctions SET end_time = clock_timestamp() - interval '1 millisecond' WHERE id = $1")
-        .bind(auction)
-        .execute(&app.pool)
-        .await
-        .unwrap();
+    sqlx::query(
+        "UPDATE auctions SET end_time = clock_timestamp() - interval '1 millisecond' WHERE id = $1",
+    )
+    .bind(auction)
+    .execute(&app.pool)
+    .await
+    .unwrap();
     let closed = closer::close_due(&app.state).await.unwrap();
     assert_eq!(closed.len(), 1);
 }
@@ -97,16 +110,27 @@ async fn a_viewer_sees_coalesced_prices_the_final_price_and_the_close() {
     assert_eq!(last["type"], "closed", "{msgs:?}");
     assert_eq!(last["final_price"], 2000);
     assert_eq!(last["winner"], "b100");
-    let prices: Vec<&(Instant, Value)> = msgs.iter().filter(|(_, m)| m["type"] == "price").collect();
+    let prices: Vec<&(Instant, Value)> =
+        msgs.iter().filter(|(_, m)| m["type"] == "price").collect();
     assert!(!prices.is_empty());
-    assert!(prices.len() < 40, "coalesced: {} messages for 100 bids", prices.len());
     assert!(
-        prices.windows(2).all(|w| w[0].1["current_price"].as_i64() < w[1].1["current_price"].as_i64()),
+        prices.len() < 40,
+        "coalesced: {} messages for 100 bids",
+        prices.len()
+    );
+    assert!(
+        prices
+            .windows(2)
+            .all(|w| w[0].1["current_price"].as_i64() < w[1].1["current_price"].as_i64()),
         "prices only rise"
     );
     // At most one update per ~150 ms (allow scheduling jitter).
     for w in prices.windows(2) {
-        assert!(w[1].0 - w[0].0 >= Duration::from_millis(100), "{:?}", w[1].0 - w[0].0);
+        assert!(
+            w[1].0 - w[0].0 >= Duration::from_millis(100),
+            "{:?}",
+            w[1].0 - w[0].0
+        );
     }
     // A viewer arriving after the close gets the snapshot and the close at once.
     let mut late = connect(&app, &auction, "late").await;
@@ -123,7 +147,9 @@ async fn websocket_needs_a_token_header_cookie_or_query() {
     let app = TestApp::spawn().await;
     let auction = create_ok(&app, false, 3600).await;
     let url = format!("ws://127.0.0.1:{}/ws/auctions/{auction}", app.port);
-    let err = tokio_tungstenite::connect_async(url.clone()).await.unwrap_err();
+    let err = tokio_tungstenite::connect_async(url.clone())
+        .await
+        .unwrap_err();
     match err {
         tokio_tungstenite::tungstenite::Error::Http(resp) => assert_eq!(resp.status(), 401),
         other => panic!("{other:?}"),
@@ -153,12 +179,10 @@ async fn a_thousand_viewers_and_a_slow_one_all_see_the_close() {
     let slow = connect(&app, &auction, "slow").await;
     let mut viewers = Vec::new();
     for chunk in (0..1000).collect::<Vec<_>>().chunks(100) {
-        let batch = futures::future::join_all(
-            chunk.iter().map(|i| {
-                let (app, auction) = (&app, &auction);
-                async move { connect(app, auction, &format!("v{i}")).await }
-            }),
-        )
+        let batch = futures::future::join_all(chunk.iter().map(|i| {
+            let (app, auction) = (&app, &auction);
+            async move { connect(app, auction, &format!("v{i}")).await }
+        }))
         .await;
         viewers.extend(batch);
     }
@@ -181,12 +205,20 @@ async fn a_thousand_viewers_and_a_slow_one_all_see_the_close() {
     // Close the hot auction: freeze in Redis, record, publish.
     let k = booking::auctions::hot::keys(&app.state, &auction);
     let mut conn = app.state.redis().await.unwrap();
-    let _: () = redis::cmd("HSET").arg(&k.state).arg("end").arg(0).query_async(&mut conn).await.unwrap();
-    sqlx::query("UPDATE auctions SET end_time = clock_timestamp() - interval '1 second' WHERE id = $1")
-        .bind(&auction)
-        .execute(&app.pool)
+    let _: () = redis::cmd("HSET")
+        .arg(&k.state)
+        .arg("end")
+        .arg(0)
+        .query_async(&mut conn)
         .await
         .unwrap();
+    sqlx::query(
+        "UPDATE auctions SET end_time = clock_timestamp() - interval '1 second' WHERE id = $1",
+    )
+    .bind(&auction)
+    .execute(&app.pool)
+    .await
+    .unwrap();
     let closed = closer::close_due(&app.state).await.unwrap();
     assert_eq!(closed.len(), 1);
     let started = Instant::now();
@@ -197,7 +229,11 @@ async fn a_thousand_viewers_and_a_slow_one_all_see_the_close() {
         assert_eq!(last["final_price"], 1500);
         assert_eq!(last["winner"], "b50");
     }
-    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
     drop(slow);
     app.stop().await;
 }

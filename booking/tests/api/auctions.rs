@@ -1,6 +1,11 @@
 //! Cold auctions (Postgres decides): creation, validation, concurrent bids, anti-sniping,
 //! the end boundary, idempotent retries, the closer.
 
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] fns: a failure must panic the test"
+)]
+
 use crate::helpers::{TestApp, json};
 use booking::auctions::closer;
 use futures::future::join_all;
@@ -46,7 +51,13 @@ pub async fn create_ok(app: &TestApp, hot: bool, end_in_s: i64) -> String {
     body["id"].as_str().expect("id").to_owned()
 }
 
-pub async fn bid(app: &TestApp, auction: &str, bidder: &str, key: &str, amount: Value) -> (u16, Value) {
+pub async fn bid(
+    app: &TestApp,
+    auction: &str,
+    bidder: &str,
+    key: &str,
+    amount: Value,
+) -> (u16, Value) {
     let token = app.admission(bidder, "auction-day");
     json(
         app.client
@@ -81,20 +92,22 @@ pub async fn assert_highest_wins(app: &TestApp, auction: &str, results: &[(u16, 
             "unexpected answer {s} {b}"
         );
     }
-    let (price, leader, bid_count): (i64, Option<String>, i64) = sqlx::query_as(
-        "SELECT current_price, leader_id, bid_count FROM auctions WHERE id = $1",
-    )
-    .bind(auction)
-    .fetch_one(&app.pool)
-    .await
-    .unwrap();
+    let (price, leader, bid_count): (i64, Option<String>, i64) =
+        sqlx::query_as("SELECT current_price, leader_id, bid_count FROM auctions WHERE id = $1")
+            .bind(auction)
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
     let (max_bid, logged): (Option<i64>, i64) =
         sqlx::query_as("SELECT max(amount), count(*) FROM bids WHERE auction_id = $1")
             .bind(auction)
             .fetch_one(&app.pool)
             .await
             .unwrap();
-    assert_eq!(price, 3000, "the highest bid (3000) is always valid, so it must win");
+    assert_eq!(
+        price, 3000,
+        "the highest bid (3000) is always valid, so it must win"
+    );
     assert_eq!(leader.as_deref(), Some("bidder-200"));
     assert_eq!(max_bid, Some(price));
     assert_eq!(logged, accepted, "every 201 is logged exactly once");
@@ -136,7 +149,12 @@ async fn create_returns_an_open_auction_and_get_shows_it() {
     let (status, got) = json(app.get("/api/auctions/nope", &token).await).await;
     assert_eq!(status, 404, "{got}");
     // No token, no auction.
-    let resp = app.client.get(app.url(&format!("/api/auctions/{id}"))).send().await.unwrap();
+    let resp = app
+        .client
+        .get(app.url(&format!("/api/auctions/{id}")))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 401);
     app.stop().await;
 }
@@ -155,12 +173,18 @@ async fn create_refuses_bad_input_and_changes_nothing() {
         (with("start_price", json!(0)), "zero start price"),
         (with("start_price", json!(-5)), "negative start price"),
         (with("min_increment", json!(0)), "zero increment"),
-        (with("start_price", json!(i64::MAX)), "start price above the ceiling"),
+        (
+            with("start_price", json!(i64::MAX)),
+            "start price above the ceiling",
+        ),
         (with("start_price", json!(10.5)), "fractional money"),
         (with("end_time", json!(in_secs(-10))), "end in the past"),
         (with("end_time", json!("tomorrow")), "end not RFC 3339"),
         (with("title", json!("  ")), "blank title"),
-        (with("max_extensions", json!(100000)), "unbounded extensions"),
+        (
+            with("max_extensions", json!(100000)),
+            "unbounded extensions",
+        ),
         (with("max_extensions", json!(-1)), "negative extensions"),
         (with("colour", json!("red")), "unknown field"),
     ] {
@@ -184,7 +208,11 @@ async fn create_refuses_bad_input_and_changes_nothing() {
         .await
         .unwrap();
     let (status, b) = json(resp).await;
-    assert_eq!((status, b["code"].as_str()), (422, Some("VALIDATION_FAILED")), "{b}");
+    assert_eq!(
+        (status, b["code"].as_str()),
+        (422, Some("VALIDATION_FAILED")),
+        "{b}"
+    );
     let resp = app
         .client
         .post(app.url("/api/auctions"))
@@ -273,8 +301,10 @@ async fn a_bid_in_the_last_two_minutes_extends_the_end_up_to_the_cap() {
             assert_eq!(b["extended"], true, "{b}");
             assert_eq!(ext, i as i32 + 1);
             assert!(remaining > 110.0 && remaining <= 120.0, "{remaining}");
-            let placed = chrono::DateTime::parse_from_rfc3339(b["placed_at"].as_str().unwrap()).unwrap();
-            let end = chrono::DateTime::parse_from_rfc3339(b["end_time"].as_str().unwrap()).unwrap();
+            let placed =
+                chrono::DateTime::parse_from_rfc3339(b["placed_at"].as_str().unwrap()).unwrap();
+            let end =
+                chrono::DateTime::parse_from_rfc3339(b["end_time"].as_str().unwrap()).unwrap();
             assert_eq!((end - placed).num_seconds(), 120, "{b}");
         } else {
             // The cap is reached: the close cannot be stalled forever.
@@ -292,11 +322,13 @@ async fn a_bid_after_the_end_is_refused_before_the_closer_runs() {
     let auction = create_ok(&app, false, 3600).await;
     let (s, _) = bid(&app, &auction, "a", "k1", json!(1000)).await;
     assert_eq!(s, 201);
-    sqlx::query("UPDATE auctions SET end_time = clock_timestamp() - interval '1 millisecond' WHERE id = $1")
-        .bind(&auction)
-        .execute(&app.pool)
-        .await
-        .unwrap();
+    sqlx::query(
+        "UPDATE auctions SET end_time = clock_timestamp() - interval '1 millisecond' WHERE id = $1",
+    )
+    .bind(&auction)
+    .execute(&app.pool)
+    .await
+    .unwrap();
     let (s, b) = bid(&app, &auction, "b", "k1", json!(5000)).await;
     assert_eq!(s, 409, "{b}");
     assert_eq!(b["code"], "AUCTION_CLOSED");
@@ -309,7 +341,11 @@ async fn a_bid_after_the_end_is_refused_before_the_closer_runs() {
     .fetch_one(&app.pool)
     .await
     .unwrap();
-    assert_eq!((status.as_str(), price, bids), ("OPEN", 1000, 1), "the closer has not run");
+    assert_eq!(
+        (status.as_str(), price, bids),
+        ("OPEN", 1000, 1),
+        "the closer has not run"
+    );
     app.stop().await;
 }
 
@@ -319,11 +355,22 @@ async fn concurrent_identical_retries_make_one_bid_201_then_200s_with_the_same_b
     let auction = create_ok(&app, false, 3600).await;
     let results =
         join_all((0..50).map(|_| bid(&app, &auction, "retrier", "same-key", json!(1500)))).await;
-    let created: Vec<&Value> = results.iter().filter(|(s, _)| *s == 201).map(|(_, b)| b).collect();
-    let replayed: Vec<&Value> = results.iter().filter(|(s, _)| *s == 200).map(|(_, b)| b).collect();
+    let created: Vec<&Value> = results
+        .iter()
+        .filter(|(s, _)| *s == 201)
+        .map(|(_, b)| b)
+        .collect();
+    let replayed: Vec<&Value> = results
+        .iter()
+        .filter(|(s, _)| *s == 200)
+        .map(|(_, b)| b)
+        .collect();
     assert_eq!(created.len(), 1, "{results:?}");
     assert_eq!(replayed.len(), 49, "{results:?}");
-    assert!(replayed.iter().all(|b| *b == created[0]), "replays carry the same body");
+    assert!(
+        replayed.iter().all(|b| *b == created[0]),
+        "replays carry the same body"
+    );
     let n: i64 = sqlx::query_scalar("SELECT count(*) FROM bids WHERE auction_id = $1")
         .bind(&auction)
         .fetch_one(&app.pool)
@@ -376,7 +423,11 @@ async fn bad_bids_are_refused_and_change_nothing() {
         .await
         .unwrap();
     let (s, b) = json(resp).await;
-    assert_eq!((s, b["code"].as_str()), (400, Some("MALFORMED_JSON")), "{b}");
+    assert_eq!(
+        (s, b["code"].as_str()),
+        (400, Some("MALFORMED_JSON")),
+        "{b}"
+    );
     // An amount that overflows i64.
     let resp = app
         .client
@@ -389,7 +440,11 @@ async fn bad_bids_are_refused_and_change_nothing() {
         .await
         .unwrap();
     let (s, b) = json(resp).await;
-    assert_eq!((s, b["code"].as_str()), (422, Some("VALIDATION_FAILED")), "{b}");
+    assert_eq!(
+        (s, b["code"].as_str()),
+        (422, Some("VALIDATION_FAILED")),
+        "{b}"
+    );
     // Missing Idempotency-Key.
     let resp = app
         .client
@@ -400,7 +455,11 @@ async fn bad_bids_are_refused_and_change_nothing() {
         .await
         .unwrap();
     let (s, b) = json(resp).await;
-    assert_eq!((s, b["code"].as_str()), (400, Some("IDEMPOTENCY_KEY_MISSING")), "{b}");
+    assert_eq!(
+        (s, b["code"].as_str()),
+        (400, Some("IDEMPOTENCY_KEY_MISSING")),
+        "{b}"
+    );
     // No admission token.
     let resp = app
         .client
@@ -413,7 +472,11 @@ async fn bad_bids_are_refused_and_change_nothing() {
     assert_eq!(resp.status(), 401);
     // The seller cannot bid on their own auction.
     let (s, b) = bid(&app, &auction, "seller", "k", json!(5000)).await;
-    assert_eq!((s, b["code"].as_str()), (403, Some("SELLER_CANNOT_BID")), "{b}");
+    assert_eq!(
+        (s, b["code"].as_str()),
+        (403, Some("SELLER_CANNOT_BID")),
+        "{b}"
+    );
     let (n, price): (i64, i64) = sqlx::query_as(
         "SELECT (SELECT count(*) FROM bids), current_price FROM auctions WHERE id = $1",
     )
@@ -429,16 +492,28 @@ async fn bad_bids_are_refused_and_change_nothing() {
 async fn bids_are_rate_limited_per_bidder() {
     let app = TestApp::spawn().await; // default: 5 bids/s, burst 5
     let auction = create_ok(&app, false, 3600).await;
-    let results = join_all(
-        (0..12).map(|i| {
-            let (app, auction) = (&app, &auction);
-            async move { bid(app, auction, "spammer", &format!("k{i}"), json!(1000 + i * 10)).await }
-        }),
-    )
+    let results = join_all((0..12).map(|i| {
+        let (app, auction) = (&app, &auction);
+        async move {
+            bid(
+                app,
+                auction,
+                "spammer",
+                &format!("k{i}"),
+                json!(1000 + i * 10),
+            )
+            .await
+        }
+    }))
     .await;
     let limited = results.iter().filter(|(s, _)| *s == 429).count();
     assert!(limited >= 5, "{results:?}");
-    assert!(results.iter().filter(|(s, _)| *s == 429).all(|(_, b)| b["code"] == "RATE_LIMITED"));
+    assert!(
+        results
+            .iter()
+            .filter(|(s, _)| *s == 429)
+            .all(|(_, b)| b["code"] == "RATE_LIMITED")
+    );
     // Retry-After is set.
     let token = app.admission("spammer", "auction-day");
     let resp = app
@@ -472,11 +547,13 @@ async fn racing_closers_close_each_auction_once_with_one_outbox_event() {
     }
     // One auction not yet due must stay open.
     let open = create_ok(&app, false, 3600).await;
-    sqlx::query("UPDATE auctions SET end_time = clock_timestamp() - interval '1 second' WHERE id <> $1")
-        .bind(&open)
-        .execute(&app.pool)
-        .await
-        .unwrap();
+    sqlx::query(
+        "UPDATE auctions SET end_time = clock_timestamp() - interval '1 second' WHERE id <> $1",
+    )
+    .bind(&open)
+    .execute(&app.pool)
+    .await
+    .unwrap();
     let runs = join_all((0..4).map(|_| closer::close_due(&app.state))).await;
     let mut closed: Vec<String> = runs
         .into_iter()
@@ -486,7 +563,10 @@ async fn racing_closers_close_each_auction_once_with_one_outbox_event() {
     closed.sort();
     let mut want = ids.clone();
     want.sort();
-    assert_eq!(closed, want, "each due auction closed by exactly one closer");
+    assert_eq!(
+        closed, want,
+        "each due auction closed by exactly one closer"
+    );
     let again = closer::close_due(&app.state).await.unwrap();
     assert!(again.is_empty(), "rerunning closes nothing");
     let rows: Vec<(String, String, i64, Option<String>, i64)> = sqlx::query_as(
@@ -545,7 +625,11 @@ async fn create_is_idempotent_per_seller_key() {
     let mut other = body.clone();
     other["start_price"] = json!(600);
     let (s3, b3) = json(post(other).await.unwrap()).await;
-    assert_eq!((s3, b3["code"].as_str()), (422, Some("IDEMPOTENCY_KEY_REUSED")), "{b3}");
+    assert_eq!(
+        (s3, b3["code"].as_str()),
+        (422, Some("IDEMPOTENCY_KEY_REUSED")),
+        "{b3}"
+    );
     let resp = app
         .client
         .post(app.url("/api/auctions"))
@@ -555,7 +639,10 @@ async fn create_is_idempotent_per_seller_key() {
         .await
         .unwrap();
     let (s4, b4) = json(resp).await;
-    assert_eq!((s4, b4["code"].as_str()), (400, Some("IDEMPOTENCY_KEY_MISSING")));
+    assert_eq!(
+        (s4, b4["code"].as_str()),
+        (400, Some("IDEMPOTENCY_KEY_MISSING"))
+    );
     let n: i64 = sqlx::query_scalar("SELECT count(*) FROM auctions")
         .fetch_one(&app.pool)
         .await

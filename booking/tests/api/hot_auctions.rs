@@ -1,9 +1,12 @@
 //! Hot auctions (Redis Lua decides, a stream consumer records in Postgres): concurrent bids,
 //! idempotent retries, anti-sniping, the end boundary, consumer crash and restart, closing.
 
-use crate::auctions::{
-    assert_highest_wins, bid, create_ok, fire_increasing, spawn_unlimited,
-};
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] fns: a failure must panic the test"
+)]
+
+use crate::auctions::{assert_highest_wins, bid, create_ok, fire_increasing, spawn_unlimited};
 use crate::helpers::{TestApp, json};
 use booking::auctions::{closer, hot};
 use futures::future::join_all;
@@ -60,12 +63,24 @@ async fn hot_identical_retries_make_one_bid() {
     let app = spawn_unlimited().await;
     let auction = create_ok(&app, true, 3600).await;
     let results = join_all((0..50).map(|_| bid(&app, &auction, "r", "same", json!(1200)))).await;
-    let created: Vec<&Value> = results.iter().filter(|(s, _)| *s == 201).map(|(_, b)| b).collect();
+    let created: Vec<&Value> = results
+        .iter()
+        .filter(|(s, _)| *s == 201)
+        .map(|(_, b)| b)
+        .collect();
     assert_eq!(created.len(), 1, "{results:?}");
-    assert!(results.iter().filter(|(s, _)| *s == 200).all(|(_, b)| b == created[0]));
+    assert!(
+        results
+            .iter()
+            .filter(|(s, _)| *s == 200)
+            .all(|(_, b)| b == created[0])
+    );
     assert_eq!(results.iter().filter(|(s, _)| *s == 200).count(), 49);
     let (s, b) = bid(&app, &auction, "r", "same", json!(1300)).await;
-    assert_eq!((s, b["code"].as_str()), (422, Some("IDEMPOTENCY_KEY_REUSED")));
+    assert_eq!(
+        (s, b["code"].as_str()),
+        (422, Some("IDEMPOTENCY_KEY_REUSED"))
+    );
     drain(&app, &auction).await;
     let n: i64 = sqlx::query_scalar("SELECT count(*) FROM bids WHERE auction_id = $1")
         .bind(&auction)
@@ -94,12 +109,20 @@ async fn hot_anti_sniping_and_bid_after_end() {
     // Past the end: refused, though nobody has closed it yet.
     end_now_minus(&app, &auction, 1).await;
     let (s, b) = bid(&app, &auction, "c", "k1", json!(5000)).await;
-    assert_eq!((s, b["code"].as_str()), (409, Some("AUCTION_CLOSED")), "{b}");
+    assert_eq!(
+        (s, b["code"].as_str()),
+        (409, Some("AUCTION_CLOSED")),
+        "{b}"
+    );
     assert_eq!(b["current_price"], 1010);
     // Seller and low bids are refused by the script as well.
     end_now_minus(&app, &auction, -600_000).await;
     let (s, b) = bid(&app, &auction, "seller", "k1", json!(5000)).await;
-    assert_eq!((s, b["code"].as_str()), (403, Some("SELLER_CANNOT_BID")), "{b}");
+    assert_eq!(
+        (s, b["code"].as_str()),
+        (403, Some("SELLER_CANNOT_BID")),
+        "{b}"
+    );
     let (s, b) = bid(&app, &auction, "d", "k1", json!(1015)).await;
     assert_eq!((s, b["code"].as_str()), (409, Some("BID_TOO_LOW")), "{b}");
     assert_eq!(b["min_next_bid"], 1020);
@@ -131,17 +154,30 @@ async fn consumer_killed_mid_stream_and_restarted_records_every_bid_exactly_once
     let mut accepted = results.iter().filter(|(s, _)| *s == 201).count();
     // Then 60 more that are all accepted, so the stream is long enough for every crash below.
     for i in 1..=60 {
-        let (s, b) = bid(&app, &auction, &format!("late-{i}"), "k", json!(3000 + i * 10)).await;
+        let (s, b) = bid(
+            &app,
+            &auction,
+            &format!("late-{i}"),
+            "k",
+            json!(3000 + i * 10),
+        )
+        .await;
         assert_eq!(s, 201, "{b}");
         accepted += 1;
     }
 
     // Consumer "a" dies after writing a batch to Postgres but before acknowledging it...
-    let first = hot::read_batch(&app.state, &auction, "a", 16).await.unwrap();
+    let first = hot::read_batch(&app.state, &auction, "a", 16)
+        .await
+        .unwrap();
     assert!(!first.is_empty());
-    hot::write_batch(&app.state, &auction, &first).await.unwrap();
+    hot::write_batch(&app.state, &auction, &first)
+        .await
+        .unwrap();
     // ...and consumer "b" dies right after reading one (nothing written, nothing acked).
-    let second = hot::read_batch(&app.state, &auction, "b", 16).await.unwrap();
+    let second = hot::read_batch(&app.state, &auction, "b", 16)
+        .await
+        .unwrap();
     // Consumer "c" runs as a real loop and is killed (task aborted) somewhere mid-stream.
     let state = app.state.clone();
     let id = auction.clone();
@@ -239,6 +275,10 @@ async fn closing_a_hot_auction_freezes_it_and_records_the_result_once() {
     // Frozen in Redis: even with the end moved back into the future, no bid gets in.
     end_now_minus(&app, &auction, -600_000).await;
     let (s, b) = bid(&app, &auction, "late", "k", json!(99999)).await;
-    assert_eq!((s, b["code"].as_str()), (409, Some("AUCTION_CLOSED")), "{b}");
+    assert_eq!(
+        (s, b["code"].as_str()),
+        (409, Some("AUCTION_CLOSED")),
+        "{b}"
+    );
     app.stop().await;
 }
