@@ -41,6 +41,9 @@ pub struct GatewaySettings {
     /// Tokio work stealing for the public listener (off: one runtime per thread, like nginx
     /// workers; measured faster for proxying, see docs/benchmarks.md).
     pub work_stealing: bool,
+    /// Bind the public listener with `SO_REUSEPORT`, so several gateway processes (each with
+    /// `threads = 1`, like nginx workers) can share the port; each needs its own admin port.
+    pub reuse_port: bool,
     /// Seconds a graceful shutdown (SIGTERM) keeps serving in-flight requests.
     pub grace_period_s: u64,
     /// Admission tick interval. Each tick admits at most one batch.
@@ -77,6 +80,7 @@ impl Default for GatewaySettings {
             dev_mode: false,
             threads: 2,
             work_stealing: false,
+            reuse_port: false,
             grace_period_s: 5,
             tick_ms: 250,
             lease_ttl_ms: 3000,

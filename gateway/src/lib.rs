@@ -158,7 +158,13 @@ impl Gateway {
             },
             "floodgate public",
         );
-        public.add_tcp(&self.public.to_string());
+        if g.reuse_port {
+            let mut opts = pingora_core::listeners::TcpSocketOptions::default();
+            opts.so_reuseport = Some(true);
+            public.add_tcp_with_settings(&self.public.to_string(), opts);
+        } else {
+            public.add_tcp(&self.public.to_string());
+        }
         public.threads = Some(g.threads.max(1));
 
         let mut admin = pingora_proxy::http_proxy_service_with_name(

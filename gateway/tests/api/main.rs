@@ -11,6 +11,7 @@
 
 mod admin;
 mod admission;
+mod browser;
 mod helpers;
 mod proxy;
 mod queue;

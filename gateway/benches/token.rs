@@ -1,0 +1,123 @@
+//! Micro-benchmark of the per-request admission check (`cargo bench -p gateway --bench
+//! token`): a plain timing loop over many iterations, reported as ns per call. A timing loop
+//! rather than criterion keeps the dependency tree small; the numbers are stable to a few
+//! percent on an idle machine, which is all the comparison needs (HS256 vs the design
+//! target of "a few microseconds").
+//!
+//! Also `token mint-identities N` prints N dev identity tokens (for the join/status load
+//! test in deploy/bench/gateway.sh), signed with `FLOODGATE_IDENTITY__KEY`.
+
+use gateway::live::Live;
+use gateway::proxy::check_admission;
+use http::{HeaderMap, HeaderValue};
+use secrecy::SecretString;
+use shared::config::{IdentitySettings, KeySettings, TokenSettings};
+use shared::identity::IdentityVerifier;
+use shared::token::AdmissionTokens;
+use std::hint::black_box;
+use std::time::Instant;
+
+fn time<F: FnMut() -> bool>(name: &str, iters: u32, mut f: F) {
+    for _ in 0..iters / 10 {
+        black_box(f());
+    }
+    let start = Instant::now();
+    let mut ok = 0u32;
+    for _ in 0..iters {
+        ok += u32::from(black_box(f()));
+    }
+    let ns = start.elapsed().as_nanos() as f64 / f64::from(iters);
+    println!("{name:<44} {ns:>9.0} ns/op   ({ok}/{iters} accepted)");
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("mint-identities") {
+        let n: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1000);
+        let key = std::env::var("FLOODGATE_IDENTITY__KEY")
+            .unwrap_or_else(|_| IdentitySettings::default().key.expose_secret_string());
+        let v = IdentityVerifier::new(&IdentitySettings {
+            key: SecretString::from(key),
+            dev_login: true,
+            ..IdentitySettings::default()
+        })
+        .expect("identity settings");
+        let now = chrono::Utc::now().timestamp();
+        for i in 0..n {
+            println!("{}", v.dev_mint(&format!("bench-{i}"), now).expect("mint"));
+        }
+        return;
+    }
+    let settings = TokenSettings {
+        current_kid: "k2".into(),
+        keys: vec![
+            KeySettings {
+                kid: "k1".into(),
+                secret: SecretString::from("bench-key-one-0123456789abcdef0123456789"),
+            },
+            KeySettings {
+                kid: "k2".into(),
+                secret: SecretString::from("bench-key-two-0123456789abcdef0123456789"),
+            },
+        ],
+        ..TokenSettings::default()
+    };
+    let tokens = AdmissionTokens::new(&settings).expect("keys");
+    let now = chrono::Utc::now().timestamp();
+    let (tok, _) = tokens
+        .mint(
+            "fan-12345",
+            "0193a0f0c1d27c3e9a1b2c3d4e5f6a7b",
+            "tour-2027-tokyo",
+            now,
+            600,
+        )
+        .expect("mint");
+    let live = Live::default();
+    let mut bearer = HeaderMap::new();
+    bearer.insert(
+        http::header::AUTHORIZATION,
+        HeaderValue::from_str(&format!("Bearer {tok}")).expect("header"),
+    );
+    let mut cookie = HeaderMap::new();
+    cookie.insert(
+        http::header::COOKIE,
+        HeaderValue::from_str(&format!("theme=dark; fg_admission={tok}; lang=ja")).expect("header"),
+    );
+    let mut bad = tok.clone();
+    bad.pop();
+    bad.push(if tok.ends_with('A') { 'B' } else { 'A' });
+    let iters = 200_000;
+    println!("admission token: HS256, {} bytes", tok.len());
+    time("AdmissionTokens::verify", iters, || {
+        tokens.verify(&tok).is_ok()
+    });
+    time("verify_for_event", iters, || {
+        tokens.verify_for_event(&tok, "tour-2027-tokyo").is_ok()
+    });
+    time("check_admission (Bearer, event path)", iters, || {
+        check_admission(&tokens, &live, &bearer, Some("tour-2027-tokyo")).is_ok()
+    });
+    time("check_admission (cookie)", iters, || {
+        check_admission(&tokens, &live, &cookie, None).is_ok()
+    });
+    time("verify, bad signature (refused)", iters, || {
+        tokens.verify(&bad).is_ok()
+    });
+    time("mint", iters / 4, || {
+        tokens
+            .mint("fan-1", "s", "tour-2027-tokyo", now, 600)
+            .is_ok()
+    });
+}
+
+trait ExposeString {
+    fn expose_secret_string(&self) -> String;
+}
+
+impl ExposeString for SecretString {
+    fn expose_secret_string(&self) -> String {
+        use secrecy::ExposeSecret;
+        self.expose_secret().to_owned()
+    }
+}
