@@ -1,0 +1,226 @@
+#!/usr/bin/env bash
+# Seat-hold benchmark (issue 2): booking's hold endpoint versus the same SQL in pgbench.
+#
+#   deploy/bench/holds.sh [--quick] [OUT_DIR]   (or: deploy/bench/run holds; deploy/stack bench)
+#
+# 1. starts a release booking on a private port against a fresh database on the private
+#    Postgres (deploy/stack deps starts it), with the sweeper on and logs at warn;
+# 2. creates fresh 60,000-seat events (30 sections x 40 rows x 50 seats) through the admin
+#    API and reports how long creation took;
+# 3. runs `loadgen holds`: BENCH_CLIENTS concurrent clients, each holding 4 random adjacent
+#    seats as a fresh account and releasing them again, for BENCH_DURATION_S seconds
+#    -> successful holds/s, hold latency p50/p99;
+# 4. runs pgbench with deploy/bench/sql/hold_seats.sql (the very statements booking runs for
+#    that hold and that release) on its own fresh 60,000-seat event -> the raw rate; reports
+#    service/raw. Both with synchronous_commit off for hold transactions (booking's default,
+#    async_commit_holds) and on;
+# 5. GA: one counter row versus eight, through booking (loadgen) and raw (pgbench).
+# Results go to $BENCH_OUT as a markdown section (see deploy/bench/run), and the raw loadgen
+# reports plus a summary to OUT_DIR/holds.json when OUT_DIR is given.
+set -euo pipefail
+
+QUICK="${BENCH_QUICK:-0}"
+if [ "${1:-}" = "--quick" ]; then QUICK=1; shift; fi
+RESULTS="${1:-}"
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+BENCH="$ROOT/deploy/bench"
+PG_PORT="${FLOODGATE_PG_PORT:-55432}"
+PORT="${BENCH_BOOKING_PORT:-18090}"
+if [ "$QUICK" = 1 ]; then DUR="${BENCH_DURATION_S:-3}"; else DUR="${BENCH_DURATION_S:-20}"; fi
+GA_DUR=$(( DUR / 2 > 2 ? DUR / 2 : 2 ))
+CLIENTS="${BENCH_CLIENTS:-64}"
+POOL="${BENCH_POOL:-32}"          # booking's Postgres pool; pgbench gets as many connections
+OUT="${BENCH_OUT:-/dev/stdout}"
+DB="fg_bench_holds_$(date +%s)_$$"
+URL="http://127.0.0.1:$PORT"
+ADMIN="bench-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
+WORK="$(mktemp -d)"
+BOOKING_PID=""
+
+log() { printf '\033[1m[bench holds]\033[0m %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+psql_q() { psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -v ON_ERROR_STOP=1 -qAt "$@"; }
+PGBENCH="$(command -v pgbench || ls /usr/lib/postgresql/*/bin/pgbench 2>/dev/null | sort -V | tail -1 || true)"
+[ -n "$PGBENCH" ] || die "pgbench not found (deploy/stack bench installs postgresql-contrib)"
+command -v curl >/dev/null || die "curl not found"
+psql_q -d postgres -c "SELECT 1" >/dev/null 2>&1 || die "private Postgres not reachable on :$PG_PORT (run deploy/stack deps)"
+
+stop_booking() {
+  if [ -n "$BOOKING_PID" ]; then
+    kill "$BOOKING_PID" 2>/dev/null || true
+    wait "$BOOKING_PID" 2>/dev/null || true
+    BOOKING_PID=""
+  fi
+}
+cleanup() {
+  stop_booking
+  psql_q -d postgres -c "DROP DATABASE IF EXISTS \"$DB\" WITH (FORCE)" >/dev/null 2>&1 || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+if [ "${BENCH_NO_BUILD:-0}" != 1 ]; then
+  log "building release binaries"
+  (cd "$ROOT" && cargo build --workspace --bins --release)
+fi
+BOOKING_BIN="$ROOT/target/release/booking"
+LOADGEN_BIN="$ROOT/target/release/loadgen"
+[ -x "$BOOKING_BIN" ] && [ -x "$LOADGEN_BIN" ] || die "release binaries missing"
+
+psql_q -d postgres -c "CREATE DATABASE \"$DB\"" >/dev/null
+
+# Starts booking with hold transactions async (true) or durable (false). A clean environment:
+# no FLOODGATE_* from the caller's shell, the dev token key (loadgen mints with it).
+start_booking() {
+  local async="$1"
+  stop_booking
+  env -i PATH="$PATH" HOME="${HOME:-/tmp}" \
+    DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/$DB" \
+    REDIS_URL="redis://127.0.0.1:${FLOODGATE_REDIS_PORT:-56379}" \
+    FLOODGATE_REDIS__KEY_PREFIX="bench-holds-$$:" \
+    FLOODGATE_ADMIN_TOKEN="$ADMIN" \
+    FLOODGATE_BOOKING__LISTEN="127.0.0.1:$PORT" \
+    FLOODGATE_BOOKING__ASYNC_COMMIT_HOLDS="$async" \
+    FLOODGATE_DATABASE__MAX_CONNECTIONS="$POOL" \
+    FLOODGATE_LOG__LEVEL=warn FLOODGATE_LOG__FORMAT=json \
+    "$BOOKING_BIN" >>"$WORK/booking.log" 2>&1 &
+  BOOKING_PID=$!
+  for _ in $(seq 1 100); do
+    curl -fsS "$URL/readyz" >/dev/null 2>&1 && return 0
+    kill -0 "$BOOKING_PID" 2>/dev/null || { tail -20 "$WORK/booking.log" >&2; die "booking exited"; }
+    sleep 0.1
+  done
+  die "booking not ready on $URL"
+}
+
+# create_event ID [ga_shards]: a 60,000-seat event, or a GA-only event with 10M units.
+create_event() {
+  local id="$1" body
+  if [ $# -ge 2 ]; then
+    body="{\"id\":\"$id\",\"name\":\"bench $id\",\"sale_start\":\"2020-01-01T00:00:00Z\",\"ga_tiers\":[{\"tier\":\"FLOOR\",\"price\":9000,\"capacity\":10000000,\"shards\":$2}]}"
+  else
+    local sections="" i
+    for i in $(seq 1 30); do
+      sections+="${sections:+,}{\"name\":\"S$i\",\"rows\":40,\"seats_per_row\":50,\"price_tier\":\"$([ $((i % 2)) = 0 ] && echo A || echo B)\"}"
+    done
+    body="{\"id\":\"$id\",\"name\":\"bench $id\",\"sale_start\":\"2020-01-01T00:00:00Z\",\"price_tiers\":[{\"tier\":\"A\",\"price\":12000},{\"tier\":\"B\",\"price\":8000}],\"seat_map\":{\"sections\":[$sections]}}"
+  fi
+  curl -fsS -o "$WORK/create-$id.json" -w '%{time_total}' -H "authorization: Bearer $ADMIN" \
+    -H 'content-type: application/json' -d "$body" "$URL/admin/events" \
+    || die "creating event $id failed"
+}
+
+# json_num FILE KEY: the first numeric value of "KEY" in a pretty-printed JSON file.
+json_num() { grep -m1 "\"$2\"" "$1" | sed -E 's/.*: *([0-9.eE+-]+).*/\1/'; }
+
+loadgen_holds() {
+  local event="$1" json="$2"; shift 2
+  "$LOADGEN_BIN" holds --booking "$URL" --event "$event" --clients "$CLIENTS" \
+    --duration-s "$DUR" --json "$json" "$@" >&2
+}
+
+pgbench_tps() {
+  local script="$1" event="$2" async="$3" dur="$4"
+  "$PGBENCH" -h 127.0.0.1 -p "$PG_PORT" -U postgres -n -M prepared -c "$POOL" -j 2 -T "$dur" \
+    -D event="$event" -D async="$async" -f "$script" "$DB" 2>&1 | tee -a "$WORK/pgbench.log" \
+    | sed -nE 's/^tps = ([0-9.]+) \(without initial connection time\).*/\1/p'
+}
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.0f%%", 100 * a / b; else print "n/a" }'; }
+fmt() { awk -v a="$1" 'BEGIN { printf "%.0f", a }'; }
+ga_units() { psql_q -d "$DB" -c "SELECT 10000000 - sum(available) FROM ga_counters WHERE event_id = '$1'"; }
+
+log "starting booking on $URL (database $DB)"
+start_booking true
+log "creating 60,000-seat events"
+T_CREATE="$(create_event svc-async)"
+SEATS="$(json_num "$WORK/create-svc-async.json" seats)"
+[ "$SEATS" = 60000 ] || die "expected 60000 seats, got $SEATS"
+create_event svc-sync >/dev/null
+create_event pg-async >/dev/null
+create_event pg-sync >/dev/null
+create_event ga1 1 >/dev/null; create_event ga8 8 >/dev/null
+create_event pg-ga1 1 >/dev/null; create_event pg-ga8 8 >/dev/null
+psql_q -d "$DB" -c "VACUUM ANALYZE" >/dev/null
+
+log "service, async hold commits: $CLIENTS clients x ${DUR}s"
+loadgen_holds svc-async "$WORK/svc-async.json"
+log "GA through the service: 1 shard vs 8"
+DUR="$GA_DUR" loadgen_holds ga1 "$WORK/ga1.json" --ga-tier FLOOR
+DUR="$GA_DUR" loadgen_holds ga8 "$WORK/ga8.json" --ga-tier FLOOR
+start_booking false
+log "service, durable hold commits"
+loadgen_holds svc-sync "$WORK/svc-sync.json"
+stop_booking
+
+log "pgbench, same SQL, $POOL connections"
+PG_ASYNC="$(pgbench_tps "$BENCH/sql/hold_seats.sql" pg-async 1 "$DUR")"
+PG_SYNC="$(pgbench_tps "$BENCH/sql/hold_seats.sql" pg-sync 0 "$DUR")"
+[ -n "$PG_ASYNC" ] && [ -n "$PG_SYNC" ] || { tail -30 "$WORK/pgbench.log" >&2; die "pgbench failed"; }
+log "pgbench GA: one row vs eight shards"
+declare -A GA
+for mode in 0 1; do
+  before="$(ga_units pg-ga1)"; pgbench_tps "$BENCH/sql/ga_single.sql" pg-ga1 "$mode" "$GA_DUR" >/dev/null
+  GA[single-$mode]=$(( $(ga_units pg-ga1) - before ))
+  before="$(ga_units pg-ga8)"; pgbench_tps "$BENCH/sql/ga_split.sql" pg-ga8 "$mode" "$GA_DUR" >/dev/null
+  GA[split-$mode]=$(( $(ga_units pg-ga8) - before ))
+done
+
+# Invariants after the run: every held seat belongs to a live hold (an expired one only until
+# the sweeper or the next hold tidies it), usage never negative, every GA tier adds up:
+# capacity = available + sold + units of live holds.
+BAD="$(psql_q -d "$DB" -c "
+  SELECT (SELECT count(*) FROM seats s LEFT JOIN holds h ON h.id = s.hold_id
+          WHERE s.status = 'held' AND (h.id IS NULL OR h.status NOT IN ('active', 'expired')))
+       + (SELECT count(*) FROM account_event_usage WHERE tickets < 0)
+       + (SELECT count(*) FROM ga_tiers t
+          WHERE t.capacity <> (SELECT sum(c.available + c.sold) FROM ga_counters c
+                               WHERE c.event_id = t.event_id AND c.tier = t.tier)
+                            + (SELECT COALESCE(sum(i.quantity), 0) FROM hold_ga_items i
+                               JOIN holds h ON h.id = i.hold_id
+                               WHERE h.event_id = t.event_id AND h.status IN ('active', 'ordered')))")"
+[ "$BAD" = 0 ] || die "invariant violated after the run ($BAD rows)"
+
+hold_row() {
+  local f="$1" label="$2" raw="$3"
+  local hps p50 p99 attempts
+  hps="$(json_num "$f" holds_per_s)"; p50="$(json_num "$f" p50_ms)"; p99="$(json_num "$f" p99_ms)"
+  attempts="$(json_num "$f" requests)"
+  printf '| %s | %s | %s | %s ms | %s ms | %s | %s |\n' "$label" "$(fmt "$hps")" "$attempts" "$p50" "$p99" "$(fmt "$raw")" "$(ratio "$hps" "$raw")"
+}
+ga_rate() { awk -v u="$1" -v d="$2" 'BEGIN { printf "%.0f", u / d }'; }
+
+{
+  echo "## Seat holds"
+  echo
+  echo "Recorded $(date -u +%Y-%m-%dT%H:%MZ) by \`deploy/bench/holds.sh\` on $(nproc) cores, $(psql_q -d postgres -c 'SHOW server_version' | cut -d' ' -f1) Postgres (private instance), commit $(cd "$ROOT" && git rev-parse --short HEAD)$([ "$QUICK" = 1 ] && echo ' — QUICK smoke run, numbers not representative')."
+  echo "Booking (release build, pool $POOL) and loadgen ($CLIENTS clients) and Postgres share the machine."
+  echo "Each loadgen client holds 4 random adjacent seats of a fresh 60,000-seat event as a new account, then releases them (so every hold meets the same half-empty hall); pgbench runs [the same statements](../deploy/bench/sql/hold_seats.sql) (usage upsert, hold row, the seat statement; then the release) with $POOL connections on its own fresh 60,000-seat event. ${DUR} s per run."
+  echo
+  echo "60,000-seat event created through the admin API in **$(awk -v t="$T_CREATE" 'BEGIN { printf "%.2f", t }') s** (one transaction, \`generate_series\` per section)."
+  echo
+  echo "| hold commits | holds/s (service) | hold requests | p50 | p99 | pgbench hold+release/s | service / raw |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+  hold_row "$WORK/svc-async.json" "async (synchronous_commit off, default)" "$PG_ASYNC"
+  hold_row "$WORK/svc-sync.json" "durable (synchronous_commit on)" "$PG_SYNC"
+  echo
+  echo "GA holds, one counter row versus a tier split over 8 shards (1 unit per hold, hold commits async):"
+  echo
+  echo "| path | 1 row | 8 shards |"
+  echo "| --- | ---: | ---: |"
+  printf '| service (loadgen hold+release, holds/s; p99) | %s; %s ms | %s; %s ms |\n' \
+    "$(fmt "$(json_num "$WORK/ga1.json" holds_per_s)")" "$(json_num "$WORK/ga1.json" p99_ms)" \
+    "$(fmt "$(json_num "$WORK/ga8.json" holds_per_s)")" "$(json_num "$WORK/ga8.json" p99_ms)"
+  printf '| raw pgbench units/s, commits async | %s | %s |\n' "$(ga_rate "${GA[single-1]}" "$GA_DUR")" "$(ga_rate "${GA[split-1]}" "$GA_DUR")"
+  printf '| raw pgbench units/s, commits durable | %s | %s |\n' "$(ga_rate "${GA[single-0]}" "$GA_DUR")" "$(ga_rate "${GA[split-0]}" "$GA_DUR")"
+  echo
+} > "$OUT"
+if [ -n "$RESULTS" ]; then
+  mkdir -p "$RESULTS"
+  cp "$WORK"/svc-*.json "$WORK"/ga*.json "$RESULTS/" 2>/dev/null || true
+  printf '{"create_60k_s": %s, "service_async_holds_per_s": %s, "service_sync_holds_per_s": %s, "pgbench_async_per_s": %s, "pgbench_sync_per_s": %s}\n' \
+    "$T_CREATE" "$(json_num "$WORK/svc-async.json" holds_per_s)" "$(json_num "$WORK/svc-sync.json" holds_per_s)" \
+    "$PG_ASYNC" "$PG_SYNC" > "$RESULTS/holds.json"
+fi
+log "done"
