@@ -21,6 +21,10 @@ pub struct BookingConfig {
     pub auctions: crate::auctions::AuctionSettings,
     /// `[idempotency]`: Idempotency-Key retention and stale-claim takeover.
     pub idempotency: crate::idempotency::IdempotencySettings,
+    /// `[payments]`: provider URL and key, webhook secrets, timeouts, reconciliation.
+    pub payments: crate::payments::PaymentSettings,
+    /// `[outbox]`: relay batches and leases, stream trimming, the ticket-delivery consumer.
+    pub outbox: crate::outbox::OutboxSettings,
 }
 
 impl Default for BookingConfig {
@@ -35,6 +39,8 @@ impl Default for BookingConfig {
             booking: BookingSettings::default(),
             auctions: Default::default(),
             idempotency: Default::default(),
+            payments: Default::default(),
+            outbox: Default::default(),
         }
     }
 }

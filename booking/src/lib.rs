@@ -29,3 +29,9 @@ pub mod storefront;
 
 // Auctions: cold (Postgres) and hot (Redis Lua) bids, closer, live prices.
 pub mod auctions;
+
+// Payments, provider webhooks, outbox relay and ticket delivery.
+pub mod delivery;
+pub mod outbox;
+pub mod payments;
+pub mod webhooks;

@@ -22,6 +22,8 @@ pub struct Metrics {
     pub outbox_lag: IntGauge,
     /// Bids accepted, by path (`cold`/`hot`).
     pub bids: IntCounterVec,
+    /// Payments, webhooks, outbox relay and ticket delivery.
+    pub payments: crate::payments::PaymentMetrics,
 }
 
 impl Metrics {
@@ -61,6 +63,7 @@ impl Metrics {
         registry.register(Box::new(holds_expired.clone()))?;
         registry.register(Box::new(outbox_lag.clone()))?;
         registry.register(Box::new(bids.clone()))?;
+        let payments = crate::payments::PaymentMetrics::register(&registry)?;
         Ok(Self {
             registry,
             http_requests,
@@ -71,6 +74,7 @@ impl Metrics {
             holds_expired,
             outbox_lag,
             bids,
+            payments,
         })
     }
 

@@ -22,6 +22,8 @@ pub fn router(state: AppState) -> Router {
         .merge(crate::ga::router())
         .merge(crate::auctions::router())
         .merge(crate::storefront::router())
+        .merge(crate::payments::router())
+        .merge(crate::webhooks::router())
         .fallback(fallback)
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(middleware::from_fn_with_state(state.clone(), observe))

@@ -27,6 +27,8 @@ pub struct Inner {
     pub seat_map_cache: crate::seats::SeatMapCache,
     /// Auction rate limiter, caches and live-price hub.
     pub auctions: crate::auctions::AuctionRuntime,
+    /// The payment provider (the Stripe-style HTTP adapter).
+    pub payments: Arc<dyn crate::payments::provider::PaymentProvider>,
 }
 
 impl std::ops::Deref for AppState {
@@ -50,6 +52,10 @@ impl AppState {
             seat_map_cache: Default::default(),
             auctions: crate::auctions::AuctionRuntime::new(&config)
                 .context("failed to set up auctions")?,
+            payments: Arc::new(
+                crate::payments::stripe::HttpProvider::new(&config.payments)
+                    .context("failed to set up the payment provider")?,
+            ),
             pool,
             config,
         })))

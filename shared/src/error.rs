@@ -50,6 +50,11 @@ pub mod codes {
     pub const UNKNOWN_SEATS: &str = "UNKNOWN_SEATS";
     pub const UNKNOWN_TIER: &str = "UNKNOWN_TIER";
     pub const HOLD_ORDERED: &str = "HOLD_ORDERED";
+    // Payments and webhooks.
+    pub const ORDER_NOT_PAYABLE: &str = "ORDER_NOT_PAYABLE";
+    pub const PAYMENT_IN_PROGRESS: &str = "PAYMENT_IN_PROGRESS";
+    pub const PAYMENT_REFUNDED: &str = "PAYMENT_REFUNDED";
+    pub const INVALID_SIGNATURE: &str = "INVALID_SIGNATURE";
 }
 
 /// The wire shape of an error.

@@ -87,6 +87,9 @@ enum Start {
     Charge(Attempt),
     /// Nothing to charge; answer with this.
     Answer(ApiError),
+    /// The order can no longer be paid (expired, cancelled, hold lost); nothing new is
+    /// charged. An attempt of it still open is resolved before answering.
+    Unpayable(ApiError),
     /// The order is already paid: answer with the order.
     AlreadyPaid,
 }
@@ -162,6 +165,16 @@ async fn pay_claimed(
     let attempt = match start_attempt(state, account, order_id, method).await? {
         Start::Charge(a) => a,
         Start::Answer(e) => return Ok(Done::Released(e)),
+        Start::Unpayable(e) => {
+            return match settle_open_attempt(state, order_id, account, e).await {
+                Ok(e) => Ok(Done::Released(e)),
+                // The open attempt had been charged and the order was still pending.
+                Err(Paid) => {
+                    let body = paid_body(state, order_id, account).await?;
+                    store(state, claim, StatusCode::OK, body).await
+                }
+            };
+        }
         Start::AlreadyPaid => {
             let body = paid_body(state, order_id, account).await?;
             return store(state, claim, StatusCode::OK, body).await;
@@ -225,9 +238,9 @@ async fn start_attempt(
         if let Some(hold_id) = &hold_id
             && !extend_hold_tx(&mut tx, hold_id, pin_s).await?
         {
-            return Ok(Start::Answer(ApiError::conflict(
+            return Ok(Start::Unpayable(ApiError::conflict(
                 codes::HOLD_EXPIRED,
-                "the seats of this order are no longer held; nothing was charged",
+                "the seats of this order are no longer held",
             )));
         }
         let inserted: Option<Attempt> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
@@ -341,15 +354,53 @@ async fn not_payable(state: &AppState, order_id: &str, account: &str) -> ApiResu
             } else {
                 status
             };
-            Start::Answer(
-                ApiError::conflict(
-                    codes::ORDER_NOT_PAYABLE,
-                    "this order can no longer be paid; nothing was charged",
-                )
-                .with("status", status),
+            Start::Unpayable(
+                ApiError::conflict(codes::ORDER_NOT_PAYABLE, "this order can no longer be paid")
+                    .with("status", status),
             )
         }
     })
+}
+
+/// An open attempt turned out to have paid the order.
+struct Paid;
+
+/// Before telling the fan an order cannot be paid: if one of its attempts is still open (a
+/// timeout earlier), ask the provider about it — never charging anew — so money taken for it
+/// is refunded now rather than by the reconciliation job, and say so.
+async fn settle_open_attempt(
+    state: &AppState,
+    order_id: &str,
+    account: &str,
+    e: ApiError,
+) -> Result<ApiError, Paid> {
+    let open: Result<Option<String>, sqlx::Error> = sqlx::query_scalar(
+        "SELECT id FROM payments WHERE order_id = $1 AND account_id = $2 AND status = 'pending'",
+    )
+    .bind(order_id)
+    .bind(account)
+    .fetch_optional(&state.pool)
+    .await;
+    let payment_id = match open {
+        Ok(Some(id)) => id,
+        Ok(None) => return Ok(e.with("charged", false)),
+        Err(err) => {
+            tracing::warn!(error = ?err, order_id, "could not look for an open attempt");
+            return Ok(e);
+        }
+    };
+    match super::reconcile::resolve_pending(state, &payment_id).await {
+        Ok("refunded") => Ok(e.with("refunded", true)),
+        Ok("completed") => Err(Paid),
+        Ok(outcome) => {
+            tracing::info!(order_id, payment_id = %payment_id, outcome, "open attempt of an unpayable order");
+            Ok(e)
+        }
+        Err(err) => {
+            tracing::warn!(error = ?err, order_id, "could not resolve an open attempt; reconciliation will");
+            Ok(e)
+        }
+    }
 }
 
 /// Calls the provider, waiting out a concurrent request with the same key (another click of

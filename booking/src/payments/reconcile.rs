@@ -42,7 +42,7 @@ pub async fn run_once(state: &AppState) -> anyhow::Result<usize> {
     .await
     .context("failed to claim payments to reconcile")?;
     for d in &due {
-        match reconcile_one(state, d).await {
+        match reconcile_one(state, d, true).await {
             Ok(outcome) => {
                 state
                     .metrics
@@ -59,7 +59,26 @@ pub async fn run_once(state: &AppState) -> anyhow::Result<usize> {
     Ok(due.len())
 }
 
-async fn reconcile_one(state: &AppState, d: &Due) -> anyhow::Result<&'static str> {
+/// Resolves one pending attempt right now by asking the provider (no new charge is ever
+/// made). Used by the pay request when the order turned out unpayable while an attempt of it
+/// was still open. An attempt the provider does not know is left for the job.
+pub async fn resolve_pending(state: &AppState, payment_id: &str) -> anyhow::Result<&'static str> {
+    let due: Option<Due> = sqlx::query_as(
+        "SELECT id, order_id, attempt, status, provider_payment_id FROM payments
+          WHERE id = $1 AND status = 'pending'",
+    )
+    .bind(payment_id)
+    .fetch_optional(&state.pool)
+    .await?;
+    match due {
+        Some(d) => reconcile_one(state, &d, false).await,
+        None => Ok("unchanged"),
+    }
+}
+
+/// `abandon`: close an attempt the provider does not know (only when it is older than any
+/// provider request can run, i.e. from the job).
+async fn reconcile_one(state: &AppState, d: &Due, abandon: bool) -> anyhow::Result<&'static str> {
     if d.status == "refund_pending" {
         let Some(provider_id) = &d.provider_payment_id else {
             anyhow::bail!("refund_pending payment without a provider payment id");
@@ -77,6 +96,9 @@ async fn reconcile_one(state: &AppState, d: &Due) -> anyhow::Result<&'static str
         p.meta("payment_id") == Some(d.id.as_str()) || p.meta("attempt") == Some(attempt.as_str())
     });
     let Some(p) = mine else {
+        if !abandon {
+            return Ok("unknown_to_provider");
+        }
         // The provider never created a payment for this attempt, and the attempt is older
         // than any request to the provider can run: close it so the next pay starts afresh.
         let closed = sqlx::query(

@@ -16,3 +16,4 @@ mod sweeper;
 mod bad_input;
 mod hot_auctions;
 mod auction_ws;
+mod payments;

@@ -1,0 +1,516 @@
+//! Payments against the real sandbox provider over HTTP: at most one charge however the pay
+//! request is repeated, declines, provider timeouts and 5xx, reconciliation, and money that
+//! arrives after the hold expired. Also the helpers the webhook and outbox tests share.
+
+use crate::events::{create_event, small_event};
+use crate::helpers::{TestApp, json};
+use crate::holds::expire_in_db;
+use booking::config::BookingConfig;
+use sandbox_provider::config::{SandboxSettings, WebhookMode};
+use sandbox_provider::{Application as SandboxApp, Sandbox};
+use secrecy::SecretString;
+use serde_json::{Value, json};
+use std::collections::HashSet;
+
+pub const API_KEY: &str = "sk_test_payments_suite";
+/// The secret the sandbox signs with; booking also accepts [`OLD_WEBHOOK_SECRET`] (rotation).
+pub const WEBHOOK_SECRET: &str = "whsec_test_current_secret";
+pub const OLD_WEBHOOK_SECRET: &str = "whsec_test_previous_secret";
+
+/// Booking plus an in-process sandbox provider on port 0, wired to each other. Webhooks
+/// are held (manual mode) until a test flushes them, unless the test says otherwise.
+pub struct PayEnv {
+    pub app: TestApp,
+    pub sandbox: Sandbox,
+    pub sandbox_url: String,
+}
+
+impl PayEnv {
+    pub async fn spawn() -> Self {
+        Self::spawn_with(|_| {}, |_| {}).await
+    }
+
+    pub async fn spawn_with(
+        booking: impl FnOnce(&mut BookingConfig),
+        sandbox: impl FnOnce(&mut SandboxSettings),
+    ) -> Self {
+        let mut s = SandboxSettings {
+            listen: "127.0.0.1:0".into(),
+            api_key: SecretString::from(API_KEY),
+            webhook_secret: SecretString::from(WEBHOOK_SECRET),
+            webhook_mode: WebhookMode::Manual,
+            webhook_backoff_ms: 50,
+            webhook_max_attempts: 3,
+            ..SandboxSettings::default()
+        };
+        sandbox(&mut s);
+        let sb = SandboxApp::build(s).await.expect("start sandbox");
+        let port = sb.port();
+        let handle = sb.sandbox();
+        tokio::spawn(sb.run_until_stopped(std::future::pending()));
+        let sandbox_url = format!("http://127.0.0.1:{port}");
+        let url = sandbox_url.clone();
+        let app = TestApp::spawn_with(move |c| {
+            c.payments.provider_url = url;
+            c.payments.api_key = SecretString::from(API_KEY);
+            c.payments.webhook_secrets = vec![
+                SecretString::from(OLD_WEBHOOK_SECRET),
+                SecretString::from(WEBHOOK_SECRET),
+            ];
+            c.payments.request_timeout_ms = 3_000;
+            booking(c);
+        })
+        .await;
+        let hook = app.url("/webhooks/payments");
+        handle.update(|s| s.webhook_url = hook);
+        PayEnv {
+            app,
+            sandbox: handle,
+            sandbox_url,
+        }
+    }
+
+    /// Charges the provider recorded for `order`.
+    pub fn charges(&self, order: &str) -> usize {
+        self.sandbox.order_summary(order).charges
+    }
+
+    pub fn refunds(&self, order: &str) -> usize {
+        self.sandbox.order_summary(order).refunds
+    }
+}
+
+/// A seat order ready to pay.
+pub struct SeatOrder {
+    pub event: String,
+    pub account: String,
+    pub token: String,
+    pub hold_id: String,
+    pub order_id: String,
+    pub seats: Vec<String>,
+}
+
+/// Creates event `event` (if `create`), holds `seats` for `account` and orders them.
+pub async fn seat_order(app: &TestApp, event: &str, create: bool, account: &str, seats: &[&str]) -> SeatOrder {
+    if create {
+        create_event(app, &small_event(event, 2, 5, 10, 1)).await;
+    }
+    let token = app.admission(account, event);
+    let (status, hold) = json(
+        app.post(
+            &format!("/api/events/{event}/holds"),
+            &token,
+            &json!({ "seats": seats }),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 201, "{hold}");
+    let hold_id = hold["hold_id"].as_str().expect("hold id").to_owned();
+    let (status, order) = json(
+        app.client
+            .post(app.url("/api/orders"))
+            .bearer_auth(&token)
+            .header("Idempotency-Key", format!("order-{hold_id}"))
+            .json(&json!({ "hold_id": hold_id }))
+            .send()
+            .await
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(status, 201, "{order}");
+    assert_eq!(order["status"], "PENDING_PAYMENT");
+    SeatOrder {
+        event: event.to_owned(),
+        account: account.to_owned(),
+        token,
+        hold_id,
+        order_id: order["id"].as_str().expect("order id").to_owned(),
+        seats: seats.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+/// `POST /api/orders/{id}/pay`.
+pub async fn pay(app: &TestApp, token: &str, order: &str, key: &str, method: &str) -> (u16, Value) {
+    json(
+        app.client
+            .post(app.url(&format!("/api/orders/{order}/pay")))
+            .bearer_auth(token)
+            .header("Idempotency-Key", key)
+            .json(&json!({ "payment_method": method }))
+            .send()
+            .await
+            .expect("request"),
+    )
+    .await
+}
+
+pub async fn scalar(app: &TestApp, sql: &str, bind: &str) -> i64 {
+    sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql.to_owned()))
+        .bind(bind)
+        .fetch_one(&app.pool)
+        .await
+        .expect("scalar query")
+}
+
+pub async fn order_status(app: &TestApp, order: &str) -> String {
+    sqlx::query_scalar("SELECT status FROM orders WHERE id = $1")
+        .bind(order)
+        .fetch_one(&app.pool)
+        .await
+        .expect("order")
+}
+
+/// Everything a payment can change, for "nothing changed" assertions.
+pub async fn payment_state(app: &TestApp, order: &str) -> Value {
+    let row: (String, i64, i64, i64, i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT status FROM orders WHERE id = $1),
+                (SELECT count(*) FROM tickets WHERE order_id = $1),
+                (SELECT count(*) FROM seats WHERE order_id = $1 AND status = 'sold'),
+                (SELECT count(*) FROM payments WHERE order_id = $1 AND status = 'succeeded'),
+                (SELECT count(*) FROM payments WHERE order_id = $1 AND status LIKE 'refund%'),
+                (SELECT count(*) FROM outbox WHERE aggregate_id = $1
+                   AND topic IN ('order.paid', 'order.refunded')),
+                (SELECT count(*) FROM payment_webhook_events)",
+    )
+    .bind(order)
+    .fetch_one(&app.pool)
+    .await
+    .expect("payment state");
+    json!({"order": row.0, "tickets": row.1, "sold": row.2, "succeeded": row.3,
+           "refunds": row.4, "events": row.5, "webhooks": row.6})
+}
+
+/// Moves every open attempt of `order` into the reconciliation window.
+pub async fn make_due(app: &TestApp, order: &str) {
+    sqlx::query(
+        "UPDATE payments SET next_check_at = clock_timestamp() - interval '1 second'
+          WHERE order_id = $1",
+    )
+    .bind(order)
+    .execute(&app.pool)
+    .await
+    .expect("make due");
+}
+
+#[tokio::test]
+async fn pay_issues_one_ticket_per_seat_and_announces_it() {
+    let env = PayEnv::spawn().await;
+    let o = seat_order(&env.app, "ev", true, "alice", &["S1-R1-1", "S1-R1-2"]).await;
+    let (status, v) = pay(&env.app, &o.token, &o.order_id, "pay-1", "pm_card_visa").await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["status"], "PAID");
+    assert_eq!(v["total"], 24000);
+    let seats: HashSet<&str> = v["tickets"]
+        .as_array()
+        .expect("tickets")
+        .iter()
+        .filter_map(|t| t["seat_id"].as_str())
+        .collect();
+    assert_eq!(seats, HashSet::from(["S1-R1-1", "S1-R1-2"]));
+    assert_eq!(v["payment"]["attempt"], 1);
+    assert_eq!(env.charges(&o.order_id), 1);
+    let summary = env.sandbox.order_summary(&o.order_id);
+    assert_eq!(summary.amount_charged, 24000);
+    let state = payment_state(&env.app, &o.order_id).await;
+    assert_eq!(state["tickets"], 2);
+    assert_eq!(state["sold"], 2);
+    assert_eq!(state["events"], 1, "one order.paid in the outbox");
+    let hold: String = sqlx::query_scalar("SELECT status FROM holds WHERE id = $1")
+        .bind(&o.hold_id)
+        .fetch_one(&env.app.pool)
+        .await
+        .unwrap();
+    assert_eq!(hold, "sold");
+    // The same key replays; a new key on a paid order answers the paid order. Neither charges.
+    let (status, again) = pay(&env.app, &o.token, &o.order_id, "pay-1", "pm_card_visa").await;
+    assert_eq!((status, &again["tickets"]), (200, &v["tickets"]));
+    let (status, other) = pay(&env.app, &o.token, &o.order_id, "pay-2", "pm_card_visa").await;
+    assert_eq!((status, other["status"].as_str()), (200, Some("PAID")));
+    assert_eq!(env.charges(&o.order_id), 1);
+}
+
+#[tokio::test]
+async fn double_click_and_concurrent_retries_charge_once() {
+    // Latency widens the window in which the requests overlap at the provider.
+    let env = PayEnv::spawn_with(|_| {}, |s| s.latency_ms = 150).await;
+    let o = seat_order(&env.app, "ev", true, "alice", &["S1-R1-1", "S1-R1-2", "S1-R1-3"]).await;
+    // 100 simultaneous pay requests: half repeat one key (double click), half carry their own
+    // key (a client that retries with fresh keys).
+    let futures = (0..100).map(|i| {
+        let key = if i % 2 == 0 { "click".to_owned() } else { format!("retry-{i}") };
+        let app = &env.app;
+        let token = o.token.clone();
+        let order = o.order_id.clone();
+        async move { pay(app, &token, &order, &key, "pm_card_visa").await }
+    });
+    let results = futures::future::join_all(futures).await;
+    let mut paid = 0;
+    for (status, v) in &results {
+        match status {
+            200 => {
+                assert_eq!(v["status"], "PAID", "{v}");
+                paid += 1;
+            }
+            // Same key still running, or the attempt still running at the provider.
+            409 => assert!(
+                v["code"] == "IDEMPOTENCY_IN_FLIGHT" || v["code"] == "PAYMENT_IN_PROGRESS",
+                "{v}"
+            ),
+            other => panic!("unexpected {other}: {v}"),
+        }
+    }
+    assert!(paid > 0);
+    let (status, v) = pay(&env.app, &o.token, &o.order_id, "after", "pm_card_visa").await;
+    assert_eq!((status, v["status"].as_str()), (200, Some("PAID")));
+    assert_eq!(env.charges(&o.order_id), 1, "exactly one charge at the provider");
+    let state = payment_state(&env.app, &o.order_id).await;
+    assert_eq!(state["tickets"], 3, "one ticket per seat");
+    assert_eq!(state["succeeded"], 1);
+    assert_eq!(state["events"], 1);
+    let attempts = scalar(&env.app, "SELECT count(*) FROM payments WHERE order_id = $1", &o.order_id).await;
+    assert_eq!(attempts, 1, "every request reused the one attempt");
+}
+
+#[tokio::test]
+async fn decline_then_good_card_succeeds_with_one_charge() {
+    let env = PayEnv::spawn().await;
+    let o = seat_order(&env.app, "ev", true, "alice", &["S2-R1-1"]).await;
+    let (status, v) = pay(&env.app, &o.token, &o.order_id, "k1", "pm_card_chargeDeclined").await;
+    assert_eq!(status, 402, "{v}");
+    assert_eq!(v["code"], "CARD_DECLINED");
+    assert_eq!(v["decline_code"], "generic_decline");
+    // The decline is stored under its key and replayed, not retried at the provider.
+    let (status, again) = pay(&env.app, &o.token, &o.order_id, "k1", "pm_card_chargeDeclined").await;
+    assert_eq!((status, &again), (402, &v));
+    assert_eq!(env.sandbox.order_summary(&o.order_id).intents.len(), 1);
+    // The hold is kept: the order is still payable, the seat still held by it.
+    assert_eq!(order_status(&env.app, &o.order_id).await, "PENDING_PAYMENT");
+    let held = scalar(
+        &env.app,
+        "SELECT count(*) FROM seats WHERE hold_id = $1 AND status = 'held' AND held_until > clock_timestamp()",
+        &o.hold_id,
+    )
+    .await;
+    assert_eq!(held, 1);
+    // A different card is a new attempt with a new provider key.
+    let (status, v) = pay(&env.app, &o.token, &o.order_id, "k2", "pm_card_visa").await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["payment"]["attempt"], 2);
+    let summary = env.sandbox.order_summary(&o.order_id);
+    assert_eq!((summary.charges, summary.declines), (1, 1));
+    let keys: Vec<(i32, String, String)> = sqlx::query_as(
+        "SELECT attempt, provider_key, status FROM payments WHERE order_id = $1 ORDER BY attempt",
+    )
+    .bind(&o.order_id)
+    .fetch_all(&env.app.pool)
+    .await
+    .unwrap();
+    assert_eq!(keys.len(), 2);
+    assert_ne!(keys[0].1, keys[1].1);
+    assert_eq!((keys[0].2.as_str(), keys[1].2.as_str()), ("declined", "succeeded"));
+}
+
+#[tokio::test]
+async fn provider_timeout_then_retry_charges_once() {
+    let env = PayEnv::spawn_with(
+        |c| c.payments.request_timeout_ms = 300,
+        |s| s.timeout_delay_ms = 5_000,
+    )
+    .await;
+    let o = seat_order(&env.app, "ev", true, "alice", &["S1-R2-1"]).await;
+    let (status, v) = pay(&env.app, &o.token, &o.order_id, "t1", "pm_card_sandbox_timeout").await;
+    assert_eq!(status, 504, "{v}");
+    assert_eq!(v["code"], "PAYMENT_PROVIDER_TIMEOUT");
+    assert_eq!(order_status(&env.app, &o.order_id).await, "PENDING_PAYMENT");
+    assert_eq!(env.charges(&o.order_id), 1, "the provider did charge");
+    // The retry (same key, or another key: the attempt is still pending) reuses the provider
+    // key, which replays the charge instead of making a second one.
+    let (status, v) = pay(&env.app, &o.token, &o.order_id, "t1", "pm_card_sandbox_timeout").await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["status"], "PAID");
+    assert_eq!(env.charges(&o.order_id), 1);
+    assert_eq!(payment_state(&env.app, &o.order_id).await["tickets"], 1);
+}
+
+#[tokio::test]
+async fn provider_5xx_keeps_the_order_pending_and_the_retry_charges_once() {
+    let env = PayEnv::spawn().await;
+    let o = seat_order(&env.app, "ev", true, "alice", &["S1-R2-2"]).await;
+    env.sandbox.update(|s| s.failure_rate = 1.0);
+    let (status, v) = pay(&env.app, &o.token, &o.order_id, "f1", "pm_card_visa").await;
+    assert_eq!(status, 502, "{v}");
+    assert_eq!(v["code"], "PAYMENT_PROVIDER_ERROR");
+    assert_eq!(order_status(&env.app, &o.order_id).await, "PENDING_PAYMENT");
+    env.sandbox.update(|s| s.failure_rate = 0.0);
+    // Same Idempotency-Key: the 502 was not stored, the request runs again.
+    let (status, v) = pay(&env.app, &o.token, &o.order_id, "f1", "pm_card_visa").await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(env.charges(&o.order_id), 1);
+    let attempts = scalar(&env.app, "SELECT count(*) FROM payments WHERE order_id = $1", &o.order_id).await;
+    assert_eq!(attempts, 1, "the retry reused the attempt and its provider key");
+}
+
+#[tokio::test]
+async fn unreachable_provider_is_502_and_nothing_is_charged() {
+    let env = PayEnv::spawn_with(|c| c.payments.provider_url = "http://127.0.0.1:9".into(), |_| {}).await;
+    let o = seat_order(&env.app, "ev", true, "alice", &["S1-R2-3"]).await;
+    let (status, v) = pay(&env.app, &o.token, &o.order_id, "u1", "pm_card_visa").await;
+    assert_eq!(status, 502, "{v}");
+    assert_eq!(order_status(&env.app, &o.order_id).await, "PENDING_PAYMENT");
+    // The request never left: the attempt is closed, the next one gets a new key.
+    let st: String = sqlx::query_scalar("SELECT status FROM payments WHERE order_id = $1")
+        .bind(&o.order_id)
+        .fetch_one(&env.app.pool)
+        .await
+        .unwrap();
+    assert_eq!(st, "failed");
+}
+
+#[tokio::test]
+async fn reconciliation_completes_an_order_whose_answer_was_lost() {
+    let env = PayEnv::spawn_with(
+        |c| c.payments.request_timeout_ms = 300,
+        |s| s.timeout_delay_ms = 5_000,
+    )
+    .await;
+    let o = seat_order(&env.app, "ev", true, "alice", &["S1-R1-4", "S1-R1-5"]).await;
+    let (status, _) = pay(&env.app, &o.token, &o.order_id, "r1", "pm_card_sandbox_timeout").await;
+    assert_eq!(status, 504);
+    // Not due yet: the job leaves fresh attempts alone.
+    assert_eq!(booking::payments::reconcile::run_once(&env.app.state).await.unwrap(), 0);
+    make_due(&env.app, &o.order_id).await;
+    assert_eq!(booking::payments::reconcile::run_once(&env.app.state).await.unwrap(), 1);
+    let state = payment_state(&env.app, &o.order_id).await;
+    assert_eq!(state["order"], "PAID");
+    assert_eq!(state["tickets"], 2);
+    assert_eq!(env.charges(&o.order_id), 1);
+    // Running it again changes nothing.
+    make_due(&env.app, &o.order_id).await;
+    booking::payments::reconcile::run_once(&env.app.state).await.unwrap();
+    assert_eq!(payment_state(&env.app, &o.order_id).await, state);
+}
+
+#[tokio::test]
+async fn reconciliation_closes_an_attempt_the_provider_never_saw() {
+    let env = PayEnv::spawn().await;
+    let o = seat_order(&env.app, "ev", true, "alice", &["S2-R2-1"]).await;
+    // An attempt recorded, then the process died before calling the provider.
+    sqlx::query(
+        "INSERT INTO payments (id, order_id, account_id, attempt, provider_key, amount, currency,
+                               payment_method, next_check_at)
+         VALUES ('p-lost', $1, 'alice', 1, $1 || '-1', 8000, 'JPY', 'pm_card_visa',
+                 clock_timestamp() - interval '1 second')",
+    )
+    .bind(&o.order_id)
+    .execute(&env.app.pool)
+    .await
+    .unwrap();
+    booking::payments::reconcile::run_once(&env.app.state).await.unwrap();
+    let st: String = sqlx::query_scalar("SELECT status FROM payments WHERE id = 'p-lost'")
+        .fetch_one(&env.app.pool)
+        .await
+        .unwrap();
+    assert_eq!(st, "failed");
+    let (status, v) = pay(&env.app, &o.token, &o.order_id, "k", "pm_card_visa").await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["payment"]["attempt"], 2);
+    assert_eq!(env.charges(&o.order_id), 1);
+}
+
+#[tokio::test]
+async fn success_after_hold_expiry_is_refunded_once_and_the_seat_stays_with_its_new_holder() {
+    let env = PayEnv::spawn_with(
+        |c| c.payments.request_timeout_ms = 300,
+        |s| s.timeout_delay_ms = 5_000,
+    )
+    .await;
+    let o = seat_order(&env.app, "ev", true, "alice", &["S1-R1-1"]).await;
+    let (status, _) = pay(&env.app, &o.token, &o.order_id, "a1", "pm_card_sandbox_timeout").await;
+    assert_eq!(status, 504);
+    // The pin runs out and nobody heard back: the hold expires and bob takes the seat.
+    expire_in_db(&env.app, &o.hold_id).await;
+    sqlx::query("UPDATE orders SET expires_at = clock_timestamp() - interval '1 second' WHERE id = $1")
+        .bind(&o.order_id)
+        .execute(&env.app.pool)
+        .await
+        .unwrap();
+    let bob = seat_order(&env.app, "ev", false, "bob", &["S1-R1-1"]).await;
+    // Alice retries: the provider replays the success of her open attempt, which can no
+    // longer be honoured: refunded, and she is told so.
+    let (status, v) = pay(&env.app, &o.token, &o.order_id, "a2", "pm_card_sandbox_timeout").await;
+    assert_eq!(status, 409, "{v}");
+    assert_eq!(v["refunded"], true, "{v}");
+    assert_eq!(env.refunds(&o.order_id), 1);
+    let state = payment_state(&env.app, &o.order_id).await;
+    assert_eq!(state["tickets"], 0);
+    assert_eq!(state["refunds"], 1);
+    assert_eq!(state["events"], 1, "one order.refunded");
+    assert_ne!(state["order"], "PAID", "never resurrected");
+    // The late webhook, duplicated, then reconciliation: no second refund, nothing moves.
+    env.sandbox.flush_webhooks(false, true).await;
+    make_due(&env.app, &o.order_id).await;
+    booking::payments::reconcile::run_once(&env.app.state).await.unwrap();
+    assert_eq!(env.refunds(&o.order_id), 1, "refunded exactly once");
+    let after = payment_state(&env.app, &o.order_id).await;
+    assert_eq!((&after["tickets"], &after["refunds"], &after["events"]), (&json!(0), &json!(1), &json!(1)));
+    let seat: (String, Option<String>) = sqlx::query_as(
+        "SELECT status, hold_id FROM seats WHERE event_id = 'ev' AND seat_id = 'S1-R1-1'",
+    )
+    .fetch_one(&env.app.pool)
+    .await
+    .unwrap();
+    assert_eq!(seat, ("held".to_owned(), Some(bob.hold_id.clone())));
+    // And bob can still buy it.
+    let (status, v) = pay(&env.app, &bob.token, &bob.order_id, "b1", "pm_card_visa").await;
+    assert_eq!(status, 200, "{v}");
+}
+
+#[tokio::test]
+async fn expired_order_is_refused_before_any_charge() {
+    let env = PayEnv::spawn().await;
+    let o = seat_order(&env.app, "ev", true, "alice", &["S1-R2-4"]).await;
+    sqlx::query("UPDATE orders SET expires_at = clock_timestamp() - interval '1 second' WHERE id = $1")
+        .bind(&o.order_id)
+        .execute(&env.app.pool)
+        .await
+        .unwrap();
+    let (status, v) = pay(&env.app, &o.token, &o.order_id, "x", "pm_card_visa").await;
+    assert_eq!(status, 409, "{v}");
+    assert_eq!(v["code"], "ORDER_NOT_PAYABLE");
+    assert_eq!(v["charged"], false);
+    assert_eq!(env.sandbox.order_summary(&o.order_id).intents.len(), 0);
+}
+
+#[tokio::test]
+async fn bad_pay_requests_change_nothing() {
+    let env = PayEnv::spawn().await;
+    let o = seat_order(&env.app, "ev", true, "alice", &["S2-R2-2"]).await;
+    let before = payment_state(&env.app, &o.order_id).await;
+    let url = env.app.url(&format!("/api/orders/{}/pay", o.order_id));
+    let send = |req: reqwest::RequestBuilder| async move { json(req.send().await.expect("request")).await };
+    // No Idempotency-Key.
+    let (s, v) = send(env.app.client.post(&url).bearer_auth(&o.token).json(&json!({"payment_method": "pm_card_visa"}))).await;
+    assert_eq!((s, v["code"].as_str()), (400, Some("IDEMPOTENCY_KEY_MISSING")));
+    // No admission token.
+    let (s, _) = send(env.app.client.post(&url).header("Idempotency-Key", "k").json(&json!({"payment_method": "pm_card_visa"}))).await;
+    assert_eq!(s, 401);
+    // Bad bodies.
+    for body in [json!({}), json!({"payment_method": 5}), json!({"payment_method": "card"}),
+                 json!({"payment_method": "pm_card_visa", "amount": 1}),
+                 json!({"payment_method": "pm_' OR 1=1"})] {
+        let (s, v) = send(env.app.client.post(&url).bearer_auth(&o.token).header("Idempotency-Key", "k").json(&body)).await;
+        assert_eq!(s, 422, "{body} -> {v}");
+    }
+    // Someone else's order, and no order at all, look the same.
+    let mallory = env.app.admission("mallory", "ev");
+    let (s, v) = pay(&env.app, &mallory, &o.order_id, "m", "pm_card_visa").await;
+    assert_eq!((s, v["code"].as_str()), (404, Some("NOT_FOUND")));
+    let (s, _) = pay(&env.app, &o.token, "no-such-order", "n", "pm_card_visa").await;
+    assert_eq!(s, 404);
+    // An unknown payment method is refused by the provider: nothing charged, attempt closed.
+    let (s, _) = pay(&env.app, &o.token, &o.order_id, "u", "pm_card_unknown").await;
+    assert_eq!(s, 502);
+    assert_eq!(payment_state(&env.app, &o.order_id).await, before);
+    assert_eq!(env.charges(&o.order_id), 0);
+}
