@@ -21,6 +21,8 @@ pub struct BookingConfig {
     pub auctions: crate::auctions::AuctionSettings,
     /// `[idempotency]`: Idempotency-Key retention and stale-claim takeover.
     pub idempotency: crate::idempotency::IdempotencySettings,
+    /// `[orders]`: carts, orders, expiry, flash-sale gate.
+    pub orders: crate::orders::OrderSettings,
     /// `[payments]`: provider URL and key, webhook secrets, timeouts, reconciliation.
     pub payments: crate::payments::PaymentSettings,
     /// `[outbox]`: relay batches and leases, stream trimming, the ticket-delivery consumer.
@@ -39,6 +41,7 @@ impl Default for BookingConfig {
             booking: BookingSettings::default(),
             auctions: Default::default(),
             idempotency: Default::default(),
+            orders: Default::default(),
             payments: Default::default(),
             outbox: Default::default(),
         }

@@ -23,6 +23,10 @@ pub mod seats;
 pub mod sweeper;
 // Carts, orders, inventory, idempotency keys, flash-sale gate.
 pub mod idempotency;
+pub mod cart;
+pub mod flash;
+pub mod orders;
+pub mod products;
 
 // Storefront: event details for the shop page.
 pub mod storefront;

@@ -22,6 +22,8 @@ pub struct Metrics {
     pub outbox_lag: IntGauge,
     /// Bids accepted, by path (`cold`/`hot`).
     pub bids: IntCounterVec,
+    /// Carts, orders and the flash-sale gate.
+    pub commerce: crate::orders::CommerceMetrics,
     /// Payments, webhooks, outbox relay and ticket delivery.
     pub payments: crate::payments::PaymentMetrics,
 }
@@ -63,6 +65,7 @@ impl Metrics {
         registry.register(Box::new(holds_expired.clone()))?;
         registry.register(Box::new(outbox_lag.clone()))?;
         registry.register(Box::new(bids.clone()))?;
+        let commerce = crate::orders::CommerceMetrics::register(&registry)?;
         let payments = crate::payments::PaymentMetrics::register(&registry)?;
         Ok(Self {
             registry,
@@ -74,6 +77,7 @@ impl Metrics {
             holds_expired,
             outbox_lag,
             bids,
+            commerce,
             payments,
         })
     }

@@ -25,6 +25,8 @@ pub struct Inner {
     redis: OnceCell<ConnectionManager>,
     /// Per-process caches (seat maps etc.), keyed by whatever the owning module needs.
     pub seat_map_cache: crate::seats::SeatMapCache,
+    /// SKUs known to exist (cart writes skip the Postgres lookup).
+    pub catalog: crate::products::Catalog,
     /// Auction rate limiter, caches and live-price hub.
     pub auctions: crate::auctions::AuctionRuntime,
     /// The payment provider (the Stripe-style HTTP adapter).
@@ -50,6 +52,7 @@ impl AppState {
             redis_client,
             redis: OnceCell::new(),
             seat_map_cache: Default::default(),
+            catalog: Default::default(),
             auctions: crate::auctions::AuctionRuntime::new(&config)
                 .context("failed to set up auctions")?,
             payments: Arc::new(

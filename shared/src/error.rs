@@ -50,6 +50,11 @@ pub mod codes {
     pub const UNKNOWN_SEATS: &str = "UNKNOWN_SEATS";
     pub const UNKNOWN_TIER: &str = "UNKNOWN_TIER";
     pub const HOLD_ORDERED: &str = "HOLD_ORDERED";
+    // Carts and orders.
+    pub const UNKNOWN_SKU: &str = "UNKNOWN_SKU";
+    pub const PRODUCT_EXISTS: &str = "PRODUCT_EXISTS";
+    pub const CART_FULL: &str = "CART_FULL";
+    pub const CART_EMPTY: &str = "CART_EMPTY";
     // Payments and webhooks.
     pub const ORDER_NOT_PAYABLE: &str = "ORDER_NOT_PAYABLE";
     pub const PAYMENT_IN_PROGRESS: &str = "PAYMENT_IN_PROGRESS";

@@ -1,0 +1,263 @@
+//! The cart: one Redis hash per account (`cart:{account}`, SKU → quantity), TTL 30 days
+//! refreshed on every write.
+//!
+//! Guarantees:
+//! - Writes are absolute (`PUT` sets the quantity, `0` or `DELETE` removes the line), so every
+//!   write is idempotent; two devices editing different SKUs never overwrite each other (each
+//!   write touches only its own hash field).
+//! - The line limit (default 100) is checked and applied in one Lua script, so concurrent adds
+//!   cannot exceed it; the 101st line is `422 CART_FULL`.
+//! - Prices are never stored in the cart: `GET /api/cart` reads current prices from Postgres
+//!   and checkout recomputes them.
+//! - An unknown SKU is `404 UNKNOWN_SKU`; a quantity that is not an integer in
+//!   `1..=max_line_quantity` (or 0 to remove) is `422`.
+
+use crate::auth::Admitted;
+use crate::error::{ApiError, ApiResult};
+use crate::json::ApiJson;
+use crate::state::AppState;
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::{get, put};
+use redis::Script;
+use serde::{Deserialize, Serialize};
+use shared::error::codes;
+use std::collections::BTreeMap;
+use std::sync::LazyLock;
+
+/// Cart lifetime, refreshed on write.
+pub const CART_TTL_S: i64 = 30 * 24 * 3600;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/cart", get(get_cart))
+        .route("/api/cart/items/{sku}", put(put_item).delete(delete_item))
+}
+
+static SET_LINE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+-- KEYS[1] cart; ARGV[1] sku, ARGV[2] quantity (0 removes), ARGV[3] max lines, ARGV[4] ttl
+local q = tonumber(ARGV[2])
+if q == 0 then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+else
+  if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0
+     and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[3]) then
+    return -1
+  end
+  redis.call('HSET', KEYS[1], ARGV[1], q)
+end
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('EXPIRE', KEYS[1], tonumber(ARGV[4])) end
+return redis.call('HLEN', KEYS[1])
+",
+    )
+});
+
+/// Removes the ordered lines, each only if its quantity is still what was ordered (a line
+/// changed on another device after checkout is kept).
+static CLEAR_ORDERED: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+-- KEYS[1] cart; ARGV: sku1, qty1, sku2, qty2, ...
+local removed = 0
+for i = 1, #ARGV, 2 do
+  if redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[i + 1] then
+    redis.call('HDEL', KEYS[1], ARGV[i])
+    removed = removed + 1
+  end
+end
+return removed
+",
+    )
+});
+
+pub fn cart_key(state: &AppState, account: &str) -> String {
+    state.key(&format!("cart:{{{account}}}"))
+}
+
+/// The cart's lines in SKU order. Fields that are not a positive quantity (never written by
+/// this module) are ignored.
+pub async fn lines(state: &AppState, account: &str) -> ApiResult<BTreeMap<String, i64>> {
+    let mut conn = state.redis().await?;
+    let raw: Vec<(String, String)> = redis::cmd("HGETALL")
+        .arg(cart_key(state, account))
+        .query_async(&mut conn)
+        .await?;
+    Ok(raw
+        .into_iter()
+        .filter_map(|(sku, q)| q.parse::<i64>().ok().filter(|q| *q > 0).map(|q| (sku, q)))
+        .collect())
+}
+
+/// Best-effort removal of ordered lines after an order committed.
+pub async fn clear_ordered(state: &AppState, account: &str, ordered: &BTreeMap<String, i64>) {
+    if ordered.is_empty() {
+        return;
+    }
+    let res: ApiResult<i64> = async {
+        let mut conn = state.redis().await?;
+        let mut inv = CLEAR_ORDERED.key(cart_key(state, account));
+        for (sku, q) in ordered {
+            inv.arg(sku).arg(q.to_string());
+        }
+        Ok(inv.invoke_async(&mut conn).await?)
+    }
+    .await;
+    if let Err(e) = res {
+        tracing::warn!(error = ?e, "failed to clear the cart after an order; lines stay");
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SetQuantity {
+    pub quantity: i64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct LineSet {
+    pub sku: String,
+    pub quantity: i64,
+    /// Lines in the cart after the change.
+    pub lines: i64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CartLine {
+    pub sku: String,
+    pub name: String,
+    pub quantity: i64,
+    /// Current unit price (minor units); the order snapshots the price at checkout.
+    pub unit_price: i64,
+    pub amount: i64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CartView {
+    pub lines: Vec<CartLine>,
+    pub total: i64,
+    pub currency: String,
+}
+
+async fn put_item(
+    State(state): State<AppState>,
+    admitted: Admitted,
+    Path(sku): Path<String>,
+    ApiJson(req): ApiJson<SetQuantity>,
+) -> ApiResult<ApiJson<LineSet>> {
+    let settings = &state.config.orders;
+    let max_q = i64::from(settings.max_line_quantity);
+    if !(0..=max_q).contains(&req.quantity) {
+        return Err(ApiError::validation(format!(
+            "quantity must be an integer from 1 to {max_q} (0 removes the line)"
+        ))
+        .with("field", "quantity")
+        .with("max", max_q));
+    }
+    if !crate::products::exists(&state, &sku).await? {
+        return Err(crate::products::unknown_sku(&sku));
+    }
+    let mut conn = state.redis().await?;
+    let lines: i64 = SET_LINE
+        .key(cart_key(&state, admitted.account()))
+        .arg(&sku)
+        .arg(req.quantity)
+        .arg(settings.max_cart_lines)
+        .arg(CART_TTL_S)
+        .invoke_async(&mut conn)
+        .await?;
+    state
+        .metrics
+        .commerce
+        .cart_ops
+        .with_label_values(&["put"])
+        .inc();
+    if lines < 0 {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            codes::CART_FULL,
+            format!(
+                "a cart holds at most {} different products",
+                settings.max_cart_lines
+            ),
+        )
+        .with("max_lines", settings.max_cart_lines));
+    }
+    Ok(ApiJson(LineSet {
+        sku,
+        quantity: req.quantity,
+        lines,
+    }))
+}
+
+async fn delete_item(
+    State(state): State<AppState>,
+    admitted: Admitted,
+    Path(sku): Path<String>,
+) -> ApiResult<StatusCode> {
+    // Removing a line that is not there is fine (idempotent); no product lookup needed.
+    let mut conn = state.redis().await?;
+    redis::cmd("HDEL")
+        .arg(cart_key(&state, admitted.account()))
+        .arg(&sku)
+        .query_async::<()>(&mut conn)
+        .await?;
+    state
+        .metrics
+        .commerce
+        .cart_ops
+        .with_label_values(&["delete"])
+        .inc();
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(sqlx::FromRow)]
+struct PriceRow {
+    sku: String,
+    name: String,
+    price: i64,
+}
+
+async fn get_cart(
+    State(state): State<AppState>,
+    admitted: Admitted,
+) -> ApiResult<ApiJson<CartView>> {
+    let lines = lines(&state, admitted.account()).await?;
+    state
+        .metrics
+        .commerce
+        .cart_ops
+        .with_label_values(&["get"])
+        .inc();
+    let skus: Vec<&str> = lines.keys().map(String::as_str).collect();
+    let prices: Vec<PriceRow> = if skus.is_empty() {
+        Vec::new()
+    } else {
+        sqlx::query_as("SELECT sku, name, price FROM products WHERE sku = ANY($1) ORDER BY sku")
+            .bind(&skus)
+            .fetch_all(&state.pool)
+            .await?
+    };
+    let mut view = CartView {
+        lines: Vec::with_capacity(prices.len()),
+        total: 0,
+        currency: state.config.orders.currency.clone(),
+    };
+    for p in prices {
+        let Some(&quantity) = lines.get(&p.sku) else {
+            continue;
+        };
+        let amount = p.price.saturating_mul(quantity);
+        view.total = view.total.saturating_add(amount);
+        view.lines.push(CartLine {
+            sku: p.sku,
+            name: p.name,
+            quantity,
+            unit_price: p.price,
+            amount,
+        });
+    }
+    Ok(ApiJson(view))
+}

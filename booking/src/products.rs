@@ -1,0 +1,325 @@
+//! Products and their stock: the admin API (`POST /admin/products`, `PUT`/`GET
+//! /admin/products/{sku}`) and a per-process catalogue cache for the cart.
+//!
+//! Guarantees:
+//! - Stock lives in `inventory` (available/reserved/sold) with `CHECK (available >= 0)`; every
+//!   change is one conditional statement on the row, never read-then-write in Rust.
+//! - `stock` is the **total** number of units (available + reserved + sold). Setting it is an
+//!   absolute (idempotent) change computed on the locked row: `available = stock - reserved -
+//!   sold`, refused with `409` when fewer than the units already reserved or sold.
+//! - Setting `hot` (or changing the stock of a hot SKU) reconciles the flash-sale gate from
+//!   Postgres after the commit; clearing it removes the gate.
+//! - Products are never deleted, so the catalogue cache only ever caches "this SKU exists",
+//!   which cannot go stale.
+
+use crate::auth::Admin;
+use crate::error::{ApiError, ApiResult};
+use crate::json::ApiJson;
+use crate::state::AppState;
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use serde::{Deserialize, Serialize};
+use shared::error::codes;
+use std::collections::HashSet;
+use std::sync::RwLock;
+
+/// Largest accepted price (minor units) and stock, to keep sums far from overflow.
+pub const MAX_PRICE: i64 = 1_000_000_000_000;
+pub const MAX_STOCK: i64 = 1_000_000_000;
+/// Entries kept in the catalogue cache before it is reset.
+const CATALOG_CACHE_MAX: usize = 200_000;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/admin/products", post(create_product))
+        .route(
+            "/admin/products/{sku}",
+            get(get_product).put(update_product),
+        )
+        .route(
+            "/admin/products/{sku}/flash/reconcile",
+            post(reconcile_gate),
+        )
+}
+
+/// SKU syntax (same rule as the `products.sku` CHECK): 1-64 of `[A-Za-z0-9._-]`, starting
+/// with a letter or digit.
+pub fn valid_sku(sku: &str) -> bool {
+    let b = sku.as_bytes();
+    !b.is_empty()
+        && b.len() <= 64
+        && b[0].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'))
+}
+
+/// SKUs known to exist (products are never deleted, so a positive entry never goes stale;
+/// misses always ask Postgres).
+#[derive(Default)]
+pub struct Catalog {
+    known: RwLock<HashSet<String>>,
+}
+
+impl Catalog {
+    fn contains(&self, sku: &str) -> bool {
+        self.known.read().map(|s| s.contains(sku)).unwrap_or(false)
+    }
+
+    fn insert(&self, sku: &str) {
+        if let Ok(mut s) = self.known.write() {
+            if s.len() >= CATALOG_CACHE_MAX {
+                s.clear();
+            }
+            s.insert(sku.to_owned());
+        }
+    }
+}
+
+/// True when `sku` is a product (cached).
+pub async fn exists(state: &AppState, sku: &str) -> ApiResult<bool> {
+    if !valid_sku(sku) {
+        return Ok(false);
+    }
+    if state.catalog.contains(sku) {
+        return Ok(true);
+    }
+    let found: Option<i32> = sqlx::query_scalar("SELECT 1 FROM products WHERE sku = $1")
+        .bind(sku)
+        .fetch_optional(&state.pool)
+        .await?;
+    if found.is_some() {
+        state.catalog.insert(sku);
+    }
+    Ok(found.is_some())
+}
+
+pub fn unknown_sku(sku: &str) -> ApiError {
+    ApiError::not_found(codes::UNKNOWN_SKU, "no such product").with("sku", sku)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewProduct {
+    pub sku: String,
+    pub name: String,
+    pub price: i64,
+    pub stock: i64,
+    #[serde(default)]
+    pub hot: bool,
+}
+
+/// `PUT /admin/products/{sku}`: every field optional, every field absolute.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProductUpdate {
+    pub name: Option<String>,
+    pub price: Option<i64>,
+    /// Total units (available + reserved + sold).
+    pub stock: Option<i64>,
+    pub hot: Option<bool>,
+}
+
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct ProductView {
+    pub sku: String,
+    pub name: String,
+    pub price: i64,
+    pub hot: bool,
+    pub stock: i64,
+    pub available: i64,
+    pub reserved: i64,
+    pub sold: i64,
+}
+
+fn validate_name(name: &str) -> ApiResult<()> {
+    if name.trim().is_empty() || name.chars().count() > 200 {
+        return Err(ApiError::validation("name must be 1 to 200 characters").with("field", "name"));
+    }
+    Ok(())
+}
+
+fn validate_price(price: i64) -> ApiResult<()> {
+    if !(0..=MAX_PRICE).contains(&price) {
+        return Err(ApiError::validation(format!(
+            "price must be an integer amount in minor units between 0 and {MAX_PRICE}"
+        ))
+        .with("field", "price"));
+    }
+    Ok(())
+}
+
+fn validate_stock(stock: i64) -> ApiResult<()> {
+    if !(0..=MAX_STOCK).contains(&stock) {
+        return Err(
+            ApiError::validation(format!("stock must be between 0 and {MAX_STOCK}"))
+                .with("field", "stock"),
+        );
+    }
+    Ok(())
+}
+
+const VIEW_SQL: &str = "SELECT p.sku, p.name, p.price, p.hot,
+        i.available + i.reserved + i.sold AS stock, i.available, i.reserved, i.sold
+   FROM products p JOIN inventory i USING (sku) WHERE p.sku = $1";
+
+pub async fn load(pool: &sqlx::PgPool, sku: &str) -> ApiResult<Option<ProductView>> {
+    Ok(sqlx::query_as(VIEW_SQL)
+        .bind(sku)
+        .fetch_optional(pool)
+        .await?)
+}
+
+#[tracing::instrument(skip_all, fields(sku = %req.sku))]
+async fn create_product(
+    _admin: Admin,
+    State(state): State<AppState>,
+    ApiJson(req): ApiJson<NewProduct>,
+) -> ApiResult<impl IntoResponse> {
+    if !valid_sku(&req.sku) {
+        return Err(ApiError::validation(
+            "sku must be 1 to 64 characters of A-Z a-z 0-9 . _ - starting with a letter or digit",
+        )
+        .with("field", "sku"));
+    }
+    validate_name(&req.name)?;
+    validate_price(req.price)?;
+    validate_stock(req.stock)?;
+    let mut tx = state.pool.begin().await?;
+    let inserted = sqlx::query(
+        "INSERT INTO products (sku, name, price, hot) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (sku) DO NOTHING",
+    )
+    .bind(&req.sku)
+    .bind(req.name.trim())
+    .bind(req.price)
+    .bind(req.hot)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    if inserted == 0 {
+        return Err(ApiError::conflict(
+            codes::PRODUCT_EXISTS,
+            "a product with this sku already exists; use PUT /admin/products/{sku}",
+        )
+        .with("sku", req.sku));
+    }
+    sqlx::query("INSERT INTO inventory (sku, available) VALUES ($1, $2)")
+        .bind(&req.sku)
+        .bind(req.stock)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    state.catalog.insert(&req.sku);
+    if req.hot {
+        crate::flash::reconcile(&state, &req.sku).await?;
+    }
+    let view = load(&state.pool, &req.sku)
+        .await?
+        .ok_or_else(|| ApiError::unexpected(anyhow::anyhow!("product vanished after insert")))?;
+    Ok((StatusCode::CREATED, ApiJson(view)))
+}
+
+#[tracing::instrument(skip_all, fields(sku = %sku))]
+async fn update_product(
+    _admin: Admin,
+    State(state): State<AppState>,
+    Path(sku): Path<String>,
+    ApiJson(req): ApiJson<ProductUpdate>,
+) -> ApiResult<ApiJson<ProductView>> {
+    if let Some(name) = &req.name {
+        validate_name(name)?;
+    }
+    if let Some(price) = req.price {
+        validate_price(price)?;
+    }
+    if let Some(stock) = req.stock {
+        validate_stock(stock)?;
+    }
+    if !valid_sku(&sku) {
+        return Err(unknown_sku(&sku));
+    }
+    let mut tx = state.pool.begin().await?;
+    // Catalogue fields: one statement, only the given fields change.
+    let found = sqlx::query(
+        "UPDATE products
+            SET name = COALESCE($2, name), price = COALESCE($3, price),
+                hot = COALESCE($4, hot), updated_at = clock_timestamp()
+          WHERE sku = $1",
+    )
+    .bind(&sku)
+    .bind(req.name.as_deref().map(str::trim))
+    .bind(req.price)
+    .bind(req.hot)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    if found == 0 {
+        return Err(unknown_sku(&sku));
+    }
+    if let Some(stock) = req.stock {
+        // Absolute total, applied on the locked row; refused if it would undercut units
+        // already promised (reserved) or sold.
+        let changed = sqlx::query(
+            "UPDATE inventory SET available = $2 - reserved - sold
+              WHERE sku = $1 AND $2 - reserved - sold >= 0",
+        )
+        .bind(&sku)
+        .bind(stock)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if changed == 0 {
+            let committed: i64 =
+                sqlx::query_scalar("SELECT reserved + sold FROM inventory WHERE sku = $1")
+                    .bind(&sku)
+                    .fetch_one(&mut *tx)
+                    .await?;
+            return Err(ApiError::conflict(
+                codes::CONFLICT,
+                "stock cannot be lower than the units already reserved or sold",
+            )
+            .with("reserved_or_sold", committed));
+        }
+    }
+    tx.commit().await?;
+    let view = load(&state.pool, &sku)
+        .await?
+        .ok_or_else(|| unknown_sku(&sku))?;
+    // Keep the gate in step with Postgres (outside the transaction: Redis is not part of it).
+    if view.hot && (req.hot == Some(true) || req.stock.is_some()) {
+        crate::flash::reconcile(&state, &sku).await?;
+    } else if req.hot == Some(false) {
+        crate::flash::remove(&state, &sku).await?;
+    }
+    Ok(ApiJson(view))
+}
+
+async fn get_product(
+    _admin: Admin,
+    State(state): State<AppState>,
+    Path(sku): Path<String>,
+) -> ApiResult<ApiJson<ProductView>> {
+    if !valid_sku(&sku) {
+        return Err(unknown_sku(&sku));
+    }
+    load(&state.pool, &sku)
+        .await?
+        .map(ApiJson)
+        .ok_or_else(|| unknown_sku(&sku))
+}
+
+/// Resets the flash gate of `sku` from Postgres (ops and tests).
+async fn reconcile_gate(
+    _admin: Admin,
+    State(state): State<AppState>,
+    Path(sku): Path<String>,
+) -> ApiResult<impl IntoResponse> {
+    if !valid_sku(&sku) {
+        return Err(unknown_sku(&sku));
+    }
+    let gate = crate::flash::reconcile(&state, &sku).await?;
+    Ok(ApiJson(serde_json::json!({"sku": sku, "gate": gate})))
+}
