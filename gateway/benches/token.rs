@@ -31,9 +31,22 @@ fn time<F: FnMut() -> bool>(name: &str, iters: u32, mut f: F) {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(String::as_str) == Some("mint-identities") {
-        let n: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1000);
+    // `cargo bench` passes `--bench` first; look for the mode anywhere.
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    match args.first().map(String::as_str) {
+        Some("lua") => {
+            match args.get(1).map(String::as_str) {
+                Some("join") => print!("{}", gateway::store::JOIN_LUA),
+                Some("status") => print!("{}", gateway::store::STATUS_LUA),
+                _ => eprintln!("usage: token lua join|status"),
+            }
+            return;
+        }
+        Some("mint-identities") => {}
+        _ => return bench(),
+    }
+    {
+        let n: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(1000);
         let key = std::env::var("FLOODGATE_IDENTITY__KEY")
             .unwrap_or_else(|_| IdentitySettings::default().key.expose_secret_string());
         let v = IdentityVerifier::new(&IdentitySettings {
@@ -46,8 +59,10 @@ fn main() {
         for i in 0..n {
             println!("{}", v.dev_mint(&format!("bench-{i}"), now).expect("mint"));
         }
-        return;
     }
+}
+
+fn bench() {
     let settings = TokenSettings {
         current_kid: "k2".into(),
         keys: vec![

@@ -21,7 +21,9 @@ pub struct Metrics {
     token_rejections: IntCounterVec,
     pub rate_limited: IntCounterVec,
     pub upstream_latency: Histogram,
-    pub upstream_responses: IntCounterVec,
+    upstream_responses: IntCounterVec,
+    /// `upstream_responses` children by class (none, 1xx … 5xx), resolved once.
+    upstream_by_class: [IntCounter; 6],
     pub upstream_unavailable: IntCounter,
     pub redis_errors: IntCounter,
     pub proxied: IntCounter,
@@ -33,6 +35,10 @@ impl Metrics {
         let counter = |name: &str, help: &str| IntCounter::new(name, help);
         let gauge_vec =
             |name: &str, help: &str| IntGaugeVec::new(Opts::new(name, help), &["event"]);
+        let upstream_responses = IntCounterVec::new(
+            Opts::new("fg_upstream_responses_total", "Upstream responses by class"),
+            &["class"],
+        )?;
         let m = Metrics {
             joins: counter("fg_joins_total", "Queue joins (new places and repeats)")?,
             status_polls: counter("fg_status_polls_total", "Queue status polls")?,
@@ -84,10 +90,9 @@ impl Metrics {
                     10.0,
                 ]),
             )?,
-            upstream_responses: IntCounterVec::new(
-                Opts::new("fg_upstream_responses_total", "Upstream responses by class"),
-                &["class"],
-            )?,
+            upstream_responses: upstream_responses.clone(),
+            upstream_by_class: ["none", "1xx", "2xx", "3xx", "4xx", "5xx"]
+                .map(|c| upstream_responses.with_label_values(&[c])),
             upstream_unavailable: counter(
                 "fg_upstream_unavailable_total",
                 "Requests answered 503 because no upstream was reachable",
@@ -114,6 +119,17 @@ impl Metrics {
         m.registry.register(Box::new(m.redis_errors.clone()))?;
         m.registry.register(Box::new(m.proxied.clone()))?;
         Ok(m)
+    }
+
+    /// Counts one upstream response by status class (0 = no response).
+    pub fn upstream_response(&self, status: u16) {
+        let i = match status {
+            100..=599 => usize::from(status / 100),
+            _ => 0,
+        };
+        if let Some(c) = self.upstream_by_class.get(i) {
+            c.inc();
+        }
     }
 
     pub fn token_rejected(&self, e: &TokenError) {

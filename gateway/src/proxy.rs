@@ -362,15 +362,7 @@ impl ProxyHttp for PublicProxy {
         if ctx.status > 0 {
             m.upstream_latency.observe(latency.as_secs_f64());
         }
-        let class = match ctx.status {
-            0 => "none",
-            100..=199 => "1xx",
-            200..=299 => "2xx",
-            300..=399 => "3xx",
-            400..=499 => "4xx",
-            _ => "5xx",
-        };
-        m.upstream_responses.with_label_values(&[class]).inc();
+        m.upstream_response(ctx.status);
     }
 
     fn suppress_error_log(&self, _session: &Session, _ctx: &Ctx, e: &Error) -> bool {

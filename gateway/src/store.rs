@@ -166,7 +166,7 @@ impl EventSnapshot {
     }
 }
 
-const JOIN_LUA: &str = r#"
+pub const JOIN_LUA: &str = r#"
 local t = redis.call('TIME')
 local sec = tonumber(t[1])
 local usec = tonumber(t[2])
@@ -203,7 +203,7 @@ redis.call('ZADD', KEYS[2], 'NX', score, ARGV[1])
 return {'joined', place, now_str}
 "#;
 
-const STATUS_LUA: &str = r#"
+pub const STATUS_LUA: &str = r#"
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local place = redis.call('HGET', KEYS[1], ARGV[1])

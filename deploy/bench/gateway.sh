@@ -1,0 +1,244 @@
+#!/usr/bin/env bash
+# Gateway benchmarks, each with its baseline measured in the same run:
+#   1. joins/s and status polls/s through the gateway (HTTP + identity JWT + one Lua call)
+#      vs redis-benchmark running the very same Lua scripts (EVALSHA) and the bare ZADD NX /
+#      ZRANK they are built around;
+#   2. admitted proxying (admission token checked on every request) vs nginx as a plain
+#      reverse proxy, both in front of the same upstream (an nginx answering 200), both with
+#      upstream keep-alive; the gateway as one process × 2 threads and as 2 processes × 1
+#      thread sharing the port (SO_REUSEPORT, the nginx worker model);
+#   3. token verification cost per request (ns), from `cargo bench -p gateway --bench token`.
+#
+#   deploy/bench/gateway.sh [--quick] OUT_DIR        (normally via deploy/bench/run)
+#
+# Uses the stack's private Redis (127.0.0.1:56379) under a unique key prefix that it deletes
+# afterwards; everything else (nginx, gateways) runs on free ports and is stopped on exit.
+set -euo pipefail
+
+QUICK="${BENCH_QUICK:-0}"
+if [ "${1:-}" = "--quick" ]; then QUICK=1; shift; fi
+OUT="${1:?usage: gateway.sh [--quick] OUT_DIR}"
+mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
+REDIS_PORT="${FLOODGATE_REDIS_PORT:-56379}"
+BENCH_OUT="${BENCH_OUT:-$OUT/gateway.md}"
+if [ "$QUICK" = 1 ]; then DUR=3; NTOK=20000; RB_N=20000; else DUR=10; NTOK=300000; RB_N=200000; fi
+CONNS=64
+
+log() { printf '\033[1m[gateway-bench]\033[0m %s\n' "$*" >&2; }
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+rcli() { redis-cli -p "$REDIS_PORT" "$@"; }
+
+PREFIX="fgbench:gw:$$:"
+TMP="$(mktemp -d)"
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+  [ -f "$TMP/nginx-up.pid" ] && kill "$(cat "$TMP/nginx-up.pid")" 2>/dev/null || true
+  [ -f "$TMP/nginx-proxy.pid" ] && kill "$(cat "$TMP/nginx-proxy.pid")" 2>/dev/null || true
+  rcli --scan --pattern "${PREFIX}*" 2>/dev/null | while read -r k; do rcli UNLINK "$k" >/dev/null; done
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+# ---- build -----------------------------------------------------------------------------------
+if [ "${BENCH_NO_BUILD:-0}" != 1 ]; then
+  log "building the release gateway"
+  (cd "$ROOT" && cargo build --release -p gateway --bin gateway)
+fi
+GW="$TARGET/release/gateway"
+[ -x "$GW" ] || { log "missing $GW"; exit 1; }
+bench_bin() { (cd "$ROOT" && cargo bench -q -p gateway --bench token -- "$@"); }
+
+# ---- secrets and config (local to this run) ----------------------------------------------------
+ADMIN="bench-admin-$$-$RANDOM$RANDOM"
+IDKEY="bench-identity-key-$$-0123456789abcdef0123456789"
+TOKKEY="bench-token-key-$$-0123456789abcdef0123456789abcd"
+common_env() {
+  env -i PATH="$PATH" HOME="$HOME" \
+    FLOODGATE_ADMIN_TOKEN="$ADMIN" \
+    REDIS_URL="redis://127.0.0.1:$REDIS_PORT" \
+    FLOODGATE_REDIS__KEY_PREFIX="$PREFIX" \
+    FLOODGATE_IDENTITY__KEY="$IDKEY" \
+    FLOODGATE_IDENTITY__DEV_LOGIN=true \
+    FLOODGATE_TOKENS__CURRENT_KID=b1 \
+    FLOODGATE_TOKENS__KEYS="[{kid=\"b1\", secret=\"$TOKKEY\"}]" \
+    FLOODGATE_LOG__LEVEL=warn \
+    FLOODGATE_GATEWAY__STATIC_DIR="$ROOT/static" \
+    FLOODGATE_GATEWAY__LIMITS__JOIN_PER_ACCOUNT_PER_MIN=0 \
+    FLOODGATE_GATEWAY__LIMITS__JOIN_PER_IP_PER_MIN=0 \
+    FLOODGATE_GATEWAY__LIMITS__STATUS_PER_ACCOUNT_PER_MIN=0 \
+    FLOODGATE_GATEWAY__LIMITS__STATUS_PER_IP_PER_MIN=0 \
+    FLOODGATE_GATEWAY__LIMITS__API_PER_ACCOUNT_PER_S=0 \
+    FLOODGATE_GATEWAY__LIMITS__API_PER_IP_PER_S=0 \
+    "$@"
+}
+wait_port() { for _ in $(seq 1 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done; log "port $1 not up"; return 1; }
+
+# start_gateway PUBLIC ADMIN THREADS REUSEPORT UPSTREAM
+start_gateway() {
+  common_env FLOODGATE_GATEWAY__LISTEN="127.0.0.1:$1" FLOODGATE_GATEWAY__ADMIN_LISTEN="127.0.0.1:$2" \
+    FLOODGATE_GATEWAY__THREADS="$3" FLOODGATE_GATEWAY__REUSE_PORT="$4" \
+    FLOODGATE_GATEWAY__UPSTREAMS="[\"127.0.0.1:$5\"]" "$GW" >>"$OUT/gateway.log" 2>&1 &
+  PIDS+=($!)
+  wait_port "$2"
+}
+stop_gateways() { for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill -INT "$p" 2>/dev/null || true; done; sleep 0.5; PIDS=(); }
+
+active_opens() { nstat -az TcpActiveOpens 2>/dev/null | awk '/TcpActiveOpens/ {print $2}' || echo 0; }
+
+# wrk_run NAME URL [wrk args...] -> appends "name rps p50 p99 errors new-tcp-connections"
+wrk_run() {
+  local name="$1"; shift
+  local before; before="$(active_opens)"
+  local out; out="$(wrk -t2 -c"$CONNS" -d"${DUR}s" --latency "$@" 2>&1)"
+  local opened=$(( $(active_opens) - before ))
+  printf '%s\n' "$out" > "$OUT/wrk-$name.txt"
+  local rps p50 p99 errs
+  rps="$(awk '/Requests\/sec/ {print $2}' <<<"$out")"
+  p50="$(awk '$1=="50%" {print $2}' <<<"$out")"
+  p99="$(awk '$1=="99%" {print $2}' <<<"$out")"
+  errs="$(awk '/Non-2xx/ {print $5}' <<<"$out")"
+  printf '%s %s %s %s %s %s\n' "$name" "${rps:-0}" "${p50:-?}" "${p99:-?}" "${errs:-0}" "$opened" >> "$TMP/wrk.txt"
+  log "$name: ${rps:-0} req/s, p50 ${p50:-?}, p99 ${p99:-?}, non-2xx ${errs:-0}, new TCP connections $opened"
+}
+
+# ---- upstream and nginx proxy ------------------------------------------------------------------
+UP_PORT="$(free_port)"; NGX_PORT="$(free_port)"
+cat > "$TMP/nginx-up.conf" <<NGX
+worker_processes 1;
+pid $TMP/nginx-up.pid;
+error_log $TMP/nginx-up.err warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  server { listen 127.0.0.1:$UP_PORT; location / { default_type application/json; return 200 '{"ok":true}'; } }
+}
+NGX
+cat > "$TMP/nginx-proxy.conf" <<NGX
+worker_processes 2;
+pid $TMP/nginx-proxy.pid;
+error_log $TMP/nginx-proxy.err warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  upstream up { server 127.0.0.1:$UP_PORT; keepalive 128; }
+  server {
+    listen 127.0.0.1:$NGX_PORT;
+    location / { proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection ""; }
+  }
+}
+NGX
+nginx -p "$TMP" -c "$TMP/nginx-up.conf"
+nginx -p "$TMP" -c "$TMP/nginx-proxy.conf"
+wait_port "$UP_PORT"; wait_port "$NGX_PORT"
+
+# ---- 3. token verification micro-benchmark ---------------------------------------------------------
+log "token verification micro-benchmark"
+bench_bin > "$OUT/token.txt"
+cat "$OUT/token.txt" >&2
+
+# ---- 1. joins and status ---------------------------------------------------------------------------
+GW_PORT="$(free_port)"; GW_ADMIN="$(free_port)"
+start_gateway "$GW_PORT" "$GW_ADMIN" 2 false "$UP_PORT"
+put_config() { # event json
+  curl -fsS -X PUT -H "Authorization: Bearer $ADMIN" -H 'Content-Type: application/json' \
+    -d "$2" "http://127.0.0.1:$GW_ADMIN/admin/events/$1/config" >/dev/null
+}
+put_config bench '{"sale_start":"2020-01-01T00:00:00Z","admit_per_minute":1,"mode":"paused"}'
+log "minting $NTOK identity tokens"
+FLOODGATE_IDENTITY__KEY="$IDKEY" bench_bin mint-identities "$NTOK" > "$TMP/tokens.txt"
+export TOKENS="$TMP/tokens.txt" EVENT=bench WRK_THREADS=2
+MODE=join wrk_run "gateway-join" "http://127.0.0.1:$GW_PORT" -s "$ROOT/deploy/bench/gateway/joins.lua"
+JOINED="$(rcli ZCARD "${PREFIX}fg:{bench}:q")"
+MODE=status wrk_run "gateway-status" "http://127.0.0.1:$GW_PORT" -s "$ROOT/deploy/bench/gateway/joins.lua"
+log "$JOINED fans joined"
+
+# Baseline: the same scripts straight into Redis.
+JSHA="$(rcli SCRIPT LOAD "$(bench_bin lua join)")"
+SSHA="$(rcli SCRIPT LOAD "$(bench_bin lua status)")"
+BK="${PREFIX}fg:{rb}:"
+rcli HSET "${BK}cfg" mode queue sale_start_ms 0 >/dev/null
+rb() { # name, command...
+  local name="$1"; shift
+  # -r 100000: the join run fills most of the key space, so status polls find their fan.
+  local line; line="$(redis-benchmark -p "$REDIS_PORT" -c 50 -n "$RB_N" -r 100000 --csv "$@" 2>/dev/null | tail -1)"
+  local rps p50 p99
+  rps="$(awk -F'","' '{gsub(/"/,"",$2); print $2}' <<<"$line")"
+  p50="$(awk -F'","' '{gsub(/"/,"",$5); print $5}' <<<"$line")"
+  p99="$(awk -F'","' '{gsub(/"/,"",$7); print $7}' <<<"$line")"
+  printf '%s %s %sms %sms 0 -\n' "$name" "${rps:-0}" "${p50:-?}" "${p99:-?}" >> "$TMP/wrk.txt"
+  log "$name: ${rps:-0}/s"
+}
+rb "redis-join-script" EVALSHA "$JSHA" 6 "${BK}cfg" "${BK}q" "${BK}places" "${BK}adm" "${BK}sold" "${BK}active" \
+  "m:__rand_int__" -4000000000 "s:__rand_int__" 600000
+rb "redis-status-script" EVALSHA "$SSHA" 4 "${BK}places" "${BK}q" "${BK}adm" "${BK}active" "m:__rand_int__" 600
+rb "redis-zadd-nx" ZADD "${BK}z" NX __rand_int__ "m:__rand_int__"
+rb "redis-zrank" ZRANK "${BK}z" "m:__rand_int__"
+
+# ---- 2. admitted proxying: gateway vs nginx ---------------------------------------------------------
+put_config px '{"sale_start":"2020-01-01T00:00:00Z","admit_per_minute":1,"mode":"passthrough"}'
+ID="$(head -1 "$TMP/tokens.txt")"
+curl -fsS -X POST -H "Authorization: Bearer $ID" "http://127.0.0.1:$GW_PORT/queue/px/join" >/dev/null
+ADM="$(curl -fsS -H "Authorization: Bearer $ID" "http://127.0.0.1:$GW_PORT/queue/px/status" | jq -r .token)"
+[ -n "$ADM" ] && [ "$ADM" != null ] || { log "could not obtain an admission token"; exit 1; }
+PATH_API="/api/events/px/ping"
+wrk_run "nginx-proxy" "http://127.0.0.1:$NGX_PORT$PATH_API"
+wrk_run "gateway-proxy-1x2" "http://127.0.0.1:$GW_PORT$PATH_API" -H "Authorization: Bearer $ADM"
+stop_gateways
+# Two processes × one thread sharing the port (the nginx worker model).
+GW2_PORT="$(free_port)"
+start_gateway "$GW2_PORT" "$(free_port)" 1 true "$UP_PORT"
+start_gateway "$GW2_PORT" "$(free_port)" 1 true "$UP_PORT"
+wrk_run "gateway-proxy-2x1" "http://127.0.0.1:$GW2_PORT$PATH_API" -H "Authorization: Bearer $ADM"
+wrk_run "nginx-proxy-again" "http://127.0.0.1:$NGX_PORT$PATH_API"
+stop_gateways
+
+# ---- report -------------------------------------------------------------------------------------------
+get() { awk -v n="$1" -v f="$2" '$1==n {print $f}' "$TMP/wrk.txt"; }
+ratio() { python3 -c "import sys; a,b=float(sys.argv[1] or 0),float(sys.argv[2] or 0); print(f'{100*a/b:.0f} %' if b else 'n/a')" "$1" "$2"; }
+NGX_BEST="$(python3 -c "print(max(float('$(get nginx-proxy 2)' or 0), float('$(get nginx-proxy-again 2)' or 0)))")"
+cp "$TMP/wrk.txt" "$OUT/results.txt"
+{
+  echo "## Gateway"
+  echo
+  echo "\`deploy/bench/gateway.sh\` on $(nproc) cores, $(date -u +%Y-%m-%d), wrk -t2 -c$CONNS ${DUR}s per row;"
+  echo "redis-benchmark -c50. Everything (load generator, proxies, upstream, Redis) shares the machine."
+  echo
+  echo "### Waiting room (one Redis Lua call per request)"
+  echo
+  echo "| what | req/s | p50 | p99 | non-2xx | vs baseline |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: |"
+  echo "| join through the gateway (new account each) | $(get gateway-join 2) | $(get gateway-join 3) | $(get gateway-join 4) | $(get gateway-join 5) | $(ratio "$(get gateway-join 2)" "$(get redis-join-script 2)") of the join script |"
+  echo "| status poll through the gateway | $(get gateway-status 2) | $(get gateway-status 3) | $(get gateway-status 4) | $(get gateway-status 5) | $(ratio "$(get gateway-status 2)" "$(get redis-status-script 2)") of the status script |"
+  echo "| redis-benchmark: EVALSHA join script | $(get redis-join-script 2) | $(get redis-join-script 3) | $(get redis-join-script 4) | | baseline |"
+  echo "| redis-benchmark: EVALSHA status script | $(get redis-status-script 2) | $(get redis-status-script 3) | $(get redis-status-script 4) | | baseline |"
+  echo "| redis-benchmark: ZADD NX | $(get redis-zadd-nx 2) | $(get redis-zadd-nx 3) | $(get redis-zadd-nx 4) | | |"
+  echo "| redis-benchmark: ZRANK | $(get redis-zrank 2) | $(get redis-zrank 3) | $(get redis-zrank 4) | | |"
+  echo
+  echo "$JOINED fans were in the queue after the join run."
+  echo
+  echo "### Admitted proxying (token checked on every request) vs nginx"
+  echo
+  echo "| proxy | req/s | p50 | p99 | non-2xx | new TCP connections | vs nginx (best run) |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+  for n in nginx-proxy gateway-proxy-1x2 gateway-proxy-2x1 nginx-proxy-again; do
+    echo "| $n | $(get $n 2) | $(get $n 3) | $(get $n 4) | $(get $n 5) | $(get $n 6) | $(ratio "$(get $n 2)" "$NGX_BEST") |"
+  done
+  echo
+  echo "nginx: 2 workers, upstream keep-alive 128. gateway-proxy-1x2: one process, 2 threads (one"
+  echo "runtime per thread); gateway-proxy-2x1: two processes × 1 thread on one port (SO_REUSEPORT)."
+  echo "Both in front of the same upstream (nginx, 1 worker, \`return 200\`). New TCP connections"
+  echo "(\`nstat TcpActiveOpens\` during the run; wrk itself opens $CONNS) show upstream keep-alive reuse."
+  echo
+  echo "### Admission-token verification (micro-benchmark)"
+  echo
+  echo '```'
+  cat "$OUT/token.txt"
+  echo '```'
+} > "$BENCH_OUT"
+cat "$BENCH_OUT" >&2
