@@ -21,3 +21,5 @@ mod orders;
 mod products;
 mod auction_ws;
 mod payments;
+mod webhooks;
+mod outbox;

@@ -22,7 +22,6 @@ pub const OLD_WEBHOOK_SECRET: &str = "whsec_test_previous_secret";
 pub struct PayEnv {
     pub app: TestApp,
     pub sandbox: Sandbox,
-    pub sandbox_url: String,
 }
 
 impl PayEnv {
@@ -48,8 +47,7 @@ impl PayEnv {
         let port = sb.port();
         let handle = sb.sandbox();
         tokio::spawn(sb.run_until_stopped(std::future::pending()));
-        let sandbox_url = format!("http://127.0.0.1:{port}");
-        let url = sandbox_url.clone();
+        let url = format!("http://127.0.0.1:{port}");
         let app = TestApp::spawn_with(move |c| {
             c.payments.provider_url = url;
             c.payments.api_key = SecretString::from(API_KEY);
@@ -66,7 +64,6 @@ impl PayEnv {
         PayEnv {
             app,
             sandbox: handle,
-            sandbox_url,
         }
     }
 
@@ -82,16 +79,19 @@ impl PayEnv {
 
 /// A seat order ready to pay.
 pub struct SeatOrder {
-    pub event: String,
-    pub account: String,
     pub token: String,
     pub hold_id: String,
     pub order_id: String,
-    pub seats: Vec<String>,
 }
 
 /// Creates event `event` (if `create`), holds `seats` for `account` and orders them.
-pub async fn seat_order(app: &TestApp, event: &str, create: bool, account: &str, seats: &[&str]) -> SeatOrder {
+pub async fn seat_order(
+    app: &TestApp,
+    event: &str,
+    create: bool,
+    account: &str,
+    seats: &[&str],
+) -> SeatOrder {
     if create {
         create_event(app, &small_event(event, 2, 5, 10, 1)).await;
     }
@@ -121,12 +121,9 @@ pub async fn seat_order(app: &TestApp, event: &str, create: bool, account: &str,
     assert_eq!(status, 201, "{order}");
     assert_eq!(order["status"], "PENDING_PAYMENT");
     SeatOrder {
-        event: event.to_owned(),
-        account: account.to_owned(),
         token,
         hold_id,
         order_id: order["id"].as_str().expect("order id").to_owned(),
-        seats: seats.iter().map(|s| s.to_string()).collect(),
     }
 }
 
@@ -234,11 +231,22 @@ async fn pay_issues_one_ticket_per_seat_and_announces_it() {
 async fn double_click_and_concurrent_retries_charge_once() {
     // Latency widens the window in which the requests overlap at the provider.
     let env = PayEnv::spawn_with(|_| {}, |s| s.latency_ms = 150).await;
-    let o = seat_order(&env.app, "ev", true, "alice", &["S1-R1-1", "S1-R1-2", "S1-R1-3"]).await;
+    let o = seat_order(
+        &env.app,
+        "ev",
+        true,
+        "alice",
+        &["S1-R1-1", "S1-R1-2", "S1-R1-3"],
+    )
+    .await;
     // 100 simultaneous pay requests: half repeat one key (double click), half carry their own
     // key (a client that retries with fresh keys).
     let futures = (0..100).map(|i| {
-        let key = if i % 2 == 0 { "click".to_owned() } else { format!("retry-{i}") };
+        let key = if i % 2 == 0 {
+            "click".to_owned()
+        } else {
+            format!("retry-{i}")
+        };
         let app = &env.app;
         let token = o.token.clone();
         let order = o.order_id.clone();
@@ -263,12 +271,21 @@ async fn double_click_and_concurrent_retries_charge_once() {
     assert!(paid > 0);
     let (status, v) = pay(&env.app, &o.token, &o.order_id, "after", "pm_card_visa").await;
     assert_eq!((status, v["status"].as_str()), (200, Some("PAID")));
-    assert_eq!(env.charges(&o.order_id), 1, "exactly one charge at the provider");
+    assert_eq!(
+        env.charges(&o.order_id),
+        1,
+        "exactly one charge at the provider"
+    );
     let state = payment_state(&env.app, &o.order_id).await;
     assert_eq!(state["tickets"], 3, "one ticket per seat");
     assert_eq!(state["succeeded"], 1);
     assert_eq!(state["events"], 1);
-    let attempts = scalar(&env.app, "SELECT count(*) FROM payments WHERE order_id = $1", &o.order_id).await;
+    let attempts = scalar(
+        &env.app,
+        "SELECT count(*) FROM payments WHERE order_id = $1",
+        &o.order_id,
+    )
+    .await;
     assert_eq!(attempts, 1, "every request reused the one attempt");
 }
 
@@ -276,12 +293,26 @@ async fn double_click_and_concurrent_retries_charge_once() {
 async fn decline_then_good_card_succeeds_with_one_charge() {
     let env = PayEnv::spawn().await;
     let o = seat_order(&env.app, "ev", true, "alice", &["S2-R1-1"]).await;
-    let (status, v) = pay(&env.app, &o.token, &o.order_id, "k1", "pm_card_chargeDeclined").await;
+    let (status, v) = pay(
+        &env.app,
+        &o.token,
+        &o.order_id,
+        "k1",
+        "pm_card_chargeDeclined",
+    )
+    .await;
     assert_eq!(status, 402, "{v}");
     assert_eq!(v["code"], "CARD_DECLINED");
     assert_eq!(v["decline_code"], "generic_decline");
     // The decline is stored under its key and replayed, not retried at the provider.
-    let (status, again) = pay(&env.app, &o.token, &o.order_id, "k1", "pm_card_chargeDeclined").await;
+    let (status, again) = pay(
+        &env.app,
+        &o.token,
+        &o.order_id,
+        "k1",
+        "pm_card_chargeDeclined",
+    )
+    .await;
     assert_eq!((status, &again), (402, &v));
     assert_eq!(env.sandbox.order_summary(&o.order_id).intents.len(), 1);
     // The hold is kept: the order is still payable, the seat still held by it.
@@ -308,7 +339,10 @@ async fn decline_then_good_card_succeeds_with_one_charge() {
     .unwrap();
     assert_eq!(keys.len(), 2);
     assert_ne!(keys[0].1, keys[1].1);
-    assert_eq!((keys[0].2.as_str(), keys[1].2.as_str()), ("declined", "succeeded"));
+    assert_eq!(
+        (keys[0].2.as_str(), keys[1].2.as_str()),
+        ("declined", "succeeded")
+    );
 }
 
 #[tokio::test]
@@ -319,14 +353,28 @@ async fn provider_timeout_then_retry_charges_once() {
     )
     .await;
     let o = seat_order(&env.app, "ev", true, "alice", &["S1-R2-1"]).await;
-    let (status, v) = pay(&env.app, &o.token, &o.order_id, "t1", "pm_card_sandbox_timeout").await;
+    let (status, v) = pay(
+        &env.app,
+        &o.token,
+        &o.order_id,
+        "t1",
+        "pm_card_sandbox_timeout",
+    )
+    .await;
     assert_eq!(status, 504, "{v}");
     assert_eq!(v["code"], "PAYMENT_PROVIDER_TIMEOUT");
     assert_eq!(order_status(&env.app, &o.order_id).await, "PENDING_PAYMENT");
     assert_eq!(env.charges(&o.order_id), 1, "the provider did charge");
     // The retry (same key, or another key: the attempt is still pending) reuses the provider
     // key, which replays the charge instead of making a second one.
-    let (status, v) = pay(&env.app, &o.token, &o.order_id, "t1", "pm_card_sandbox_timeout").await;
+    let (status, v) = pay(
+        &env.app,
+        &o.token,
+        &o.order_id,
+        "t1",
+        "pm_card_sandbox_timeout",
+    )
+    .await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["status"], "PAID");
     assert_eq!(env.charges(&o.order_id), 1);
@@ -347,13 +395,25 @@ async fn provider_5xx_keeps_the_order_pending_and_the_retry_charges_once() {
     let (status, v) = pay(&env.app, &o.token, &o.order_id, "f1", "pm_card_visa").await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(env.charges(&o.order_id), 1);
-    let attempts = scalar(&env.app, "SELECT count(*) FROM payments WHERE order_id = $1", &o.order_id).await;
-    assert_eq!(attempts, 1, "the retry reused the attempt and its provider key");
+    let attempts = scalar(
+        &env.app,
+        "SELECT count(*) FROM payments WHERE order_id = $1",
+        &o.order_id,
+    )
+    .await;
+    assert_eq!(
+        attempts, 1,
+        "the retry reused the attempt and its provider key"
+    );
 }
 
 #[tokio::test]
 async fn unreachable_provider_is_502_and_nothing_is_charged() {
-    let env = PayEnv::spawn_with(|c| c.payments.provider_url = "http://127.0.0.1:9".into(), |_| {}).await;
+    let env = PayEnv::spawn_with(
+        |c| c.payments.provider_url = "http://127.0.0.1:9".into(),
+        |_| {},
+    )
+    .await;
     let o = seat_order(&env.app, "ev", true, "alice", &["S1-R2-3"]).await;
     let (status, v) = pay(&env.app, &o.token, &o.order_id, "u1", "pm_card_visa").await;
     assert_eq!(status, 502, "{v}");
@@ -375,19 +435,38 @@ async fn reconciliation_completes_an_order_whose_answer_was_lost() {
     )
     .await;
     let o = seat_order(&env.app, "ev", true, "alice", &["S1-R1-4", "S1-R1-5"]).await;
-    let (status, _) = pay(&env.app, &o.token, &o.order_id, "r1", "pm_card_sandbox_timeout").await;
+    let (status, _) = pay(
+        &env.app,
+        &o.token,
+        &o.order_id,
+        "r1",
+        "pm_card_sandbox_timeout",
+    )
+    .await;
     assert_eq!(status, 504);
     // Not due yet: the job leaves fresh attempts alone.
-    assert_eq!(booking::payments::reconcile::run_once(&env.app.state).await.unwrap(), 0);
+    assert_eq!(
+        booking::payments::reconcile::run_once(&env.app.state)
+            .await
+            .unwrap(),
+        0
+    );
     make_due(&env.app, &o.order_id).await;
-    assert_eq!(booking::payments::reconcile::run_once(&env.app.state).await.unwrap(), 1);
+    assert_eq!(
+        booking::payments::reconcile::run_once(&env.app.state)
+            .await
+            .unwrap(),
+        1
+    );
     let state = payment_state(&env.app, &o.order_id).await;
     assert_eq!(state["order"], "PAID");
     assert_eq!(state["tickets"], 2);
     assert_eq!(env.charges(&o.order_id), 1);
     // Running it again changes nothing.
     make_due(&env.app, &o.order_id).await;
-    booking::payments::reconcile::run_once(&env.app.state).await.unwrap();
+    booking::payments::reconcile::run_once(&env.app.state)
+        .await
+        .unwrap();
     assert_eq!(payment_state(&env.app, &o.order_id).await, state);
 }
 
@@ -406,7 +485,9 @@ async fn reconciliation_closes_an_attempt_the_provider_never_saw() {
     .execute(&env.app.pool)
     .await
     .unwrap();
-    booking::payments::reconcile::run_once(&env.app.state).await.unwrap();
+    booking::payments::reconcile::run_once(&env.app.state)
+        .await
+        .unwrap();
     let st: String = sqlx::query_scalar("SELECT status FROM payments WHERE id = 'p-lost'")
         .fetch_one(&env.app.pool)
         .await
@@ -426,19 +507,35 @@ async fn success_after_hold_expiry_is_refunded_once_and_the_seat_stays_with_its_
     )
     .await;
     let o = seat_order(&env.app, "ev", true, "alice", &["S1-R1-1"]).await;
-    let (status, _) = pay(&env.app, &o.token, &o.order_id, "a1", "pm_card_sandbox_timeout").await;
+    let (status, _) = pay(
+        &env.app,
+        &o.token,
+        &o.order_id,
+        "a1",
+        "pm_card_sandbox_timeout",
+    )
+    .await;
     assert_eq!(status, 504);
     // The pin runs out and nobody heard back: the hold expires and bob takes the seat.
     expire_in_db(&env.app, &o.hold_id).await;
-    sqlx::query("UPDATE orders SET expires_at = clock_timestamp() - interval '1 second' WHERE id = $1")
-        .bind(&o.order_id)
-        .execute(&env.app.pool)
-        .await
-        .unwrap();
+    sqlx::query(
+        "UPDATE orders SET expires_at = clock_timestamp() - interval '1 second' WHERE id = $1",
+    )
+    .bind(&o.order_id)
+    .execute(&env.app.pool)
+    .await
+    .unwrap();
     let bob = seat_order(&env.app, "ev", false, "bob", &["S1-R1-1"]).await;
     // Alice retries: the provider replays the success of her open attempt, which can no
     // longer be honoured: refunded, and she is told so.
-    let (status, v) = pay(&env.app, &o.token, &o.order_id, "a2", "pm_card_sandbox_timeout").await;
+    let (status, v) = pay(
+        &env.app,
+        &o.token,
+        &o.order_id,
+        "a2",
+        "pm_card_sandbox_timeout",
+    )
+    .await;
     assert_eq!(status, 409, "{v}");
     assert_eq!(v["refunded"], true, "{v}");
     assert_eq!(env.refunds(&o.order_id), 1);
@@ -450,10 +547,15 @@ async fn success_after_hold_expiry_is_refunded_once_and_the_seat_stays_with_its_
     // The late webhook, duplicated, then reconciliation: no second refund, nothing moves.
     env.sandbox.flush_webhooks(false, true).await;
     make_due(&env.app, &o.order_id).await;
-    booking::payments::reconcile::run_once(&env.app.state).await.unwrap();
+    booking::payments::reconcile::run_once(&env.app.state)
+        .await
+        .unwrap();
     assert_eq!(env.refunds(&o.order_id), 1, "refunded exactly once");
     let after = payment_state(&env.app, &o.order_id).await;
-    assert_eq!((&after["tickets"], &after["refunds"], &after["events"]), (&json!(0), &json!(1), &json!(1)));
+    assert_eq!(
+        (&after["tickets"], &after["refunds"], &after["events"]),
+        (&json!(0), &json!(1), &json!(1))
+    );
     let seat: (String, Option<String>) = sqlx::query_as(
         "SELECT status, hold_id FROM seats WHERE event_id = 'ev' AND seat_id = 'S1-R1-1'",
     )
@@ -470,11 +572,13 @@ async fn success_after_hold_expiry_is_refunded_once_and_the_seat_stays_with_its_
 async fn expired_order_is_refused_before_any_charge() {
     let env = PayEnv::spawn().await;
     let o = seat_order(&env.app, "ev", true, "alice", &["S1-R2-4"]).await;
-    sqlx::query("UPDATE orders SET expires_at = clock_timestamp() - interval '1 second' WHERE id = $1")
-        .bind(&o.order_id)
-        .execute(&env.app.pool)
-        .await
-        .unwrap();
+    sqlx::query(
+        "UPDATE orders SET expires_at = clock_timestamp() - interval '1 second' WHERE id = $1",
+    )
+    .bind(&o.order_id)
+    .execute(&env.app.pool)
+    .await
+    .unwrap();
     let (status, v) = pay(&env.app, &o.token, &o.order_id, "x", "pm_card_visa").await;
     assert_eq!(status, 409, "{v}");
     assert_eq!(v["code"], "ORDER_NOT_PAYABLE");
@@ -488,18 +592,49 @@ async fn bad_pay_requests_change_nothing() {
     let o = seat_order(&env.app, "ev", true, "alice", &["S2-R2-2"]).await;
     let before = payment_state(&env.app, &o.order_id).await;
     let url = env.app.url(&format!("/api/orders/{}/pay", o.order_id));
-    let send = |req: reqwest::RequestBuilder| async move { json(req.send().await.expect("request")).await };
+    let send = |req: reqwest::RequestBuilder| async move {
+        json(req.send().await.expect("request")).await
+    };
     // No Idempotency-Key.
-    let (s, v) = send(env.app.client.post(&url).bearer_auth(&o.token).json(&json!({"payment_method": "pm_card_visa"}))).await;
-    assert_eq!((s, v["code"].as_str()), (400, Some("IDEMPOTENCY_KEY_MISSING")));
+    let (s, v) = send(
+        env.app
+            .client
+            .post(&url)
+            .bearer_auth(&o.token)
+            .json(&json!({"payment_method": "pm_card_visa"})),
+    )
+    .await;
+    assert_eq!(
+        (s, v["code"].as_str()),
+        (400, Some("IDEMPOTENCY_KEY_MISSING"))
+    );
     // No admission token.
-    let (s, _) = send(env.app.client.post(&url).header("Idempotency-Key", "k").json(&json!({"payment_method": "pm_card_visa"}))).await;
+    let (s, _) = send(
+        env.app
+            .client
+            .post(&url)
+            .header("Idempotency-Key", "k")
+            .json(&json!({"payment_method": "pm_card_visa"})),
+    )
+    .await;
     assert_eq!(s, 401);
     // Bad bodies.
-    for body in [json!({}), json!({"payment_method": 5}), json!({"payment_method": "card"}),
-                 json!({"payment_method": "pm_card_visa", "amount": 1}),
-                 json!({"payment_method": "pm_' OR 1=1"})] {
-        let (s, v) = send(env.app.client.post(&url).bearer_auth(&o.token).header("Idempotency-Key", "k").json(&body)).await;
+    for body in [
+        json!({}),
+        json!({"payment_method": 5}),
+        json!({"payment_method": "card"}),
+        json!({"payment_method": "pm_card_visa", "amount": 1}),
+        json!({"payment_method": "pm_' OR 1=1"}),
+    ] {
+        let (s, v) = send(
+            env.app
+                .client
+                .post(&url)
+                .bearer_auth(&o.token)
+                .header("Idempotency-Key", "k")
+                .json(&body),
+        )
+        .await;
         assert_eq!(s, 422, "{body} -> {v}");
     }
     // Someone else's order, and no order at all, look the same.

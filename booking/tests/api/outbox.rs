@@ -1,0 +1,235 @@
+//! The outbox relay and the ticket-delivery consumer against real Postgres and Redis:
+//! batches, several relays at once, a relay killed between publish and mark, a consumer
+//! killed before its acknowledgement, malformed messages, and the lag gauge.
+
+use crate::helpers::TestApp;
+use crate::payments::{PayEnv, pay, seat_order};
+use booking::delivery::{self, Handled};
+use booking::outbox;
+use redis::streams::StreamPendingReply;
+
+async fn insert_rows(app: &TestApp, topic: &str, n: i64) {
+    sqlx::query(
+        "INSERT INTO outbox (event_id, topic, aggregate_id, payload)
+         SELECT 'evt-' || g, $1, 'agg-' || g, jsonb_build_object('n', g)
+           FROM generate_series(1, $2) g",
+    )
+    .bind(topic)
+    .bind(n)
+    .execute(&app.pool)
+    .await
+    .expect("insert outbox rows");
+}
+
+async fn xlen(app: &TestApp, topic: &str) -> i64 {
+    let mut conn = app.state.redis().await.expect("redis");
+    redis::cmd("XLEN")
+        .arg(outbox::stream_key(&app.state, topic))
+        .query_async(&mut conn)
+        .await
+        .expect("XLEN")
+}
+
+/// Distinct `event_id`s in a stream.
+async fn stream_event_ids(app: &TestApp, topic: &str) -> Vec<String> {
+    let mut conn = app.state.redis().await.expect("redis");
+    let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+        .arg(outbox::stream_key(&app.state, topic))
+        .arg("-")
+        .arg("+")
+        .query_async(&mut conn)
+        .await
+        .expect("XRANGE");
+    reply
+        .ids
+        .iter()
+        .filter_map(|e| e.get::<String>("event_id"))
+        .collect()
+}
+
+async fn pending(app: &TestApp) -> usize {
+    let mut conn = app.state.redis().await.expect("redis");
+    let reply: StreamPendingReply = redis::cmd("XPENDING")
+        .arg(outbox::stream_key(&app.state, delivery::TOPIC))
+        .arg(delivery::GROUP)
+        .query_async(&mut conn)
+        .await
+        .expect("XPENDING");
+    reply.count()
+}
+
+async fn unpublished(app: &TestApp) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
+        .fetch_one(&app.pool)
+        .await
+        .expect("count")
+}
+
+#[tokio::test]
+async fn relay_publishes_every_row_in_batches_and_reports_lag() {
+    let app = TestApp::spawn_with(|c| c.outbox.relay_batch = 100).await;
+    insert_rows(&app, "test.topic", 1_050).await;
+    outbox::sample_lag(&app.state).await.unwrap();
+    assert_eq!(app.state.metrics.outbox_lag.get(), 1_050);
+    assert_eq!(outbox::relay_all(&app.state).await.unwrap(), 1_050);
+    assert_eq!(unpublished(&app).await, 0);
+    assert_eq!(xlen(&app, "test.topic").await, 1_050);
+    assert_eq!(app.state.metrics.outbox_lag.get(), 0);
+    assert!(
+        app.state
+            .metrics
+            .render()
+            .contains("floodgate_booking_outbox_lag 0")
+    );
+    // Nothing left: another pass publishes nothing.
+    assert_eq!(outbox::relay_all(&app.state).await.unwrap(), 0);
+    assert_eq!(xlen(&app, "test.topic").await, 1_050);
+}
+
+#[tokio::test]
+async fn several_relays_at_once_publish_each_row_once() {
+    let app = TestApp::spawn_with(|c| c.outbox.relay_batch = 50).await;
+    insert_rows(&app, "test.topic", 2_000).await;
+    let relays = (0..6).map(|_| outbox::relay_all(&app.state));
+    let published: usize = futures::future::join_all(relays)
+        .await
+        .into_iter()
+        .map(|r| r.expect("relay"))
+        .sum();
+    assert_eq!(published, 2_000);
+    assert_eq!(unpublished(&app).await, 0);
+    let ids = stream_event_ids(&app, "test.topic").await;
+    let distinct: std::collections::HashSet<_> = ids.iter().collect();
+    assert_eq!((ids.len(), distinct.len()), (2_000, 2_000));
+}
+
+#[tokio::test]
+async fn relay_killed_between_publish_and_mark_delivers_again_and_the_consumer_records_once() {
+    let env = PayEnv::spawn().await;
+    let app = &env.app;
+    let o = seat_order(app, "ev", true, "alice", &["S1-R1-1", "S1-R1-2"]).await;
+    let (status, _) = pay(app, &o.token, &o.order_id, "k", "pm_card_visa").await;
+    assert_eq!(status, 200);
+    // A relay claims and publishes the order.paid event, then dies before marking it.
+    let rows = outbox::claim_batch(&app.pool, 100, 30).await.unwrap();
+    let paid: Vec<_> = rows
+        .iter()
+        .filter(|r| r.topic == "order.paid")
+        .cloned()
+        .collect();
+    assert_eq!(paid.len(), 1);
+    outbox::publish(&app.state, &rows).await.unwrap();
+    assert_eq!(unpublished(app).await, rows.len() as i64);
+    // While the lease runs, no other relay touches the rows.
+    assert_eq!(outbox::relay_once(&app.state).await.unwrap(), 0);
+    // The lease runs out; the next relay publishes them again.
+    sqlx::query("UPDATE outbox SET claimed_until = clock_timestamp() - interval '1 second'")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(outbox::relay_all(&app.state).await.unwrap(), rows.len());
+    assert_eq!(unpublished(app).await, 0);
+    let ids = stream_event_ids(app, "order.paid").await;
+    assert_eq!(
+        ids,
+        vec![paid[0].event_id.clone(), paid[0].event_id.clone()],
+        "published twice"
+    );
+    // The consumer sees both copies and records the delivery once.
+    let handled = delivery::consume_once(&app.state, "consumer-a")
+        .await
+        .unwrap();
+    assert_eq!(handled, 2);
+    let deliveries: Vec<(String, String, i64)> = sqlx::query_as(
+        "SELECT event_id, order_id, jsonb_array_length(tickets)::bigint FROM deliveries",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        deliveries,
+        vec![(paid[0].event_id.clone(), o.order_id.clone(), 2)]
+    );
+    assert_eq!(pending(app).await, 0, "both copies acknowledged");
+    assert_eq!(
+        delivery::consume_once(&app.state, "consumer-a")
+            .await
+            .unwrap(),
+        0
+    );
+}
+
+#[tokio::test]
+async fn consumer_killed_before_ack_is_reclaimed_and_recorded_once() {
+    let app = TestApp::spawn_with(|c| c.outbox.delivery_reclaim_idle_ms = 0).await;
+    for i in 1..=3 {
+        sqlx::query(
+            "INSERT INTO outbox (event_id, topic, aggregate_id, payload)
+             VALUES ($1, 'order.paid', $2, jsonb_build_object('order_id', $2::text,
+                     'account_id', 'alice', 'tickets', '[]'::jsonb))",
+        )
+        .bind(format!("evt-{i}"))
+        .bind(format!("order-{i}"))
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    }
+    outbox::relay_all(&app.state).await.unwrap();
+    // Consumer "dead" reads everything, records one, and dies before acknowledging the rest.
+    let read = delivery::read_batch(&app.state, "dead", 10).await.unwrap();
+    assert_eq!(read.len(), 3);
+    assert_eq!(
+        delivery::handle(&app.state, "dead", &read[0])
+            .await
+            .unwrap(),
+        Handled::Delivered
+    );
+    assert_eq!(pending(&app).await, 2);
+    // Another consumer reclaims the two abandoned messages.
+    let handled = delivery::consume_once(&app.state, "alive").await.unwrap();
+    assert_eq!(handled, 2);
+    assert_eq!(pending(&app).await, 0);
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM deliveries")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(n, 3);
+    // Handing the same entry over again (a late redelivery) records nothing new.
+    assert_eq!(
+        delivery::handle(&app.state, "alive", &read[1])
+            .await
+            .unwrap(),
+        Handled::Duplicate
+    );
+}
+
+#[tokio::test]
+async fn malformed_messages_are_dead_lettered_not_stuck() {
+    let app = TestApp::spawn().await;
+    let key = outbox::stream_key(&app.state, delivery::TOPIC);
+    let mut conn = app.state.redis().await.unwrap();
+    let _: String = redis::cmd("XADD")
+        .arg(&key)
+        .arg("*")
+        .arg("event_id")
+        .arg("evt-bad")
+        .arg("payload")
+        .arg("not json")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let handled = delivery::consume_once(&app.state, "c").await.unwrap();
+    assert_eq!(handled, 1);
+    assert_eq!(pending(&app).await, 0);
+    let dead: i64 = redis::cmd("XLEN")
+        .arg(format!("{key}:dead"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(dead, 1);
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM deliveries")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(n, 0);
+}

@@ -1,0 +1,294 @@
+//! Provider webhooks against the real sandbox: before and after the synchronous answer,
+//! duplicated, out of order, alone (after a timeout), and forged or stale.
+
+use crate::payments::{OLD_WEBHOOK_SECRET, PayEnv, WEBHOOK_SECRET, pay, payment_state, seat_order};
+use sandbox_provider::config::WebhookMode;
+use sandbox_provider::webhooks::{signature_header, unix_now};
+use serde_json::{Value, json};
+
+async fn post_webhook(env: &PayEnv, signature: Option<String>, body: &[u8]) -> (u16, Value) {
+    let mut req = env
+        .app
+        .client
+        .post(env.app.url("/webhooks/payments"))
+        .header("content-type", "application/json")
+        .body(body.to_vec());
+    if let Some(sig) = signature {
+        req = req.header("Stripe-Signature", sig);
+    }
+    crate::helpers::json(req.send().await.expect("request")).await
+}
+
+#[tokio::test]
+async fn webhook_before_the_synchronous_answer() {
+    // The sandbox delivers (and waits for) the webhook before answering the charge.
+    let env = PayEnv::spawn_with(|_| {}, |s| s.webhook_mode = WebhookMode::BeforeResponse).await;
+    let o = seat_order(&env.app, "ev", true, "alice", &["S1-R1-1", "S1-R1-2"]).await;
+    let (status, v) = pay(&env.app, &o.token, &o.order_id, "k", "pm_card_visa").await;
+    // The webhook won the transition; the synchronous path found the order paid by this
+    // very payment and answers with it.
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["status"], "PAID");
+    assert_eq!(v["tickets"].as_array().map(Vec::len), Some(2));
+    let deliveries = env.sandbox.deliveries();
+    assert_eq!(deliveries.len(), 1);
+    assert_eq!(deliveries[0].status, Some(200));
+    let state = payment_state(&env.app, &o.order_id).await;
+    assert_eq!(
+        state,
+        json!({"order": "PAID", "tickets": 2, "sold": 2, "succeeded": 1,
+                             "refunds": 0, "events": 1, "webhooks": 1})
+    );
+    assert_eq!(env.charges(&o.order_id), 1);
+}
+
+#[tokio::test]
+async fn webhook_after_the_answer_and_duplicated_changes_nothing() {
+    let env = PayEnv::spawn().await;
+    let o = seat_order(&env.app, "ev", true, "alice", &["S1-R1-3"]).await;
+    let (status, _) = pay(&env.app, &o.token, &o.order_id, "k", "pm_card_visa").await;
+    assert_eq!(status, 200);
+    let mut before = payment_state(&env.app, &o.order_id).await;
+    // Each copy is acknowledged; only the first is recorded, and it changes nothing else.
+    let delivered = env.sandbox.flush_webhooks(false, true).await;
+    assert_eq!(delivered.len(), 2);
+    assert!(
+        delivered.iter().all(|d| d["acknowledged"] == true),
+        "{delivered:?}"
+    );
+    before["webhooks"] = json!(1);
+    assert_eq!(payment_state(&env.app, &o.order_id).await, before);
+}
+
+#[tokio::test]
+async fn webhook_alone_completes_an_order_whose_answer_timed_out() {
+    let env = PayEnv::spawn_with(
+        |c| c.payments.request_timeout_ms = 300,
+        |s| s.timeout_delay_ms = 5_000,
+    )
+    .await;
+    let o = seat_order(&env.app, "ev", true, "alice", &["S2-R1-1", "S2-R1-2"]).await;
+    let (status, _) = pay(
+        &env.app,
+        &o.token,
+        &o.order_id,
+        "k",
+        "pm_card_sandbox_timeout",
+    )
+    .await;
+    assert_eq!(status, 504);
+    assert_eq!(
+        payment_state(&env.app, &o.order_id).await["order"],
+        "PENDING_PAYMENT"
+    );
+    env.sandbox.flush_webhooks(false, false).await;
+    let state = payment_state(&env.app, &o.order_id).await;
+    assert_eq!(
+        (&state["order"], &state["tickets"]),
+        (&json!("PAID"), &json!(2))
+    );
+    // The fan's retry now finds the order paid: same tickets, still one charge.
+    let (status, v) = pay(
+        &env.app,
+        &o.token,
+        &o.order_id,
+        "k",
+        "pm_card_sandbox_timeout",
+    )
+    .await;
+    assert_eq!((status, v["status"].as_str()), (200, Some("PAID")));
+    assert_eq!(env.charges(&o.order_id), 1);
+    assert_eq!(payment_state(&env.app, &o.order_id).await, state);
+}
+
+#[tokio::test]
+async fn out_of_order_webhooks_do_not_undo_a_payment() {
+    let env = PayEnv::spawn_with(
+        |c| c.payments.request_timeout_ms = 300,
+        |s| s.timeout_delay_ms = 5_000,
+    )
+    .await;
+    let o = seat_order(&env.app, "ev", true, "alice", &["S1-R2-1"]).await;
+    let (status, _) = pay(
+        &env.app,
+        &o.token,
+        &o.order_id,
+        "a",
+        "pm_card_chargeDeclined",
+    )
+    .await;
+    assert_eq!(status, 402);
+    let (status, _) = pay(
+        &env.app,
+        &o.token,
+        &o.order_id,
+        "b",
+        "pm_card_sandbox_timeout",
+    )
+    .await;
+    assert_eq!(status, 504);
+    // Newest first: attempt 2's success, then attempt 1's failure.
+    let delivered = env.sandbox.flush_webhooks(true, false).await;
+    assert_eq!(delivered[0]["type"], "payment_intent.succeeded");
+    assert_eq!(delivered[1]["type"], "payment_intent.payment_failed");
+    let state = payment_state(&env.app, &o.order_id).await;
+    assert_eq!(
+        (&state["order"], &state["succeeded"], &state["tickets"]),
+        (&json!("PAID"), &json!(1), &json!(1))
+    );
+    let statuses: Vec<String> =
+        sqlx::query_scalar("SELECT status FROM payments WHERE order_id = $1 ORDER BY attempt")
+            .bind(&o.order_id)
+            .fetch_all(&env.app.pool)
+            .await
+            .unwrap();
+    assert_eq!(statuses, ["declined", "succeeded"]);
+}
+
+#[tokio::test]
+async fn bad_or_stale_signatures_are_refused_and_change_nothing() {
+    let env = PayEnv::spawn_with(
+        |c| c.payments.request_timeout_ms = 300,
+        |s| {
+            s.timeout_delay_ms = 5_000;
+            s.webhooks_enabled = false;
+        },
+    )
+    .await;
+    let o = seat_order(&env.app, "ev", true, "alice", &["S1-R2-2"]).await;
+    let (status, _) = pay(
+        &env.app,
+        &o.token,
+        &o.order_id,
+        "k",
+        "pm_card_sandbox_timeout",
+    )
+    .await;
+    assert_eq!(status, 504);
+    let intent = env.sandbox.order_summary(&o.order_id).intents[0].clone();
+    let body = serde_json::to_vec(&json!({
+        "id": "evt_forged_1",
+        "object": "event",
+        "type": "payment_intent.succeeded",
+        "data": {"object": intent},
+    }))
+    .unwrap();
+    let before = payment_state(&env.app, &o.order_id).await;
+    let now = unix_now();
+    let tampered = {
+        let mut b = body.clone();
+        b.extend_from_slice(b" ");
+        b
+    };
+    let cases: Vec<(&str, Option<String>, &[u8])> = vec![
+        ("missing header", None, &body),
+        (
+            "wrong secret",
+            Some(signature_header("whsec_attacker", now, &body)),
+            &body,
+        ),
+        (
+            "tampered body",
+            Some(signature_header(WEBHOOK_SECRET, now, &body)),
+            &tampered,
+        ),
+        (
+            "stale",
+            Some(signature_header(WEBHOOK_SECRET, now - 301, &body)),
+            &body,
+        ),
+        (
+            "from the future",
+            Some(signature_header(WEBHOOK_SECRET, now + 301, &body)),
+            &body,
+        ),
+        ("garbage", Some("t=now,v1=zz".to_owned()), &body),
+        ("no v1", Some(format!("t={now}")), &body),
+    ];
+    for (name, sig, b) in cases {
+        let (status, v) = post_webhook(&env, sig, b).await;
+        assert_eq!(status, 400, "{name}: {v}");
+        assert_eq!(v["code"], "INVALID_SIGNATURE", "{name}");
+    }
+    assert_eq!(
+        payment_state(&env.app, &o.order_id).await,
+        before,
+        "nothing changed"
+    );
+    // During rotation the previous secret still verifies; several v1 entries are allowed.
+    let good = signature_header(OLD_WEBHOOK_SECRET, now, &body);
+    let junk = signature_header("whsec_other", now, &body);
+    let header = format!("{junk},{}", good.split(',').nth(1).unwrap());
+    let (status, v) = post_webhook(&env, Some(header.clone()), &body).await;
+    assert_eq!(status, 200, "{v}");
+    let after = payment_state(&env.app, &o.order_id).await;
+    assert_eq!(
+        (&after["order"], &after["webhooks"]),
+        (&json!("PAID"), &json!(1))
+    );
+    // The same event again (the provider retries): acknowledged, recorded once.
+    let (status, v) = post_webhook(&env, Some(header), &body).await;
+    assert_eq!((status, &v["duplicate"]), (200, &json!(true)));
+    assert_eq!(payment_state(&env.app, &o.order_id).await, after);
+}
+
+#[tokio::test]
+async fn concurrent_webhook_copies_and_pay_retries_apply_once() {
+    let env = PayEnv::spawn_with(
+        |c| c.payments.request_timeout_ms = 300,
+        |s| s.timeout_delay_ms = 5_000,
+    )
+    .await;
+    let o = seat_order(&env.app, "ev", true, "alice", &["S2-R2-1", "S2-R2-2"]).await;
+    let (status, _) = pay(
+        &env.app,
+        &o.token,
+        &o.order_id,
+        "k0",
+        "pm_card_sandbox_timeout",
+    )
+    .await;
+    assert_eq!(status, 504);
+    let intent = env.sandbox.order_summary(&o.order_id).intents[0].clone();
+    let body = serde_json::to_vec(&json!({
+        "id": "evt_race", "object": "event", "type": "payment_intent.succeeded",
+        "data": {"object": intent},
+    }))
+    .unwrap();
+    // 20 copies of the webhook race 20 pay retries (each replayed by the provider).
+    let hooks = (0..20).map(|_| {
+        let sig = signature_header(WEBHOOK_SECRET, unix_now(), &body);
+        let env = &env;
+        let body = &body;
+        async move { post_webhook(env, Some(sig), body).await.0 }
+    });
+    let pays = (0..20).map(|i| {
+        let env = &env;
+        let o = &o;
+        async move {
+            pay(
+                &env.app,
+                &o.token,
+                &o.order_id,
+                &format!("r{i}"),
+                "pm_card_sandbox_timeout",
+            )
+            .await
+            .0
+        }
+    });
+    let (h, p) = futures::future::join(
+        futures::future::join_all(hooks),
+        futures::future::join_all(pays),
+    )
+    .await;
+    assert!(h.iter().all(|s| *s == 200), "{h:?}");
+    assert!(p.iter().all(|s| *s == 200 || *s == 409), "{p:?}");
+    let state = payment_state(&env.app, &o.order_id).await;
+    assert_eq!(
+        state,
+        json!({"order": "PAID", "tickets": 2, "sold": 2, "succeeded": 1,
+                             "refunds": 0, "events": 1, "webhooks": 1})
+    );
+    assert_eq!(env.charges(&o.order_id), 1);
+}
