@@ -240,3 +240,72 @@ async fn lease_failover_admits_everyone_exactly_once() {
     assert!(killed_at.elapsed() < Duration::from_secs(15));
     stop(survivor).await;
 }
+
+#[tokio::test]
+async fn auto_mode_backs_off_when_booking_fails() {
+    use axum::routing::any;
+    // An upstream that is up (health check passes) but answers every API call with 503.
+    let app_fail = axum::Router::new()
+        .route("/healthz", any(|| async { "ok" }))
+        .fallback(any(|| async {
+            (axum::http::StatusCode::SERVICE_UNAVAILABLE, "busy")
+        }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let failing = listener.local_addr().unwrap().to_string();
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, app_fail).await;
+    });
+    let app = TestApp::spawn_with(|c| {
+        c.gateway.upstreams = vec![failing.clone()];
+        c.gateway.auto_window_s = 5;
+    })
+    .await;
+    app.put_config(
+        "auto",
+        json!({"sale_start": "2020-01-01T00:00:00Z", "admit_per_minute": 600,
+               "auto": {"floor": 60, "ceiling": 6000}}),
+    )
+    .await;
+    let get_rate = || async {
+        json(
+            app.http
+                .get(app.admin_url("/admin/events/auto/config"))
+                .bearer_auth(ADMIN)
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await["effective_admit_per_minute"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(get_rate().await, 600);
+    let tokens = shared::token::AdmissionTokens::new(&token_settings(&["k1"], "k1")).unwrap();
+    let (tok, _) = tokens
+        .mint("fan", "s", "auto", chrono::Utc::now().timestamp(), 60)
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        for _ in 0..30 {
+            let r = app
+                .http
+                .get(app.url("/api/events/auto/seats"))
+                .bearer_auth(&tok)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        }
+        let rate = get_rate().await;
+        if rate < 600 {
+            assert!(rate >= 60, "below the floor: {rate}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "auto mode did not lower the rate"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    server.abort();
+}
