@@ -219,6 +219,11 @@ if dl and tonumber(dl) > now_ms then
 end
 local act = redis.call('ZSCORE', KEYS[4], ARGV[1])
 if act and tonumber(act) > now_ms then return {'admitted', place, tonumber(act), 0, now_ms} end
+-- Missed the claim deadline (or the admission ended): release the place now rather than at
+-- the next tick, so joining again at once queues the fan at the back.
+redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('ZREM', KEYS[4], ARGV[1])
+redis.call('HDEL', KEYS[1], ARGV[1])
 return {'expired'}
 "#;
 
