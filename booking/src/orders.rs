@@ -75,6 +75,12 @@ pub struct OrderSettings {
     pub deadlock_retries: u32,
     /// The store's currency (ISO 4217); amounts are in its minor units.
     pub currency: String,
+    /// Commit order-creation transactions with `synchronous_commit = off`. Off by default.
+    /// A pending order moves no money: a crash can lose the last few milliseconds of created
+    /// orders together with their reservations and stored responses (the stock comes back, a
+    /// retry with the same key creates the order again); payments always commit durably, and
+    /// a durable commit also flushes every earlier asynchronous one. See docs/decisions.md.
+    pub async_commit: bool,
 }
 
 impl Default for OrderSettings {
@@ -88,6 +94,7 @@ impl Default for OrderSettings {
             flash_reconcile_interval_ms: 10_000,
             deadlock_retries: 5,
             currency: "JPY".into(),
+            async_commit: false,
         }
     }
 }
@@ -946,6 +953,11 @@ async fn create_from_cart(
     let result = db::retry(settings.deadlock_retries, || async {
         state.metrics.commerce.order_db_transactions.inc();
         let mut tx = state.pool.begin().await?;
+        if settings.async_commit {
+            sqlx::query("SET LOCAL synchronous_commit = off")
+                .execute(&mut *tx)
+                .await?;
+        }
         let (_, body) = create_cart_order_tx(
             &mut tx,
             settings,

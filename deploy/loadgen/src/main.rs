@@ -4,6 +4,7 @@
 //! subcommand; `deploy/bench/run` drives them and writes `docs/benchmarks.md`.
 
 mod holds;
+mod orders;
 mod promtext;
 mod stats;
 mod surge;
@@ -32,6 +33,9 @@ enum Command {
     Verify(verify::VerifyArgs),
     /// Seat (or GA) holds straight against booking as fast as possible: holds/s, p50/p99.
     Holds(holds::HoldsArgs),
+    /// Carts and orders straight against booking: cart ops/s, or orders/s on one SKU
+    /// (a flash-sale rush when its stock is small).
+    Orders(orders::OrdersArgs),
 }
 
 #[tokio::main]
@@ -41,6 +45,7 @@ async fn main() -> ExitCode {
         Command::Surge(a) => run_surge(*a).await,
         Command::Verify(a) => run_verify(a).await,
         Command::Holds(a) => run_holds(a).await,
+        Command::Orders(a) => run_orders(a).await,
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
@@ -88,6 +93,16 @@ async fn run_holds(a: holds::HoldsArgs) -> anyhow::Result<bool> {
     let json = a.json.clone();
     let report = holds::run(a).await?;
     holds::print(&report);
+    if let Some(path) = json {
+        std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
+    }
+    Ok(true)
+}
+
+async fn run_orders(a: orders::OrdersArgs) -> anyhow::Result<bool> {
+    let json = a.json.clone();
+    let report = orders::run(a).await?;
+    orders::print(&report);
     if let Some(path) = json {
         std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
     }

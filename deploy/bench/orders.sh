@@ -1,0 +1,239 @@
+#!/usr/bin/env bash
+# Carts and orders benchmark (issue 4): cart ops/s, orders/s on one hot SKU with and without
+# the flash gate, a flash-sale rush (demand far above stock) with and without the gate, and
+# the same order SQL through pgbench.
+#
+#   deploy/bench/orders.sh [--quick] [OUT_DIR]   (or: deploy/bench/run orders; deploy/stack bench)
+#
+# 1. starts a release booking on a private port against a fresh database (private Postgres
+#    and Redis from deploy/stack deps), jobs on, logs at warn;
+# 2. cart: `loadgen orders --mode cart`, BENCH_CLIENTS accounts each editing its cart
+#    (90 % PUT of one of 20 SKUs, 10 % GET with current prices) -> cart ops/s, p50/p99;
+# 3. orders on ONE SKU with ample stock, every iteration a fresh account: PUT 1 unit into the
+#    cart, POST /api/orders -> orders/s, p50/p99 of the order request; the SKU hot (through
+#    the flash gate) and not hot; then again with order commits asynchronous
+#    ([orders] async_commit = true);
+# 4. flash rush: FLASH_STOCK units, BENCH_CLIENTS clients buying for FLASH_DUR seconds,
+#    gated versus not: requests answered/s, p99, and how many order transactions reached
+#    Postgres (booking's order_db_transactions_total);
+# 5. pgbench runs deploy/bench/sql/order_hot.sql (the same statements, no HTTP/Redis) on one
+#    hot row, durable and async;
+# 6. invariants: every SKU's available + reserved + sold equals its stock, reserved equals the
+#    units in pending orders, the flash SKUs sold exactly their stock, no key left in flight.
+# Results go to $BENCH_OUT as a markdown section (see deploy/bench/run), raw JSON to OUT_DIR.
+set -euo pipefail
+
+QUICK="${BENCH_QUICK:-0}"
+if [ "${1:-}" = "--quick" ]; then QUICK=1; shift; fi
+RESULTS="${1:-}"
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+BENCH="$ROOT/deploy/bench"
+PG_PORT="${FLOODGATE_PG_PORT:-55432}"
+PORT="${BENCH_BOOKING_PORT:-18091}"
+if [ "$QUICK" = 1 ]; then DUR="${BENCH_DURATION_S:-3}"; else DUR="${BENCH_DURATION_S:-20}"; fi
+FLASH_DUR=$(( DUR / 2 > 2 ? DUR / 2 : 2 ))
+CLIENTS="${BENCH_CLIENTS:-64}"
+POOL="${BENCH_POOL:-32}"
+FLASH_STOCK="${FLASH_STOCK:-2000}"
+BIG=1000000000
+OUT="${BENCH_OUT:-/dev/stdout}"
+DB="fg_bench_orders_$(date +%s)_$$"
+URL="http://127.0.0.1:$PORT"
+ADMIN="bench-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
+WORK="$(mktemp -d)"
+BOOKING_PID=""
+
+log() { printf '\033[1m[bench orders]\033[0m %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+psql_q() { psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -v ON_ERROR_STOP=1 -qAt "$@"; }
+PGBENCH="$(command -v pgbench || ls /usr/lib/postgresql/*/bin/pgbench 2>/dev/null | sort -V | tail -1 || true)"
+[ -n "$PGBENCH" ] || die "pgbench not found (deploy/stack bench installs postgresql-contrib)"
+command -v curl >/dev/null || die "curl not found"
+command -v jq >/dev/null || die "jq not found (apt-get install jq)"
+psql_q -d postgres -c "SELECT 1" >/dev/null 2>&1 || die "private Postgres not reachable on :$PG_PORT (run deploy/stack deps)"
+
+stop_booking() {
+  if [ -n "$BOOKING_PID" ]; then
+    kill "$BOOKING_PID" 2>/dev/null || true
+    wait "$BOOKING_PID" 2>/dev/null || true
+    BOOKING_PID=""
+  fi
+}
+cleanup() {
+  stop_booking
+  psql_q -d postgres -c "DROP DATABASE IF EXISTS \"$DB\" WITH (FORCE)" >/dev/null 2>&1 || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+if [ "${BENCH_NO_BUILD:-0}" != 1 ]; then
+  log "building release binaries"
+  (cd "$ROOT" && cargo build --workspace --bins --release)
+fi
+BOOKING_BIN="$ROOT/target/release/booking"
+LOADGEN_BIN="$ROOT/target/release/loadgen"
+[ -x "$BOOKING_BIN" ] && [ -x "$LOADGEN_BIN" ] || die "release binaries missing"
+
+psql_q -d postgres -c "CREATE DATABASE \"$DB\"" >/dev/null
+
+# start_booking ASYNC_ORDER_COMMITS: a clean environment, the dev token key (loadgen mints
+# with it), a key prefix of our own in the shared Redis.
+start_booking() {
+  local async="$1"
+  stop_booking
+  env -i PATH="$PATH" HOME="${HOME:-/tmp}" \
+    DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/$DB" \
+    REDIS_URL="redis://127.0.0.1:${FLOODGATE_REDIS_PORT:-56379}" \
+    FLOODGATE_REDIS__KEY_PREFIX="bench-orders-$$:" \
+    FLOODGATE_ADMIN_TOKEN="$ADMIN" \
+    FLOODGATE_BOOKING__LISTEN="127.0.0.1:$PORT" \
+    FLOODGATE_ORDERS__ASYNC_COMMIT="$async" \
+    FLOODGATE_DATABASE__MAX_CONNECTIONS="$POOL" \
+    FLOODGATE_DATABASE__ACQUIRE_TIMEOUT_MS=10000 \
+    FLOODGATE_LOG__LEVEL=warn FLOODGATE_LOG__FORMAT=json \
+    "$BOOKING_BIN" >>"$WORK/booking.log" 2>&1 &
+  BOOKING_PID=$!
+  for _ in $(seq 1 100); do
+    curl -fsS "$URL/readyz" >/dev/null 2>&1 && return 0
+    kill -0 "$BOOKING_PID" 2>/dev/null || { tail -20 "$WORK/booking.log" >&2; die "booking exited"; }
+    sleep 0.1
+  done
+  die "booking not ready on $URL"
+}
+
+product() { # SKU STOCK HOT
+  curl -fsS -o /dev/null -H "authorization: Bearer $ADMIN" -H 'content-type: application/json' \
+    -d "{\"sku\":\"$1\",\"name\":\"bench $1\",\"price\":1000,\"stock\":$2,\"hot\":$3}" \
+    "$URL/admin/products" || die "creating product $1 failed"
+}
+
+db_txs() {
+  curl -fsS "$URL/metrics" | awk '/^floodgate_booking_order_db_transactions_total /{print $2}'
+}
+
+loadgen_orders() { # JSON ARGS...
+  local json="$1"; shift
+  "$LOADGEN_BIN" orders --booking "$URL" --clients "$CLIENTS" --json "$json" "$@" >&2
+}
+
+pgbench_tps() { # SKU ASYNC
+  "$PGBENCH" -h 127.0.0.1 -p "$PG_PORT" -U postgres -n -M prepared -c "$POOL" -j 2 -T "$DUR" \
+    -D sku="$1" -D async="$2" -f "$BENCH/sql/order_hot.sql" "$DB" 2>&1 | tee -a "$WORK/pgbench.log" \
+    | sed -nE 's/^tps = ([0-9.]+) \(without initial connection time\).*/\1/p'
+}
+
+j() { jq -r "$2" "$1"; }
+fmt() { awk -v a="$1" 'BEGIN { printf "%.0f", a }'; }
+ms() { awk -v a="$1" 'BEGIN { printf "%.1f ms", a }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.0f%%", 100 * a / b; else print "n/a" }'; }
+
+log "starting booking on $URL (database $DB)"
+start_booking false
+for i in $(seq 0 19); do product "SKU-$i" "$BIG" false; done
+product HOT-GATED "$BIG" true
+product HOT-PLAIN "$BIG" false
+product HOT-ASYNC "$BIG" true
+product FLASH-G "$FLASH_STOCK" true
+product FLASH-N "$FLASH_STOCK" false
+product PG-SYNC "$BIG" false
+product PG-ASYNC "$BIG" false
+psql_q -d "$DB" -c "VACUUM ANALYZE" >/dev/null
+
+log "cart: $CLIENTS clients x ${DUR}s"
+loadgen_orders "$WORK/cart.json" --mode cart --skus 20 --duration-s "$DUR"
+log "orders on one hot SKU through the gate (durable commits)"
+loadgen_orders "$WORK/hot-gated.json" --mode order --sku HOT-GATED --duration-s "$DUR"
+log "orders on one SKU without the gate (durable commits)"
+loadgen_orders "$WORK/hot-plain.json" --mode order --sku HOT-PLAIN --duration-s "$DUR"
+
+log "flash rush: $FLASH_STOCK units, ${FLASH_DUR}s, gated"
+T0="$(db_txs)"
+loadgen_orders "$WORK/flash-g.json" --mode order --sku FLASH-G --duration-s "$FLASH_DUR"
+TX_G=$(( $(db_txs) - T0 ))
+log "flash rush: $FLASH_STOCK units, ${FLASH_DUR}s, no gate"
+T0="$(db_txs)"
+loadgen_orders "$WORK/flash-n.json" --mode order --sku FLASH-N --duration-s "$FLASH_DUR"
+TX_N=$(( $(db_txs) - T0 ))
+
+log "orders through the gate, asynchronous order commits"
+start_booking true
+loadgen_orders "$WORK/hot-async.json" --mode order --sku HOT-ASYNC --duration-s "$DUR"
+stop_booking
+
+log "pgbench, the same order statements on one hot row, $POOL connections"
+PG_SYNC="$(pgbench_tps PG-SYNC 0)"
+PG_ASYNC="$(pgbench_tps PG-ASYNC 1)"
+[ -n "$PG_SYNC" ] && [ -n "$PG_ASYNC" ] || { tail -30 "$WORK/pgbench.log" >&2; die "pgbench failed"; }
+
+# Invariants. pgbench's orders (account 'pg-...') reserve without items for loadgen's SKUs.
+BAD="$(psql_q -d "$DB" -c "
+  SELECT (SELECT count(*) FROM inventory i
+          WHERE i.available + i.reserved + i.sold
+                <> CASE WHEN i.sku LIKE 'FLASH-%' THEN $FLASH_STOCK ELSE $BIG END)
+       + (SELECT count(*) FROM inventory i
+          WHERE i.sku NOT LIKE 'PG-%'
+            AND i.reserved <> (SELECT COALESCE(sum(oi.quantity), 0) FROM order_items oi
+                               JOIN orders o ON o.id = oi.order_id
+                               WHERE oi.sku = i.sku AND o.status = 'PENDING_PAYMENT'))
+       + (SELECT count(*) FROM idempotency_keys WHERE state = 'in_flight' AND account_id NOT LIKE 'pg-%')")"
+[ "$BAD" = 0 ] || die "invariant violated after the run ($BAD rows)"
+SOLD_G="$(j "$WORK/flash-g.json" '.order.outcomes["201"] // 0')"
+SOLD_N="$(j "$WORK/flash-n.json" '.order.outcomes["201"] // 0')"
+RES_G="$(psql_q -d "$DB" -c "SELECT reserved FROM inventory WHERE sku = 'FLASH-G'")"
+RES_N="$(psql_q -d "$DB" -c "SELECT reserved FROM inventory WHERE sku = 'FLASH-N'")"
+[ "$SOLD_G" = "$RES_G" ] && [ "$SOLD_N" = "$RES_N" ] || die "flash: 201s ($SOLD_G/$SOLD_N) != reserved ($RES_G/$RES_N)"
+[ "$RES_G" -le "$FLASH_STOCK" ] && [ "$RES_N" -le "$FLASH_STOCK" ] || die "flash oversold"
+
+order_row() { # JSON LABEL RAW
+  local f="$1"
+  printf '| %s | %s | %s | %s | %s | %s |\n' "$2" "$(fmt "$(j "$f" .orders_per_s)")" \
+    "$(ms "$(j "$f" .order.p50_ms)")" "$(ms "$(j "$f" .order.p99_ms)")" "$(fmt "$3")" \
+    "$(ratio "$(j "$f" .orders_per_s)" "$3")"
+}
+flash_row() { # JSON LABEL TXS SOLD
+  local f="$1"
+  printf '| %s | %s of %s | %s | %s | %s | %s | %s |\n' "$2" "$4" "$FLASH_STOCK" \
+    "$(fmt "$(j "$f" .order_requests_per_s)")" "$(j "$f" '.order.outcomes["409 SOLD_OUT"] // 0')" \
+    "$(ms "$(j "$f" .order.p50_ms)")" "$(ms "$(j "$f" .order.p99_ms)")" "$3"
+}
+
+{
+  echo "## Carts and orders"
+  echo
+  echo "Recorded $(date -u +%Y-%m-%dT%H:%MZ) by \`deploy/bench/orders.sh\` on $(nproc) cores, $(psql_q -d postgres -c 'SHOW server_version' | cut -d' ' -f1) Postgres (private instance), commit $(cd "$ROOT" && git rev-parse --short HEAD)$([ "$QUICK" = 1 ] && echo ' — QUICK smoke run, numbers not representative')."
+  echo "Booking (release build, pool $POOL), loadgen ($CLIENTS clients), Postgres and Redis share the machine; ${DUR} s per run."
+  echo
+  echo "**Cart** (one Redis hash per account; PUT = one Lua script after a cached SKU check, GET = HGETALL + one Postgres price query):"
+  echo
+  echo "| cart ops/s | PUT p50 | PUT p99 | GET p50 | GET p99 | seed design's peak |"
+  echo "| ---: | ---: | ---: | ---: | ---: | ---: |"
+  printf '| %s | %s | %s | %s | %s | 20,000 |\n' "$(fmt "$(j "$WORK/cart.json" .cart_ops_per_s)")" \
+    "$(ms "$(j "$WORK/cart.json" .put.p50_ms)")" "$(ms "$(j "$WORK/cart.json" .put.p99_ms)")" \
+    "$(ms "$(j "$WORK/cart.json" .get.p50_ms)")" "$(ms "$(j "$WORK/cart.json" .get.p99_ms)")"
+  echo
+  echo "**Orders on one hot SKU** (ample stock; each order = cart PUT + \`POST /api/orders\` by a fresh account; the raw column is pgbench running [the same statements](../deploy/bench/sql/order_hot.sql) with $POOL connections; the seed design's peak is 5,000 orders/s):"
+  echo
+  echo "| path | orders/s | order p50 | order p99 | pgbench orders/s | service / raw |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: |"
+  order_row "$WORK/hot-plain.json" "no gate, durable commits" "$PG_SYNC"
+  order_row "$WORK/hot-gated.json" "flash gate, durable commits (default)" "$PG_SYNC"
+  order_row "$WORK/hot-async.json" "flash gate, async order commits" "$PG_ASYNC"
+  echo
+  echo "**Flash rush**: $FLASH_STOCK units, $CLIENTS clients buying for ${FLASH_DUR} s (demand far above stock):"
+  echo
+  echo "| path | sold | order requests/s | 409 SOLD_OUT | p50 | p99 | order transactions in Postgres |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+  flash_row "$WORK/flash-g.json" "flash gate" "$TX_G" "$SOLD_G"
+  flash_row "$WORK/flash-n.json" "no gate" "$TX_N" "$SOLD_N"
+  echo
+} > "$OUT"
+if [ -n "$RESULTS" ]; then
+  mkdir -p "$RESULTS"
+  cp "$WORK"/*.json "$RESULTS/" 2>/dev/null || true
+  printf '{"cart_ops_per_s": %s, "orders_gated_per_s": %s, "orders_plain_per_s": %s, "orders_async_per_s": %s, "pgbench_sync_per_s": %s, "pgbench_async_per_s": %s, "flash_gated_db_txs": %s, "flash_plain_db_txs": %s}\n' \
+    "$(j "$WORK/cart.json" .cart_ops_per_s)" "$(j "$WORK/hot-gated.json" .orders_per_s)" \
+    "$(j "$WORK/hot-plain.json" .orders_per_s)" "$(j "$WORK/hot-async.json" .orders_per_s)" \
+    "$PG_SYNC" "$PG_ASYNC" "$TX_G" "$TX_N" > "$RESULTS/orders.json"
+fi
+log "done"
