@@ -649,3 +649,71 @@ async fn bad_pay_requests_change_nothing() {
     assert_eq!(payment_state(&env.app, &o.order_id).await, before);
     assert_eq!(env.charges(&o.order_id), 0);
 }
+
+#[tokio::test]
+async fn paying_a_cart_order_moves_reserved_stock_to_sold() {
+    use crate::products::{create_product, post_order, put_line, stock};
+    let env = PayEnv::spawn().await;
+    create_product(&env.app, "MUG", 1500, 10, false).await;
+    let token = env.app.admission("alice", "shop");
+    let resp = put_line(&env.app, &token, "MUG", json!(3)).await;
+    assert!(resp.status().is_success());
+    let (status, order) =
+        json(post_order(&env.app, &token, "o1", &json!({"source": "cart"})).await).await;
+    assert_eq!(status, 201, "{order}");
+    let order_id = order["id"].as_str().expect("id").to_owned();
+    assert_eq!(stock(&env.app, "MUG").await, (7, 3, 0));
+    let (status, v) = pay(&env.app, &token, &order_id, "p1", "pm_card_visa").await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["total"], 4500);
+    assert_eq!(stock(&env.app, "MUG").await, (7, 0, 3));
+    assert_eq!(env.sandbox.order_summary(&order_id).amount_charged, 4500);
+}
+
+#[tokio::test]
+async fn paying_a_ga_hold_issues_one_ticket_per_unit() {
+    let env = PayEnv::spawn().await;
+    create_event(&env.app, &small_event("ev", 1, 2, 10, 2)).await;
+    let token = env.app.admission("alice", "ev");
+    let (status, hold) = json(
+        env.app
+            .post(
+                "/api/events/ev/ga-holds",
+                &token,
+                &json!({"tier": "FLOOR", "quantity": 3}),
+            )
+            .await,
+    )
+    .await;
+    assert_eq!(status, 201, "{hold}");
+    let (status, order) = json(
+        env.app
+            .client
+            .post(env.app.url("/api/orders"))
+            .bearer_auth(&token)
+            .header("Idempotency-Key", "o")
+            .json(&json!({"hold_id": hold["hold_id"]}))
+            .send()
+            .await
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(status, 201, "{order}");
+    let order_id = order["id"].as_str().expect("id").to_owned();
+    let (status, v) = pay(&env.app, &token, &order_id, "p", "pm_card_visa").await;
+    assert_eq!(status, 200, "{v}");
+    let tiers: Vec<&str> = v["tickets"]
+        .as_array()
+        .expect("tickets")
+        .iter()
+        .filter_map(|t| t["ga_tier"].as_str())
+        .collect();
+    assert_eq!(tiers, ["FLOOR", "FLOOR", "FLOOR"]);
+    let sold: i64 =
+        sqlx::query_scalar("SELECT sum(sold)::bigint FROM ga_counters WHERE event_id = 'ev'")
+            .fetch_one(&env.app.pool)
+            .await
+            .unwrap();
+    assert_eq!(sold, 3);
+    assert_eq!(env.sandbox.order_summary(&order_id).amount_charged, 27000);
+}
