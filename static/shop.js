@@ -52,8 +52,9 @@
     lang: pickLang(),
     skewMs: 0,
     map: null,
+    info: null,
     selected: new Set(),
-    taken: new Set(),
+    taken: new Map(),           // seat id -> until (ms): "just taken", shown as held meanwhile
     openSection: null,
     rowPage: 0,
     mode: "seats",
@@ -125,6 +126,13 @@
   function showAlert(text, linkHref, linkText) {
     var el = $("alert");
     el.textContent = text;
+    var close = document.createElement("button");
+    close.type = "button";
+    close.className = "dismiss";
+    close.setAttribute("aria-label", t("btn.dismiss"));
+    close.textContent = "×";
+    close.addEventListener("click", clearAlert);
+    el.appendChild(close);
     if (linkHref) {
       el.appendChild(document.createTextNode(" "));
       var a = document.createElement("a");
@@ -287,16 +295,16 @@
     return prices;
   }
 
-  // Accepts DESIGN.md's shape {"event", "seats": [{seat_id, section, row, number, tier,
-  // status}]} plus optional event details (name, venue, max_tickets_per_account,
-  // price_tiers, ga_tiers, currency).
-  function normalise(d) {
+  // The seat map is DESIGN.md's shape {"event", "seats": [{seat_id, section, row, number,
+  // tier, status}]}; `info` is GET /api/events/{event} (name, venue,
+  // max_tickets_per_account, currency, price_tiers, ga_tiers with `available`).
+  function normalise(d, info) {
     var map = {
-      name: d.name || (d.event_name) || "",
-      venue: d.venue || "",
-      limit: Number(d.max_tickets_per_account || d.limit || 0) || null,
-      currency: d.currency || "JPY",
-      prices: tierPrices(d),
+      name: info.name || d.name || "",
+      venue: info.venue || d.venue || "",
+      limit: Number(info.max_tickets_per_account || d.max_tickets_per_account || 0) || null,
+      currency: info.currency || d.currency || "JPY",
+      prices: tierPrices(info.price_tiers ? info : d),
       seats: new Map(),
       sections: [],
       ga: []
@@ -332,7 +340,7 @@
       map.sections.push(sec);
     });
     map.sections.sort(function (a, b) { return a.order - b.order; });
-    var ga = d.ga_tiers || d.ga || [];
+    var ga = info.ga_tiers || d.ga_tiers || [];
     if (Array.isArray(ga)) {
       map.ga = ga.filter(function (g) { return g && g.tier !== undefined; }).map(function (g) {
         var avail = g.available !== undefined ? Number(g.available) : (g.remaining !== undefined ? Number(g.remaining) : null);
@@ -357,17 +365,27 @@
     return (S.map && S.map.limit) || 10;
   }
 
+  // The seat map and the event details (limit, prices, GA availability) load together; the
+  // details are re-read on refresh only when the event has GA tiers (their counts move).
   function loadMap(cacheMode) {
-    return api("GET", "/api/events/" + encodeURIComponent(EVENT) + "/seats", undefined, null, cacheMode || "default")
-      .then(function (r) {
-        if (!r.ok) return r;
-        var prev = S.map;
-        var next = normalise(r.data);
-        S.map = next;
-        S.pollFailures = 0;
-        afterMapChange(prev, next);
-        return r;
-      });
+    var base = "/api/events/" + encodeURIComponent(EVENT);
+    var needInfo = !S.info || (Array.isArray(S.info.ga_tiers) && S.info.ga_tiers.length > 0);
+    return Promise.all([
+      api("GET", base + "/seats", undefined, null, cacheMode || "default"),
+      needInfo ? api("GET", base, undefined, null, cacheMode || "default") : Promise.resolve(null)
+    ]).then(function (rs) {
+      var r = rs[0];
+      var ri = rs[1];
+      if (!r.ok) return r;
+      if (ri && ri.ok) S.info = ri.data;
+      else if (ri && (ri.status === 401 || ri.status === 429 || ri.status >= 500)) return ri;
+      var prev = S.map;
+      var next = normalise(r.data, S.info || {});
+      S.map = next;
+      S.pollFailures = 0;
+      afterMapChange(prev, next);
+      return r;
+    });
   }
 
   // Seats picked by the fan that someone else took meanwhile are dropped from the pick and
@@ -378,7 +396,7 @@
       var s = next.seats.get(id);
       if (!s || s.status !== "available") lost.push(id);
     });
-    lost.forEach(function (id) { S.selected.delete(id); S.taken.add(id); });
+    lost.forEach(markTaken);
     if (lost.length) notice(t("msg.picked_lost"));
     if (!prev) {
       renderHeader();
@@ -484,7 +502,7 @@
     var pad = cell > 2 ? 1 : 0;
     sec.rowNos.forEach(function (rowNo, y) {
       sec.rows.get(rowNo).forEach(function (seat) {
-        ctx.fillStyle = S.selected.has(seat.id) ? COLORS.selected : COLORS[seat.status];
+        ctx.fillStyle = COLORS[seatState(seat)];
         ctx.fillRect((seat.number - 1) * cell, y * cell, cell - pad, cell - pad);
       });
     });
@@ -552,8 +570,19 @@
     return Math.max(1, Math.floor(MAX_CELLS_PER_PAGE / Math.max(1, sec.maxNumber)));
   }
 
+  // The server caches the map for a second, so a refresh right after a SEAT_TAKEN may still
+  // call the lost seat available: trust the 409 for a few seconds.
+  var TAKEN_TRUST_MS = 5000;
+
+  function markTaken(id) {
+    S.selected.delete(id);
+    S.taken.set(id, Date.now() + TAKEN_TRUST_MS);
+  }
+
   function seatState(seat) {
     if (S.selected.has(seat.id)) return "selected";
+    var until = S.taken.get(seat.id);
+    if (seat.status === "available" && until !== undefined && Date.now() < until) return "held";
     return seat.status;
   }
 
@@ -629,6 +658,7 @@
       frag.appendChild(row);
     });
     grid.appendChild(frag);
+    fitCells(sec);
     if (!firstFocusable) {
       firstFocusable = grid.querySelector(".seat.s-available") || grid.querySelector("button.seat");
     }
@@ -640,6 +670,18 @@
       $("rows-next").disabled = S.rowPage >= pages - 1;
       $("rows-label").textContent = t("rows.page", { from: rowNos[0], to: rowNos[rowNos.length - 1] });
     }
+  }
+
+  // Seat size: fill the width on a phone, but never under 24 CSS px (touch target minimum,
+  // WCAG 2.5.8) nor over 34; wider sections scroll sideways (and pinch-zoom still works).
+  function fitCells(sec) {
+    var wrap = $("grid-wrap");
+    var width = wrap.clientWidth - 8;
+    var labelW = 30;
+    var gap = 3;
+    var cell = Math.floor((width - labelW) / Math.max(1, sec.maxNumber)) - gap;
+    cell = Math.max(24, Math.min(34, cell));
+    $("grid").style.setProperty("--cell", cell + "px");
   }
 
   // Refresh: repaint only the rendered cells (a page of one section).
@@ -659,7 +701,7 @@
     if (S.selected.has(id)) {
       S.selected.delete(id);
     } else {
-      if (seat.status !== "available") return;
+      if (seatState(seat) !== "available") return;
       if (S.selected.size >= limit()) {
         notice(t("msg.limit.pick", { limit: limit() }));
         return;
@@ -779,6 +821,7 @@
 
   function setStep(step, focus) {
     S.step = step;
+    document.body.classList.toggle("choosing", step === "choose");
     ["choose", "hold", "pay", "ticket"].forEach(function (s) {
       $("step-" + s).hidden = s !== step;
     });
@@ -924,7 +967,7 @@
     var code = r.data && r.data.code;
     if (code === "SEAT_TAKEN") {
       var seats = Array.isArray(r.data.seats) ? r.data.seats.map(String) : [];
-      seats.forEach(function (id) { S.selected.delete(id); S.taken.add(id); });
+      seats.forEach(markTaken);
       var names = seats.slice(0, 4).map(seatName).join(", ") + (seats.length > 4 ? " …" : "");
       showAlert(t("msg.seat_taken", { seats: names || "?" }));
       return loadMap("no-cache").then(function () { renderSection(); updateActions(); });
@@ -1165,6 +1208,10 @@
       resetCheckout();
       clearAlert();
       backToChoose(true);
+    });
+    window.addEventListener("resize", function () {
+      var sec = currentSection();
+      if (sec) fitCells(sec);
     });
     document.addEventListener("visibilitychange", function () {
       if (!document.hidden && S.step === "choose" && !S.stopped) {

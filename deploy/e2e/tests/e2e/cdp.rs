@@ -1,0 +1,351 @@
+//! A minimal Chrome DevTools Protocol client over WebSocket (tokio-tungstenite): launch
+//! headless Chromium with a throw-away profile, open one page with a phone viewport,
+//! navigate, evaluate, click with real mouse events at an element's centre (so an element
+//! hidden under another one is not clickable, as for a person), take screenshots.
+//!
+//! Uncaught page exceptions are collected and checked by [`Page::assert_no_js_errors`].
+
+#![allow(dead_code)]
+
+use base64::Engine;
+use futures::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::sync::{mpsc, oneshot};
+use tokio_tungstenite::tungstenite::Message;
+
+type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Value>>>>;
+
+/// The Chromium binary: `$CHROMIUM`, else `chromium` / `chromium-browser` on the PATH.
+pub fn find_chromium() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("CHROMIUM") {
+        return Some(PathBuf::from(p));
+    }
+    let path = std::env::var_os("PATH")?;
+    for dir in std::env::split_paths(&path) {
+        for name in ["chromium", "chromium-browser"] {
+            let candidate = dir.join(name);
+            if candidate.is_file() {
+                return Some(candidate);
+            }
+        }
+    }
+    None
+}
+
+pub struct Browser {
+    child: tokio::process::Child,
+    profile: PathBuf,
+    out: mpsc::UnboundedSender<Message>,
+    pending: Pending,
+    next_id: AtomicU64,
+    errors: Arc<Mutex<Vec<String>>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+        for t in &self.tasks {
+            t.abort();
+        }
+        let _ = std::fs::remove_dir_all(&self.profile);
+    }
+}
+
+impl Browser {
+    pub async fn launch(binary: &std::path::Path) -> Browser {
+        let profile =
+            std::env::temp_dir().join(format!("fg-e2e-chromium-{}", shared::ids::new_id()));
+        std::fs::create_dir_all(&profile).expect("profile dir");
+        let mut child = tokio::process::Command::new(binary)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                "--no-default-browser-check",
+                "--disable-extensions",
+                "--remote-debugging-port=0",
+            ])
+            .arg(format!("--user-data-dir={}", profile.display()))
+            .arg("about:blank")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start chromium");
+        let stderr = child.stderr.take().expect("chromium stderr");
+        let mut lines = BufReader::new(stderr).lines();
+        let ws_url = tokio::time::timeout(Duration::from_secs(30), async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Some(rest) = line.split("DevTools listening on ").nth(1) {
+                    return Some(rest.trim().to_owned());
+                }
+            }
+            None
+        })
+        .await
+        .ok()
+        .flatten()
+        .expect("chromium did not print its DevTools URL");
+        // Keep draining stderr so Chromium never blocks on a full pipe.
+        let drain = tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+
+        let (ws, _) = tokio_tungstenite::connect_async(ws_url.as_str())
+            .await
+            .expect("connect to DevTools");
+        let (mut sink, mut stream) = ws.split();
+        let (out, mut out_rx) = mpsc::unbounded_channel::<Message>();
+        let writer = tokio::spawn(async move {
+            while let Some(m) = out_rx.recv().await {
+                if sink.send(m).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let pending: Pending = Arc::default();
+        let errors: Arc<Mutex<Vec<String>>> = Arc::default();
+        let (p, e) = (pending.clone(), errors.clone());
+        let reader = tokio::spawn(async move {
+            while let Some(Ok(msg)) = stream.next().await {
+                let Message::Text(text) = msg else { continue };
+                let Ok(v) = serde_json::from_str::<Value>(text.as_str()) else {
+                    continue;
+                };
+                if let Some(id) = v["id"].as_u64() {
+                    if let Some(tx) = p.lock().expect("pending lock").remove(&id) {
+                        let _ = tx.send(v);
+                    }
+                } else if v["method"] == "Runtime.exceptionThrown" {
+                    let d = &v["params"]["exceptionDetails"];
+                    let text = d["exception"]["description"]
+                        .as_str()
+                        .or(d["text"].as_str())
+                        .unwrap_or("exception")
+                        .to_owned();
+                    e.lock().expect("errors lock").push(text);
+                }
+            }
+        });
+        Browser {
+            child,
+            profile,
+            out,
+            pending,
+            next_id: AtomicU64::new(1),
+            errors,
+            tasks: vec![drain, writer, reader],
+        }
+    }
+
+    /// Sends one command (to the browser, or to a page session) and waits for its result.
+    pub async fn call(&self, session: Option<&str>, method: &str, params: Value) -> Value {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut msg = json!({"id": id, "method": method, "params": params});
+        if let Some(s) = session {
+            msg["sessionId"] = json!(s);
+        }
+        let (tx, rx) = oneshot::channel();
+        self.pending.lock().expect("pending lock").insert(id, tx);
+        self.out
+            .send(Message::Text(msg.to_string().into()))
+            .expect("DevTools connection closed");
+        let v = tokio::time::timeout(Duration::from_secs(30), rx)
+            .await
+            .unwrap_or_else(|_| panic!("DevTools {method} timed out"))
+            .expect("DevTools reply dropped");
+        if let Some(err) = v.get("error") {
+            panic!("DevTools {method} failed: {err}");
+        }
+        v["result"].clone()
+    }
+
+    /// Opens a page with a phone-sized viewport (CSS pixels) and returns it.
+    pub async fn new_page(&self, width: u32, height: u32) -> Page<'_> {
+        let target = self
+            .call(None, "Target.createTarget", json!({"url": "about:blank"}))
+            .await;
+        let target_id = target["targetId"].as_str().expect("targetId").to_owned();
+        let attached = self
+            .call(
+                None,
+                "Target.attachToTarget",
+                json!({"targetId": target_id, "flatten": true}),
+            )
+            .await;
+        let session = attached["sessionId"]
+            .as_str()
+            .expect("sessionId")
+            .to_owned();
+        let page = Page {
+            browser: self,
+            session,
+        };
+        page.call("Page.enable", json!({})).await;
+        page.call("Runtime.enable", json!({})).await;
+        page.call(
+            "Emulation.setDeviceMetricsOverride",
+            json!({"width": width, "height": height, "deviceScaleFactor": 2, "mobile": true}),
+        )
+        .await;
+        page
+    }
+}
+
+pub struct Page<'b> {
+    browser: &'b Browser,
+    session: String,
+}
+
+impl Page<'_> {
+    pub async fn call(&self, method: &str, params: Value) -> Value {
+        self.browser.call(Some(&self.session), method, params).await
+    }
+
+    /// Sets the languages the page sees (`navigator.language`, `Accept-Language`).
+    pub async fn set_locale(&self, locale: &str) {
+        self.call("Emulation.setLocaleOverride", json!({"locale": locale}))
+            .await;
+        self.call(
+            "Network.setUserAgentOverride",
+            json!({"userAgent": "Mozilla/5.0 (Linux; Android 14) floodgate-e2e", "acceptLanguage": locale}),
+        )
+        .await;
+    }
+
+    pub async fn navigate(&self, url: &str) {
+        let r = self.call("Page.navigate", json!({"url": url})).await;
+        assert!(
+            r.get("errorText").is_none(),
+            "navigation to {url} failed: {r}"
+        );
+        self.wait_for(
+            "document.readyState === 'complete'",
+            Duration::from_secs(15),
+        )
+        .await;
+    }
+
+    /// Evaluates an expression (promises awaited) and returns its JSON value.
+    pub async fn eval(&self, expression: &str) -> Value {
+        let r = self
+            .call(
+                "Runtime.evaluate",
+                json!({"expression": expression, "awaitPromise": true, "returnByValue": true}),
+            )
+            .await;
+        if let Some(ex) = r.get("exceptionDetails") {
+            panic!("evaluating `{expression}` threw: {ex}");
+        }
+        r["result"]["value"].clone()
+    }
+
+    /// Polls `expression` until it is truthy (not false/null/undefined/""/0); returns it.
+    pub async fn wait_for(&self, expression: &str, timeout: Duration) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let v = self.eval(expression).await;
+            let truthy = match &v {
+                Value::Null => false,
+                Value::Bool(b) => *b,
+                Value::String(s) => !s.is_empty(),
+                Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
+                _ => true,
+            };
+            if truthy {
+                return v;
+            }
+            if Instant::now() > deadline {
+                let body = self.text("body").await;
+                panic!("timed out waiting for `{expression}`; page text:\n{body}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The visible text of the first element matching `selector` ("" when none).
+    pub async fn text(&self, selector: &str) -> String {
+        let sel = serde_json::to_string(selector).expect("selector json");
+        self.eval(&format!(
+            "(() => {{ const e = document.querySelector({sel}); return e ? e.innerText : ''; }})()"
+        ))
+        .await
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+    }
+
+    /// Clicks the first element matching `selector` like a person would: scrolls it into
+    /// view, checks that it is the topmost element at its centre, and sends a real mouse
+    /// press and release there.
+    pub async fn click(&self, selector: &str) {
+        let sel = serde_json::to_string(selector).expect("selector json");
+        let point = self
+            .eval(&format!(
+                "(() => {{
+                    const e = document.querySelector({sel});
+                    if (!e) return {{missing: true}};
+                    e.scrollIntoView({{block: 'center', inline: 'center'}});
+                    const r = e.getBoundingClientRect();
+                    const x = r.left + r.width / 2, y = r.top + r.height / 2;
+                    const top = document.elementFromPoint(x, y);
+                    return {{x, y, w: r.width, h: r.height,
+                             covered: !(top && (top === e || e.contains(top))),
+                             top: top ? top.outerHTML.slice(0, 120) : null}};
+                }})()"
+            ))
+            .await;
+        assert!(point["missing"].is_null(), "no element matches {selector}");
+        assert!(
+            point["w"].as_f64().unwrap_or(0.0) > 0.0,
+            "{selector} is not visible: {point}"
+        );
+        assert_eq!(
+            point["covered"], false,
+            "{selector} is covered by another element: {point}"
+        );
+        let (x, y) = (point["x"].clone(), point["y"].clone());
+        for kind in ["mousePressed", "mouseReleased"] {
+            self.call(
+                "Input.dispatchMouseEvent",
+                json!({"type": kind, "x": x, "y": y, "button": "left", "clickCount": 1}),
+            )
+            .await;
+        }
+    }
+
+    /// Saves a PNG screenshot of the viewport (or the full page) to `path`.
+    pub async fn screenshot(&self, path: &std::path::Path, full_page: bool) {
+        let r = self
+            .call(
+                "Page.captureScreenshot",
+                json!({"format": "png", "captureBeyondViewport": full_page}),
+            )
+            .await;
+        let data = base64::engine::general_purpose::STANDARD
+            .decode(r["data"].as_str().expect("screenshot data"))
+            .expect("screenshot base64");
+        std::fs::write(path, data).expect("write screenshot");
+    }
+
+    /// Uncaught exceptions the page threw so far.
+    pub fn js_errors(&self) -> Vec<String> {
+        self.browser.errors.lock().expect("errors lock").clone()
+    }
+
+    pub fn assert_no_js_errors(&self) {
+        let errors = self.js_errors();
+        assert!(errors.is_empty(), "the page threw: {errors:#?}");
+    }
+}
