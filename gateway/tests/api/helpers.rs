@@ -116,6 +116,18 @@ impl Echo {
         let h = hits.clone();
         let app = axum::Router::new()
             .route("/healthz", any(|| async { "ok" }))
+            .route(
+                "/ws/echo",
+                any(|ws: axum::extract::ws::WebSocketUpgrade| async move {
+                    ws.on_upgrade(|mut socket| async move {
+                        while let Some(Ok(m)) = socket.recv().await {
+                            if socket.send(m).await.is_err() {
+                                break;
+                            }
+                        }
+                    })
+                }),
+            )
             .fallback(any(move |req: Request| {
                 let h = h.clone();
                 async move {

@@ -210,6 +210,32 @@ async fn revocation_reaches_other_instances_within_a_second() {
 }
 
 #[tokio::test]
+async fn websockets_are_proxied_only_with_a_token() {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::{Message, client::IntoClientRequest};
+    let app = TestApp::spawn().await;
+    let tokens = AdmissionTokens::new(&token_settings(&["k1"], "k1")).unwrap();
+    let (tok, _) = tokens.mint("fan", "s", "ev", now(), 60).unwrap();
+    let url = format!("ws://{}/ws/echo", app.gw().public);
+    assert!(
+        tokio_tungstenite::connect_async(url.as_str())
+            .await
+            .is_err()
+    );
+    let mut req = url.as_str().into_client_request().unwrap();
+    req.headers_mut()
+        .insert("authorization", format!("Bearer {tok}").parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+    ws.send(Message::Text("hello".into())).await.unwrap();
+    let back = tokio::time::timeout(Duration::from_secs(5), ws.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(back.into_text().unwrap().as_str(), "hello");
+}
+
+#[tokio::test]
 async fn webhook_passes_without_token_but_with_clean_headers() {
     let app = TestApp::spawn().await;
     let r = app
