@@ -1,0 +1,200 @@
+//! The sandbox's own contract over HTTP: authentication, idempotency (replay, mismatch,
+//! concurrency), declines, search, refunds at most once, and signed webhook delivery with
+//! retries.
+
+use sandbox_provider::config::{SandboxSettings, WebhookMode};
+use sandbox_provider::{Application, Sandbox};
+use secrecy::SecretString;
+use serde_json::{Value, json};
+
+const KEY: &str = "sk_test_sandbox_suite";
+
+async fn start(adjust: impl FnOnce(&mut SandboxSettings)) -> (String, Sandbox) {
+    let mut s = SandboxSettings {
+        listen: "127.0.0.1:0".into(),
+        api_key: SecretString::from(KEY),
+        webhook_mode: WebhookMode::Manual,
+        ..SandboxSettings::default()
+    };
+    adjust(&mut s);
+    let app = Application::build(s).await.expect("build");
+    let url = format!("http://127.0.0.1:{}", app.port());
+    let handle = app.sandbox();
+    tokio::spawn(app.run_until_stopped(std::future::pending()));
+    (url, handle)
+}
+
+async fn create(url: &str, key: Option<&str>, body: &Value) -> (u16, Value, bool) {
+    let mut req = reqwest::Client::new()
+        .post(format!("{url}/v1/payment_intents"))
+        .bearer_auth(KEY)
+        .json(body);
+    if let Some(k) = key {
+        req = req.header("Idempotency-Key", k);
+    }
+    let resp = req.send().await.expect("request");
+    let replayed = resp.headers().contains_key("idempotent-replayed");
+    let status = resp.status().as_u16();
+    (status, resp.json().await.expect("json"), replayed)
+}
+
+fn intent(order: &str, pm: &str) -> Value {
+    json!({"amount": 1000, "currency": "jpy", "payment_method": pm, "confirm": true,
+           "metadata": {"order_id": order, "attempt": "1"}})
+}
+
+#[tokio::test]
+async fn idempotency_key_replays_and_refuses_other_parameters() {
+    let (url, sb) = start(|_| {}).await;
+    let (s1, v1, r1) = create(&url, Some("k1"), &intent("o1", "pm_card_visa")).await;
+    assert_eq!((s1, r1), (200, false));
+    assert_eq!(v1["status"], "succeeded");
+    let (s2, v2, r2) = create(&url, Some("k1"), &intent("o1", "pm_card_visa")).await;
+    assert_eq!((s2, r2), (200, true));
+    assert_eq!(v1["id"], v2["id"]);
+    let (s3, v3, _) = create(&url, Some("k1"), &intent("o1", "pm_card_mastercard")).await;
+    assert_eq!(s3, 400);
+    assert_eq!(v3["error"]["type"], "idempotency_error");
+    assert_eq!(sb.order_summary("o1").charges, 1);
+    // Concurrent requests with one key: one charge; the others replay or see 409.
+    sb.update(|s| s.latency_ms = 100);
+    let body = intent("o2", "pm_card_visa");
+    let all = futures::future::join_all((0..20).map(|_| create(&url, Some("k2"), &body))).await;
+    assert!(
+        all.iter().all(|(s, _, _)| *s == 200 || *s == 409),
+        "{all:?}"
+    );
+    assert_eq!(sb.order_summary("o2").charges, 1);
+}
+
+#[tokio::test]
+async fn auth_declines_search_and_refunds() {
+    let (url, sb) = start(|_| {}).await;
+    let client = reqwest::Client::new();
+    let unauth = client
+        .post(format!("{url}/v1/payment_intents"))
+        .bearer_auth("sk_wrong")
+        .json(&intent("o", "pm_card_visa"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unauth.status().as_u16(), 401);
+    let (s, v, _) = create(&url, Some("d"), &intent("o", "pm_card_chargeDeclined")).await;
+    assert_eq!(s, 402);
+    assert_eq!(v["error"]["decline_code"], "generic_decline");
+    assert_eq!(
+        v["error"]["payment_intent"]["status"],
+        "requires_payment_method"
+    );
+    let (_, ok, _) = create(&url, Some("c"), &intent("o", "pm_card_visa")).await;
+    let found: Value = client
+        .get(format!("{url}/v1/payment_intents/search"))
+        .query(&[("query", "metadata['order_id']:'o'")])
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(found["data"].as_array().map(Vec::len), Some(2));
+    let refund = |key: &'static str| {
+        client
+            .post(format!("{url}/v1/refunds"))
+            .bearer_auth(KEY)
+            .header("Idempotency-Key", key)
+            .json(&json!({"payment_intent": ok["id"]}))
+            .send()
+    };
+    let r1 = refund("r1").await.unwrap();
+    assert_eq!(r1.status().as_u16(), 200);
+    let r1b: Value = refund("r1").await.unwrap().json().await.unwrap();
+    let r2 = refund("r2").await.unwrap();
+    assert_eq!(
+        r2.status().as_u16(),
+        400,
+        "a second refund under another key is refused"
+    );
+    let r2: Value = r2.json().await.unwrap();
+    assert_eq!(r2["error"]["code"], "charge_already_refunded");
+    let summary = sb.order_summary("o");
+    assert_eq!(
+        (summary.charges, summary.declines, summary.refunds),
+        (1, 1, 1)
+    );
+    assert_eq!(r1b["object"], "refund");
+}
+
+#[tokio::test]
+async fn webhooks_are_signed_and_retried_until_acknowledged() {
+    use axum::routing::post;
+    use std::sync::{Arc, Mutex};
+    // A merchant that fails the first delivery and records the rest.
+    let seen: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+    let calls = Arc::new(Mutex::new(0u32));
+    let app = {
+        let seen = seen.clone();
+        let calls = calls.clone();
+        axum::Router::new().route(
+            "/hook",
+            post(move |headers: axum::http::HeaderMap, body: String| {
+                let seen = seen.clone();
+                let calls = calls.clone();
+                async move {
+                    let n = {
+                        let mut c = calls.lock().unwrap();
+                        *c += 1;
+                        *c
+                    };
+                    if n == 1 {
+                        return axum::http::StatusCode::INTERNAL_SERVER_ERROR;
+                    }
+                    let sig = headers
+                        .get("stripe-signature")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or_default()
+                        .to_owned();
+                    seen.lock().unwrap().push((sig, body));
+                    axum::http::StatusCode::OK
+                }
+            }),
+        )
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hook = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let (url, sb) = start(|s| {
+        s.webhook_mode = WebhookMode::Async;
+        s.webhook_url = hook;
+        s.webhook_secret = SecretString::from("whsec_suite");
+        s.webhook_backoff_ms = 20;
+    })
+    .await;
+    create(&url, Some("w"), &intent("ow", "pm_card_visa")).await;
+    // Wait (bounded) for the retry to land.
+    for _ in 0..200 {
+        if !seen.lock().unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let (sig, body) = seen
+        .lock()
+        .unwrap()
+        .first()
+        .cloned()
+        .expect("delivered after a retry");
+    let ts: i64 = sig
+        .split(',')
+        .find_map(|p| p.strip_prefix("t="))
+        .and_then(|t| t.parse().ok())
+        .expect("t=");
+    assert_eq!(
+        sig,
+        sandbox_provider::webhooks::signature_header("whsec_suite", ts, body.as_bytes())
+    );
+    let event: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(event["type"], "payment_intent.succeeded");
+    let attempts: Vec<Option<u16>> = sb.deliveries().iter().map(|d| d.status).collect();
+    assert_eq!(attempts, [Some(500), Some(200)]);
+}
