@@ -383,7 +383,7 @@ async fn settle_open_attempt(
     .await;
     let payment_id = match open {
         Ok(Some(id)) => id,
-        Ok(None) => return Ok(e.with("charged", false)),
+        Ok(None) => return Ok(e),
         Err(err) => {
             tracing::warn!(error = ?err, order_id, "could not look for an open attempt");
             return Ok(e);
@@ -656,7 +656,7 @@ pub async fn apply_success_tx(
             &json!({
                 "order_id": order_id,
                 "account_id": account_id,
-                "event_id": event_id,
+                "event": event_id,
                 "source": order.source,
                 "total": order.total,
                 "payment_id": payment_id,

@@ -252,7 +252,12 @@ async fn double_click_and_concurrent_retries_charge_once() {
         let order = o.order_id.clone();
         async move { pay(app, &token, &order, &key, "pm_card_visa").await }
     });
+    let started = std::time::Instant::now();
     let results = futures::future::join_all(futures).await;
+    eprintln!(
+        "100 concurrent pay requests answered in {:?}",
+        started.elapsed()
+    );
     let mut paid = 0;
     for (status, v) in &results {
         match status {
@@ -582,7 +587,7 @@ async fn expired_order_is_refused_before_any_charge() {
     let (status, v) = pay(&env.app, &o.token, &o.order_id, "x", "pm_card_visa").await;
     assert_eq!(status, 409, "{v}");
     assert_eq!(v["code"], "ORDER_NOT_PAYABLE");
-    assert_eq!(v["charged"], false);
+    assert_eq!(v["status"], "EXPIRED");
     assert_eq!(env.sandbox.order_summary(&o.order_id).intents.len(), 0);
 }
 

@@ -191,8 +191,9 @@ struct CreateIntent {
     payment_method: String,
     #[serde(default)]
     confirm: Option<bool>,
-    #[serde(default)]
-    description: Option<String>,
+    /// Accepted for Stripe compatibility; the sandbox has no use for it.
+    #[serde(default, rename = "description")]
+    _description: Option<String>,
     #[serde(default)]
     metadata: BTreeMap<String, String>,
 }
@@ -260,7 +261,6 @@ async fn create_intent_inner(
             "the sandbox only supports confirm=true (charge immediately)",
         )));
     }
-    let _ = &params.description;
     let key = idempotency_key(headers).map_err(halt)?;
     begin(inner, key.as_deref(), "payment_intents.create", &fp)?;
     let settings = inner.settings();
@@ -392,8 +392,9 @@ struct CreateRefund {
     payment_intent: String,
     #[serde(default)]
     amount: Option<i64>,
-    #[serde(default)]
-    reason: Option<String>,
+    /// Accepted for Stripe compatibility; the sandbox has no use for it.
+    #[serde(default, rename = "reason")]
+    _reason: Option<String>,
     #[serde(default)]
     metadata: BTreeMap<String, String>,
 }
@@ -419,7 +420,6 @@ async fn create_refund_inner(
             "amount must be at least 1",
         )));
     }
-    let _ = &params.reason;
     let key = idempotency_key(headers).map_err(halt)?;
     begin(inner, key.as_deref(), "refunds.create", &fp)?;
     let settings = inner.settings();
