@@ -233,3 +233,133 @@ async fn fan_journey_in_a_real_browser() {
     drop(browser);
     stack.stop().await;
 }
+
+/// Opens the shop for a fan admitted over HTTP (the cookie is put into the browser as the
+/// status answer would have set it), with the sections overview loaded.
+async fn open_shop<'b>(
+    stack: &Stack,
+    browser: &'b Browser,
+    event: &str,
+    account: &str,
+) -> Page<'b> {
+    let page = browser.new_page(390, 844).await;
+    page.set_locale("en-US").await;
+    let fan = admitted_fan(stack, event, account).await;
+    let (name, value) = fan.cookie.split_once('=').expect("cookie pair");
+    page.call(
+        "Network.setCookie",
+        json!({"name": name, "value": value, "url": stack.gateway_url, "httpOnly": true,
+               "sameSite": "Lax"}),
+    )
+    .await;
+    page.navigate(&stack.gw(&format!("/e/{event}/shop"))).await;
+    page.wait_for(
+        "document.querySelectorAll('#sections .section-card').length === 2",
+        WAIT,
+    )
+    .await;
+    page
+}
+
+#[tokio::test]
+async fn shop_enforces_the_pick_limit_recovers_from_expiry_and_returns_lost_admissions() {
+    let Some(chromium) = chromium_or_skip() else {
+        return;
+    };
+    let stack = Stack::start().await;
+    let event = stack
+        .create_event(
+            &demo_event("e2e-edge"),
+            &json!({"sale_start": "2026-01-01T00:00:00Z", "admit_per_minute": 600,
+                    "mode": "queue"}),
+        )
+        .await;
+    let browser = Browser::launch(&chromium).await;
+    let page = open_shop(&stack, &browser, &event, "fan-edge-1").await;
+    page.click(".section-card[data-section='S2']").await;
+    page.wait_for(
+        "document.querySelector(\"button.seat[data-seat='S2-R1-1']\")",
+        WAIT,
+    )
+    .await;
+
+    // The per-account limit (4) is enforced while picking.
+    for n in 1..=5 {
+        page.click(&format!("button.seat[data-seat='S2-R1-{n}']"))
+            .await;
+    }
+    assert!(
+        page.text("#notice").await.contains("at most 4"),
+        "{}",
+        page.text("#notice").await
+    );
+    assert!(!seat_class(&page, "S2-R1-5").await.contains("s-selected"));
+    let tray = page.text("#tray-text").await;
+    assert!(
+        tray.contains("4 selected") && tray.contains("32,000"),
+        "{tray}"
+    );
+    page.click("#hold").await;
+    page.wait_for(&visible("step-hold"), WAIT).await;
+
+    // The hold runs out (by the database clock) before checkout: the server refuses the
+    // order, the page says so and goes back to the map.
+    let expired = sqlx::query(
+        "WITH h AS (UPDATE holds SET expires_at = clock_timestamp() - interval '1 second'
+                    WHERE account_id = 'fan-edge-1' AND status = 'active' RETURNING id)
+         UPDATE seats SET held_until = clock_timestamp() - interval '1 second'
+         WHERE hold_id IN (SELECT id FROM h)",
+    )
+    .execute(&stack.pool)
+    .await
+    .expect("expire the hold")
+    .rows_affected();
+    assert_eq!(expired, 4);
+    page.click("#checkout").await;
+    page.wait_for(&visible("step-choose"), WAIT).await;
+    let alert = page.text("#alert").await;
+    assert!(alert.contains("hold expired"), "{alert}");
+    let orders: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM orders WHERE account_id = 'fan-edge-1'")
+            .fetch_one(&stack.pool)
+            .await
+            .expect("orders");
+    assert_eq!(orders, 0);
+    // The expired seats are offered again (the hold statement reclaims them).
+    page.wait_for(
+        "(() => { const b = document.querySelector(\"button.seat[data-seat='S2-R1-1']\"); \
+          return b && b.classList.contains('s-available'); })()",
+        WAIT,
+    )
+    .await;
+    page.screenshot(&shot("shop-expired"), false).await;
+
+    // The admission is gone (expired cookie): the next API answer is 401 and the page takes
+    // the fan back to the waiting room of this event.
+    page.call(
+        "Network.deleteCookies",
+        json!({"name": "fg_admission", "url": stack.gateway_url}),
+    )
+    .await;
+    page.click("button.seat[data-seat='S2-R2-1']").await;
+    page.click("#hold").await;
+    page.wait_for(
+        "document.getElementById('alert').innerText.includes('waiting room')",
+        WAIT,
+    )
+    .await;
+    let link = page
+        .eval("document.querySelector('#alert a') && document.querySelector('#alert a').getAttribute('href')")
+        .await;
+    assert_eq!(link, json!(format!("/e/{event}")));
+    page.wait_for(
+        &format!("location.pathname === '/e/{event}'"),
+        Duration::from_secs(15),
+    )
+    .await;
+    page.assert_no_js_errors();
+
+    drop(page);
+    drop(browser);
+    stack.stop().await;
+}

@@ -116,8 +116,10 @@ impl Stack {
         // Booking, on a fresh database, with its background jobs (sweeper, expiry, outbox
         // relay, delivery consumer, reconciliation) running as in production.
         let (db_url, _db_name) = fresh_database().await;
-        let mut config = BookingConfig::default();
-        config.admin_token = SecretString::from(ADMIN);
+        let mut config = BookingConfig {
+            admin_token: SecretString::from(ADMIN),
+            ..BookingConfig::default()
+        };
         config.database.url = SecretString::from(db_url);
         config.database.max_connections = 20;
         config.redis.url = SecretString::from(redis_url());
