@@ -38,6 +38,8 @@ CREATE TABLE auctions (
 );
 -- The closer scans only open auctions, oldest end first.
 CREATE INDEX auctions_open_end ON auctions (end_time) WHERE status = 'OPEN';
+-- The hot-bid consumer polls the open hot auctions.
+CREATE INDEX auctions_hot_open ON auctions (id) WHERE hot AND status = 'OPEN';
 
 -- Accepted bids only (a refused bid changes nothing). request_id is the bidder-scoped
 -- Idempotency-Key; UNIQUE (auction_id, request_id) makes a retried bid land at most once,

@@ -48,7 +48,8 @@ pub fn keys(state: &AppState, id: &str) -> HotKeys {
 
 /// KEYS: state, reqs, stream. ARGV: bidder, amount, request_id, bid_id, window_ms.
 /// Returns {'OK', rec} | {'DUP', rec} | {'LOW'|'CLOSED', price, leader, end_ms} |
-/// {'SELLER'} | {'MISSING'}; rec = bid_id|amount|placed_ms|end_ms|extended.
+/// {'SELLER'} | {'MISSING'} (LOW also carries the increment); rec =
+/// bid_id|amount|placed_ms|end_ms|extended.
 static PLACE_BID: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
@@ -65,7 +66,7 @@ local leader = s[5] or ''
 if s[1] ~= 'OPEN' or now >= endt then return {'CLOSED', s[2], leader, s[4]} end
 local need = tonumber(s[2])
 if s[5] then need = need + tonumber(s[3]) end
-if tonumber(ARGV[2]) < need then return {'LOW', s[2], leader, s[4]} end
+if tonumber(ARGV[2]) < need then return {'LOW', s[2], leader, s[4], s[3]} end
 local window = tonumber(ARGV[5])
 local ext = tonumber(s[7])
 local extended = '0'
@@ -218,9 +219,7 @@ pub async fn place(
                         .unwrap_or_default();
                     return Err(auction_closed(price, leader, &end));
                 }
-                // The increment is not in the reply; the view endpoint shows min_next_bid.
-                let row = super::load(state, id).await?;
-                let inc = row.map(|r| r.min_increment).unwrap_or(0);
+                let inc: i64 = field(4).parse().unwrap_or(0);
                 let min_next = min_next_bid(price, inc, leader.is_some());
                 return Err(bid_too_low(price, min_next, leader));
             }
@@ -552,17 +551,15 @@ pub async fn consume_auction(state: &AppState, id: &str, consumer: &str) -> anyh
     }
 }
 
-/// One consumer pass over every hot auction that may still have unrecorded bids: open ones,
-/// and closed ones for a while (a closer drains before closing, so this is a safety net).
+/// One consumer pass over every open hot auction. Closed ones need none: the closer drains
+/// an auction's stream after freezing it (no bid can arrive after that) and before it records
+/// the close.
 pub async fn consume_all(state: &AppState) -> anyhow::Result<usize> {
-    let ids: Vec<String> = sqlx::query_scalar(
-        "SELECT id FROM auctions
-          WHERE hot AND (status = 'OPEN' OR closed_at > clock_timestamp() - interval '10 minutes')
-          ORDER BY id",
-    )
-    .fetch_all(&state.pool)
-    .await
-    .context("failed to list hot auctions")?;
+    let ids: Vec<String> =
+        sqlx::query_scalar("SELECT id FROM auctions WHERE hot AND status = 'OPEN' ORDER BY id")
+            .fetch_all(&state.pool)
+            .await
+            .context("failed to list hot auctions")?;
     let consumer = state.auctions.consumer_name.clone();
     let mut total = 0;
     for id in ids {

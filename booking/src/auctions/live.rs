@@ -94,6 +94,32 @@ pub struct LiveMsg {
 struct Topic {
     tx: broadcast::Sender<Arc<LiveMsg>>,
     latest: watch::Sender<Option<LiveState>>,
+    /// True once Redis confirmed the channel subscription.
+    ready: watch::Sender<bool>,
+    /// The last snapshot read and when that read started: viewers who subscribed before a
+    /// read started may share it, so 1,000 viewers connecting at once cost one read, not
+    /// 1,000 (and none of them can miss an update published after its own subscription).
+    snapshot: tokio::sync::Mutex<Option<(tokio::time::Instant, AuctionRow)>>,
+}
+
+impl Topic {
+    async fn snapshot(
+        &self,
+        state: &AppState,
+        id: &str,
+        subscribed: tokio::time::Instant,
+    ) -> ApiResult<Option<AuctionRow>> {
+        let mut cached = self.snapshot.lock().await;
+        if let Some((started, row)) = cached.as_ref()
+            && *started >= subscribed
+        {
+            return Ok(Some(row.clone()));
+        }
+        let started = tokio::time::Instant::now();
+        let row = super::current(state, id).await?;
+        *cached = row.clone().map(|r| (started, r));
+        Ok(row)
+    }
 }
 
 enum Cmd {
@@ -141,27 +167,47 @@ impl LiveHub {
     }
 
     /// A receiver of coalesced updates for `id`, subscribing this node on first use.
-    fn subscribe(self: &Arc<Self>, id: &str) -> broadcast::Receiver<Arc<LiveMsg>> {
+    fn subscribe(
+        self: &Arc<Self>,
+        id: &str,
+    ) -> Option<(broadcast::Receiver<Arc<LiveMsg>>, Arc<Topic>)> {
         let cmds = self.cmds.get_or_init(|| {
             let (tx, rx) = mpsc::unbounded_channel();
             tokio::spawn(dispatch(self.clone(), rx));
             tx
         });
-        let Ok(mut topics) = self.topics.lock() else {
-            // A poisoned lock means a panic elsewhere; give the client a dead receiver.
-            return broadcast::channel(1).1;
-        };
+        // A poisoned lock means a panic elsewhere; the caller drops the client.
+        let mut topics = self.topics.lock().ok()?;
         if let Some(t) = topics.get(id) {
-            return t.tx.subscribe();
+            return Some((t.tx.subscribe(), t.clone()));
         }
         let (tx, rx) = broadcast::channel(self.buffer);
         let (latest, latest_rx) = watch::channel(None);
-        let topic = Arc::new(Topic { tx, latest });
+        let topic = Arc::new(Topic {
+            tx,
+            latest,
+            ready: watch::channel(false).0,
+            snapshot: tokio::sync::Mutex::new(None),
+        });
         topics.insert(id.to_owned(), topic.clone());
         drop(topics);
         let _ = cmds.send(Cmd::Subscribe(self.channel(id)));
-        tokio::spawn(coalesce(self.clone(), id.to_owned(), topic, latest_rx));
-        rx
+        tokio::spawn(coalesce(
+            self.clone(),
+            id.to_owned(),
+            topic.clone(),
+            latest_rx,
+        ));
+        Some((rx, topic))
+    }
+
+    fn mark_ready(&self, channel: &str) {
+        let topic = self
+            .auction_of(channel)
+            .and_then(|id| self.topics.lock().ok()?.get(id).cloned());
+        if let Some(t) = topic {
+            t.ready.send_replace(true);
+        }
     }
 
     fn deliver(&self, id: &str, state: LiveState) {
@@ -261,6 +307,9 @@ async fn dispatch(hub: Arc<LiveHub>, mut cmds: mpsc::UnboundedReceiver<Cmd>) {
         let mut ok = true;
         for ch in wanted {
             ok &= sink.subscribe(&ch).await.is_ok();
+            if ok {
+                hub.mark_ready(&ch);
+            }
         }
         while ok {
             tokio::select! {
@@ -289,7 +338,13 @@ async fn dispatch(hub: Arc<LiveHub>, mut cmds: mpsc::UnboundedReceiver<Cmd>) {
 
 async fn apply(hub: &LiveHub, sink: &mut PubSubSink, cmd: Cmd) -> bool {
     match cmd {
-        Cmd::Subscribe(ch) => sink.subscribe(&ch).await.is_ok(),
+        Cmd::Subscribe(ch) => {
+            let ok = sink.subscribe(&ch).await.is_ok();
+            if ok {
+                hub.mark_ready(&ch);
+            }
+            ok
+        }
         Cmd::Unsubscribe(ch) => {
             // Skip if a new topic for this auction appeared after the release was queued.
             let still_wanted = hub
@@ -417,10 +472,18 @@ pub async fn upgrade(
 
 async fn session(state: AppState, id: String, mut socket: WebSocket) {
     let hub = state.auctions.live.clone();
-    // Subscribe before reading the snapshot, so no update can fall between the two.
-    let mut rx = hub.subscribe(&id);
+    // Subscribe (and wait until Redis confirmed it) before reading the snapshot, so no update
+    // can fall between the two. If Redis is unreachable the snapshot still comes from the
+    // source of truth; updates resume once the dispatcher reconnects.
+    let Some((mut rx, topic)) = hub.subscribe(&id) else {
+        let _ = socket.send(close_frame(1011, "internal error")).await;
+        return;
+    };
     let send_timeout = Duration::from_millis(state.config.auctions.live_send_timeout_ms.max(1));
-    let row: AuctionRow = match super::current(&state, &id).await {
+    let mut ready = topic.ready.subscribe();
+    let _ = tokio::time::timeout(send_timeout, ready.wait_for(|r| *r)).await;
+    let subscribed = tokio::time::Instant::now();
+    let row: AuctionRow = match topic.snapshot(&state, &id, subscribed).await {
         Ok(Some(row)) => row,
         _ => {
             let _ = socket.send(close_frame(1011, "auction unavailable")).await;

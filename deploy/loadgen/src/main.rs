@@ -3,6 +3,7 @@
 //! and the invariant checks that decide whether a run passed. Each scenario is a
 //! subcommand; `deploy/bench/run` drives them and writes `docs/benchmarks.md`.
 
+mod auctions;
 mod holds;
 mod orders;
 mod promtext;
@@ -33,6 +34,8 @@ enum Command {
     Verify(verify::VerifyArgs),
     /// Seat (or GA) holds straight against booking as fast as possible: holds/s, p50/p99.
     Holds(holds::HoldsArgs),
+    /// Hundreds of concurrent bidders on one cold or hot auction: bids/s, p50/p99.
+    Auctions(auctions::AuctionsArgs),
     /// Carts and orders straight against booking: cart ops/s, or orders/s on one SKU
     /// (a flash-sale rush when its stock is small).
     Orders(orders::OrdersArgs),
@@ -45,6 +48,7 @@ async fn main() -> ExitCode {
         Command::Surge(a) => run_surge(*a).await,
         Command::Verify(a) => run_verify(a).await,
         Command::Holds(a) => run_holds(a).await,
+        Command::Auctions(a) => run_auctions(a).await,
         Command::Orders(a) => run_orders(a).await,
     };
     match result {
@@ -103,6 +107,16 @@ async fn run_orders(a: orders::OrdersArgs) -> anyhow::Result<bool> {
     let json = a.json.clone();
     let report = orders::run(a).await?;
     orders::print(&report);
+    if let Some(path) = json {
+        std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
+    }
+    Ok(true)
+}
+
+async fn run_auctions(a: auctions::AuctionsArgs) -> anyhow::Result<bool> {
+    let json = a.json.clone();
+    let report = auctions::run(a).await?;
+    auctions::print(&report);
     if let Some(path) = json {
         std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
     }
