@@ -1,5 +1,6 @@
 //! The fan journey in real headless Chromium on a phone-sized viewport, through the gateway:
-//! the waiting page shows the fan's place, admission sends the fan to the shop, the fan picks
+//! the waiting page shows the fan's place, admission sends the fan to the shop (the
+//! admission travels only in the HttpOnly cookie), the fan picks
 //! seats (one of them is taken by someone else at the last moment), holds, checks out, is
 //! declined once, pays with the good test card and sees the tickets. Then the database and
 //! the provider are checked.
@@ -8,7 +9,7 @@
 
 use crate::cdp::{Browser, Page, find_chromium};
 use crate::journey_api::admitted_fan;
-use crate::stack::{Stack, demo_event};
+use crate::stack::{Stack, demo_event, json};
 use serde_json::json;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -61,29 +62,56 @@ async fn fan_journey_in_a_real_browser() {
         return;
     };
     let stack = Stack::start().await;
-    let event = stack
-        .create_event(
-            &demo_event("e2e-web"),
-            &json!({"sale_start": "2026-01-01T00:00:00Z", "admit_per_minute": 600,
-                    "mode": "queue"}),
-        )
-        .await;
+    // Paused at first, so the fan sees a place in the queue before being let in.
+    let paused = json!({"sale_start": "2026-01-01T00:00:00Z", "admit_per_minute": 600,
+                        "mode": "paused"});
+    let event = stack.create_event(&demo_event("e2e-web"), &paused).await;
     let browser = Browser::launch(&chromium).await;
     let page = browser.new_page(390, 844).await;
     page.set_locale("en-US").await;
 
-    // Admission. The cookie is HttpOnly: the page never sees it, the browser sends it.
-    let fan = admitted_fan(&stack, &event, "fan-web-1").await;
-    let (name, value) = fan.cookie.split_once('=').expect("cookie pair");
-    page.call(
-        "Network.setCookie",
-        json!({"name": name, "value": value, "url": stack.gateway_url, "httpOnly": true,
-               "sameSite": "Lax"}),
+    // The event site hands the fan's login over to the waiting page (#identity=...).
+    let (status, login) = json(
+        stack
+            .http
+            .post(stack.gw("/dev/login"))
+            .json(&json!({"account": "fan-web-1"}))
+            .send()
+            .await
+            .expect("dev login"),
     )
     .await;
+    assert_eq!(status, 200, "{login}");
+    let identity = login["token"].as_str().expect("identity token");
+    page.navigate(&stack.gw(&format!("/e/{event}#identity={identity}")))
+        .await;
+    page.wait_for(
+        &format!(
+            "{} && document.getElementById('position').innerText.trim() === '1'",
+            visible("queue")
+        ),
+        WAIT,
+    )
+    .await;
+    page.screenshot(&shot("waiting"), false).await;
+
+    // Ops open the gate: the page is admitted and moves on to the shop by itself, carrying
+    // the admission in the HttpOnly cookie the status answer set.
+    let mut open = paused.clone();
+    open["mode"] = json!("queue");
+    stack.configure_waiting_room(&event, &open).await;
+    page.wait_for(
+        &format!("location.pathname === '/e/{event}/shop'"),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(
+        page.eval("document.cookie.includes('fg_admission')").await,
+        json!(false),
+        "the admission cookie must be HttpOnly"
+    );
 
     // The shop: sections overview, open S1, pick two seats.
-    page.navigate(&stack.gw(&format!("/e/{event}/shop"))).await;
     page.wait_for(
         "document.querySelectorAll('#sections .section-card').length === 2",
         WAIT,
