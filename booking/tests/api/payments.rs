@@ -722,3 +722,64 @@ async fn paying_a_ga_hold_issues_one_ticket_per_unit() {
     assert_eq!(sold, 3);
     assert_eq!(env.sandbox.order_summary(&order_id).amount_charged, 27000);
 }
+
+#[tokio::test]
+async fn http_adapter_round_trip_against_the_sandbox() {
+    use booking::payments::provider::{CreatePayment, PaymentStatus, ProviderError};
+    use std::collections::BTreeMap;
+    let env = PayEnv::spawn().await;
+    let provider = &env.app.state.payments;
+    let req = |key: &str, method: &str| CreatePayment {
+        idempotency_key: key.to_owned(),
+        amount: 5000,
+        currency: "JPY".into(),
+        payment_method: method.to_owned(),
+        metadata: BTreeMap::from([("order_id".to_owned(), "ord-1".to_owned())]),
+    };
+    let paid = provider
+        .create_payment(&req("k1", "pm_card_visa"))
+        .await
+        .unwrap();
+    assert_eq!(paid.status, PaymentStatus::Succeeded);
+    let again = provider
+        .create_payment(&req("k1", "pm_card_visa"))
+        .await
+        .unwrap();
+    assert_eq!(again.id, paid.id, "same key, same payment");
+    let err = provider
+        .create_payment(&req("k1", "pm_card_amex"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ProviderError::Rejected { status: 400, .. }),
+        "{err:?}"
+    );
+    let declined = provider
+        .create_payment(&req("k2", "pm_card_chargeDeclinedInsufficientFunds"))
+        .await
+        .unwrap();
+    assert_eq!(
+        declined.status,
+        PaymentStatus::Declined {
+            decline_code: "insufficient_funds".into()
+        }
+    );
+    assert_eq!(provider.retrieve(&paid.id).await.unwrap().amount, 5000);
+    assert_eq!(provider.find_by_order("ord-1").await.unwrap().len(), 2);
+    let r1 = provider.refund("rf", &paid.id).await.unwrap();
+    let r2 = provider.refund("rf", &paid.id).await.unwrap();
+    assert_eq!((r1.id.clone(), r1.amount), (r2.id, 5000));
+    assert_eq!(
+        provider.retrieve(&paid.id).await.unwrap().amount_refunded,
+        5000
+    );
+    assert_eq!(env.refunds("ord-1"), 1);
+    // A wrong API key is a refusal, not an outage.
+    env.sandbox
+        .update(|s| s.api_key = SecretString::from("sk_rotated"));
+    let err = provider.retrieve(&paid.id).await.unwrap_err();
+    assert!(
+        matches!(err, ProviderError::Rejected { status: 401, .. }),
+        "{err:?}"
+    );
+}
