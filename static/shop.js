@@ -1119,11 +1119,26 @@
           if (first) first.focus();
           return;
         }
-        if (r.status === 409 && code === "IDEMPOTENCY_IN_FLIGHT" && (attempt || 0) < IN_FLIGHT_RETRIES) {
-          return sleep(1000 * ((attempt || 0) + 1)).then(function () { return pay((attempt || 0) + 1); });
+        if (r.status === 409 && (code === "IDEMPOTENCY_IN_FLIGHT" || code === "PAYMENT_IN_PROGRESS")) {
+          // This attempt (or an earlier one of this order) is still running at the provider:
+          // ask again with the same key and card; never start a second charge meanwhile.
+          if ((attempt || 0) < IN_FLIGHT_RETRIES) {
+            $("pay-working").hidden = false;
+            return sleep(1000 * ((attempt || 0) + 1)).then(function () { return pay((attempt || 0) + 1); });
+          }
+          showAlert(t("msg.in_progress"));
+          return;
         }
-        if (isExpiry(code) || (r.data && (r.data.status === "EXPIRED" || r.data.status === "CANCELLED"))) {
-          expired("msg.order_expired");
+        if (code === "PAYMENT_REFUNDED") {
+          resetCheckout();
+          showAlert(t("msg.refunded"));
+          backToChoose(true);
+          return;
+        }
+        if (isExpiry(code) || code === "ORDER_NOT_PAYABLE") {
+          resetCheckout();
+          showAlert(t("msg.order_expired") + (r.data.refunded ? " " + t("msg.refunded.note") : ""));
+          backToChoose(true);
           return;
         }
         if (code === "IDEMPOTENCY_KEY_REUSED") { S.pay = null; save(); }

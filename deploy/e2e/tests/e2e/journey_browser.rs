@@ -362,6 +362,42 @@ async fn shop_enforces_the_pick_limit_recovers_from_expiry_and_returns_lost_admi
     .await;
     page.screenshot(&shot("shop-expired"), false).await;
 
+    // General admission: two FLOOR tickets held, then released again.
+    page.click("#tab-ga").await;
+    page.wait_for(&visible("panel-ga"), WAIT).await;
+    let tiers = page.text("#ga-tiers").await;
+    assert!(
+        tiers.contains("FLOOR") && tiers.contains("100 left"),
+        "{tiers}"
+    );
+    page.click("#ga-more").await;
+    assert_eq!(page.text("#ga-hold").await, "Hold 2 × FLOOR");
+    page.click("#ga-hold").await;
+    page.wait_for(&visible("step-hold"), WAIT).await;
+    let items = page.text("#hold-items").await;
+    assert!(
+        items.contains("FLOOR (general admission)") && items.contains("× 2"),
+        "{items}"
+    );
+    assert!(page.text("#hold-total").await.contains("18,000"));
+    page.click("#release").await;
+    page.wait_for(&visible("step-choose"), WAIT).await;
+    assert!(page.text("#notice").await.contains("released"));
+    let ga: Vec<String> = sqlx::query_scalar(
+        "SELECT status FROM holds WHERE account_id = 'fan-edge-1' AND kind = 'ga'",
+    )
+    .fetch_all(&stack.pool)
+    .await
+    .expect("ga holds");
+    assert_eq!(ga, ["released"]);
+    page.wait_for(
+        "document.getElementById('ga-tiers').innerText.includes('100 left')",
+        WAIT,
+    )
+    .await;
+    page.click("#tab-seats").await;
+    page.wait_for(&visible("panel-seats"), WAIT).await;
+
     // The admission is gone (expired cookie): the next API answer is 401 and the page takes
     // the fan back to the waiting room of this event.
     page.call(
