@@ -510,9 +510,9 @@
 
   function renderOverview() {
     var nav = $("sections");
-    var multi = S.map.sections.length > 1;
-    nav.hidden = !multi;
-    if (!multi) return;
+    // A drill-down: the overview while no section is open, the open section's seats after.
+    nav.hidden = S.map.sections.length < 2 || S.openSection !== null;
+    if (nav.hidden) return;
     var existing = nav.querySelectorAll(".section-card");
     if (existing.length !== S.map.sections.length) {
       nav.textContent = "";
@@ -552,6 +552,7 @@
     S.rowPage = 0;
     renderOverview();
     renderSection();
+    $("section-view").scrollIntoView({ block: "start" });
     if (focus) {
       var first = $("grid").querySelector('.seat[tabindex="0"]');
       if (first) first.focus();

@@ -427,3 +427,81 @@ async fn shop_enforces_the_pick_limit_recovers_from_expiry_and_returns_lost_admi
     drop(browser);
     stack.stop().await;
 }
+
+#[tokio::test]
+async fn a_60000_seat_map_stays_light_on_a_phone() {
+    let Some(chromium) = chromium_or_skip() else {
+        return;
+    };
+    let stack = Stack::start().await;
+    let sections: Vec<_> = (1..=30)
+        .map(|i| {
+            json!({"name": format!("B{i}"), "rows": 40, "seats_per_row": 50,
+                         "price_tier": if i <= 10 { "A" } else { "B" }})
+        })
+        .collect();
+    let mut event = demo_event("e2e-big");
+    event["seat_map"] = json!({"sections": sections});
+    let event = stack
+        .create_event(
+            &event,
+            &json!({"sale_start": "2026-01-01T00:00:00Z", "admit_per_minute": 600,
+                    "mode": "queue"}),
+        )
+        .await;
+    let browser = Browser::launch(&chromium).await;
+    let started = std::time::Instant::now();
+    let page = browser.new_page(390, 844).await;
+    page.set_locale("en-US").await;
+    let fan = admitted_fan(&stack, &event, "fan-big-1").await;
+    let (name, value) = fan.cookie.split_once('=').expect("cookie pair");
+    page.call(
+        "Network.setCookie",
+        json!({"name": name, "value": value, "url": stack.gateway_url, "httpOnly": true}),
+    )
+    .await;
+    let t0 = std::time::Instant::now();
+    page.navigate(&stack.gw(&format!("/e/{event}/shop"))).await;
+    page.wait_for(
+        "document.querySelectorAll('#sections .section-card').length === 30",
+        Duration::from_secs(60),
+    )
+    .await;
+    let overview = t0.elapsed();
+    // The overview is canvases only: no seat exists in the DOM until a section is opened.
+    assert_eq!(
+        page.eval("document.querySelectorAll('button.seat').length")
+            .await,
+        json!(0)
+    );
+    let t1 = std::time::Instant::now();
+    page.click(".section-card[data-section='B12']").await;
+    page.wait_for("document.querySelectorAll('button.seat').length > 0", WAIT)
+        .await;
+    let open = t1.elapsed();
+    // One page of rows of one section: 24 rows × 50 seats.
+    assert_eq!(
+        page.eval("document.querySelectorAll('button.seat').length")
+            .await,
+        json!(1200)
+    );
+    page.screenshot(&shot("shop-60k"), false).await;
+    page.click("#rows-next").await;
+    page.wait_for(
+        "document.getElementById('rows-label').innerText.includes('25')",
+        WAIT,
+    )
+    .await;
+    page.click("button.seat[data-seat='B12-R30-25']").await;
+    page.click("#hold").await;
+    page.wait_for(&visible("step-hold"), WAIT).await;
+    page.assert_no_js_errors();
+    eprintln!(
+        "60,000-seat map: overview rendered {overview:?} after navigation, section opened in \
+         {open:?}, whole test {:?}",
+        started.elapsed()
+    );
+    drop(page);
+    drop(browser);
+    stack.stop().await;
+}
