@@ -193,3 +193,36 @@ pub fn spawn_jobs(
     };
     vec![reconcile, relay, delivery]
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::BookingConfig;
+    use secrecy::ExposeSecret;
+
+    /// The local stack passes the webhook secrets as a TOML array in one variable.
+    #[test]
+    fn stack_environment_configures_payments() {
+        let env = vec![
+            (
+                "FLOODGATE_PAYMENTS__WEBHOOK_SECRETS".to_owned(),
+                r#"["whsec_new","whsec_old"]"#.to_owned(),
+            ),
+            (
+                "FLOODGATE_PAYMENTS__PROVIDER_URL".to_owned(),
+                "http://127.0.0.1:18099".to_owned(),
+            ),
+            ("FLOODGATE_PAYMENTS__PAY_PIN_S".to_owned(), "90".to_owned()),
+        ];
+        let c: BookingConfig = shared::config::load(None, env).unwrap();
+        let secrets: Vec<&str> = c
+            .payments
+            .webhook_secrets
+            .iter()
+            .map(|s| s.expose_secret())
+            .collect();
+        assert_eq!(secrets, ["whsec_new", "whsec_old"]);
+        assert_eq!(c.payments.provider_url, "http://127.0.0.1:18099");
+        assert_eq!(c.payments.pay_pin_s, 90);
+        assert_eq!(c.payments.webhook_tolerance_s, 300);
+    }
+}
