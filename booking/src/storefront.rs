@@ -23,10 +23,6 @@ pub fn router() -> Router<AppState> {
     Router::new().route("/api/events/{event}", get(event_info))
 }
 
-/// The currency of every price and order (the schema's `orders.currency` default); events
-/// have no currency of their own yet.
-const CURRENCY: &str = "JPY";
-
 #[derive(sqlx::FromRow)]
 struct InfoRow {
     id: String,
@@ -47,7 +43,8 @@ struct EventInfo {
     sale_start: DateTime<Utc>,
     hold_ttl_s: i32,
     max_tickets_per_account: i32,
-    currency: &'static str,
+    /// The store currency (`[orders] currency`); prices are in its minor units.
+    currency: String,
     /// `[{"tier", "price"}]`, prices in minor units.
     price_tiers: Value,
     /// `[{"tier", "price", "capacity", "available"}]`; `available` sums the tier's shards.
@@ -106,7 +103,7 @@ async fn load(state: &AppState, event: &str) -> ApiResult<EventInfo> {
         sale_start: row.sale_start,
         hold_ttl_s: row.hold_ttl_s,
         max_tickets_per_account: row.max_tickets_per_account,
-        currency: CURRENCY,
+        currency: state.config.orders.currency.clone(),
         price_tiers: row.price_tiers.0,
         ga_tiers: row.ga_tiers.0,
     })
