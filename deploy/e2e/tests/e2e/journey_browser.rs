@@ -197,6 +197,17 @@ async fn fan_journey_in_a_real_browser() {
     page.click("#checkout").await;
     page.wait_for(&visible("step-pay"), WAIT).await;
     assert!(page.text("#pay-form").await.contains("SANDBOX"));
+    // A reload resumes the same checkout (same order), it does not start another one.
+    let order_line = page.text("#pay-order").await;
+    page.navigate(&stack.gw(&format!("/e/{event}/shop"))).await;
+    page.wait_for(&visible("step-pay"), WAIT).await;
+    assert_eq!(page.text("#pay-order").await, order_line);
+    let orders: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM orders WHERE account_id = 'fan-web-1'")
+            .fetch_one(&stack.pool)
+            .await
+            .expect("orders");
+    assert_eq!(orders, 1);
     page.screenshot(&shot("shop-pay"), true).await;
     page.click("input[name='card'][value='pm_card_chargeDeclined']")
         .await;
