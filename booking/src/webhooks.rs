@@ -212,10 +212,11 @@ async fn receive(
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_owned();
-    let handled = matches!(
-        event.kind.as_str(),
-        "payment_intent.succeeded" | "payment_intent.payment_failed" | "charge.refunded"
-    );
+    let handled = !object_id.is_empty()
+        && matches!(
+            event.kind.as_str(),
+            "payment_intent.succeeded" | "payment_intent.payment_failed" | "charge.refunded"
+        );
     let (Some(payment_id), true) = (payment_id, handled) else {
         count(&state, "ignored");
         return Ok(axum::Json(json!({"received": true, "ignored": true})));

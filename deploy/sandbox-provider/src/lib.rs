@@ -22,6 +22,7 @@ pub mod webhooks;
 use anyhow::Context;
 use config::SandboxSettings;
 use serde_json::{Value, json};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::{Arc, Mutex, RwLock};
 use store::Store;
@@ -36,7 +37,7 @@ pub struct SandboxInner {
     pub store: Store,
     pub http: reqwest::Client,
     queue: Mutex<Vec<Event>>,
-    deliveries: Mutex<Vec<Delivery>>,
+    deliveries: Mutex<VecDeque<Delivery>>,
 }
 
 impl SandboxInner {
@@ -66,16 +67,18 @@ impl SandboxInner {
     fn record_delivery(&self, d: Delivery) {
         let mut log = self.deliveries.lock().unwrap_or_else(|p| p.into_inner());
         if log.len() >= MAX_DELIVERY_LOG {
-            log.remove(0);
+            log.pop_front();
         }
-        log.push(d);
+        log.push_back(d);
     }
 
     pub fn deliveries(&self) -> Vec<Delivery> {
         self.deliveries
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .clone()
+            .iter()
+            .cloned()
+            .collect()
     }
 }
 
@@ -159,7 +162,7 @@ impl Application {
             store: Store::default(),
             http,
             queue: Mutex::new(Vec::new()),
-            deliveries: Mutex::new(Vec::new()),
+            deliveries: Mutex::new(VecDeque::new()),
         });
         Ok(Self {
             listener,
