@@ -292,3 +292,68 @@ async fn concurrent_webhook_copies_and_pay_retries_apply_once() {
     );
     assert_eq!(env.charges(&o.order_id), 1);
 }
+
+#[tokio::test]
+async fn late_success_webhook_for_an_expired_order_is_refunded_once() {
+    let env = PayEnv::spawn_with(
+        |c| c.payments.request_timeout_ms = 300,
+        |s| s.timeout_delay_ms = 5_000,
+    )
+    .await;
+    let o = seat_order(&env.app, "ev", true, "alice", &["S2-R1-3"]).await;
+    let (status, _) = pay(
+        &env.app,
+        &o.token,
+        &o.order_id,
+        "k",
+        "pm_card_sandbox_timeout",
+    )
+    .await;
+    assert_eq!(status, 504);
+    // The order runs out and the expiry job ends it; bob takes the seat.
+    crate::holds::expire_in_db(&env.app, &o.hold_id).await;
+    sqlx::query(
+        "UPDATE orders SET expires_at = clock_timestamp() - interval '1 second' WHERE id = $1",
+    )
+    .bind(&o.order_id)
+    .execute(&env.app.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        booking::orders::expire_due(&env.app.state).await.unwrap(),
+        1
+    );
+    let bob = seat_order(&env.app, "ev", false, "bob", &["S2-R1-3"]).await;
+    // The success webhook arrives late, twice.
+    let delivered = env.sandbox.flush_webhooks(false, true).await;
+    assert!(
+        delivered.iter().all(|d| d["acknowledged"] == true),
+        "{delivered:?}"
+    );
+    assert_eq!(env.refunds(&o.order_id), 1, "refunded exactly once");
+    let state = payment_state(&env.app, &o.order_id).await;
+    assert_eq!(
+        (
+            &state["order"],
+            &state["tickets"],
+            &state["refunds"],
+            &state["events"]
+        ),
+        (&json!("EXPIRED"), &json!(0), &json!(1), &json!(1)),
+        "never resurrected; one order.refunded"
+    );
+    // The refund's own webhook (charge.refunded) changes nothing more.
+    env.sandbox.flush_webhooks(false, false).await;
+    let after = payment_state(&env.app, &o.order_id).await;
+    assert_eq!(
+        (&after["refunds"], &after["events"]),
+        (&json!(1), &json!(1))
+    );
+    let holder: Option<String> = sqlx::query_scalar(
+        "SELECT hold_id FROM seats WHERE event_id = 'ev' AND seat_id = 'S2-R1-3'",
+    )
+    .fetch_one(&env.app.pool)
+    .await
+    .unwrap();
+    assert_eq!(holder, Some(bob.hold_id));
+}
