@@ -783,3 +783,40 @@ async fn http_adapter_round_trip_against_the_sandbox() {
         "{err:?}"
     );
 }
+
+#[tokio::test]
+async fn two_hundred_fans_pay_at_once() {
+    let env = PayEnv::spawn().await;
+    create_event(&env.app, &small_event("big", 10, 10, 10, 1)).await;
+    let seats: Vec<String> = (0..200)
+        .map(|i| format!("S{}-R{}-{}", i / 100 + 1, (i % 100) / 10 + 1, i % 10 + 1))
+        .collect();
+    let orders = futures::future::join_all(seats.iter().enumerate().map(|(i, seat)| {
+        let app = &env.app;
+        async move { seat_order(app, "big", false, &format!("fan{i}"), &[seat.as_str()]).await }
+    }))
+    .await;
+    let started = std::time::Instant::now();
+    let results = futures::future::join_all(orders.iter().map(|o| {
+        let app = &env.app;
+        async move { pay(app, &o.token, &o.order_id, "pay", "pm_card_visa").await }
+    }))
+    .await;
+    eprintln!("200 orders paid concurrently in {:?}", started.elapsed());
+    for (status, v) in &results {
+        assert_eq!(*status, 200, "{v}");
+    }
+    let (paid, tickets, distinct_seats, sold): (i64, i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM orders WHERE status = 'PAID'),
+                (SELECT count(*) FROM tickets),
+                (SELECT count(DISTINCT seat_id) FROM tickets),
+                (SELECT count(*) FROM seats WHERE event_id = 'big' AND status = 'sold')",
+    )
+    .fetch_one(&env.app.pool)
+    .await
+    .unwrap();
+    assert_eq!((paid, tickets, distinct_seats, sold), (200, 200, 200, 200));
+    for o in &orders {
+        assert_eq!(env.charges(&o.order_id), 1);
+    }
+}
