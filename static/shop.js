@@ -971,7 +971,9 @@
       seats.forEach(markTaken);
       var names = seats.slice(0, 4).map(seatName).join(", ") + (seats.length > 4 ? " …" : "");
       showAlert(t("msg.seat_taken", { seats: names || "?" }));
-      return loadMap("no-cache").then(function () { renderSection(); updateActions(); });
+      updateCells();
+      updateActions();
+      return loadMap("no-cache");
     }
     if (code === "SOLD_OUT") {
       showAlert(t("msg.sold_out"));

@@ -46,6 +46,8 @@ pub struct Browser {
     pending: Pending,
     next_id: AtomicU64,
     errors: Arc<Mutex<Vec<String>>>,
+    /// Requests paused by `Fetch` interception, waiting for [`Page::release_requests`].
+    paused: Arc<Mutex<Vec<String>>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -116,7 +118,8 @@ impl Browser {
         });
         let pending: Pending = Arc::default();
         let errors: Arc<Mutex<Vec<String>>> = Arc::default();
-        let (p, e) = (pending.clone(), errors.clone());
+        let paused: Arc<Mutex<Vec<String>>> = Arc::default();
+        let (p, e, held) = (pending.clone(), errors.clone(), paused.clone());
         let reader = tokio::spawn(async move {
             while let Some(Ok(msg)) = stream.next().await {
                 let Message::Text(text) = msg else { continue };
@@ -126,6 +129,10 @@ impl Browser {
                 if let Some(id) = v["id"].as_u64() {
                     if let Some(tx) = p.lock().expect("pending lock").remove(&id) {
                         let _ = tx.send(v);
+                    }
+                } else if v["method"] == "Fetch.requestPaused" {
+                    if let Some(id) = v["params"]["requestId"].as_str() {
+                        held.lock().expect("paused lock").push(id.to_owned());
                     }
                 } else if v["method"] == "Runtime.exceptionThrown" {
                     let d = &v["params"]["exceptionDetails"];
@@ -145,6 +152,7 @@ impl Browser {
             pending,
             next_id: AtomicU64::new(1),
             errors,
+            paused,
             tasks: vec![drain, writer, reader],
         }
     }
@@ -337,6 +345,28 @@ impl Page<'_> {
             .decode(r["data"].as_str().expect("screenshot data"))
             .expect("screenshot base64");
         std::fs::write(path, data).expect("write screenshot");
+    }
+
+    /// Holds back every request whose URL matches `pattern` (`*` wildcards) until
+    /// [`Page::release_requests`]: the page sees them as slow, not failed.
+    pub async fn hold_requests(&self, pattern: &str) {
+        self.call(
+            "Fetch.enable",
+            json!({"patterns": [{"urlPattern": pattern, "requestStage": "Request"}]}),
+        )
+        .await;
+    }
+
+    /// Lets the held requests go on and stops holding new ones. Returns how many were held.
+    pub async fn release_requests(&self) -> usize {
+        let ids: Vec<String> =
+            std::mem::take(&mut *self.browser.paused.lock().expect("paused lock"));
+        for id in &ids {
+            self.call("Fetch.continueRequest", json!({"requestId": id}))
+                .await;
+        }
+        self.call("Fetch.disable", json!({})).await;
+        ids.len()
     }
 
     /// Uncaught exceptions the page threw so far.
