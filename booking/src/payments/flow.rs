@@ -78,8 +78,12 @@ pub struct Attempt {
     pub status: String,
 }
 
-const ATTEMPT_COLUMNS: &str =
-    "id, order_id, account_id, attempt, provider_key, amount, currency, payment_method, status";
+/// The columns of [`Attempt`], as a literal so the SQL using it stays `'static`.
+macro_rules! attempt_columns {
+    () => {
+        "id, order_id, account_id, attempt, provider_key, amount, currency, payment_method, status"
+    };
+}
 
 /// What starting a payment found.
 enum Start {
@@ -243,7 +247,7 @@ async fn start_attempt(
                 "the seats of this order are no longer held",
             )));
         }
-        let inserted: Option<Attempt> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        let inserted: Option<Attempt> = sqlx::query_as(concat!(
             "INSERT INTO payments (id, order_id, account_id, attempt, provider_key, amount,
                                    currency, payment_method, next_check_at)
              SELECT $1, $2, $3, n, $2 || '-' || n, $4, $5, $6,
@@ -251,8 +255,9 @@ async fn start_attempt(
                FROM (SELECT COALESCE(MAX(attempt), 0) + 1 AS n
                        FROM payments WHERE order_id = $2) a
              ON CONFLICT (order_id) WHERE status = 'pending' DO NOTHING
-             RETURNING {ATTEMPT_COLUMNS}"
-        )))
+             RETURNING ",
+            attempt_columns!()
+        ))
         .bind(shared::ids::new_id())
         .bind(order_id)
         .bind(account)
@@ -267,10 +272,11 @@ async fn start_attempt(
             None => {
                 // An attempt of this order is still pending (a double click, a retry after a
                 // timeout): reuse it, and with it its provider key.
-                let pending: Attempt = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-                    "SELECT {ATTEMPT_COLUMNS} FROM payments
-                      WHERE order_id = $1 AND status = 'pending'"
-                )))
+                let pending: Attempt = sqlx::query_as(concat!(
+                    "SELECT ",
+                    attempt_columns!(),
+                    " FROM payments WHERE order_id = $1 AND status = 'pending'"
+                ))
                 .bind(order_id)
                 .fetch_one(&mut *tx)
                 .await?;
