@@ -353,8 +353,8 @@ async fn decline_then_good_card_succeeds_with_one_charge() {
 #[tokio::test]
 async fn provider_timeout_then_retry_charges_once() {
     let env = PayEnv::spawn_with(
-        |c| c.payments.request_timeout_ms = 300,
-        |s| s.timeout_delay_ms = 5_000,
+        |c| c.payments.request_timeout_ms = 1_500,
+        |s| s.timeout_delay_ms = 30_000,
     )
     .await;
     let o = seat_order(&env.app, "ev", true, "alice", &["S1-R2-1"]).await;
@@ -435,8 +435,8 @@ async fn unreachable_provider_is_502_and_nothing_is_charged() {
 #[tokio::test]
 async fn reconciliation_completes_an_order_whose_answer_was_lost() {
     let env = PayEnv::spawn_with(
-        |c| c.payments.request_timeout_ms = 300,
-        |s| s.timeout_delay_ms = 5_000,
+        |c| c.payments.request_timeout_ms = 1_500,
+        |s| s.timeout_delay_ms = 30_000,
     )
     .await;
     let o = seat_order(&env.app, "ev", true, "alice", &["S1-R1-4", "S1-R1-5"]).await;
@@ -507,8 +507,8 @@ async fn reconciliation_closes_an_attempt_the_provider_never_saw() {
 #[tokio::test]
 async fn success_after_hold_expiry_is_refunded_once_and_the_seat_stays_with_its_new_holder() {
     let env = PayEnv::spawn_with(
-        |c| c.payments.request_timeout_ms = 300,
-        |s| s.timeout_delay_ms = 5_000,
+        |c| c.payments.request_timeout_ms = 1_500,
+        |s| s.timeout_delay_ms = 30_000,
     )
     .await;
     let o = seat_order(&env.app, "ev", true, "alice", &["S1-R1-1"]).await;

@@ -63,8 +63,8 @@ async fn webhook_after_the_answer_and_duplicated_changes_nothing() {
 #[tokio::test]
 async fn webhook_alone_completes_an_order_whose_answer_timed_out() {
     let env = PayEnv::spawn_with(
-        |c| c.payments.request_timeout_ms = 300,
-        |s| s.timeout_delay_ms = 5_000,
+        |c| c.payments.request_timeout_ms = 1_500,
+        |s| s.timeout_delay_ms = 30_000,
     )
     .await;
     let o = seat_order(&env.app, "ev", true, "alice", &["S2-R1-1", "S2-R1-2"]).await;
@@ -104,8 +104,8 @@ async fn webhook_alone_completes_an_order_whose_answer_timed_out() {
 #[tokio::test]
 async fn out_of_order_webhooks_do_not_undo_a_payment() {
     let env = PayEnv::spawn_with(
-        |c| c.payments.request_timeout_ms = 300,
-        |s| s.timeout_delay_ms = 5_000,
+        |c| c.payments.request_timeout_ms = 1_500,
+        |s| s.timeout_delay_ms = 30_000,
     )
     .await;
     let o = seat_order(&env.app, "ev", true, "alice", &["S1-R2-1"]).await;
@@ -148,9 +148,9 @@ async fn out_of_order_webhooks_do_not_undo_a_payment() {
 #[tokio::test]
 async fn bad_or_stale_signatures_are_refused_and_change_nothing() {
     let env = PayEnv::spawn_with(
-        |c| c.payments.request_timeout_ms = 300,
+        |c| c.payments.request_timeout_ms = 1_500,
         |s| {
-            s.timeout_delay_ms = 5_000;
+            s.timeout_delay_ms = 30_000;
             s.webhooks_enabled = false;
         },
     )
@@ -235,8 +235,8 @@ async fn bad_or_stale_signatures_are_refused_and_change_nothing() {
 #[tokio::test]
 async fn concurrent_webhook_copies_and_pay_retries_apply_once() {
     let env = PayEnv::spawn_with(
-        |c| c.payments.request_timeout_ms = 300,
-        |s| s.timeout_delay_ms = 5_000,
+        |c| c.payments.request_timeout_ms = 1_500,
+        |s| s.timeout_delay_ms = 30_000,
     )
     .await;
     let o = seat_order(&env.app, "ev", true, "alice", &["S2-R2-1", "S2-R2-2"]).await;
@@ -296,8 +296,8 @@ async fn concurrent_webhook_copies_and_pay_retries_apply_once() {
 #[tokio::test]
 async fn late_success_webhook_for_an_expired_order_is_refunded_once() {
     let env = PayEnv::spawn_with(
-        |c| c.payments.request_timeout_ms = 300,
-        |s| s.timeout_delay_ms = 5_000,
+        |c| c.payments.request_timeout_ms = 1_500,
+        |s| s.timeout_delay_ms = 30_000,
     )
     .await;
     let o = seat_order(&env.app, "ev", true, "alice", &["S2-R1-3"]).await;
