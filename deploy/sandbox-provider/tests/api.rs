@@ -171,8 +171,8 @@ async fn webhooks_are_signed_and_retried_until_acknowledged() {
     })
     .await;
     create(&url, Some("w"), &intent("ow", "pm_card_visa")).await;
-    // Wait (bounded) for the retry to land.
-    for _ in 0..200 {
+    // Wait (bounded, 10 s) for the retry to land.
+    for _ in 0..1_000 {
         if !seen.lock().unwrap().is_empty() {
             break;
         }
