@@ -155,7 +155,10 @@ FLOODGATE_IDENTITY__KEY="$IDKEY" bench_bin mint-identities "$NTOK" > "$TMP/token
 export TOKENS="$TMP/tokens.txt" EVENT=bench WRK_THREADS=2
 MODE=join wrk_run "gateway-join" "http://127.0.0.1:$GW_PORT" -s "$ROOT/deploy/bench/gateway/joins.lua"
 JOINED="$(rcli ZCARD "${PREFIX}fg:{bench}:q")"
-MODE=status wrk_run "gateway-status" "http://127.0.0.1:$GW_PORT" -s "$ROOT/deploy/bench/gateway/joins.lua"
+# Status polls only for fans who did join (accounts are bench-<line number - 1>).
+rcli ZRANGE "${PREFIX}fg:{bench}:q" 0 -1 | sed 's/^bench-//' | sort -n \
+  | awk 'NR==FNR { want[$1 + 1] = 1; next } (FNR in want)' - "$TMP/tokens.txt" > "$TMP/joined.txt"
+TOKENS="$TMP/joined.txt" MODE=status wrk_run "gateway-status" "http://127.0.0.1:$GW_PORT" -s "$ROOT/deploy/bench/gateway/joins.lua"
 log "$JOINED fans joined"
 
 # Baseline: the same scripts straight into Redis.

@@ -7,6 +7,7 @@
 //! Also `token mint-identities N` prints N dev identity tokens (for the join/status load
 //! test in deploy/bench/gateway.sh), signed with `FLOODGATE_IDENTITY__KEY`.
 
+use gateway::fasttoken::FastVerifier;
 use gateway::live::Live;
 use gateway::proxy::check_admission;
 use http::{HeaderMap, HeaderValue};
@@ -32,7 +33,10 @@ fn time<F: FnMut() -> bool>(name: &str, iters: u32, mut f: F) {
 
 fn main() {
     // `cargo bench` passes `--bench` first; look for the mode anywhere.
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
     match args.first().map(String::as_str) {
         Some("lua") => {
             match args.get(1).map(String::as_str) {
@@ -78,6 +82,7 @@ fn bench() {
         ..TokenSettings::default()
     };
     let tokens = AdmissionTokens::new(&settings).expect("keys");
+    let fast = FastVerifier::new(&settings);
     let now = chrono::Utc::now().timestamp();
     let (tok, _) = tokens
         .mint(
@@ -104,20 +109,24 @@ fn bench() {
     bad.push(if tok.ends_with('A') { 'B' } else { 'A' });
     let iters = 200_000;
     println!("admission token: HS256, {} bytes", tok.len());
-    time("AdmissionTokens::verify", iters, || {
-        tokens.verify(&tok).is_ok()
+    time(
+        "shared AdmissionTokens::verify (jsonwebtoken)",
+        iters,
+        || tokens.verify(&tok).is_ok(),
+    );
+    time(
+        "gateway FastVerifier::verify (ring, one pass)",
+        iters,
+        || fast.verify(&tok, now).is_ok(),
+    );
+    time("check_admission: Bearer, event path", iters, || {
+        check_admission(&fast, &live, &bearer, Some("tour-2027-tokyo"), now).is_ok()
     });
-    time("verify_for_event", iters, || {
-        tokens.verify_for_event(&tok, "tour-2027-tokyo").is_ok()
+    time("check_admission: cookie", iters, || {
+        check_admission(&fast, &live, &cookie, None, now).is_ok()
     });
-    time("check_admission (Bearer, event path)", iters, || {
-        check_admission(&tokens, &live, &bearer, Some("tour-2027-tokyo")).is_ok()
-    });
-    time("check_admission (cookie)", iters, || {
-        check_admission(&tokens, &live, &cookie, None).is_ok()
-    });
-    time("verify, bad signature (refused)", iters, || {
-        tokens.verify(&bad).is_ok()
+    time("FastVerifier, bad signature (refused)", iters, || {
+        fast.verify(&bad, now).is_ok()
     });
     time("mint", iters / 4, || {
         tokens

@@ -17,6 +17,7 @@ pub mod auto;
 pub mod config;
 pub mod draw;
 pub mod event_config;
+pub mod fasttoken;
 pub mod limits;
 pub mod live;
 pub mod metrics;
@@ -81,6 +82,7 @@ impl Gateway {
             "gateway.refresh_ms must be 10..=1000 so changes reach every instance within a second"
         );
         let tokens = AdmissionTokens::new(&config.tokens).context("invalid [tokens] keys")?;
+        let fast_tokens = fasttoken::FastVerifier::new(&config.tokens);
         let mut identity_settings = config.identity.clone();
         identity_settings.dev_login = config.dev_login_enabled();
         let identity =
@@ -102,6 +104,7 @@ impl Gateway {
         let pages = pages::Pages::load(std::path::Path::new(&g.static_dir));
         let shared = Shared {
             tokens,
+            fast_tokens,
             identity,
             live: Default::default(),
             limits: Arc::new(limits::Limits::new(&g.limits)),

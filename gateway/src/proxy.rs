@@ -11,6 +11,7 @@
 //! never after it was sent (pingora's default `error_while_proxy` keeps non-idempotent
 //! requests unretried).
 
+use crate::fasttoken::FastVerifier;
 use crate::limits::Scope;
 use crate::queue;
 use crate::respond::{Reply, send};
@@ -27,7 +28,7 @@ use pingora_proxy::{FailToProxy, ProxyHttp, Session};
 use serde_json::json;
 use shared::error::{ErrorBody, codes};
 use shared::headers;
-use shared::token::{AdmissionClaims, AdmissionTokens, TokenError};
+use shared::token::{AdmissionClaims, TokenError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -66,15 +67,16 @@ pub fn admission_token(h: &HeaderMap) -> Option<&str> {
 
 /// The whole admission decision for a forwarded request (pure over headers and state).
 pub fn check_admission(
-    tokens: &AdmissionTokens,
+    tokens: &FastVerifier,
     live: &Live,
     h: &HeaderMap,
     path_event: Option<&str>,
+    now: i64,
 ) -> std::result::Result<AdmissionClaims, TokenError> {
     let token = admission_token(h).ok_or(TokenError::Missing)?;
     let claims = match path_event {
-        Some(e) => tokens.verify_for_event(token, e)?,
-        None => tokens.verify(token)?,
+        Some(e) => tokens.verify_for_event(token, e, now)?,
+        None => tokens.verify(token, now)?,
     };
     if live.is_revoked(&claims) {
         return Err(TokenError::Revoked);
@@ -144,7 +146,10 @@ impl PublicProxy {
             .check_ip(Scope::Api, queue::client_ip(session))
             .map_err(|w| rate_limited(s, w))?;
         let h = &session.req_header().headers;
-        let claims = check_admission(&s.tokens, &s.live, h, event).map_err(|e| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        let claims = check_admission(&s.fast_tokens, &s.live, h, event, now).map_err(|e| {
             s.metrics.token_rejected(&e);
             refusal(&e, wants_html(h), event)
         })?;

@@ -15,7 +15,10 @@ use std::sync::Arc;
 
 pub struct Shared {
     pub config: GatewayConfig,
+    /// Mints admission tokens (and verifies them off the hot path).
     pub tokens: AdmissionTokens,
+    /// Verifies admission tokens on every proxied request.
+    pub fast_tokens: crate::fasttoken::FastVerifier,
     pub identity: IdentityVerifier,
     pub live: Arc<Live>,
     pub limits: Arc<Limits>,
