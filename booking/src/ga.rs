@@ -17,7 +17,7 @@ use crate::db;
 use crate::error::{ApiError, ApiResult};
 use crate::holds::{
     Attempt, admitted_for, begin_hold_tx, counted, insert_hold, limit_refusal, reserve_usage,
-    sale_not_started,
+    sale_not_started, tx_failed,
 };
 use crate::json::ApiJson;
 use crate::state::AppState;
@@ -97,7 +97,9 @@ async fn hold_ga(
     let qty = req.quantity as i32;
     let mut healed = false;
     loop {
-        let attempt = db::retry(1, || take_units_tx(state, event, account, &req.tier, qty)).await?;
+        let attempt = db::retry(1, || take_units_tx(state, event, account, &req.tier, qty))
+            .await
+            .map_err(tx_failed)?;
         match attempt {
             Attempt::Done(t) => {
                 let price: i64 = sqlx::query_scalar(

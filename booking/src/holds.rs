@@ -35,7 +35,7 @@
 //!   [`SellOutcome::NotOrdered`] when the hold is not `ordered` for that account.
 
 use crate::auth::Admitted;
-use crate::db::{self, TxError};
+use crate::db;
 use crate::error::{ApiError, ApiResult};
 use crate::json::ApiJson;
 use crate::state::AppState;
@@ -582,6 +582,16 @@ pub(crate) async fn sale_not_started(state: &AppState, event: &str) -> ApiError 
     }
 }
 
+/// A transaction error after [`db::retry`] gave up: a deadlock that keeps recurring is load,
+/// not a bug, so the client gets a `503` with `Retry-After` rather than a `500`.
+pub(crate) fn tx_failed(e: sqlx::Error) -> ApiError {
+    if db::is_retryable(&e) {
+        ApiError::Unavailable(anyhow::Error::new(e).context("transaction kept deadlocking"))
+    } else {
+        e.into()
+    }
+}
+
 pub(crate) fn unknown_event() -> ApiError {
     ApiError::not_found(codes::UNKNOWN_EVENT, "no such event")
 }
@@ -693,7 +703,9 @@ async fn hold_seats(
     let n = i32::try_from(seats.len()).map_err(|_| ApiError::validation("too many seats"))?;
     let mut healed = false;
     loop {
-        let attempt = db::retry(1, || take_seats_tx(state, event, account, &seats)).await?;
+        let attempt = db::retry(1, || take_seats_tx(state, event, account, &seats))
+            .await
+            .map_err(tx_failed)?;
         match attempt {
             Attempt::Done(taken) => {
                 let total = taken.seats.iter().map(|(_, p)| p).sum();
@@ -886,9 +898,10 @@ async fn release_own_hold(state: &AppState, hold: &str, account: &str) -> ApiRes
         let mut tx = begin_hold_tx(state).await?;
         let r = release_hold_inner(&mut tx, hold, Some(account), &["active"], "released").await?;
         tx.commit().await?;
-        Ok::<_, TxError>(r)
+        Ok::<_, sqlx::Error>(r)
     })
-    .await?;
+    .await
+    .map_err(tx_failed)?;
     if released.is_some() {
         return Ok(StatusCode::NO_CONTENT);
     }

@@ -26,7 +26,7 @@ RESULTS="${1:-}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BENCH="$ROOT/deploy/bench"
 PG_PORT="${FLOODGATE_PG_PORT:-55432}"
-PORT="${BENCH_BOOKING_PORT:-18090}"
+PORT="${BENCH_HOLDS_PORT:-18095}"
 if [ "$QUICK" = 1 ]; then DUR="${BENCH_DURATION_S:-3}"; else DUR="${BENCH_DURATION_S:-20}"; fi
 GA_DUR=$(( DUR / 2 > 2 ? DUR / 2 : 2 ))
 CLIENTS="${BENCH_CLIENTS:-64}"
@@ -75,6 +75,10 @@ psql_q -d postgres -c "CREATE DATABASE \"$DB\"" >/dev/null
 start_booking() {
   local async="$1"
   stop_booking
+  # Make sure whatever answers on $PORT afterwards is the booking we start here.
+  if (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then
+    die "port $PORT is already in use (set BENCH_HOLDS_PORT)"
+  fi
   env -i PATH="$PATH" HOME="${HOME:-/tmp}" \
     DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/$DB" \
     REDIS_URL="redis://127.0.0.1:${FLOODGATE_REDIS_PORT:-56379}" \
@@ -111,8 +115,8 @@ create_event() {
     || die "creating event $id failed"
 }
 
-# json_num FILE KEY: the first numeric value of "KEY" in a pretty-printed JSON file.
-json_num() { grep -m1 "\"$2\"" "$1" | sed -E 's/.*: *([0-9.eE+-]+).*/\1/'; }
+# json_num FILE KEY: the first numeric value of "KEY" in a JSON file.
+json_num() { grep -oE "\"$2\": *[0-9.eE+-]+" "$1" | head -1 | sed -E 's/.*: *//'; }
 
 loadgen_holds() {
   local event="$1" json="$2"; shift 2

@@ -30,7 +30,7 @@ async fn counters(app: &TestApp, event: &str) -> Vec<i32> {
         .bind(event)
         .fetch_all(&app.pool)
         .await
-        .unwrap()
+        .expect("test query")
 }
 
 /// N concurrent single-unit requests for a tier of capacity C: exactly C succeed.
@@ -63,7 +63,7 @@ async fn exactly_capacity(shards: i32) {
     let items: i64 = sqlx::query_scalar("SELECT sum(quantity)::bigint FROM hold_ga_items")
         .fetch_one(&app.pool)
         .await
-        .unwrap();
+        .expect("test query");
     assert_eq!(items, capacity as i64);
     let (_, ev) = json(app.admin_get("/admin/events/ga").await).await;
     assert_eq!(

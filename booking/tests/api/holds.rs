@@ -34,7 +34,7 @@ async fn seats_of(app: &TestApp, hold_id: &str) -> BTreeSet<String> {
     .bind(hold_id)
     .fetch_all(&app.pool)
     .await
-    .unwrap()
+    .expect("test query")
     .into_iter()
     .collect()
 }
@@ -47,7 +47,7 @@ async fn usage(app: &TestApp, event: &str, account: &str) -> i32 {
     .bind(account)
     .fetch_one(&app.pool)
     .await
-    .unwrap()
+    .expect("test query")
 }
 
 /// Moves a hold (and its seats) into the past, as if its TTL had run out.
@@ -58,14 +58,14 @@ pub async fn expire_in_db(app: &TestApp, hold_id: &str) {
     .bind(hold_id)
     .execute(&app.pool)
     .await
-    .unwrap();
+    .expect("test query");
     sqlx::query(
         "UPDATE seats SET held_until = clock_timestamp() - interval '1 second' WHERE hold_id = $1 AND status = 'held'",
     )
     .bind(hold_id)
     .execute(&app.pool)
     .await
-    .unwrap();
+    .expect("test query");
 }
 
 #[tokio::test]
