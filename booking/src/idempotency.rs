@@ -16,7 +16,10 @@
 //!   → `422 VALIDATION_FAILED`.
 //! - The claim is one committed statement **before** any business work, so a retry of a request
 //!   that succeeded is replayed and never re-evaluated ("sold out" for an order you already
-//!   have cannot happen).
+//!   have cannot happen). The claim commits with `synchronous_commit = off`: the business
+//!   transaction's durable commit flushes it anyway, and a claim lost in a database crash only
+//!   lets a retry start afresh. Work done **outside** Postgres that must never repeat (a
+//!   payment provider call) needs its own durable record before the call, as payments keep.
 //! - An attempt that fails calls [`Claim::release`], deleting its claim so a retry with the same
 //!   key proceeds. If the process dies in between, the claim goes stale and a retry older than
 //!   `[idempotency] stale_after_s` (default 60) takes it over; the old attempt, should it wake
@@ -271,7 +274,8 @@ struct KeyRow {
     response_body: Option<Vec<u8>>,
 }
 
-/// Claims `key` for `account` (one committed statement), or tells why not.
+/// Claims `key` for `account` (one statement in its own, asynchronously committed
+/// transaction), or tells why not.
 ///
 /// Errors: `422 IDEMPOTENCY_KEY_REUSED` (different request), `409 IDEMPOTENCY_IN_FLIGHT`
 /// (another attempt is running), `503` when Postgres is unavailable.
@@ -287,6 +291,14 @@ pub async fn begin(
     // it); then the INSERT simply runs again. Bounded: a key cannot flip forever.
     for _ in 0..3 {
         let claim_id = shared::ids::new_id();
+        // The claim commits asynchronously: losing it in a crash is harmless (the attempt that
+        // owned it fails to complete and its client retries), and the business transaction's
+        // durable commit flushes the WAL up to and including this claim anyway. So a request
+        // waits for one disk flush, not two.
+        let mut tx = state
+            .pool
+            .begin_with("BEGIN; SET LOCAL synchronous_commit = off")
+            .await?;
         // Insert a fresh claim, or take over a stale one of the *same* request. A live claim
         // or a finished key is left alone (no row returned).
         let claimed: Option<String> = sqlx::query_scalar(
@@ -305,8 +317,9 @@ pub async fn begin(
         .bind(fingerprint.as_bytes())
         .bind(&claim_id)
         .bind(f64::from(settings.stale_after_s))
-        .fetch_optional(&state.pool)
+        .fetch_optional(&mut *tx)
         .await?;
+        tx.commit().await?;
         if claimed.is_some() {
             tracing::Span::current().record("idempotency.outcome", "started");
             return Ok(Begin::Started(Claim {

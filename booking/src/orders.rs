@@ -952,12 +952,14 @@ async fn create_from_cart(
     let settings = &state.config.orders;
     let result = db::retry(settings.deadlock_retries, || async {
         state.metrics.commerce.order_db_transactions.inc();
-        let mut tx = state.pool.begin().await?;
-        if settings.async_commit {
-            sqlx::query("SET LOCAL synchronous_commit = off")
-                .execute(&mut *tx)
-                .await?;
-        }
+        let mut tx = if settings.async_commit {
+            state
+                .pool
+                .begin_with("BEGIN; SET LOCAL synchronous_commit = off")
+                .await?
+        } else {
+            state.pool.begin().await?
+        };
         let (_, body) = create_cart_order_tx(
             &mut tx,
             settings,

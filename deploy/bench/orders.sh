@@ -35,7 +35,7 @@ if [ "$QUICK" = 1 ]; then DUR="${BENCH_DURATION_S:-3}"; else DUR="${BENCH_DURATI
 FLASH_DUR=$(( DUR / 2 > 2 ? DUR / 2 : 2 ))
 CLIENTS="${BENCH_CLIENTS:-64}"
 POOL="${BENCH_POOL:-32}"
-FLASH_STOCK="${FLASH_STOCK:-2000}"
+if [ "$QUICK" = 1 ]; then FLASH_STOCK="${FLASH_STOCK:-100}"; else FLASH_STOCK="${FLASH_STOCK:-500}"; fi
 BIG=1000000000
 OUT="${BENCH_OUT:-/dev/stdout}"
 DB="fg_bench_orders_$(date +%s)_$$"
@@ -128,6 +128,7 @@ fmt() { awk -v a="$1" 'BEGIN { printf "%.0f", a }'; }
 ms() { awk -v a="$1" 'BEGIN { printf "%.1f ms", a }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.0f%%", 100 * a / b; else print "n/a" }'; }
 
+LOAD_AT_START="$(cut -d' ' -f1-3 /proc/loadavg)"
 log "starting booking on $URL (database $DB)"
 start_booking false
 for i in $(seq 0 19); do product "SKU-$i" "$BIG" false; done
@@ -202,7 +203,7 @@ flash_row() { # JSON LABEL TXS SOLD
   echo "## Carts and orders"
   echo
   echo "Recorded $(date -u +%Y-%m-%dT%H:%MZ) by \`deploy/bench/orders.sh\` on $(nproc) cores, $(psql_q -d postgres -c 'SHOW server_version' | cut -d' ' -f1) Postgres (private instance), commit $(cd "$ROOT" && git rev-parse --short HEAD)$([ "$QUICK" = 1 ] && echo ' — QUICK smoke run, numbers not representative')."
-  echo "Booking (release build, pool $POOL), loadgen ($CLIENTS clients), Postgres and Redis share the machine; ${DUR} s per run."
+  echo "Booking (release build, pool $POOL), loadgen ($CLIENTS clients), Postgres and Redis share the machine; ${DUR} s per run. Load average when the run started: $LOAD_AT_START (other work on the machine competes for the same cores)."
   echo
   echo "**Cart** (one Redis hash per account; PUT = one Lua script after a cached SKU check, GET = HGETALL + one Postgres price query):"
   echo

@@ -1,12 +1,16 @@
 -- pgbench: the statements booking runs for one cart order of 1 unit of one hot SKU, in the
 -- same order (see booking/src/orders.rs create_cart_order_tx): the idempotency claim (its own
--- commit), then one transaction that reads the price, writes the order, its item, the outbox
--- row and the stored response, and only then reserves the unit on the shared inventory row.
+-- asynchronously committed transaction, as booking does), then one transaction that reads the
+-- price, writes the order, its item, the outbox row and the stored response, and only then
+-- reserves the unit on the shared inventory row.
 -- -D sku=<SKU> -D async=0|1. No HTTP, no Redis: the raw rate the service is compared with.
 \set r random(1, 2000000000)
+BEGIN;
+SET LOCAL synchronous_commit = off;
 INSERT INTO idempotency_keys (account_id, key, fingerprint, state, claim_id)
 VALUES ('pg-' || :client_id || '-' || :r, 'k', '\x00', 'in_flight', 'c')
 ON CONFLICT DO NOTHING;
+COMMIT;
 BEGIN;
 \if :async
 SET LOCAL synchronous_commit = off;
