@@ -171,9 +171,10 @@ async fn webhooks_are_signed_and_retried_until_acknowledged() {
     })
     .await;
     create(&url, Some("w"), &intent("ow", "pm_card_visa")).await;
-    // Wait (bounded, 10 s) for the retry to land.
+    // Wait (bounded, 10 s) until the sandbox has recorded both attempts (it records an
+    // attempt after the merchant's answer arrives, so wait on its log, not on the merchant).
     for _ in 0..1_000 {
-        if !seen.lock().unwrap().is_empty() {
+        if sb.deliveries().len() >= 2 {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
