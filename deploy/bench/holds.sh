@@ -118,17 +118,61 @@ create_event() {
 # json_num FILE KEY: the first numeric value of "KEY" in a JSON file.
 json_num() { grep -oE "\"$2\": *[0-9.eE+-]+" "$1" | head -1 | sed -E 's/.*: *//'; }
 
+# CPU accounting. The machine is shared (booking, loadgen, Postgres, and whatever else runs),
+# so alongside the rates we measure CPU seconds per hold+release cycle for each party from
+# /proc: that figure does not depend on how busy the machine is.
+TICK="$(getconf CLK_TCK)"
+proc_cpu() { awk -v t="$TICK" '{ print ($14 + $15) / t }' "/proc/$1/stat" 2>/dev/null || echo 0; }
+backend_pids() { psql_q -d postgres -c "SELECT pid FROM pg_stat_activity WHERE datname = '$DB'"; }
+declare -A CPU0
+cpu_mark() { # cpu_mark PID...: remembers the CPU time of the given pids and of $DB's backends
+  CPU0=(); local p
+  for p in "$@" $(backend_pids); do CPU0[$p]="$(proc_cpu "$p")"; done
+  T0="$(date +%s.%N)"
+}
+cpu_since() { # cpu_since PID...: prints "app_cpu_s pg_cpu_s wall_s" since cpu_mark
+  local app=0 pg=0 p c
+  for p in "$@"; do c="$(proc_cpu "$p")"; app="$(awk -v a="$app" -v b="$c" -v z="${CPU0[$p]:-0}" 'BEGIN { print a + b - z }')"; done
+  for p in $(backend_pids); do c="$(proc_cpu "$p")"; pg="$(awk -v a="$pg" -v b="$c" -v z="${CPU0[$p]:-0}" 'BEGIN { print a + b - z }')"; done
+  echo "$app $pg $(awk -v a="$(date +%s.%N)" -v b="$T0" 'BEGIN { print a - b }')"
+}
+# measure NAME DUR CMD...: runs CMD in the background, samples CPU from 1 s in to 3/4 of the
+# run (well before the end even on a loaded machine); leaves "app pg wall" in $WORK/NAME.cpu
+# (app = booking + the client process).
+measure() {
+  local name="$1" dur="$2"; shift 2
+  "$@" &
+  local pid=$!
+  sleep 1
+  if [ "$dur" -gt 3 ]; then
+    cpu_mark "$pid" $BOOKING_PID
+    sleep $(( dur * 3 / 4 - 1 ))
+    cpu_since "$pid" $BOOKING_PID > "$WORK/$name.cpu"
+  else
+    echo "0 0 0" > "$WORK/$name.cpu"
+  fi
+  wait "$pid"
+}
+
 loadgen_holds() {
   local event="$1" json="$2"; shift 2
-  "$LOADGEN_BIN" holds --booking "$URL" --event "$event" --clients "$CLIENTS" \
+  measure "$event" "$DUR" "$LOADGEN_BIN" holds --booking "$URL" --event "$event" --clients "$CLIENTS" \
     --duration-s "$DUR" --json "$json" "$@" >&2
 }
 
 pgbench_tps() {
   local script="$1" event="$2" async="$3" dur="$4"
-  "$PGBENCH" -h 127.0.0.1 -p "$PG_PORT" -U postgres -n -M prepared -c "$POOL" -j 2 -T "$dur" \
-    -D event="$event" -D async="$async" -f "$script" "$DB" 2>&1 | tee -a "$WORK/pgbench.log" \
-    | sed -nE 's/^tps = ([0-9.]+) \(without initial connection time\).*/\1/p'
+  measure "$event" "$dur" "$PGBENCH" -h 127.0.0.1 -p "$PG_PORT" -U postgres -n -M prepared -c "$POOL" -j 2 -T "$dur" \
+    -D event="$event" -D async="$async" -f "$script" "$DB" > "$WORK/pgbench-$event.log" 2>&1
+  cat "$WORK/pgbench-$event.log" >> "$WORK/pgbench.log"
+  sed -nE 's/^tps = ([0-9.]+) \(without initial connection time\).*/\1/p' "$WORK/pgbench-$event.log"
+}
+
+# cpu_per_cycle NAME RATE: "pg_ms app_ms" CPU milliseconds per cycle over the sampled window.
+cpu_per_cycle() {
+  read -r app pg wall < "$WORK/$1.cpu"
+  awk -v a="$app" -v p="$pg" -v w="$wall" -v r="$2" 'BEGIN {
+    if (w > 0 && r > 0) printf "%.2f %.2f", 1000 * p / (w * r), 1000 * a / (w * r); else print "0 0" }'
 }
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.0f%%", 100 * a / b; else print "n/a" }'; }
@@ -187,11 +231,14 @@ BAD="$(psql_q -d "$DB" -c "
 [ "$BAD" = 0 ] || die "invariant violated after the run ($BAD rows)"
 
 hold_row() {
-  local f="$1" label="$2" raw="$3"
-  local hps p50 p99 attempts
+  local f="$1" label="$2" raw="$3" svc_ev="$4" pg_ev="$5"
+  local hps p50 p99 attempts s_pg s_app r_pg r_app
   hps="$(json_num "$f" holds_per_s)"; p50="$(json_num "$f" p50_ms)"; p99="$(json_num "$f" p99_ms)"
   attempts="$(json_num "$f" requests)"
-  printf '| %s | %s | %s | %s ms | %s ms | %s | %s |\n' "$label" "$(fmt "$hps")" "$attempts" "$p50" "$p99" "$(fmt "$raw")" "$(ratio "$hps" "$raw")"
+  read -r s_pg s_app <<< "$(cpu_per_cycle "$svc_ev" "$hps")"
+  read -r r_pg r_app <<< "$(cpu_per_cycle "$pg_ev" "$raw")"
+  printf '| %s | %s | %s | %.1f ms | %.1f ms | %s | **%s** | %s + %s ms | %s + %s ms | **%s** |\n' "$label" "$(fmt "$hps")" "$attempts" "$p50" "$p99" "$(fmt "$raw")" "$(ratio "$hps" "$raw")" \
+    "$s_pg" "$s_app" "$r_pg" "$r_app" "$(ratio "$(awk -v a="$r_pg" -v b="$r_app" 'BEGIN { print a + b }')" "$(awk -v a="$s_pg" -v b="$s_app" 'BEGIN { print a + b }')")"
 }
 ga_rate() { awk -v u="$1" -v d="$2" 'BEGIN { printf "%.0f", u / d }'; }
 
@@ -204,10 +251,12 @@ ga_rate() { awk -v u="$1" -v d="$2" 'BEGIN { printf "%.0f", u / d }'; }
   echo
   echo "60,000-seat event created through the admin API in **$(awk -v t="$T_CREATE" 'BEGIN { printf "%.2f", t }') s** (one transaction, \`generate_series\` per section)."
   echo
-  echo "| hold commits | holds/s (service) | hold requests | p50 | p99 | pgbench hold+release/s | service / raw |"
-  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
-  hold_row "$WORK/svc-async.json" "async (synchronous_commit off, default)" "$PG_ASYNC"
-  hold_row "$WORK/svc-sync.json" "durable (synchronous_commit on)" "$PG_SYNC"
+  echo "| hold commits | holds/s (service) | hold requests | p50 | p99 | pgbench hold+release/s | service / raw rate | CPU per cycle, service: Postgres + booking & loadgen | CPU per cycle, raw: Postgres + pgbench | raw CPU / service CPU |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+  hold_row "$WORK/svc-async.json" "async (synchronous_commit off, default)" "$PG_ASYNC" svc-async pg-async
+  hold_row "$WORK/svc-sync.json" "durable (synchronous_commit on)" "$PG_SYNC" svc-sync pg-sync
+  echo
+  echo "Load average when the run ended: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores. The rate ratio compares two runs made one after the other on a shared machine; the CPU columns (from /proc, per hold+release cycle) do not depend on the machine's load: the last column is the share of the service's total CPU that the same SQL needs on its own, i.e. the rate ratio to expect when booking, loadgen and Postgres compete for the same cores."
   echo
   echo "GA holds, one counter row versus a tier split over 8 shards (1 unit per hold, hold commits async):"
   echo
