@@ -333,6 +333,33 @@ impl Page<'_> {
         }
     }
 
+    /// Presses a key on the focused element (`key` as in `KeyboardEvent.key`: "ArrowRight",
+    /// "Enter", " ").
+    pub async fn press(&self, key: &str) {
+        let (code, vk, text) = match key {
+            "ArrowLeft" => ("ArrowLeft", 37, ""),
+            "ArrowUp" => ("ArrowUp", 38, ""),
+            "ArrowRight" => ("ArrowRight", 39, ""),
+            "ArrowDown" => ("ArrowDown", 40, ""),
+            "Enter" => ("Enter", 13, "\r"),
+            " " => ("Space", 32, " "),
+            "Tab" => ("Tab", 9, ""),
+            other => panic!("press: unsupported key {other}"),
+        };
+        let mut down = json!({"type": "keyDown", "key": key, "code": code,
+                              "windowsVirtualKeyCode": vk, "nativeVirtualKeyCode": vk});
+        if !text.is_empty() {
+            down["text"] = json!(text);
+        }
+        self.call("Input.dispatchKeyEvent", down).await;
+        self.call(
+            "Input.dispatchKeyEvent",
+            json!({"type": "keyUp", "key": key, "code": code,
+                   "windowsVirtualKeyCode": vk, "nativeVirtualKeyCode": vk}),
+        )
+        .await;
+    }
+
     /// Saves a PNG screenshot of the viewport (or the full page) to `path`.
     pub async fn screenshot(&self, path: &std::path::Path, full_page: bool) {
         let r = self

@@ -300,11 +300,11 @@ async fn open_shop<'b>(
 }
 
 #[tokio::test]
-async fn shop_enforces_the_pick_limit_recovers_from_expiry_and_returns_lost_admissions() {
+async fn shop_keyboard_limit_expiry_ga_outage_and_lost_admission() {
     let Some(chromium) = chromium_or_skip() else {
         return;
     };
-    let stack = Stack::start().await;
+    let mut stack = Stack::start().await;
     let event = stack
         .create_event(
             &demo_event("e2e-edge"),
@@ -320,6 +320,29 @@ async fn shop_enforces_the_pick_limit_recovers_from_expiry_and_returns_lost_admi
         WAIT,
     )
     .await;
+
+    // Keyboard: one tab stop in the grid, arrow keys move, Enter picks and unpicks.
+    page.eval("document.querySelector('#grid button.seat[tabindex=\"0\"]').focus()")
+        .await;
+    assert_eq!(
+        page.eval("document.activeElement.dataset.seat").await,
+        json!("S2-R1-1")
+    );
+    page.press("ArrowRight").await;
+    page.press("ArrowDown").await;
+    assert_eq!(
+        page.eval("document.activeElement.dataset.seat").await,
+        json!("S2-R2-2")
+    );
+    page.press("Enter").await;
+    assert!(seat_class(&page, "S2-R2-2").await.contains("s-selected"));
+    assert_eq!(
+        page.eval("document.activeElement.getAttribute('aria-pressed')")
+            .await,
+        json!("true")
+    );
+    page.press("Enter").await;
+    assert!(!seat_class(&page, "S2-R2-2").await.contains("s-selected"));
 
     // The per-account limit (4) is enforced while picking.
     for n in 1..=5 {
@@ -372,6 +395,23 @@ async fn shop_enforces_the_pick_limit_recovers_from_expiry_and_returns_lost_admi
     .await;
     page.screenshot(&shot("shop-expired"), false).await;
 
+    // The sweeper tidies the expired hold (every 2 s) and gives its 4 tickets back. Waiting
+    // for it keeps the GA step below independent of booking's heal-versus-sweeper timing.
+    crate::stack::eventually(
+        Duration::from_secs(15),
+        "sweeper expires the hold",
+        || async {
+            let active: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM holds WHERE account_id = 'fan-edge-1' AND status = 'active'",
+            )
+            .fetch_one(&stack.pool)
+            .await
+            .expect("holds");
+            (active == 0).then_some(())
+        },
+    )
+    .await;
+
     // General admission: two FLOOR tickets held, then released again.
     page.click("#tab-ga").await;
     page.wait_for(&visible("panel-ga"), WAIT).await;
@@ -408,6 +448,19 @@ async fn shop_enforces_the_pick_limit_recovers_from_expiry_and_returns_lost_admi
     page.click("#tab-seats").await;
     page.wait_for(&visible("panel-seats"), WAIT).await;
 
+    // Booking goes away: the gateway answers 503 with Retry-After and the page says to retry
+    // shortly instead of spinning; the fan's pick stays.
+    stack.stop_booking().await;
+    page.click("button.seat[data-seat='S2-R3-1']").await;
+    page.click("#hold").await;
+    page.wait_for(
+        "document.getElementById('alert').innerText.includes('very busy')",
+        WAIT,
+    )
+    .await;
+    assert!(seat_class(&page, "S2-R3-1").await.contains("s-selected"));
+    page.screenshot(&shot("shop-busy"), false).await;
+
     // The admission is gone (expired cookie): the next API answer is 401 and the page takes
     // the fan back to the waiting room of this event.
     page.call(
@@ -415,7 +468,8 @@ async fn shop_enforces_the_pick_limit_recovers_from_expiry_and_returns_lost_admi
         json!({"name": "fg_admission", "url": stack.gateway_url}),
     )
     .await;
-    page.click("button.seat[data-seat='S2-R2-1']").await;
+    page.wait_for("!document.getElementById('hold').disabled", WAIT)
+        .await;
     page.click("#hold").await;
     page.wait_for(
         "document.getElementById('alert').innerText.includes('waiting room')",

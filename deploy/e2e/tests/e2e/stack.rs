@@ -34,12 +34,32 @@ pub fn redis_url() -> String {
     std::env::var("FLOODGATE_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:56379".into())
 }
 
+/// A free port for a listener that must be configured before it binds (pingora takes an
+/// address, not a socket). Drawn below the kernel's ephemeral range, so no `bind(:0)` of a
+/// parallel test (booking, sandbox, clients) can be handed the same port between this check
+/// and the gateway's bind.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .expect("bind a free port")
-        .local_addr()
-        .expect("local addr")
-        .port()
+    let (lo, _) = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| {
+            let mut it = r.split_whitespace().map(|p| p.parse::<u16>().ok());
+            Some((it.next()??, it.next()??))
+        })
+        .unwrap_or((32768, 60999));
+    let (from, to) = (10_000u16, lo.saturating_sub(1).max(10_001));
+    for _ in 0..200 {
+        let port = from + (rand_u16() % (to - from));
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port found in {from}..{to}");
+}
+
+fn rand_u16() -> u16 {
+    // Unique ids are random enough for spreading test ports; no extra dependency.
+    let id = shared::ids::new_id();
+    u16::from_str_radix(&id[id.len() - 4..], 16).unwrap_or(4242)
 }
 
 /// Creates an empty database with all migrations applied (same as booking's test helper).
@@ -249,6 +269,16 @@ impl Stack {
             (200..300).contains(&status),
             "waiting room config: {status} {body}"
         );
+    }
+
+    /// Stops booking only (graceful), leaving the gateway to answer for it.
+    pub async fn stop_booking(&mut self) {
+        if let Some(tx) = self.booking_stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.booking_task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
+        }
     }
 
     /// Stops gateway, booking and sandbox.
