@@ -382,6 +382,7 @@
       var prev = S.map;
       var next = normalise(r.data, S.info || {});
       S.map = next;
+      if (S.pollFailures >= 2) notice("");  // the "could not refresh" note is stale now
       S.pollFailures = 0;
       afterMapChange(prev, next);
       return r;
@@ -697,6 +698,7 @@
 
   function toggleSeat(id) {
     if (S.step !== "choose") return;
+    notice("");
     var seat = S.map && S.map.seats.get(id);
     if (!seat) return;
     if (S.selected.has(id)) {
@@ -953,6 +955,7 @@
   function act(fn) {
     if (S.acting || isBusy()) return;
     S.acting = true;
+    notice("");
     updateActions();
     Promise.resolve().then(fn).then(function () {
       S.acting = false;
