@@ -284,43 +284,35 @@
   // Seat map: normalise, load, refresh
   // ---------------------------------------------------------------------------------------
 
-  function tierPrices(d) {
-    var prices = new Map();
-    var pt = d.price_tiers || d.prices || null;
-    if (Array.isArray(pt)) {
-      pt.forEach(function (x) { if (x && x.tier !== undefined) prices.set(String(x.tier), Number(x.price)); });
-    } else if (pt && typeof pt === "object") {
-      Object.keys(pt).forEach(function (k) { prices.set(k, Number(pt[k])); });
-    }
-    return prices;
-  }
-
-  // The seat map is DESIGN.md's shape {"event", "seats": [{seat_id, section, row, number,
-  // tier, status}]}; `info` is GET /api/events/{event} (name, venue,
-  // max_tickets_per_account, currency, price_tiers, ga_tiers with `available`).
-  function normalise(d, info) {
+  // `seats` is GET /api/events/{event}/seats: {"event", "seats": [{seat_id, section, row,
+  // number, tier, status}]}. `info` is GET /api/events/{event}: name, venue,
+  // max_tickets_per_account, currency, price_tiers [{tier, price}], ga_tiers [{tier, price,
+  // capacity, available}] (empty object until it has loaded once).
+  function normalise(seats, info) {
     var map = {
-      name: info.name || d.name || "",
-      venue: info.venue || d.venue || "",
-      limit: Number(info.max_tickets_per_account || d.max_tickets_per_account || 0) || null,
-      currency: info.currency || d.currency || "JPY",
-      prices: tierPrices(info.price_tiers ? info : d),
+      name: info.name || "",
+      venue: info.venue || "",
+      limit: Number(info.max_tickets_per_account) || null,
+      currency: info.currency || "JPY",
+      prices: new Map(),
       seats: new Map(),
       sections: [],
       ga: []
     };
+    (Array.isArray(info.price_tiers) ? info.price_tiers : []).forEach(function (p) {
+      map.prices.set(String(p.tier), Number(p.price));
+    });
     var bySection = new Map();
-    (Array.isArray(d.seats) ? d.seats : []).forEach(function (x) {
+    (Array.isArray(seats.seats) ? seats.seats : []).forEach(function (x) {
       if (!x || !x.seat_id) return;
       var seat = {
         id: String(x.seat_id),
         section: String(x.section || ""),
-        row: Number(x.row !== undefined ? x.row : x.row_no) || 0,
+        row: Number(x.row) || 0,
         number: Number(x.number) || 0,
-        tier: x.tier === undefined ? "" : String(x.tier),
+        tier: String(x.tier || ""),
         status: x.status === "held" || x.status === "sold" ? x.status : "available"
       };
-      if (x.price !== undefined && !map.prices.has(seat.tier)) map.prices.set(seat.tier, Number(x.price));
       map.seats.set(seat.id, seat);
       var sec = bySection.get(seat.section);
       if (!sec) {
@@ -340,13 +332,13 @@
       map.sections.push(sec);
     });
     map.sections.sort(function (a, b) { return a.order - b.order; });
-    var ga = info.ga_tiers || d.ga_tiers || [];
-    if (Array.isArray(ga)) {
-      map.ga = ga.filter(function (g) { return g && g.tier !== undefined; }).map(function (g) {
-        var avail = g.available !== undefined ? Number(g.available) : (g.remaining !== undefined ? Number(g.remaining) : null);
-        return { tier: String(g.tier), price: Number(g.price), available: avail };
-      });
-    }
+    map.ga = (Array.isArray(info.ga_tiers) ? info.ga_tiers : []).map(function (g) {
+      return {
+        tier: String(g.tier),
+        price: Number(g.price),
+        available: g.available === undefined ? null : Number(g.available)
+      };
+    });
     return map;
   }
 
