@@ -92,6 +92,7 @@ run_loadgen() {
     --json "$json" "$@" >&2
 }
 
+LOAD_BEFORE="$(cut -d' ' -f1-3 /proc/loadavg)"
 log "cold auction: $CLIENTS bidders x ${DUR}s"
 run_loadgen "$WORK/cold.json"
 log "hot auction: $CLIENTS bidders x ${DUR}s"
@@ -162,6 +163,7 @@ BAR="$(awk -v r="$HOT_DECIDED" -v p="$HOT_P99" 'BEGIN { if (r >= 2000 && p < 200
   echo "## Auctions"
   echo
   echo "Recorded $(date -u +%Y-%m-%dT%H:%MZ) by \`deploy/bench/auctions.sh\` on $(nproc) cores, Postgres $(psql_q -d postgres -c 'SHOW server_version' | cut -d' ' -f1), Redis $(redis-cli -p "$REDIS_PORT" info server | sed -nE 's/^redis_version:([0-9.]+).*/\1/p') with appendfsync $(redis-cli -p "$REDIS_PORT" config get appendfsync | tail -1), commit $(cd "$ROOT" && git rev-parse --short HEAD)$([ "$QUICK" = 1 ] && echo ' — QUICK smoke run, numbers not representative')."
+  echo "Load average before the runs: $LOAD_BEFORE (other work on the machine depresses every figure; compare with the pgbench baseline from the same run)."
   echo "Booking (release, pool $POOL), loadgen ($CLIENTS concurrent bidders) and both stores share the machine. One auction per run; each bid is a fresh bidder account at (about) the minimum next amount, so most bids race and lose: *accepted* counts 201s, *decided* counts 201 + 409 BID_TOO_LOW (every one a real decision). Latency is over all bid requests. ${DUR} s per run."
   echo
   echo "| auction | accepted bids/s | decided bids/s | requests | p50 | p99 | max |"
