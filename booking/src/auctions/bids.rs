@@ -400,3 +400,24 @@ pub async fn place_cold(
 pub fn cold_bid_sql() -> &'static str {
     COLD_BID
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_ids_are_scoped_to_the_bidder_unambiguously() {
+        assert_ne!(request_id("ab", "c:d"), request_id("ab:c", "d"));
+        assert_eq!(request_id("ab", "k"), "2:ab:k");
+    }
+
+    #[test]
+    fn minimum_next_bid() {
+        assert_eq!(super::super::min_next_bid(1000, 10, false), 1000);
+        assert_eq!(super::super::min_next_bid(1000, 10, true), 1010);
+        assert_eq!(
+            super::super::min_next_bid(MAX_MONEY, MAX_MONEY, true),
+            2 * MAX_MONEY
+        );
+    }
+}

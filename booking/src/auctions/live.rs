@@ -572,3 +572,61 @@ fn close_frame(code: u16, reason: &'static str) -> Message {
         reason: Utf8Bytes::from_static(reason),
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn st(price: i64, leader: Option<&str>, closed: bool) -> LiveState {
+        LiveState {
+            auction_id: "a".into(),
+            current_price: price,
+            leader: leader.map(str::to_owned),
+            end_time: "2030-01-01T00:00:00Z".into(),
+            closed,
+        }
+    }
+
+    #[test]
+    fn merge_keeps_the_highest_price_and_close_is_final() {
+        let mut cur = st(1000, None, false);
+        assert!(
+            cur.merge(st(1000, Some("a"), false)),
+            "first leader at the start price"
+        );
+        assert!(cur.merge(st(1200, Some("b"), false)));
+        assert!(
+            !cur.merge(st(1100, Some("c"), false)),
+            "a late, lower publish is ignored"
+        );
+        assert_eq!(cur.current_price, 1200);
+        assert!(cur.merge(st(1200, Some("b"), true)));
+        assert!(
+            !cur.merge(st(5000, Some("d"), false)),
+            "nothing after the close"
+        );
+        assert!(cur.closed);
+        assert_eq!(cur.message()["type"], "closed");
+        assert_eq!(cur.message()["final_price"], 1200);
+    }
+
+    #[tokio::test]
+    async fn a_receiver_that_falls_behind_lags_instead_of_blocking_the_sender() {
+        let (tx, mut slow) = broadcast::channel::<Arc<LiveMsg>>(2);
+        let mut fast = tx.subscribe();
+        for p in 0..10 {
+            let msg = Arc::new(LiveMsg {
+                price: p,
+                closed: false,
+                text: Utf8Bytes::from_static("x"),
+            });
+            // Never waits for anyone.
+            let _ = tx.send(msg);
+            assert_eq!(fast.recv().await.map(|m| m.price).ok(), Some(p));
+        }
+        assert!(matches!(
+            slow.recv().await,
+            Err(broadcast::error::RecvError::Lagged(_))
+        ));
+    }
+}
