@@ -261,7 +261,8 @@ async fn receive(
         provider_payment_id,
     } = &outcome
     {
-        flow::refund(&state, payment_id, provider_payment_id).await;
+        // A failed refund stays refund_pending for reconciliation; the event itself is applied.
+        let _refunded = flow::refund(&state, payment_id, provider_payment_id).await;
     }
     Ok(axum::Json(json!({"received": true})))
 }

@@ -397,6 +397,7 @@ async fn settle_open_attempt(
     };
     match super::reconcile::resolve_pending(state, &payment_id).await {
         Ok("refunded") => Ok(e.with("refunded", true)),
+        Ok("refund_pending") => Ok(e.with("refund_pending", true)),
         Ok("completed") => Err(Paid),
         Ok(outcome) => {
             tracing::info!(order_id, payment_id = %payment_id, outcome, "open attempt of an unpayable order");
@@ -537,7 +538,9 @@ async fn finish_success(
         provider_payment_id,
     } = &outcome
     {
-        refund(state, payment_id, provider_payment_id).await;
+        // The stored answer says "being refunded"; a refund that fails now stays
+        // refund_pending and is retried by reconciliation.
+        let _refunded = refund(state, payment_id, provider_payment_id).await;
     }
     Ok(Done::Stored(status, bytes))
 }
@@ -779,8 +782,8 @@ pub async fn apply_refunded_tx(
 
 /// Refunds a `refund_pending` attempt at the provider (key `refund-<payment id>`, so every
 /// retry is the same refund) and records it. Failures are logged and left to
-/// reconciliation, which calls this again.
-pub async fn refund(state: &AppState, payment_id: &str, provider_payment_id: &str) {
+/// reconciliation, which calls this again. True when the money is back (now or before).
+pub async fn refund(state: &AppState, payment_id: &str, provider_payment_id: &str) -> bool {
     let key = format!("refund-{payment_id}");
     let refund_id = match state.payments.refund(&key, provider_payment_id).await {
         Ok(r) => r.id,
@@ -790,7 +793,7 @@ pub async fn refund(state: &AppState, payment_id: &str, provider_payment_id: &st
         }
         Err(e) => {
             tracing::warn!(payment_id, error = %e, "refund failed; reconciliation will retry");
-            return;
+            return false;
         }
     };
     let applied = db::retry(3, || async {
@@ -804,9 +807,15 @@ pub async fn refund(state: &AppState, payment_id: &str, provider_payment_id: &st
         Ok(true) => {
             state.metrics.payments.refunds.inc();
             tracing::info!(payment_id, "payment refunded");
+            true
         }
-        Ok(false) => {}
-        Err(e) => tracing::warn!(payment_id, error = ?e, "could not record a refund; will retry"),
+        // Recorded by someone else (the charge.refunded webhook, another instance).
+        Ok(false) => true,
+        Err(e) => {
+            // The provider refunded; recording it is retried (same key, replayed answer).
+            tracing::warn!(payment_id, error = ?e, "could not record a refund; will retry");
+            false
+        }
     }
 }
 

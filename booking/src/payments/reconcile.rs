@@ -83,8 +83,11 @@ async fn reconcile_one(state: &AppState, d: &Due, abandon: bool) -> anyhow::Resu
         let Some(provider_id) = &d.provider_payment_id else {
             anyhow::bail!("refund_pending payment without a provider payment id");
         };
-        flow::refund(state, &d.id, provider_id).await;
-        return Ok("refund_retried");
+        return Ok(if flow::refund(state, &d.id, provider_id).await {
+            "refunded"
+        } else {
+            "refund_pending"
+        });
     }
     let found = state
         .payments
@@ -131,8 +134,11 @@ async fn reconcile_one(state: &AppState, d: &Due, abandon: bool) -> anyhow::Resu
                     payment_id,
                     provider_payment_id,
                 } => {
-                    flow::refund(state, &payment_id, &provider_payment_id).await;
-                    "refunded"
+                    if flow::refund(state, &payment_id, &provider_payment_id).await {
+                        "refunded"
+                    } else {
+                        "refund_pending"
+                    }
                 }
             })
         }

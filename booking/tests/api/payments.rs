@@ -820,3 +820,64 @@ async fn two_hundred_fans_pay_at_once() {
         assert_eq!(env.charges(&o.order_id), 1);
     }
 }
+
+#[tokio::test]
+async fn a_refund_that_fails_is_retried_by_reconciliation_once() {
+    let env = PayEnv::spawn_with(
+        |c| c.payments.request_timeout_ms = 1_500,
+        |s| s.timeout_delay_ms = 30_000,
+    )
+    .await;
+    let o = seat_order(&env.app, "ev", true, "alice", &["S1-R1-1"]).await;
+    let (status, _) = pay(
+        &env.app,
+        &o.token,
+        &o.order_id,
+        "a1",
+        "pm_card_sandbox_timeout",
+    )
+    .await;
+    assert_eq!(status, 504);
+    expire_in_db(&env.app, &o.hold_id).await;
+    sqlx::query(
+        "UPDATE orders SET expires_at = clock_timestamp() - interval '1 second' WHERE id = $1",
+    )
+    .bind(&o.order_id)
+    .execute(&env.app.pool)
+    .await
+    .unwrap();
+    seat_order(&env.app, "ev", false, "bob", &["S1-R1-1"]).await;
+    // The provider fails every new request (the charge itself is replayed from its key).
+    env.sandbox.update(|s| s.failure_rate = 1.0);
+    let (status, v) = pay(
+        &env.app,
+        &o.token,
+        &o.order_id,
+        "a2",
+        "pm_card_sandbox_timeout",
+    )
+    .await;
+    assert_eq!(status, 409, "{v}");
+    assert_eq!(v["refund_pending"], true, "{v}");
+    assert_eq!(env.refunds(&o.order_id), 0);
+    let st: String = sqlx::query_scalar("SELECT status FROM payments WHERE order_id = $1")
+        .bind(&o.order_id)
+        .fetch_one(&env.app.pool)
+        .await
+        .unwrap();
+    assert_eq!(st, "refund_pending");
+    // The provider recovers; reconciliation refunds, once, however often it runs.
+    env.sandbox.update(|s| s.failure_rate = 0.0);
+    for _ in 0..3 {
+        make_due(&env.app, &o.order_id).await;
+        booking::payments::reconcile::run_once(&env.app.state)
+            .await
+            .unwrap();
+    }
+    assert_eq!(env.refunds(&o.order_id), 1);
+    let state = payment_state(&env.app, &o.order_id).await;
+    assert_eq!(
+        (&state["refunds"], &state["events"], &state["tickets"]),
+        (&json!(1), &json!(1), &json!(0))
+    );
+}
