@@ -569,3 +569,51 @@ async fn a_60000_seat_map_stays_light_on_a_phone() {
     drop(browser);
     stack.stop().await;
 }
+
+#[tokio::test]
+async fn the_hold_countdown_runs_out_visibly() {
+    let Some(chromium) = chromium_or_skip() else {
+        return;
+    };
+    let stack = Stack::start().await;
+    let mut event = demo_event("e2e-ttl");
+    event["hold_ttl_s"] = json!(10);
+    let event = stack
+        .create_event(
+            &event,
+            &json!({"sale_start": "2026-01-01T00:00:00Z", "admit_per_minute": 600,
+                    "mode": "queue"}),
+        )
+        .await;
+    let browser = Browser::launch(&chromium).await;
+    let page = open_shop(&stack, &browser, &event, "fan-ttl-1").await;
+    page.click(".section-card[data-section='S1']").await;
+    page.click("button.seat[data-seat='S1-R1-1']").await;
+    page.click("#hold").await;
+    page.wait_for(&visible("step-hold"), WAIT).await;
+    // Counts down from the server's held_until (10 s TTL), turning urgent under a minute.
+    let first = page.text("#hold-countdown").await;
+    assert!(first.starts_with("Held for 0:"), "{first}");
+    assert_eq!(
+        page.eval(
+            "document.getElementById('hold-countdown').parentNode.classList.contains('urgent')"
+        )
+        .await,
+        json!(true)
+    );
+    page.wait_for(&visible("step-choose"), Duration::from_secs(30))
+        .await;
+    let alert = page.text("#alert").await;
+    assert!(alert.contains("hold expired"), "{alert}");
+    // The seat is offered again once the database clock has passed held_until.
+    page.wait_for(
+        "(() => { const b = document.querySelector(\"button.seat[data-seat='S1-R1-1']\"); \
+          return b && b.classList.contains('s-available'); })()",
+        WAIT,
+    )
+    .await;
+    page.assert_no_js_errors();
+    drop(page);
+    drop(browser);
+    stack.stop().await;
+}
