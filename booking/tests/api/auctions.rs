@@ -492,7 +492,7 @@ async fn bad_bids_are_refused_and_change_nothing() {
 async fn bids_are_rate_limited_per_bidder() {
     let app = TestApp::spawn().await; // default: 5 bids/s, burst 5
     let auction = create_ok(&app, false, 3600).await;
-    let results = join_all((0..12).map(|i| {
+    let results = join_all((0..30).map(|i| {
         let (app, auction) = (&app, &auction);
         async move {
             bid(
@@ -507,7 +507,9 @@ async fn bids_are_rate_limited_per_bidder() {
     }))
     .await;
     let limited = results.iter().filter(|(s, _)| *s == 429).count();
-    assert!(limited >= 5, "{results:?}");
+    // Burst 5, then 5/s: however slowly the 30 arrive within a couple of seconds, most are
+    // refused.
+    assert!(limited >= 10, "{results:?}");
     assert!(
         results
             .iter()
