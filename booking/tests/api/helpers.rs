@@ -63,15 +63,26 @@ pub async fn fresh_database() -> (String, String) {
 }
 
 pub fn test_config(db_url: &str) -> BookingConfig {
-    let mut config = BookingConfig::default();
-    config.admin_token = SecretString::from(ADMIN_TOKEN);
-    config.database.url = SecretString::from(db_url.to_owned());
-    config.database.max_connections = 40;
-    config.redis.url = SecretString::from(redis_url());
-    config.redis.key_prefix = format!("t{}:", shared::ids::new_id());
-    config.booking.listen = "127.0.0.1:0".into();
-    config.booking.jobs_enabled = false;
-    config
+    let defaults = BookingConfig::default();
+    BookingConfig {
+        admin_token: SecretString::from(ADMIN_TOKEN),
+        database: shared::config::DatabaseSettings {
+            url: SecretString::from(db_url.to_owned()),
+            max_connections: 40,
+            ..defaults.database.clone()
+        },
+        redis: shared::config::RedisSettings {
+            url: SecretString::from(redis_url()),
+            key_prefix: format!("t{}:", shared::ids::new_id()),
+            ..defaults.redis.clone()
+        },
+        booking: booking::config::BookingSettings {
+            listen: "127.0.0.1:0".into(),
+            jobs_enabled: false,
+            ..defaults.booking.clone()
+        },
+        ..defaults
+    }
 }
 
 impl TestApp {
