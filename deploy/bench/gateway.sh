@@ -43,6 +43,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
+LOAD_BEFORE="$(cut -d' ' -f1-3 /proc/loadavg)"
+
 # ---- build -----------------------------------------------------------------------------------
 if [ "${BENCH_NO_BUILD:-0}" != 1 ]; then
   log "building the release gateway"
@@ -211,6 +213,8 @@ cp "$TMP/wrk.txt" "$OUT/results.txt"
   echo
   echo "\`deploy/bench/gateway.sh\` on $(nproc) cores, $(date -u +%Y-%m-%d), wrk -t2 -c$CONNS ${DUR}s per row;"
   echo "redis-benchmark -c50. Everything (load generator, proxies, upstream, Redis) shares the machine."
+  echo "Load average before / after: $LOAD_BEFORE / $(cut -d' ' -f1-3 /proc/loadavg) (other work on the"
+  echo "machine skews absolute numbers; compare rows of the same run)."
   echo
   echo "### Waiting room (one Redis Lua call per request)"
   echo
@@ -236,7 +240,9 @@ cp "$TMP/wrk.txt" "$OUT/results.txt"
   echo "nginx: 2 workers, upstream keep-alive 128. gateway-proxy-1x2: one process, 2 threads (one"
   echo "runtime per thread); gateway-proxy-2x1: two processes × 1 thread on one port (SO_REUSEPORT)."
   echo "Both in front of the same upstream (nginx, 1 worker, \`return 200\`). New TCP connections"
-  echo "(\`nstat TcpActiveOpens\` during the run; wrk itself opens $CONNS) show upstream keep-alive reuse."
+  echo "(\`nstat TcpActiveOpens\` during the run; wrk itself opens $CONNS) show upstream keep-alive reuse:"
+  echo "one process with two single-thread runtimes hands pooled upstream connections between"
+  echo "threads and opens far more of them than two one-thread processes do."
   echo
   echo "### Admission-token verification (micro-benchmark)"
   echo
