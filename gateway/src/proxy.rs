@@ -13,6 +13,7 @@
 
 use crate::fasttoken::FastVerifier;
 use crate::limits::Scope;
+use crate::live::Live;
 use crate::queue;
 use crate::respond::{Reply, send};
 use crate::routes::{self, Route};
@@ -31,8 +32,6 @@ use shared::headers;
 use shared::token::{AdmissionClaims, TokenError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-use crate::live::Live;
 
 pub struct PublicProxy {
     pub shared: Arc<Shared>,
