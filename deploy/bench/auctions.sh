@@ -97,6 +97,10 @@ log "cold auction: $CLIENTS bidders x ${DUR}s"
 run_loadgen "$WORK/cold.json"
 log "hot auction: $CLIENTS bidders x ${DUR}s"
 run_loadgen "$WORK/hot.json" --hot
+HALF=$(( CLIENTS / 2 > 1 ? CLIENTS / 2 : 1 ))
+log "hot auction: $HALF bidders x ${DUR}s"
+"$LOADGEN_BIN" auctions --booking "$URL" --clients "$HALF" --duration-s "$DUR" \
+  --json "$WORK/hot-half.json" --hot >&2
 
 # check AUCTION ACCEPTED: Postgres has every accepted bid once, the price is the max bid, the
 # leader is its bidder. For the hot auction, waits (bounded) for the consumer to catch up.
@@ -124,6 +128,7 @@ HOT_ID="$(json_str "$WORK/hot.json" auction)"
 T_DRAIN_START=$(date +%s.%N)
 check "$COLD_ID" "$(json_num "$WORK/cold.json" accepted)"
 check "$HOT_ID" "$(json_num "$WORK/hot.json" accepted)"
+check "$(json_str "$WORK/hot-half.json" auction)" "$(json_num "$WORK/hot-half.json" accepted)"
 T_DRAIN=$(awk -v a="$T_DRAIN_START" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
 stop_booking
 
@@ -155,9 +160,10 @@ row() {
     "$(fmt "$(json_num "$f" accepted_per_s)")" "$(fmt "$(json_num "$f" decided_per_s)")" \
     "$(json_num "$f" requests)" "$(json_num "$f" p50_ms)" "$(json_num "$f" p99_ms)" "$(json_num "$f" max_ms)"
 }
-HOT_DECIDED="$(json_num "$WORK/hot.json" decided_per_s)"
-HOT_P99="$(json_num "$WORK/hot.json" p99_ms)"
-BAR="$(awk -v r="$HOT_DECIDED" -v p="$HOT_P99" 'BEGIN { if (r >= 2000 && p < 200) print "met"; else print "NOT met" }')"
+bar() {
+  awk -v r="$(json_num "$1" decided_per_s)" -v p="$(json_num "$1" p99_ms)" \
+    'BEGIN { printf "%s (%.0f decided bids/s, p99 %.0f ms)", (r >= 2000 && p < 200) ? "met" : "NOT met", r, p }'
+}
 
 {
   echo "## Auctions"
@@ -170,11 +176,13 @@ BAR="$(awk -v r="$HOT_DECIDED" -v p="$HOT_P99" 'BEGIN { if (r >= 2000 && p < 200
   echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
   row "$WORK/cold.json" "cold (one conditional UPDATE + bid row, Postgres)"
   row "$WORK/hot.json" "hot (one Lua script + XADD, Redis)"
+  row "$WORK/hot-half.json" "hot, $HALF bidders"
   echo
-  echo "Design bar for a hot auction: 2,000 bids/s with p99 < 200 ms — **$BAR** ($(fmt "$HOT_DECIDED") decided bids/s, p99 $HOT_P99 ms)."
+  echo "Design bar for a hot auction: 2,000 bids/s with p99 < 200 ms — $CLIENTS bidders: **$(bar "$WORK/hot.json")**; $HALF bidders: **$(bar "$WORK/hot-half.json")**. With a closed loop of N bidders, latency ≈ N / throughput (Little's law), so at a fixed throughput p99 falls with fewer bidders in flight."
+  echo "Why few bids are *accepted*: every bidder bids about the same minimum next amount at the same moment, so of each wave one wins and the rest are refused; the accepted rate is bounded by the round trip, not by the decision path."
   echo "After the runs every accepted bid was in Postgres exactly once (the hot consumer caught up within ${T_DRAIN} s of the end), each auction's price equals its highest logged bid and its leader that bid's bidder."
   echo
-  echo "Baseline, pgbench with $POOL connections: [the cold bid statement](../booking/src/auctions/bids.rs) (extracted from the source) after a read of the minimum next bid, on one auction row: **$(fmt "$PG_TPS") tx/s** (latency average $PG_LAT ms), of which **$PG_ACC_S accepted bids/s** (the rest lost the race: refused by the same statement). Every accepted bid holds the row lock through its durable commit (WAL flush), which caps one auction's accepted rate."
+  echo "Baseline, pgbench with $POOL connections: [the cold bid statement](../booking/src/auctions/bids.rs) (extracted from the source) after a read of the minimum next bid, on one auction row: **$(fmt "$PG_TPS") tx/s** (latency average $PG_LAT ms), of which **$PG_ACC_S accepted bids/s** (the rest lost the race: refused by the same statement). Every accepted bid holds the row lock through its durable commit (WAL flush), which caps one auction's accepted rate. The service can decide more cold bids per second than this raw loop because bids below a price floor the process has already seen are refused from a lock-free read instead of queueing on the row lock (docs/decisions.md, \"Early rejection\")."
   echo
 } > "$OUT"
 log "done"
