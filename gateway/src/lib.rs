@@ -158,6 +158,7 @@ impl Gateway {
             proxy::PublicProxy {
                 shared: self.shared.clone(),
                 store: Store::new(&s.config.redis)?,
+                request_seq: Default::default(),
             },
             "floodgate public",
         );

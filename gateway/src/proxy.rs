@@ -36,6 +36,7 @@ use std::time::{Duration, Instant};
 pub struct PublicProxy {
     pub shared: Arc<Shared>,
     pub store: Store,
+    pub request_seq: std::sync::atomic::AtomicU64,
 }
 
 /// Per-request state.
@@ -110,6 +111,15 @@ pub fn refusal(e: &TokenError, html: bool, event: Option<&str>) -> Reply {
 }
 
 impl PublicProxy {
+    /// `<instance>-<counter>`: unique across instances (the instance id is a UUIDv7) without
+    /// a random-number syscall per request.
+    fn request_id(&self) -> String {
+        let n = self
+            .request_seq
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        format!("{}-{n:x}", self.shared.instance)
+    }
+
     fn page(&self, key: &str) -> Reply {
         match self.shared.pages.get(key) {
             Some(f) => Reply::bytes(
@@ -293,7 +303,7 @@ impl ProxyHttp for PublicProxy {
             req.insert_header(headers::ACCOUNT, c.sub.as_str())?;
             req.insert_header(headers::EVENT, c.evt.as_str())?;
         }
-        req.insert_header(headers::REQUEST_ID, shared::ids::new_id())?;
+        req.insert_header(headers::REQUEST_ID, self.request_id())?;
         ctx.sent_at = Some(Instant::now());
         Ok(())
     }
