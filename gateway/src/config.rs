@@ -38,8 +38,10 @@ pub struct GatewaySettings {
     pub dev_mode: bool,
     /// Worker threads of the public listener.
     pub threads: usize,
-    /// Tokio work stealing for the public listener (off: one runtime per thread, like nginx
-    /// workers; measured faster for proxying, see docs/benchmarks.md).
+    /// Tokio work stealing. On by default: with several single-thread runtimes in one process
+    /// pingora hands pooled upstream connections between threads, which measured slower and
+    /// reopened connections ("failed to acquire reusable stream"). For peak proxying run N
+    /// processes × `threads = 1` with `reuse_port` instead (docs/gateway.md).
     pub work_stealing: bool,
     /// Bind the public listener with `SO_REUSEPORT`, so several gateway processes (each with
     /// `threads = 1`, like nginx workers) can share the port; each needs its own admin port.
@@ -79,7 +81,7 @@ impl Default for GatewaySettings {
             static_dir: "static".into(),
             dev_mode: false,
             threads: 2,
-            work_stealing: false,
+            work_stealing: true,
             reuse_port: false,
             grace_period_s: 5,
             tick_ms: 250,
