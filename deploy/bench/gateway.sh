@@ -237,12 +237,12 @@ cp "$TMP/wrk.txt" "$OUT/results.txt"
     echo "| $n | $(get $n 2) | $(get $n 3) | $(get $n 4) | $(get $n 5) | $(get $n 6) | $(ratio "$(get $n 2)" "$NGX_BEST") |"
   done
   echo
-  echo "nginx: 2 workers, upstream keep-alive 128. gateway-proxy-1x2: one process, 2 threads (one"
-  echo "runtime per thread); gateway-proxy-2x1: two processes × 1 thread on one port (SO_REUSEPORT)."
+  echo "nginx: 2 workers, upstream keep-alive 128. gateway-proxy-1x2: one process, 2 threads (work"
+  echo "stealing, the default); gateway-proxy-2x1: two processes × 1 thread on one port (SO_REUSEPORT)."
   echo "Both in front of the same upstream (nginx, 1 worker, \`return 200\`). New TCP connections"
   echo "(\`nstat TcpActiveOpens\` during the run; wrk itself opens $CONNS) show upstream keep-alive reuse:"
-  echo "one process with two single-thread runtimes hands pooled upstream connections between"
-  echo "threads and opens far more of them than two one-thread processes do."
+  echo "a process with several runtimes can hand pooled upstream connections between them; one"
+  echo "thread per process keeps pool, reactor and tasks together."
   echo
   echo "### Admission-token verification (micro-benchmark)"
   echo
