@@ -47,7 +47,14 @@ fn main() {
             return;
         }
         Some("mint-identities") => {}
-        _ => return bench(),
+        // `cargo test --all-targets` runs this binary without `--bench`: a quick smoke run.
+        _ => {
+            return bench(if std::env::args().any(|a| a == "--bench") {
+                200_000
+            } else {
+                1_000
+            });
+        }
     }
     {
         let n: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(1000);
@@ -66,7 +73,7 @@ fn main() {
     }
 }
 
-fn bench() {
+fn bench(iters: u32) {
     let settings = TokenSettings {
         current_kid: "k2".into(),
         keys: vec![
@@ -107,7 +114,6 @@ fn bench() {
     let mut bad = tok.clone();
     bad.pop();
     bad.push(if tok.ends_with('A') { 'B' } else { 'A' });
-    let iters = 200_000;
     println!("admission token: HS256, {} bytes", tok.len());
     time(
         "shared AdmissionTokens::verify (jsonwebtoken)",
