@@ -984,9 +984,9 @@ async fn create_from_cart(
                 .inc();
             // 4. After the commit, best effort: the cart, the completed marker.
             cart::clear_ordered(state, account, &lines).await;
-            if !taken.is_empty() {
-                set_done_marker(state, account, key).await;
-            }
+            // Lets a later retry with this key through a gate that has since hit zero (only
+            // consulted on a refusal), even if this order had no hot line.
+            set_done_marker(state, account, key).await;
             Ok(idempotency::respond(StatusCode::CREATED, body))
         }
         Err(e) => {
