@@ -69,6 +69,9 @@ pub fn test_config(db_url: &str) -> BookingConfig {
         database: shared::config::DatabaseSettings {
             url: SecretString::from(db_url.to_owned()),
             max_connections: 40,
+            // Tests assert counts and invariants, not speed: on a loaded 2-core machine a
+            // burst of hundreds of requests may wait seconds for a connection.
+            acquire_timeout_ms: 20_000,
             ..defaults.database.clone()
         },
         redis: shared::config::RedisSettings {
