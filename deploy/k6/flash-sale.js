@@ -14,7 +14,7 @@ import { Counter, Trend } from 'k6/metrics';
 import exec from 'k6/execution';
 import {
   BASE_URL, BOOKING_ADMIN_URL, QUICK, env, num, flag, jsonHeaders, body, code, unexpectedResponse,
-  newKey, runId, login, waitForAdmission, putGatewayConfig, adminRequest, isoAgo,
+  newKey, runId, perEndpoint, login, waitForAdmission, putGatewayConfig, adminRequest, isoAgo,
 } from './lib/floodgate.js';
 
 const EVENT = env('EVENT', 'flash');
@@ -53,6 +53,7 @@ export const options = {
     },
   },
   thresholds: Object.assign(
+    perEndpoint(['login', 'join', 'status', 'cart', 'order', 'pay']),
     {
       unexpected_responses: ['count<1'],
       http_req_failed: ['rate<0.001'],

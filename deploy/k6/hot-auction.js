@@ -15,7 +15,7 @@ import { check, sleep } from 'k6';
 import { Counter, Trend } from 'k6/metrics';
 import exec from 'k6/execution';
 import {
-  BASE_URL, QUICK, env, num, flag, jsonHeaders, body, code, unexpectedResponse, newKey, runId,
+  BASE_URL, QUICK, env, num, flag, jsonHeaders, body, code, unexpectedResponse, newKey, runId, perEndpoint,
   login, waitForAdmission, putGatewayConfig, isoAgo, isoIn,
 } from './lib/floodgate.js';
 
@@ -52,6 +52,7 @@ export const options = {
     },
   },
   thresholds: Object.assign(
+    perEndpoint(['login', 'join', 'status', 'bid']),
     {
       unexpected_responses: ['count<1'],
       http_req_failed: ['rate<0.001'],

@@ -15,7 +15,7 @@ import { check } from 'k6';
 import { Counter, Trend } from 'k6/metrics';
 import exec from 'k6/execution';
 import {
-  BASE_URL, QUICK, env, num, flag, jsonHeaders, body, code, unexpectedResponse, newKey, runId,
+  BASE_URL, QUICK, env, num, flag, jsonHeaders, body, code, unexpectedResponse, newKey, runId, perEndpoint,
   login, waitForAdmission, ensureEvent, putGatewayConfig, seatMap, isoAgo, bookingEvent,
 } from './lib/floodgate.js';
 
@@ -74,6 +74,7 @@ export const options = {
     },
   },
   thresholds: Object.assign(
+    perEndpoint(['login', 'join', 'status', 'seats', 'hold', 'order', 'pay']),
     {
       // Any answer the flow does not expect (5xx, 401, 429, a malformed 4xx) fails the run.
       unexpected_responses: ['count<1'],

@@ -7,6 +7,7 @@ mod auctions;
 mod holds;
 mod orders;
 mod promtext;
+mod report;
 mod stats;
 mod surge;
 mod svg;
@@ -32,6 +33,10 @@ enum Command {
     Surge(Box<surge::SurgeArgs>),
     /// Check the invariants in Postgres and the payment sandbox; non-zero exit on a violation.
     Verify(verify::VerifyArgs),
+    /// The surge benchmark's markdown section and plots, from a run's output directory.
+    Report(report::ReportArgs),
+    /// The top of docs/benchmarks.md (machine, how to run, issue-7 targets) from a full run.
+    Summary(report::SummaryArgs),
     /// Seat (or GA) holds straight against booking as fast as possible: holds/s, p50/p99.
     Holds(holds::HoldsArgs),
     /// Hundreds of concurrent bidders on one cold or hot auction: bids/s, p50/p99.
@@ -47,6 +52,11 @@ async fn main() -> ExitCode {
     let result = match cli.command {
         Command::Surge(a) => run_surge(*a).await,
         Command::Verify(a) => run_verify(a).await,
+        Command::Report(a) => report::section(&a).map(|md| {
+            print!("{md}");
+            true
+        }),
+        Command::Summary(a) => report::write_top(&a).map(|()| true),
         Command::Holds(a) => run_holds(a).await,
         Command::Auctions(a) => run_auctions(a).await,
         Command::Orders(a) => run_orders(a).await,

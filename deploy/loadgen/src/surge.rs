@@ -19,7 +19,7 @@ use anyhow::{Context, bail};
 use hdrhistogram::Histogram;
 use rand::Rng;
 use reqwest::{Client, Method, StatusCode};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -149,7 +149,7 @@ impl Latencies {
 }
 
 /// Quantile summary of one histogram (in the histogram's unit converted by `scale`).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Quantiles {
     pub count: u64,
     pub p50: f64,
@@ -702,7 +702,7 @@ impl Run {
 }
 
 /// One second of the timeline.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Tick {
     pub t: f64,
     pub arrivals_per_s: f64,
@@ -814,7 +814,7 @@ async fn gateway_sample(client: &Client, a: &SurgeArgs, event: &str) -> Option<G
     })
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct SurgeReport {
     pub event: String,
     pub seats: u64,

@@ -19,7 +19,7 @@
 //! says so.
 
 use anyhow::Context;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sqlx::Row;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use std::time::{Duration, Instant};
@@ -68,9 +68,9 @@ pub struct VerifyArgs {
     pub json: Option<std::path::PathBuf>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Check {
-    pub name: &'static str,
+    pub name: String,
     /// What was looked at (rows, orders, auctions...).
     pub checked: i64,
     pub violations: i64,
@@ -79,7 +79,7 @@ pub struct Check {
     pub skipped: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct VerifyReport {
     pub ok: bool,
     pub checks: Vec<Check>,
@@ -121,7 +121,7 @@ async fn table_exists(pool: &PgPool, name: &str) -> anyhow::Result<bool> {
 
 fn skipped(name: &'static str, why: &str) -> Check {
     Check {
-        name,
+        name: name.to_owned(),
         checked: 0,
         violations: 0,
         examples: vec![],
@@ -160,7 +160,7 @@ async fn sql_check(
         .filter_map(|r| r.get::<Option<String>, _>(1))
         .collect();
     Ok(Check {
-        name,
+        name: name.to_owned(),
         checked,
         violations: offenders.len() as i64,
         examples: offenders.into_iter().take(5).collect(),
@@ -302,7 +302,7 @@ async fn charges(pool: &PgPool, conn: &VerifyConn, event: Option<&str>) -> anyho
         }
     }
     Ok(Check {
-        name: NAME,
+        name: NAME.to_owned(),
         checked: orders.len() as i64,
         violations: offenders.len() as i64,
         examples: offenders.into_iter().take(5).collect(),
@@ -322,7 +322,7 @@ async fn sold_out(pool: &PgPool, event: &str) -> anyhow::Result<Check> {
     let (total, sold, held) = row;
     let bad = total == 0 || sold != total;
     Ok(Check {
-        name: "event sold out, nothing held",
+        name: "event sold out, nothing held".to_owned(),
         checked: total,
         violations: if bad { total - sold } else { 0 },
         examples: if bad {
@@ -414,7 +414,7 @@ async fn run_once(pool: &PgPool, a: &VerifyArgs) -> anyhow::Result<Vec<Check>> {
         .filter_map(|r| r.get::<Option<String>, _>(1))
         .collect();
     checks.push(Check {
-        name: "no seat held past expiry",
+        name: "no seat held past expiry".to_owned(),
         checked: rows.first().map_or(0, |r| r.get::<i64, _>(0)),
         violations: offenders.len() as i64,
         examples: offenders.into_iter().take(5).collect(),

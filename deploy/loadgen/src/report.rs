@@ -1,0 +1,591 @@
+//! `loadgen report`: turns one surge benchmark run (the files `deploy/bench/surge.sh` leaves in
+//! its output directory: `surge.json`, `k6-<script>.json` from `k6 --summary-export`,
+//! `verify.json`) into the markdown section of `docs/benchmarks.md`, plus the SVG plots.
+//! `loadgen report --summary` writes the top of that document instead: the machine, how to
+//! run, and the issue-7 targets against what the last surge measured.
+//!
+//! It reports what was measured, including misses: a target that was not met is marked so,
+//! with the measured value next to the goal.
+
+use crate::surge::{Quantiles, SurgeReport, latency_chart, queue_chart};
+use crate::verify::VerifyReport;
+use anyhow::Context;
+use serde_json::Value;
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ReportArgs {
+    /// The surge benchmark's output directory.
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Where the SVG plots are written.
+    #[arg(long)]
+    pub plots: PathBuf,
+    /// How the markdown refers to the plots (a path prefix relative to the document).
+    #[arg(long, default_value = "")]
+    pub href: String,
+    /// Smoke profile: say that the numbers are not representative.
+    #[arg(long)]
+    pub quick: bool,
+}
+
+/// The issue-7 targets for the surge on this machine.
+pub struct Target {
+    pub what: &'static str,
+    pub goal: String,
+    pub measured: String,
+    pub met: bool,
+}
+
+pub fn targets(r: &SurgeReport) -> Vec<Target> {
+    let status_p99 = r.latency_ms.get("status").map_or(f64::NAN, |q| q.p99);
+    let dev = if r.admit_rate_configured_per_s > 0.0 {
+        (r.admit_rate_measured_per_s / r.admit_rate_configured_per_s - 1.0) * 100.0
+    } else {
+        f64::NAN
+    };
+    let violations: i64 = r
+        .verify
+        .as_ref()
+        .map_or(-1, |v| v.checks.iter().map(|c| c.violations).sum());
+    vec![
+        Target {
+            what: "simulated fans",
+            goal: "≥ 200,000".into(),
+            measured: thousands(r.fans as f64),
+            met: r.fans >= 200_000,
+        },
+        Target {
+            what: "arrival peak",
+            goal: "≥ 5,000/s".into(),
+            measured: format!("{}/s", thousands(r.peak_arrival_rate_measured)),
+            met: r.peak_arrival_rate_measured >= 5_000.0,
+        },
+        Target {
+            what: "status p99 (client side)",
+            goal: "< 50 ms".into(),
+            measured: format!("{status_p99:.1} ms"),
+            met: status_p99 < 50.0,
+        },
+        Target {
+            what: "measured admit rate vs configured",
+            goal: "within 5 %".into(),
+            measured: format!(
+                "{:.1}/s vs {:.1}/s ({dev:+.1} %)",
+                r.admit_rate_measured_per_s, r.admit_rate_configured_per_s
+            ),
+            met: dev.abs() <= 5.0,
+        },
+        Target {
+            what: "sold out, no seat left held after hold expiry",
+            goal: format!("{} sold, 0 held", thousands(r.seats as f64)),
+            measured: format!(
+                "{} sold, {} held{}",
+                thousands(r.final_sold),
+                thousands(r.final_held),
+                r.sold_out_at_s
+                    .map(|t| format!(" (sold out at {t:.0} s)"))
+                    .unwrap_or_default()
+            ),
+            met: r.final_sold >= r.seats as f64 && r.final_held == 0.0,
+        },
+        Target {
+            what: "invariant violations",
+            goal: "0".into(),
+            measured: if violations < 0 {
+                "not checked".into()
+            } else {
+                violations.to_string()
+            },
+            met: violations == 0,
+        },
+    ]
+}
+
+/// 12345.6 -> "12,346".
+pub fn thousands(v: f64) -> String {
+    if !v.is_finite() {
+        return "–".into();
+    }
+    let n = v.round() as i64;
+    let s = n.abs().to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if n < 0 { format!("-{out}") } else { out }
+}
+
+fn mark(met: bool) -> &'static str {
+    if met { "met" } else { "**missed**" }
+}
+
+/// One line describing this machine (CPU, cores, memory, kernel).
+pub fn machine() -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map_or("unknown CPU".to_owned(), |(_, m)| m.trim().to_owned());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let mem_gib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kib| kib / 1024.0 / 1024.0);
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let virt = if cpuinfo.contains(" hypervisor") {
+        ", virtual machine"
+    } else {
+        ""
+    };
+    format!(
+        "{model}, {cores} cores{virt}, {mem_gib:.0} GiB RAM, Linux {}",
+        kernel.trim()
+    )
+}
+
+fn read_json(path: &Path) -> Option<Value> {
+    let text = std::fs::read_to_string(path).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+fn latency_table(out: &mut String, rows: &[(String, Quantiles)], duration_s: f64) {
+    let _ = writeln!(
+        out,
+        "| endpoint | requests | per second | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
+    for (e, q) in rows {
+        let _ = writeln!(
+            out,
+            "| {e} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} |",
+            thousands(q.count as f64),
+            q.count as f64 / duration_s.max(1.0),
+            q.p50,
+            q.p90,
+            q.p99,
+            q.p999,
+            q.max
+        );
+    }
+}
+
+fn surge_section(out: &mut String, r: &SurgeReport, a: &ReportArgs) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&a.plots).with_context(|| format!("creating {}", a.plots.display()))?;
+    std::fs::write(a.plots.join("surge-queue.svg"), queue_chart(r).render())
+        .context("writing surge-queue.svg")?;
+    std::fs::write(a.plots.join("surge-latency.svg"), latency_chart(r).render())
+        .context("writing surge-latency.svg")?;
+    let c = &r.config;
+    let _ = writeln!(
+        out,
+        "### Launch surge from one machine (`loadgen surge`)\n\n\
+         Arrivals ramp to {} fans/s over {} s, stay there {} s, ramp down over {} s; \
+         {} seats ({} per fan), waiting room in fixed mode at {} admitted/min, \
+         hold TTL {} s, {} % of fans vanish after holding (their holds must expire and the \
+         seats sell again). Login tokens: {}. Fans poll as told by `poll_after_ms`.\n",
+        thousands(c["peak_rate"].as_f64().unwrap_or(0.0)),
+        c["ramp_s"],
+        c["hold_s"],
+        c["ramp_down_s"],
+        thousands(r.seats as f64),
+        c["seats_per_fan"],
+        thousands(c["admit_per_minute"].as_f64().unwrap_or(0.0)),
+        c["hold_ttl_s"],
+        c["vanish"].as_f64().unwrap_or(0.0) * 100.0,
+        c["identity"].as_str().unwrap_or("?"),
+    );
+    let _ = writeln!(
+        out,
+        "| target (issue 7) | goal | measured | |\n| --- | --- | --- | --- |"
+    );
+    for t in targets(r) {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} |",
+            t.what,
+            t.goal,
+            t.measured,
+            mark(t.met)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n{} requests in {:.0} s ({:.0}/s through the gateway). Time in queue p50 {:.1} s, \
+         p99 {:.1} s; arrival to paid ticket p50 {:.1} s, p99 {:.1} s.\n",
+        thousands(r.requests as f64),
+        r.duration_s,
+        r.requests_per_s,
+        r.time_in_queue_s.p50,
+        r.time_in_queue_s.p99,
+        r.time_to_ticket_s.p50,
+        r.time_to_ticket_s.p99
+    );
+    let rows: Vec<(String, Quantiles)> = crate::surge::ENDPOINTS
+        .iter()
+        .filter_map(|e| r.latency_ms.get(*e).map(|q| (e.to_string(), q.clone())))
+        .collect();
+    latency_table(out, &rows, r.duration_s);
+    let k = |n: &str| thousands(r.counters.get(n).copied().unwrap_or(0) as f64);
+    let _ = writeln!(
+        out,
+        "\nFans: {} arrived, {} admitted, {} holds ({} lost a seat race and retried), \
+         {} vanished after holding, {} orders, {} paid ({} tickets); told sold out: {} in \
+         the queue, {} at the seat map; still waiting when the run ended: {}; errors: {}.\n",
+        k("arrivals"),
+        k("admitted"),
+        k("holds"),
+        k("seat_taken"),
+        k("vanished"),
+        k("orders"),
+        k("paid"),
+        k("tickets"),
+        k("sold_out_queue"),
+        k("sold_out_hold"),
+        k("still_waiting_at_end"),
+        k("errors"),
+    );
+    if !r.errors_by_kind.is_empty() {
+        let list: Vec<String> = r
+            .errors_by_kind
+            .iter()
+            .map(|(k, v)| format!("`{k}` × {v}"))
+            .collect();
+        let _ = writeln!(out, "Errors by kind: {}.\n", list.join(", "));
+    }
+    let _ = writeln!(
+        out,
+        "![queue length and admit rate over time]({h}surge-queue.svg)\n\n\
+         ![latency quantiles per endpoint]({h}surge-latency.svg)\n",
+        h = a.href
+    );
+    Ok(())
+}
+
+/// The k6 runs: thresholds, per-endpoint latency, the scripts' own counters.
+fn k6_section(out: &mut String, name: &str, v: &Value) {
+    let m = &v["metrics"];
+    let Some(metrics) = m.as_object() else {
+        return;
+    };
+    let mut failed = Vec::new();
+    for (metric, body) in metrics {
+        if let Some(th) = body["thresholds"].as_object() {
+            for (expr, crossed) in th {
+                if crossed.as_bool() == Some(true) {
+                    failed.push(format!("`{metric}: {expr}`"));
+                }
+            }
+        }
+    }
+    let reqs = m["http_reqs"]["count"].as_f64().unwrap_or(0.0);
+    let rate = m["http_reqs"]["rate"].as_f64().unwrap_or(0.0);
+    let _ = writeln!(
+        out,
+        "**`{name}.js`** — {} requests ({rate:.0}/s), thresholds: {}.\n",
+        thousands(reqs),
+        if failed.is_empty() {
+            "all passed".to_owned()
+        } else {
+            format!("**crossed** {}", failed.join(", "))
+        }
+    );
+    let _ = writeln!(
+        out,
+        "| endpoint | requests | p50 ms | p95 ms | p99 ms | max ms |\n| --- | ---: | ---: | ---: | ---: | ---: |"
+    );
+    for (metric, body) in metrics {
+        let Some(ep) = metric
+            .strip_prefix("http_req_duration{name:")
+            .and_then(|s| s.strip_suffix('}'))
+        else {
+            continue;
+        };
+        let count = body["count"].as_f64().unwrap_or(0.0);
+        if count == 0.0 {
+            continue;
+        }
+        let f = |k: &str| body[k].as_f64().unwrap_or(f64::NAN);
+        let _ = writeln!(
+            out,
+            "| {ep} | {} | {:.2} | {:.2} | {:.2} | {:.1} |",
+            thousands(count),
+            f("med"),
+            f("p(95)"),
+            f("p(99)"),
+            f("max")
+        );
+    }
+    let counters: Vec<String> = [
+        "tickets",
+        "orders_paid",
+        "orders_created",
+        "sold_out",
+        "seat_taken",
+        "hold_gave_up",
+        "bids_accepted",
+        "bids_too_low",
+        "bids_after_close",
+        "bid_replays",
+        "abandoned_fans",
+        "unexpected_responses",
+    ]
+    .iter()
+    .filter_map(|c| {
+        m[*c]["count"]
+            .as_f64()
+            .map(|n| format!("{c} {}", thousands(n)))
+    })
+    .collect();
+    let trends: Vec<String> = ["time_in_queue", "time_to_ticket", "time_to_order"]
+        .iter()
+        .filter_map(|t| {
+            let b = &m[*t];
+            Some(format!(
+                "{t} p50 {:.1} s / p95 {:.1} s",
+                b["med"].as_f64()? / 1000.0,
+                b["p(95)"].as_f64()? / 1000.0
+            ))
+        })
+        .collect();
+    let _ = writeln!(
+        out,
+        "\n{}{}\n",
+        counters.join(", "),
+        if trends.is_empty() {
+            String::new()
+        } else {
+            format!("; {}", trends.join(", "))
+        }
+    );
+}
+
+fn verify_section(out: &mut String, v: &VerifyReport) {
+    let _ = writeln!(
+        out,
+        "### Invariants after the run (`loadgen verify`, Postgres + payment sandbox)\n\n\
+         | check | rows checked | violations |\n| --- | ---: | ---: |"
+    );
+    for c in &v.checks {
+        match &c.skipped {
+            Some(why) => {
+                let _ = writeln!(out, "| {} | skipped ({why}) | – |", c.name);
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {} |",
+                    c.name,
+                    thousands(c.checked as f64),
+                    if c.violations == 0 {
+                        "0".to_owned()
+                    } else {
+                        format!("**{}** (e.g. {})", c.violations, c.examples.join(", "))
+                    }
+                );
+            }
+        }
+    }
+    let _ = writeln!(out);
+}
+
+/// The surge benchmark's section of `docs/benchmarks.md`.
+pub fn section(a: &ReportArgs) -> anyhow::Result<String> {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "## Launch surge: waiting room → hold → order → pay (issue 7)\n\n\
+         Measured {} on {} — gateway, booking, payment sandbox, Postgres, Redis and the load \
+         generator all share this machine. `deploy/bench/surge.sh` (via `deploy/stack bench`).{}\n",
+        chrono::Utc::now().format("%Y-%m-%d %H:%M UTC"),
+        machine(),
+        if a.quick {
+            " **Smoke profile (`--quick`): the numbers are not representative.**"
+        } else {
+            ""
+        }
+    );
+    match read_json(&a.dir.join("surge.json")) {
+        Some(v) => {
+            let r: SurgeReport =
+                serde_json::from_value(v).context("surge.json has an unexpected shape")?;
+            surge_section(&mut out, &r, a)?;
+        }
+        None => {
+            let _ = writeln!(out, "_The loadgen surge did not run or left no results._\n");
+        }
+    }
+    let mut any_k6 = false;
+    for name in ["launch-surge", "hot-auction", "flash-sale"] {
+        if let Some(v) = read_json(&a.dir.join(format!("k6-{name}.json"))) {
+            if !any_k6 {
+                let _ = writeln!(
+                    out,
+                    "### The k6 scripts against the same stack (`deploy/k6`)\n\n\
+                     Client-side numbers from k6 itself (a heavier client than loadgen: each \
+                     waiting fan is a JavaScript VU); they prove the scripts' flows end to end.\n"
+                );
+                any_k6 = true;
+            }
+            k6_section(&mut out, name, &v);
+        }
+    }
+    if let Some(v) = read_json(&a.dir.join("verify.json")) {
+        let v: VerifyReport =
+            serde_json::from_value(v).context("verify.json has an unexpected shape")?;
+        verify_section(&mut out, &v);
+    }
+    Ok(out)
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct SummaryArgs {
+    /// The benchmark runner's output directory (one sub-directory per benchmark).
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// The document whose top part is (re)written.
+    #[arg(long, default_value = "docs/benchmarks.md")]
+    pub doc: PathBuf,
+}
+
+const TOP_BEGIN: &str = "<!-- bench:top -->";
+const TOP_END: &str = "<!-- /bench:top -->";
+
+fn command_version(cmd: &str, arg: &str) -> String {
+    std::process::Command::new(cmd)
+        .arg(arg)
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .map(|s| s.lines().next().unwrap_or("").trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| format!("{cmd} (version unknown)"))
+}
+
+/// The top of `docs/benchmarks.md`: machine, how to run, and the issue-7 targets as measured
+/// by the surge of this run.
+pub fn top(a: &SummaryArgs) -> anyhow::Result<String> {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "## Summary\n\n\
+         Last full run: {}. **Machine:** {} — the services, Postgres, Redis and the load \
+         generators all share it, so every figure includes the cost of generating the load. \
+         Postgres: {}; Redis: {}; k6 v1.1.0 (pinned); Rust release profile (`lto = \"fat\"`, \
+         one codegen unit).\n\n\
+         **How to run.** `deploy/stack bench` runs every `deploy/bench/*.sh` (release build, each \
+         benchmark on its own private ports and fresh database) and rewrites its section of this \
+         file; `deploy/stack bench surge holds` runs only those; `deploy/stack bench --quick` is \
+         the CI smoke profile (a few minutes: every scenario and every k6 script in a small \
+         profile, invariants checked, no thresholds on timings, this file left alone). \
+         `BENCH_KEEP=dir` keeps the raw results (JSON, logs, timelines). The baselines — \
+         redis-benchmark, pgbench, nginx as a plain proxy — are measured in the same run, in \
+         the section of the benchmark they belong to.\n",
+        chrono::Utc::now().format("%Y-%m-%d %H:%M UTC"),
+        machine(),
+        command_version("psql", "--version"),
+        command_version("redis-server", "--version"),
+    );
+    match read_json(&a.dir.join("surge").join("surge.json")) {
+        Some(v) => {
+            let r: SurgeReport =
+                serde_json::from_value(v).context("surge.json has an unexpected shape")?;
+            let _ = writeln!(
+                out,
+                "**Launch-surge targets (issue 7)**, from the surge section below \
+                 ({} fans, {} seats):\n\n| target | goal | measured | |\n| --- | --- | --- | --- |",
+                thousands(r.fans as f64),
+                thousands(r.seats as f64)
+            );
+            for t in targets(&r) {
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {} | {} |",
+                    t.what,
+                    t.goal,
+                    t.measured,
+                    mark(t.met)
+                );
+            }
+            let _ = writeln!(out);
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "_The surge benchmark did not run in the last full run._\n"
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// The document with `section` between the top markers: replaced where they exist, else
+/// inserted before the first benchmark section (or at the end).
+pub fn splice_top(doc: &str, section: &str) -> String {
+    let block = format!("{TOP_BEGIN}\n{section}{TOP_END}\n");
+    match (doc.find(TOP_BEGIN), doc.find(TOP_END)) {
+        (Some(b), Some(e)) if e > b => format!(
+            "{}{block}{}",
+            &doc[..b],
+            doc[e + TOP_END.len()..].trim_start_matches('\n')
+        ),
+        _ => match doc.find("<!-- bench:") {
+            Some(i) => format!("{}{block}\n{}", &doc[..i], &doc[i..]),
+            None => format!("{}\n\n{block}", doc.trim_end()),
+        },
+    }
+}
+
+/// Replaces the top part of the document (between its markers), or inserts it right after
+/// the document's title paragraph the first time.
+pub fn write_top(a: &SummaryArgs) -> anyhow::Result<()> {
+    let section = top(a)?;
+    let doc = std::fs::read_to_string(&a.doc).unwrap_or_else(|_| {
+        "# Benchmarks\n\nRecorded by `deploy/bench/run` (`deploy/stack bench`); each section is\n\
+         replaced by the next full run of its script.\n"
+            .to_owned()
+    });
+    let new = splice_top(&doc, &section);
+    std::fs::write(&a.doc, new).with_context(|| format!("writing {}", a.doc.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{splice_top, thousands};
+
+    #[test]
+    fn top_is_inserted_once_then_replaced_in_place() {
+        let doc =
+            "# Benchmarks\n\nintro\n\n<!-- bench:holds -->\n## Holds\n<!-- /bench:holds -->\n";
+        let once = splice_top(doc, "## Summary\nv1\n");
+        assert!(once.starts_with("# Benchmarks\n\nintro\n\n<!-- bench:top -->\n## Summary\nv1\n"));
+        assert!(once.find("v1").unwrap() < once.find("## Holds").unwrap());
+        let twice = splice_top(&once, "## Summary\nv2\n");
+        assert!(twice.contains("v2") && !twice.contains("v1"));
+        assert_eq!(twice.matches("<!-- bench:top -->").count(), 1);
+        assert!(twice.contains("<!-- bench:holds -->\n## Holds\n<!-- /bench:holds -->"));
+        let bare = splice_top("# Benchmarks\n", "S\n");
+        assert_eq!(
+            bare,
+            "# Benchmarks\n\n<!-- bench:top -->\nS\n<!-- /bench:top -->\n"
+        );
+    }
+
+    #[test]
+    fn thousands_separators() {
+        assert_eq!(thousands(0.0), "0");
+        assert_eq!(thousands(999.4), "999");
+        assert_eq!(thousands(1000.0), "1,000");
+        assert_eq!(thousands(225_000.0), "225,000");
+        assert_eq!(thousands(-1_234_567.0), "-1,234,567");
+        assert_eq!(thousands(f64::NAN), "–");
+    }
+}
