@@ -256,7 +256,7 @@ ga_rate() { awk -v u="$1" -v d="$2" 'BEGIN { printf "%.0f", u / d }'; }
   hold_row "$WORK/svc-async.json" "async (synchronous_commit off, default)" "$PG_ASYNC" svc-async pg-async
   hold_row "$WORK/svc-sync.json" "durable (synchronous_commit on)" "$PG_SYNC" svc-sync pg-sync
   echo
-  echo "Load average when the run ended: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores. The rate ratio compares two runs made one after the other on a shared machine; the CPU columns (from /proc, per hold+release cycle) do not depend on the machine's load: the last column is the share of the service's total CPU that the same SQL needs on its own, i.e. the rate ratio to expect when booking, loadgen and Postgres compete for the same cores."
+  echo "Load average when the run ended: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores. The rate ratio compares two runs made one after the other on a shared machine, so it moves with whatever else runs; the CPU columns (from /proc, per hold+release cycle) depend less on that load, though contention still inflates them: the last column is the share of the service's total CPU that the same SQL needs on its own, i.e. the rate ratio to expect when booking, loadgen and Postgres compete for the same cores."
   echo
   echo "GA holds, one counter row versus a tier split over 8 shards (1 unit per hold, hold commits async):"
   echo
