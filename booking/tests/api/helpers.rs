@@ -77,6 +77,8 @@ pub fn test_config(db_url: &str) -> BookingConfig {
         redis: shared::config::RedisSettings {
             url: SecretString::from(redis_url()),
             key_prefix: format!("t{}:", shared::ids::new_id()),
+            // As for the pool: a loaded machine must not turn a slow reply into a 503.
+            response_timeout_ms: 10_000,
             ..defaults.redis.clone()
         },
         booking: booking::config::BookingSettings {
