@@ -148,15 +148,27 @@ impl Latencies {
     }
 }
 
+/// JSON has no NaN: serde_json writes it as `null`. Reading a report back maps `null` to NaN
+/// again ("no sample"), so a second that lacked a booking answer does not break the report.
+fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+}
+
 /// Quantile summary of one histogram (in the histogram's unit converted by `scale`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Quantiles {
     pub count: u64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub p50: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub p90: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub p99: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub p999: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub max: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub mean: f64,
 }
 
@@ -395,6 +407,28 @@ impl Run {
                 409 if r.body["code"] == "SOLD_OUT" => {
                     self.c.sold_out_queue.fetch_add(1, Relaxed);
                     return None;
+                }
+                404 if r.body["code"] == "NOT_IN_QUEUE" && !rejoined => {
+                    // The join itself failed (e.g. a 503): join again, as the waiting page does.
+                    rejoined = true;
+                    r = match self
+                        .call(
+                            "join",
+                            Method::POST,
+                            join_url.clone(),
+                            Some(identity),
+                            None,
+                            None,
+                        )
+                        .await
+                    {
+                        Ok(r) => r,
+                        Err(_) => {
+                            self.error("join", None, "");
+                            return None;
+                        }
+                    };
+                    continue;
                 }
                 429 | 503 => {
                     if r.status == StatusCode::TOO_MANY_REQUESTS {
@@ -704,22 +738,38 @@ impl Run {
 /// One second of the timeline.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Tick {
+    #[serde(deserialize_with = "nan_if_null")]
     pub t: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub arrivals_per_s: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub queue_length: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub admitted_per_s: f64,
     /// The gateway's cumulative admissions for the event (`fg_admitted_total`).
+    #[serde(deserialize_with = "nan_if_null")]
     pub admitted_total: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub admit_rate_per_s: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub active_admitted: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub holds_per_s: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub sold: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub held: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub available: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub tickets: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub errors_per_s: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub requests_per_s: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub status_p99_ms: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub fans_in_flight: f64,
 }
 
@@ -819,21 +869,28 @@ pub struct SurgeReport {
     pub event: String,
     pub seats: u64,
     pub config: Value,
+    #[serde(deserialize_with = "nan_if_null")]
     pub duration_s: f64,
     pub fans: u64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub peak_arrival_rate_measured: f64,
     pub counters: BTreeMap<String, u64>,
     pub errors_by_kind: BTreeMap<String, u64>,
     pub requests: u64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub requests_per_s: f64,
     pub latency_ms: BTreeMap<String, Quantiles>,
     pub time_in_queue_s: Quantiles,
     pub time_to_ticket_s: Quantiles,
+    #[serde(deserialize_with = "nan_if_null")]
     pub admit_rate_configured_per_s: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub admit_rate_measured_per_s: f64,
     pub admit_rate_window_s: (f64, f64),
     pub sold_out_at_s: Option<f64>,
+    #[serde(deserialize_with = "nan_if_null")]
     pub final_sold: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub final_held: f64,
     pub timeline: Vec<Tick>,
     pub verify: Option<crate::verify::VerifyReport>,
@@ -1268,7 +1325,33 @@ pub fn latency_chart(r: &SurgeReport) -> BarChart {
 
 #[cfg(test)]
 mod tests {
-    use super::arrivals_by;
+    use super::{Tick, arrivals_by};
+
+    #[test]
+    fn a_tick_with_nan_survives_a_json_round_trip() {
+        let t = Tick {
+            t: 1.0,
+            arrivals_per_s: 5.0,
+            queue_length: 1.0,
+            admitted_per_s: 1.0,
+            admitted_total: 1.0,
+            admit_rate_per_s: 1.0,
+            active_admitted: 1.0,
+            holds_per_s: 0.0,
+            sold: f64::NAN,
+            held: f64::NAN,
+            available: f64::NAN,
+            tickets: 0.0,
+            errors_per_s: 0.0,
+            requests_per_s: 0.0,
+            status_p99_ms: 0.0,
+            fans_in_flight: 0.0,
+        };
+        let json = serde_json::to_string(&t).unwrap();
+        assert!(json.contains("\"sold\":null"));
+        let back: Tick = serde_json::from_str(&json).unwrap();
+        assert!(back.sold.is_nan() && back.arrivals_per_s == 5.0);
+    }
 
     #[test]
     fn arrival_curve_integrates_the_rate() {
