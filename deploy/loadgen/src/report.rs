@@ -39,6 +39,13 @@ pub struct Target {
 }
 
 pub fn targets(r: &SurgeReport) -> Vec<Target> {
+    // A single second can exceed the configured rate when the spawner catches up after a
+    // stall (the box is saturated), so the peak is the best 5-second average.
+    let arrivals: Vec<f64> = r.timeline.iter().map(|t| t.arrivals_per_s).collect();
+    let peak5 = arrivals
+        .windows(5)
+        .map(|w| w.iter().sum::<f64>() / 5.0)
+        .fold(0.0, f64::max);
     let status_p99 = r.latency_ms.get("status").map_or(f64::NAN, |q| q.p99);
     let dev = if r.admit_rate_configured_per_s > 0.0 {
         (r.admit_rate_measured_per_s / r.admit_rate_configured_per_s - 1.0) * 100.0
@@ -57,10 +64,14 @@ pub fn targets(r: &SurgeReport) -> Vec<Target> {
             met: r.fans >= 200_000,
         },
         Target {
-            what: "arrival peak",
+            what: "arrival peak (best 5 s average)",
             goal: "≥ 5,000/s".into(),
-            measured: format!("{}/s", thousands(r.peak_arrival_rate_measured)),
-            met: r.peak_arrival_rate_measured >= 5_000.0,
+            measured: format!(
+                "{}/s (configured {}/s)",
+                thousands(peak5),
+                thousands(r.config["peak_rate"].as_f64().unwrap_or(0.0))
+            ),
+            met: peak5 >= 5_000.0,
         },
         Target {
             what: "status p99 (client side)",
