@@ -21,18 +21,19 @@ pub mod ga;
 pub mod holds;
 pub mod seats;
 pub mod sweeper;
+
 // Carts, orders, inventory, idempotency keys, flash-sale gate.
-pub mod idempotency;
 pub mod cart;
 pub mod flash;
+pub mod idempotency;
 pub mod orders;
 pub mod products;
 
-// Storefront: event details for the shop page.
-pub mod storefront;
-
 // Auctions: cold (Postgres) and hot (Redis Lua) bids, closer, live prices.
 pub mod auctions;
+
+// Storefront: event details for the shop page.
+pub mod storefront;
 
 // Payments, provider webhooks, outbox relay and ticket delivery.
 pub mod delivery;

@@ -4,22 +4,22 @@
 //! Needs Postgres and Redis: `deploy/stack test` starts private ones and points the tests at
 //! them (`FLOODGATE_TEST_DATABASE_URL`, `FLOODGATE_TEST_REDIS_URL`).
 
+mod auction_ws;
+mod auctions;
+mod bad_input;
+mod cart;
+mod events;
+mod flash;
+mod ga;
 mod health;
 mod helpers;
-mod idempotency;
-mod auctions;
-mod storefront;
-mod events;
 mod holds;
-mod ga;
-mod sweeper;
-mod bad_input;
 mod hot_auctions;
-mod cart;
-mod flash;
+mod idempotency;
 mod orders;
-mod products;
-mod auction_ws;
-mod payments;
-mod webhooks;
 mod outbox;
+mod payments;
+mod products;
+mod storefront;
+mod sweeper;
+mod webhooks;

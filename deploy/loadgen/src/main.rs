@@ -39,11 +39,11 @@ enum Command {
     Summary(report::SummaryArgs),
     /// Seat (or GA) holds straight against booking as fast as possible: holds/s, p50/p99.
     Holds(holds::HoldsArgs),
-    /// Hundreds of concurrent bidders on one cold or hot auction: bids/s, p50/p99.
-    Auctions(auctions::AuctionsArgs),
     /// Carts and orders straight against booking: cart ops/s, or orders/s on one SKU
     /// (a flash-sale rush when its stock is small).
     Orders(orders::OrdersArgs),
+    /// Hundreds of concurrent bidders on one cold or hot auction: bids/s, p50/p99.
+    Auctions(auctions::AuctionsArgs),
 }
 
 #[tokio::main]
@@ -58,8 +58,8 @@ async fn main() -> ExitCode {
         }),
         Command::Summary(a) => report::write_top(&a).map(|()| true),
         Command::Holds(a) => run_holds(a).await,
-        Command::Auctions(a) => run_auctions(a).await,
         Command::Orders(a) => run_orders(a).await,
+        Command::Auctions(a) => run_auctions(a).await,
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
@@ -113,20 +113,20 @@ async fn run_holds(a: holds::HoldsArgs) -> anyhow::Result<bool> {
     Ok(true)
 }
 
-async fn run_orders(a: orders::OrdersArgs) -> anyhow::Result<bool> {
+async fn run_auctions(a: auctions::AuctionsArgs) -> anyhow::Result<bool> {
     let json = a.json.clone();
-    let report = orders::run(a).await?;
-    orders::print(&report);
+    let report = auctions::run(a).await?;
+    auctions::print(&report);
     if let Some(path) = json {
         std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
     }
     Ok(true)
 }
 
-async fn run_auctions(a: auctions::AuctionsArgs) -> anyhow::Result<bool> {
+async fn run_orders(a: orders::OrdersArgs) -> anyhow::Result<bool> {
     let json = a.json.clone();
-    let report = auctions::run(a).await?;
-    auctions::print(&report);
+    let report = orders::run(a).await?;
+    orders::print(&report);
     if let Some(path) = json {
         std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
     }
