@@ -72,14 +72,12 @@ pub fn test_config(db_url: &str) -> BookingConfig {
             // Tests assert counts and invariants, not speed: on a loaded 2-core machine a
             // burst of hundreds of requests may wait seconds for a connection.
             acquire_timeout_ms: 20_000,
-            ..defaults.database.clone()
         },
         redis: shared::config::RedisSettings {
             url: SecretString::from(redis_url()),
             key_prefix: format!("t{}:", shared::ids::new_id()),
             // As for the pool: a loaded machine must not turn a slow reply into a 503.
             response_timeout_ms: 10_000,
-            ..defaults.redis.clone()
         },
         booking: booking::config::BookingSettings {
             listen: "127.0.0.1:0".into(),
