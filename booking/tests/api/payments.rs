@@ -179,6 +179,27 @@ pub async fn payment_state(app: &TestApp, order: &str) -> Value {
 }
 
 /// Moves every open attempt of `order` into the reconciliation window.
+/// A sandbox that answers `pm_card_sandbox_timeout` only after booking's 1.5 s provider
+/// timeout, so the charge happens but the answer is lost.
+pub async fn timeout_env() -> PayEnv {
+    PayEnv::spawn_with(
+        |c| c.payments.request_timeout_ms = 1_500,
+        |s| s.timeout_delay_ms = 30_000,
+    )
+    .await
+}
+
+/// Puts an order's expiry in the past by the database clock.
+pub async fn expire_order_in_db(app: &TestApp, order: &str) {
+    sqlx::query(
+        "UPDATE orders SET expires_at = clock_timestamp() - interval '1 second' WHERE id = $1",
+    )
+    .bind(order)
+    .execute(&app.pool)
+    .await
+    .expect("expire order");
+}
+
 pub async fn make_due(app: &TestApp, order: &str) {
     sqlx::query(
         "UPDATE payments SET next_check_at = clock_timestamp() - interval '1 second'
@@ -352,11 +373,7 @@ async fn decline_then_good_card_succeeds_with_one_charge() {
 
 #[tokio::test]
 async fn provider_timeout_then_retry_charges_once() {
-    let env = PayEnv::spawn_with(
-        |c| c.payments.request_timeout_ms = 1_500,
-        |s| s.timeout_delay_ms = 30_000,
-    )
-    .await;
+    let env = timeout_env().await;
     let o = seat_order(&env.app, "ev", true, "alice", &["S1-R2-1"]).await;
     let (status, v) = pay(
         &env.app,
@@ -434,11 +451,7 @@ async fn unreachable_provider_is_502_and_nothing_is_charged() {
 
 #[tokio::test]
 async fn reconciliation_completes_an_order_whose_answer_was_lost() {
-    let env = PayEnv::spawn_with(
-        |c| c.payments.request_timeout_ms = 1_500,
-        |s| s.timeout_delay_ms = 30_000,
-    )
-    .await;
+    let env = timeout_env().await;
     let o = seat_order(&env.app, "ev", true, "alice", &["S1-R1-4", "S1-R1-5"]).await;
     let (status, _) = pay(
         &env.app,
@@ -506,11 +519,7 @@ async fn reconciliation_closes_an_attempt_the_provider_never_saw() {
 
 #[tokio::test]
 async fn success_after_hold_expiry_is_refunded_once_and_the_seat_stays_with_its_new_holder() {
-    let env = PayEnv::spawn_with(
-        |c| c.payments.request_timeout_ms = 1_500,
-        |s| s.timeout_delay_ms = 30_000,
-    )
-    .await;
+    let env = timeout_env().await;
     let o = seat_order(&env.app, "ev", true, "alice", &["S1-R1-1"]).await;
     let (status, _) = pay(
         &env.app,
@@ -523,13 +532,7 @@ async fn success_after_hold_expiry_is_refunded_once_and_the_seat_stays_with_its_
     assert_eq!(status, 504);
     // The pin runs out and nobody heard back: the hold expires and bob takes the seat.
     expire_in_db(&env.app, &o.hold_id).await;
-    sqlx::query(
-        "UPDATE orders SET expires_at = clock_timestamp() - interval '1 second' WHERE id = $1",
-    )
-    .bind(&o.order_id)
-    .execute(&env.app.pool)
-    .await
-    .unwrap();
+    expire_order_in_db(&env.app, &o.order_id).await;
     let bob = seat_order(&env.app, "ev", false, "bob", &["S1-R1-1"]).await;
     // Alice retries: the provider replays the success of her open attempt, which can no
     // longer be honoured: refunded, and she is told so.
@@ -577,13 +580,7 @@ async fn success_after_hold_expiry_is_refunded_once_and_the_seat_stays_with_its_
 async fn expired_order_is_refused_before_any_charge() {
     let env = PayEnv::spawn().await;
     let o = seat_order(&env.app, "ev", true, "alice", &["S1-R2-4"]).await;
-    sqlx::query(
-        "UPDATE orders SET expires_at = clock_timestamp() - interval '1 second' WHERE id = $1",
-    )
-    .bind(&o.order_id)
-    .execute(&env.app.pool)
-    .await
-    .unwrap();
+    expire_order_in_db(&env.app, &o.order_id).await;
     let (status, v) = pay(&env.app, &o.token, &o.order_id, "x", "pm_card_visa").await;
     assert_eq!(status, 409, "{v}");
     assert_eq!(v["code"], "ORDER_NOT_PAYABLE");
@@ -823,11 +820,7 @@ async fn two_hundred_fans_pay_at_once() {
 
 #[tokio::test]
 async fn a_refund_that_fails_is_retried_by_reconciliation_once() {
-    let env = PayEnv::spawn_with(
-        |c| c.payments.request_timeout_ms = 1_500,
-        |s| s.timeout_delay_ms = 30_000,
-    )
-    .await;
+    let env = timeout_env().await;
     let o = seat_order(&env.app, "ev", true, "alice", &["S1-R1-1"]).await;
     let (status, _) = pay(
         &env.app,
@@ -839,13 +832,7 @@ async fn a_refund_that_fails_is_retried_by_reconciliation_once() {
     .await;
     assert_eq!(status, 504);
     expire_in_db(&env.app, &o.hold_id).await;
-    sqlx::query(
-        "UPDATE orders SET expires_at = clock_timestamp() - interval '1 second' WHERE id = $1",
-    )
-    .bind(&o.order_id)
-    .execute(&env.app.pool)
-    .await
-    .unwrap();
+    expire_order_in_db(&env.app, &o.order_id).await;
     seat_order(&env.app, "ev", false, "bob", &["S1-R1-1"]).await;
     // The provider fails every new request (the charge itself is replayed from its key).
     env.sandbox.update(|s| s.failure_rate = 1.0);

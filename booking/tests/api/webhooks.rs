@@ -1,7 +1,10 @@
 //! Provider webhooks against the real sandbox: before and after the synchronous answer,
 //! duplicated, out of order, alone (after a timeout), and forged or stale.
 
-use crate::payments::{OLD_WEBHOOK_SECRET, PayEnv, WEBHOOK_SECRET, pay, payment_state, seat_order};
+use crate::payments::{
+    OLD_WEBHOOK_SECRET, PayEnv, WEBHOOK_SECRET, expire_order_in_db, pay, payment_state, seat_order,
+    timeout_env,
+};
 use sandbox_provider::config::WebhookMode;
 use sandbox_provider::webhooks::{signature_header, unix_now};
 use serde_json::{Value, json};
@@ -62,11 +65,7 @@ async fn webhook_after_the_answer_and_duplicated_changes_nothing() {
 
 #[tokio::test]
 async fn webhook_alone_completes_an_order_whose_answer_timed_out() {
-    let env = PayEnv::spawn_with(
-        |c| c.payments.request_timeout_ms = 1_500,
-        |s| s.timeout_delay_ms = 30_000,
-    )
-    .await;
+    let env = timeout_env().await;
     let o = seat_order(&env.app, "ev", true, "alice", &["S2-R1-1", "S2-R1-2"]).await;
     let (status, _) = pay(
         &env.app,
@@ -103,11 +102,7 @@ async fn webhook_alone_completes_an_order_whose_answer_timed_out() {
 
 #[tokio::test]
 async fn out_of_order_webhooks_do_not_undo_a_payment() {
-    let env = PayEnv::spawn_with(
-        |c| c.payments.request_timeout_ms = 1_500,
-        |s| s.timeout_delay_ms = 30_000,
-    )
-    .await;
+    let env = timeout_env().await;
     let o = seat_order(&env.app, "ev", true, "alice", &["S1-R2-1"]).await;
     let (status, _) = pay(
         &env.app,
@@ -234,11 +229,7 @@ async fn bad_or_stale_signatures_are_refused_and_change_nothing() {
 
 #[tokio::test]
 async fn concurrent_webhook_copies_and_pay_retries_apply_once() {
-    let env = PayEnv::spawn_with(
-        |c| c.payments.request_timeout_ms = 1_500,
-        |s| s.timeout_delay_ms = 30_000,
-    )
-    .await;
+    let env = timeout_env().await;
     let o = seat_order(&env.app, "ev", true, "alice", &["S2-R2-1", "S2-R2-2"]).await;
     let (status, _) = pay(
         &env.app,
@@ -295,11 +286,7 @@ async fn concurrent_webhook_copies_and_pay_retries_apply_once() {
 
 #[tokio::test]
 async fn late_success_webhook_for_an_expired_order_is_refunded_once() {
-    let env = PayEnv::spawn_with(
-        |c| c.payments.request_timeout_ms = 1_500,
-        |s| s.timeout_delay_ms = 30_000,
-    )
-    .await;
+    let env = timeout_env().await;
     let o = seat_order(&env.app, "ev", true, "alice", &["S2-R1-3"]).await;
     let (status, _) = pay(
         &env.app,
@@ -312,13 +299,7 @@ async fn late_success_webhook_for_an_expired_order_is_refunded_once() {
     assert_eq!(status, 504);
     // The order runs out and the expiry job ends it; bob takes the seat.
     crate::holds::expire_in_db(&env.app, &o.hold_id).await;
-    sqlx::query(
-        "UPDATE orders SET expires_at = clock_timestamp() - interval '1 second' WHERE id = $1",
-    )
-    .bind(&o.order_id)
-    .execute(&env.app.pool)
-    .await
-    .unwrap();
+    expire_order_in_db(&env.app, &o.order_id).await;
     assert_eq!(
         booking::orders::expire_due(&env.app.state).await.unwrap(),
         1
