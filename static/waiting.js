@@ -226,6 +226,9 @@
       if (r.status === 200 || r.status === 201) {
         if (r.data.receipt) { store("receipt", r.data.receipt); $("receipt").textContent = r.data.receipt.slice(0, 24) + "…"; }
         if (r.status === 201) store("first", null);
+        // A waiting fan is told where they stand and when to ask next; an admitted one (or an
+        // older gateway without a position) asks right away.
+        if (r.data.state !== "admitted" && r.data.ahead !== undefined) { show(r.data); return; }
         poll();
         return;
       }
@@ -238,27 +241,31 @@
       if (r.status === 404 && r.data.code === "NOT_IN_QUEUE") { join(); return; }
       if (common(r, poll)) return;
       if (r.status !== 200) { S.retryIn = 5; setState("network"); later(poll, 5000); return; }
-      var st = r.data;
-      S.lastStatus = st;
-      if (st.state === "admitted") {
-        S.next = st.next || ("/e/" + EVENT + "/shop");
-        setState("admitted");
-        // The HttpOnly cookie carries the admission; the token is also kept for API clients.
-        try { sessionStorage.setItem("fg_admission_" + EVENT, st.token || ""); } catch (e) { /* ok */ }
-        setTimeout(function () { location.assign(S.next); }, 600);
-        return;
-      }
-      if (st.state === "expired") { store("first", null); S.first = null; setState("expired"); return; }
-      if (st.ahead !== undefined) {
-        var first = parseInt(load("first") || "", 10);
-        if (!isFinite(first) || first < st.ahead) { first = st.ahead; store("first", String(first)); }
-        S.first = first;
-      }
-      setState(st.state === "waiting" || st.state === "paused" || st.state === "closed" || st.state === "sold_out"
-        ? st.state : "waiting");
-      if (st.state === "closed" || st.state === "sold_out") return;
-      later(poll, st.poll_after_ms || 5000);
+      show(r.data);
     });
+  }
+
+  // Renders a status (or a join answer carrying a position) and schedules the next poll.
+  function show(st) {
+    S.lastStatus = st;
+    if (st.state === "admitted") {
+      S.next = st.next || ("/e/" + EVENT + "/shop");
+      setState("admitted");
+      // The HttpOnly cookie carries the admission; the token is also kept for API clients.
+      try { sessionStorage.setItem("fg_admission_" + EVENT, st.token || ""); } catch (e) { /* ok */ }
+      setTimeout(function () { location.assign(S.next); }, 600);
+      return;
+    }
+    if (st.state === "expired") { store("first", null); S.first = null; setState("expired"); return; }
+    if (st.ahead !== undefined) {
+      var first = parseInt(load("first") || "", 10);
+      if (!isFinite(first) || first < st.ahead) { first = st.ahead; store("first", String(first)); }
+      S.first = first;
+    }
+    setState(st.state === "waiting" || st.state === "paused" || st.state === "closed" || st.state === "sold_out"
+      ? st.state : "waiting");
+    if (st.state === "closed" || st.state === "sold_out") return;
+    later(poll, st.poll_after_ms || 5000);
   }
 
   // ---- start ---------------------------------------------------------------------------

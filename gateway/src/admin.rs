@@ -146,11 +146,13 @@ impl AdminApp {
             Ok(b) => b,
             Err(r) => return r,
         };
-        let (field, account) = match (&b.account, &b.session) {
+        let (field, account, sid) = match (&b.account, &b.session) {
             (Some(a), None) if shared::identity::is_valid_account(a) => {
-                (format!("a:{a}"), Some(a.as_str()))
+                (format!("a:{a}"), Some(a.as_str()), None)
             }
-            (None, Some(s)) if shared::ids::is_valid_slug(s) => (format!("s:{s}"), None),
+            (None, Some(s)) if shared::ids::is_valid_slug(s) => {
+                (format!("s:{s}"), None, Some(s.as_str()))
+            }
             _ => {
                 return Reply::error(
                     422,
@@ -161,7 +163,7 @@ impl AdminApp {
         };
         // Keep the revocation as long as any token could still be valid.
         let keep_s = 86_400 + self.shared.config.tokens.leeway_s;
-        match self.store.revoke(event, &field, account, keep_s).await {
+        match self.store.revoke(event, &field, account, sid, keep_s).await {
             Err(e) => unavailable(&self.shared, &e),
             Ok(None) => Reply::error(404, codes::UNKNOWN_EVENT, "no config for this event"),
             Ok(Some(at)) => {

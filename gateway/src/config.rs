@@ -70,6 +70,9 @@ pub struct GatewaySettings {
     pub auto_window_s: u64,
     /// Largest number of fans one tick may admit in passthrough mode (drains the queue).
     pub passthrough_batch: u64,
+    /// Load balancers / CDNs in front of the gateway (CIDRs or addresses): only from these is
+    /// `X-Forwarded-For` believed for per-IP limits. Empty: the connecting address counts.
+    pub trusted_proxies: Vec<String>,
 }
 
 impl Default for GatewaySettings {
@@ -95,6 +98,7 @@ impl Default for GatewaySettings {
             max_body_bytes: 16 * 1024,
             auto_window_s: 10,
             passthrough_batch: 5000,
+            trusted_proxies: Vec::new(),
         }
     }
 }

@@ -14,6 +14,7 @@
 pub mod admin;
 pub mod admission;
 pub mod auto;
+pub mod clientip;
 pub mod config;
 pub mod draw;
 pub mod event_config;
@@ -115,6 +116,7 @@ impl Gateway {
             receipts: draw::Receipts::new(&current_secret),
             pow: pow::Pow::new(&current_secret),
             dev_login: config.dev_login_enabled(),
+            trusted_proxies: clientip::TrustedProxies::parse(&g.trusted_proxies)?,
             instance: format!("gw-{}", shared::ids::new_id()),
             config,
         };

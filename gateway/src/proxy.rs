@@ -152,7 +152,7 @@ impl PublicProxy {
     ) -> std::result::Result<(), Reply> {
         let s = &self.shared;
         s.limits
-            .check_ip(Scope::Api, queue::client_ip(session))
+            .check_ip(Scope::Api, queue::client_ip(s, session))
             .map_err(|w| rate_limited(s, w))?;
         let h = &session.req_header().headers;
         let now = std::time::SystemTime::now()

@@ -6,7 +6,7 @@
 //! with Redis down a fan gets `503 WAITING_ROOM_UNAVAILABLE` with `Retry-After`, never a hang.
 
 use crate::draw::{ReceiptClaims, presale_score};
-use crate::event_config::Mode;
+use crate::event_config::{EventConfig, Mode};
 use crate::limits::{Scope, retry_after_secs};
 use crate::respond::{Reply, is_json, parse_json, read_body};
 use crate::state::Shared;
@@ -21,11 +21,19 @@ use std::sync::Arc;
 /// Seconds a fan is told to wait before retrying while Redis is unavailable.
 const REDIS_RETRY_AFTER_S: u64 = 5;
 
-pub fn client_ip(session: &Session) -> Option<IpAddr> {
-    session
+/// The fan's address for per-IP limits (see [`crate::clientip`]).
+pub fn client_ip(shared: &Shared, session: &Session) -> Option<IpAddr> {
+    let peer = session
         .client_addr()
         .and_then(|a| a.as_inet())
-        .map(|a| a.ip())
+        .map(|a| a.ip());
+    let xff = session
+        .req_header()
+        .headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .map(|v| v.as_bytes());
+    shared.trusted_proxies.client(peer, xff)
 }
 
 /// The fan's account from the identity (login) token in `Authorization: Bearer`.
@@ -66,7 +74,7 @@ fn limited(shared: &Shared, scope: Scope, wait: std::time::Duration) -> Reply {
 fn admit_caller(shared: &Shared, session: &Session, scope: Scope) -> Result<String, Reply> {
     shared
         .limits
-        .check_ip(scope, client_ip(session))
+        .check_ip(scope, client_ip(shared, session))
         .map_err(|w| limited(shared, scope, w))?;
     let account = account(shared, session)?;
     shared
@@ -184,6 +192,7 @@ pub async fn join(shared: &Shared, store: &Store, session: &mut Session, event: 
             place,
             new,
             admitted,
+            ahead,
         }) => {
             let receipt = shared.receipts.sign(&ReceiptClaims {
                 evt: event.to_owned(),
@@ -193,41 +202,108 @@ pub async fn join(shared: &Shared, store: &Store, session: &mut Session, event: 
                 kind: place.kind.clone(),
                 joined_ms: place.joined_ms,
             });
-            Reply::json(
-                if new { 201 } else { 200 },
-                &json!({
-                    "event": event,
-                    "state": if admitted { "admitted" } else { "waiting" },
-                    "new": new,
-                    "session": place.session,
-                    "kind": place.kind,
-                    "score": place.score,
-                    "joined_at": rfc3339_ms(place.joined_ms),
-                    "receipt": receipt,
-                    "status_url": format!("/queue/{event}/status"),
-                    "poll_after_ms": 1000,
-                }),
-            )
+            let mut body = json!({
+                "event": event,
+                "state": if admitted { "admitted" } else { "waiting" },
+                "new": new,
+                "session": place.session,
+                "kind": place.kind,
+                "score": place.score,
+                "joined_at": rfc3339_ms(place.joined_ms),
+                "receipt": receipt,
+                "status_url": format!("/queue/{event}/status"),
+                "poll_after_ms": 0,
+            });
+            // Tell a waiting fan where they stand now, and when to ask again: the first poll
+            // of a fan far back comes late instead of one second after every join.
+            if let (false, Some(ahead)) = (admitted, ahead) {
+                let w = Waiting::of(&snap, cfg, ahead);
+                body["state"] = json!(w.state);
+                body["position"] = json!(ahead + 1);
+                body["ahead"] = json!(ahead);
+                body["eta_seconds"] = json!(w.eta_s);
+                body["poll_after_ms"] = json!(w.poll_ms);
+                body["admit_per_minute"] = json!(w.rate);
+            } else if !admitted {
+                body["poll_after_ms"] = json!(MIN_POLL_MS);
+            }
+            Reply::json(if new { 201 } else { 200 }, &body)
         }
     }
 }
 
-/// How long a fan should wait before the next poll: grows with the distance to the front
-/// (and with the expected wait), capped at 30 s, with ±20 % jitter so that fans who joined
-/// together do not poll together. `jitter` is uniform in `[-1, 1]`.
-pub fn poll_after_ms(ahead: u64, rate_per_min: u64, jitter: f64) -> u64 {
-    let by_position = 1000.0 + (ahead as f64).sqrt() * 100.0;
-    let by_eta = match rate_per_min {
-        0 => 0.0,
-        r => (ahead as f64 * 60_000.0 / r as f64) / 10.0,
+/// Shortest and longest interval between a fan's polls.
+pub const MIN_POLL_MS: u64 = 1000;
+pub const MAX_POLL_MS: u64 = 60_000;
+
+/// The longest poll interval for an event: at most a minute, and short enough that a fan
+/// admitted right after a poll (say ops just raised the rate) polls again well inside the
+/// claim deadline, jitter included (0.4 × deadline × 1.2 < deadline).
+pub fn poll_cap_ms(claim_deadline_s: u64) -> u64 {
+    (claim_deadline_s.saturating_mul(400)).clamp(MIN_POLL_MS, MAX_POLL_MS)
+}
+
+/// How long a fan should wait before the next poll: a quarter of the expected wait (so the
+/// fan checks in a few times as the queue moves and every second near the front), between
+/// [`MIN_POLL_MS`] and `cap_ms`; while the queue does not move (paused, rate 0) it grows with
+/// the position instead. ±20 % jitter keeps fans who joined together from polling together.
+/// `wait_ms` is the expected wait (time to the sale start plus the queue ahead at the admit
+/// rate), `None` when the queue is not moving; `jitter` is uniform in `[-1, 1]`.
+///
+/// Why a quarter of the wait: the poll rate of the whole queue is then about
+/// `4 × admit rate × ln(queue / admit rate)` plus `fans beyond the cap / cap`, so two million
+/// waiting browsers cost tens of thousands of polls a second instead of millions.
+pub fn poll_after_ms(ahead: u64, wait_ms: Option<u64>, cap_ms: u64, jitter: f64) -> u64 {
+    let cap = cap_ms.max(MIN_POLL_MS) as f64;
+    let base = match wait_ms {
+        Some(w) => w as f64 / 4.0,
+        None => MIN_POLL_MS as f64 + (ahead as f64).sqrt() * 100.0,
     };
-    let base = by_position.max(by_eta).clamp(1000.0, 30_000.0);
+    let base = base.clamp(MIN_POLL_MS as f64, cap);
     (base * (1.0 + 0.2 * jitter.clamp(-1.0, 1.0))) as u64
 }
 
-/// Seconds until `ahead` fans have been admitted at `rate_per_min` (`None` when paused).
-pub fn eta_seconds(ahead: u64, rate_per_min: u64) -> Option<u64> {
-    (rate_per_min > 0).then(|| (ahead * 60).div_ceil(rate_per_min))
+/// Expected wait in ms for a fan with `ahead` fans in front: until the sale starts, then
+/// `ahead` admissions at `rate_per_min` (`None` when the queue is not moving).
+pub fn expected_wait_ms(ahead: u64, rate_per_min: u64, until_start_ms: u64) -> Option<u64> {
+    (rate_per_min > 0)
+        .then(|| until_start_ms.saturating_add(ahead.saturating_mul(60_000) / rate_per_min))
+}
+
+/// What a waiting fan is told: the queue's state, the expected wait and when to poll next.
+struct Waiting {
+    state: &'static str,
+    rate: u64,
+    eta_s: Option<u64>,
+    poll_ms: u64,
+}
+
+impl Waiting {
+    fn of(snap: &EventSnapshot, cfg: &EventConfig, ahead: u64) -> Self {
+        let rate = snap.effective_rate();
+        let state = if snap.sold_out {
+            "sold_out"
+        } else {
+            match cfg.mode {
+                Mode::Paused => "paused",
+                Mode::Closed => "closed",
+                Mode::Queue | Mode::Passthrough => "waiting",
+            }
+        };
+        let until_start_ms =
+            u64::try_from((cfg.sale_start - chrono::Utc::now()).num_milliseconds()).unwrap_or(0);
+        let wait_ms = if state == "waiting" {
+            expected_wait_ms(ahead, rate, until_start_ms)
+        } else {
+            None
+        };
+        Self {
+            state,
+            rate,
+            eta_s: wait_ms.map(|w| w.div_ceil(1000)),
+            poll_ms: poll_after_ms(ahead, wait_ms, poll_cap_ms(cfg.claim_deadline_s), jitter()),
+        }
+    }
 }
 
 fn jitter() -> f64 {
@@ -263,34 +339,18 @@ pub async fn status(shared: &Shared, store: &Store, session: &Session, event: &s
         Ok(StatusOutcome::Waiting {
             rank, queue_len, ..
         }) => {
-            let rate = snap.effective_rate();
-            let state = if snap.sold_out {
-                "sold_out"
-            } else {
-                match cfg.mode {
-                    Mode::Paused => "paused",
-                    Mode::Closed => "closed",
-                    Mode::Queue | Mode::Passthrough => "waiting",
-                }
-            };
-            let moving = state == "waiting";
-            let eta = if moving {
-                eta_seconds(rank, rate)
-            } else {
-                None
-            };
-            let poll = poll_after_ms(rank, if moving { rate } else { 0 }, jitter());
+            let w = Waiting::of(&snap, cfg, rank);
             Reply::json(
                 200,
                 &json!({
                     "event": event,
-                    "state": state,
+                    "state": w.state,
                     "position": rank + 1,
                     "ahead": rank,
                     "queue_length": queue_len,
-                    "eta_seconds": eta,
-                    "poll_after_ms": poll,
-                    "admit_per_minute": rate,
+                    "eta_seconds": w.eta_s,
+                    "poll_after_ms": w.poll_ms,
+                    "admit_per_minute": w.rate,
                 }),
             )
         }
@@ -452,28 +512,49 @@ mod tests {
     use super::*;
 
     #[test]
-    fn poll_interval_grows_with_position_and_is_capped() {
+    fn poll_interval_follows_the_expected_wait_and_is_capped() {
+        let cap = poll_cap_ms(120);
+        assert_eq!(cap, 48_000);
         let mut last = 0;
         for ahead in [0, 10, 100, 1_000, 10_000, 100_000, 2_000_000] {
-            let p = poll_after_ms(ahead, 600, 0.0);
+            let p = poll_after_ms(ahead, expected_wait_ms(ahead, 600, 0), cap, 0.0);
             assert!(p >= last, "{ahead}: {p} < {last}");
-            assert!((1000..=30_000).contains(&p));
+            assert!((MIN_POLL_MS..=cap).contains(&p));
             last = p;
         }
-        assert_eq!(poll_after_ms(0, 600, 0.0), 1000);
-        assert_eq!(poll_after_ms(10_000_000, 600, 0.0), 30_000);
-        // Jitter spreads polls by ±20 %.
-        assert_eq!(poll_after_ms(10_000_000, 600, 1.0), 36_000);
-        assert_eq!(poll_after_ms(10_000_000, 600, -1.0), 24_000);
-        // Paused (rate 0) still grows with position.
-        assert!(poll_after_ms(10_000, 0, 0.0) > poll_after_ms(10, 0, 0.0));
+        // Near the front: every second. 400 ahead at 600/min = 40 s wait → 10 s.
+        assert_eq!(
+            poll_after_ms(0, expected_wait_ms(0, 600, 0), cap, 0.0),
+            1000
+        );
+        assert_eq!(
+            poll_after_ms(400, expected_wait_ms(400, 600, 0), cap, 0.0),
+            10_000
+        );
+        assert_eq!(poll_after_ms(10_000_000, Some(u64::MAX), cap, 0.0), cap);
+        // The time to the sale start counts: the queue does not move before it.
+        assert_eq!(expected_wait_ms(0, 600, 20_000), Some(20_000));
+        assert_eq!(
+            poll_after_ms(0, expected_wait_ms(0, 600, 20_000), cap, 0.0),
+            5_000
+        );
+        // Jitter spreads polls by ±20 %, and even then a fan polls inside its claim deadline.
+        assert_eq!(poll_after_ms(10_000_000, Some(u64::MAX), cap, 1.0), 57_600);
+        assert_eq!(poll_after_ms(10_000_000, Some(u64::MAX), cap, -1.0), 38_400);
+        for deadline_s in [10, 60, 120, 3600] {
+            let worst = poll_after_ms(u64::MAX, Some(u64::MAX), poll_cap_ms(deadline_s), 1.0);
+            assert!(worst < deadline_s * 1000, "{deadline_s}: {worst}");
+        }
+        // Not moving (paused, rate 0): grows with position.
+        assert!(poll_after_ms(10_000, None, cap, 0.0) > poll_after_ms(10, None, cap, 0.0));
+        assert_eq!(expected_wait_ms(5, 0, 0), None);
     }
 
     #[test]
-    fn eta() {
-        assert_eq!(eta_seconds(0, 600), Some(0));
-        assert_eq!(eta_seconds(600, 600), Some(60));
-        assert_eq!(eta_seconds(1, 600), Some(1));
-        assert_eq!(eta_seconds(5, 0), None);
+    fn expected_wait() {
+        assert_eq!(expected_wait_ms(0, 600, 0), Some(0));
+        assert_eq!(expected_wait_ms(600, 600, 0), Some(60_000));
+        assert_eq!(expected_wait_ms(1, 600, 0), Some(100));
+        assert_eq!(expected_wait_ms(u64::MAX, 1, u64::MAX), Some(u64::MAX));
     }
 }

@@ -29,6 +29,8 @@ pub struct Shared {
     pub receipts: Receipts,
     pub pow: Pow,
     pub dev_login: bool,
+    /// Whose `X-Forwarded-For` is believed for per-IP limits.
+    pub trusted_proxies: crate::clientip::TrustedProxies,
     /// Unique per process start; names this instance in leases and stats.
     pub instance: String,
 }

@@ -61,11 +61,13 @@ pub enum JoinOutcome {
     UnknownEvent,
     Closed,
     SoldOut,
-    /// A new place (`new = true`) or the existing one (repeat join).
+    /// A new place (`new = true`) or the existing one (repeat join); `ahead` is the number
+    /// of fans in front when waiting in the queue.
     Placed {
         place: Place,
         new: bool,
         admitted: bool,
+        ahead: Option<u64>,
     },
 }
 
@@ -180,7 +182,7 @@ if place then
   if redis.call('ZSCORE', KEYS[4], ARGV[1]) or redis.call('ZSCORE', KEYS[6], ARGV[1]) then
     return {'existing_admitted', place, now_str}
   end
-  return {'existing', place, now_str}
+  return {'existing', place, now_str, redis.call('ZRANK', KEYS[2], ARGV[1]) or -1}
 end
 if mode == 'closed' then return {'closed'} end
 if redis.call('EXISTS', KEYS[5]) == 1 then return {'sold_out'} end
@@ -200,7 +202,7 @@ if mode == 'passthrough' then
   return {'admitted', place, now_str}
 end
 redis.call('ZADD', KEYS[2], 'NX', score, ARGV[1])
-return {'joined', place, now_str}
+return {'joined', place, now_str, redis.call('ZRANK', KEYS[2], ARGV[1])}
 "#;
 
 pub const STATUS_LUA: &str = r#"
@@ -318,11 +320,26 @@ if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
 local now_s = tonumber(redis.call('TIME')[1])
 redis.call('HSET', KEYS[2], ARGV[1], now_s)
 redis.call('EXPIRE', KEYS[2], ARGV[3])
-if ARGV[2] ~= '' then
-  redis.call('ZREM', KEYS[3], ARGV[2])
-  redis.call('ZREM', KEYS[4], ARGV[2])
-  redis.call('ZREM', KEYS[5], ARGV[2])
-  redis.call('HDEL', KEYS[6], ARGV[2])
+local who = ARGV[2]
+if who == '' and ARGV[4] ~= '' then
+  -- A session revoke names no account: find the admitted fan holding that session (work
+  -- bounded by the admitted sets, which max_active keeps small; revokes are rare).
+  local prefix = ARGV[4] .. '|'
+  for _, set in ipairs({KEYS[4], KEYS[5]}) do
+    for _, m in ipairs(redis.call('ZRANGE', set, 0, -1)) do
+      local p = redis.call('HGET', KEYS[6], m)
+      if p and string.sub(p, 1, #prefix) == prefix then who = m break end
+    end
+    if who ~= '' then break end
+  end
+end
+if who ~= '' then
+  -- Free the slot at once: the admission budget (max_active) must not wait for the token
+  -- to expire.
+  redis.call('ZREM', KEYS[3], who)
+  redis.call('ZREM', KEYS[4], who)
+  redis.call('ZREM', KEYS[5], who)
+  redis.call('HDEL', KEYS[6], who)
 end
 return now_s
 "#;
@@ -407,6 +424,11 @@ impl Reply {
             Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
             _ => None,
         }
+    }
+
+    /// A `ZRANK` result (`-1` or nil when not ranked).
+    fn rank(&self, i: usize) -> Option<u64> {
+        self.int(i).and_then(|n| u64::try_from(n).ok())
     }
 
     fn tag(&self) -> &str {
@@ -517,21 +539,25 @@ impl Store {
                 place: r.place(1)?,
                 new: false,
                 admitted: false,
+                ahead: r.rank(3),
             },
             "existing_admitted" => JoinOutcome::Placed {
                 place: r.place(1)?,
                 new: false,
                 admitted: true,
+                ahead: None,
             },
             "joined" => JoinOutcome::Placed {
                 place: r.place(1)?,
                 new: true,
                 admitted: false,
+                ahead: r.rank(3),
             },
             "admitted" => JoinOutcome::Placed {
                 place: r.place(1)?,
                 new: true,
                 admitted: true,
+                ahead: None,
             },
             _ => return Err(StoreError::Protocol("unknown join reply")),
         })
@@ -688,6 +714,7 @@ impl Store {
         event: &str,
         field: &str,
         account: Option<&str>,
+        session: Option<&str>,
         keep_s: u64,
     ) -> Result<Option<i64>, StoreError> {
         let mut inv = SCRIPTS.revoke.prepare_invoke();
@@ -699,7 +726,8 @@ impl Store {
             .key(self.key(event, "places"))
             .arg(field)
             .arg(account.unwrap_or(""))
-            .arg(keep_s.max(60));
+            .arg(keep_s.max(60))
+            .arg(session.unwrap_or(""));
         let at: i64 = self
             .with(|mut c| async move { inv.invoke_async(&mut c).await })
             .await?;

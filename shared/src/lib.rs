@@ -8,6 +8,7 @@ pub mod config;
 pub mod error;
 pub mod identity;
 pub mod ids;
+pub mod net;
 pub mod telemetry;
 pub mod token;
 

@@ -309,3 +309,44 @@ async fn auto_mode_backs_off_when_booking_fails() {
     }
     server.abort();
 }
+
+#[tokio::test]
+async fn revoking_a_session_frees_its_slot_at_once() {
+    let app = TestApp::spawn().await;
+    app.put_config(
+        "rvs",
+        json!({"sale_start": "2020-01-01T00:00:00Z", "admit_per_minute": 60000,
+               "max_active": 1, "mode": "paused"}),
+    )
+    .await;
+    let a = app.login("fan-rvs-a").await;
+    let sid = json(app.join("rvs", &a).await).await["session"]
+        .as_str()
+        .expect("join answers the session")
+        .to_owned();
+    let b = app.login("fan-rvs-b").await;
+    assert!(app.join("rvs", &b).await.status().is_success());
+    app.put_config(
+        "rvs",
+        json!({"sale_start": "2020-01-01T00:00:00Z", "admit_per_minute": 60000, "max_active": 1}),
+    )
+    .await;
+    app.wait_admitted("rvs", &a, Duration::from_secs(5)).await;
+    // A holds the only slot (token lifetime: minutes); B waits behind the cap.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(json(app.status("rvs", &b).await).await["state"], "waiting");
+    let r = app
+        .http
+        .post(app.admin_url("/admin/events/rvs/revoke"))
+        .bearer_auth(ADMIN)
+        .json(&json!({"session": sid}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    // The slot returns to the budget now, not when A's token would have expired.
+    let v = app.wait_admitted("rvs", &b, Duration::from_secs(5)).await;
+    assert_eq!(v["state"], "admitted");
+    // A's place is gone: asking again says so (the waiting page then rejoins at the back).
+    assert_eq!(app.status("rvs", &a).await.status(), StatusCode::NOT_FOUND);
+}

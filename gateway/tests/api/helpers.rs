@@ -12,7 +12,7 @@ use reqwest::StatusCode;
 use secrecy::SecretString;
 use serde_json::{Value, json};
 use shared::config::{KeySettings, RedisSettings, TokenSettings};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -23,12 +23,11 @@ pub fn redis_url() -> String {
     std::env::var("FLOODGATE_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:56379".into())
 }
 
+/// A port for a gateway listener: pingora binds an address, not a socket we hand it, so
+/// the port is drawn below the ephemeral range where no `bind(:0)` or outgoing connection
+/// can take it before the gateway binds.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    shared::net::free_port_outside_ephemeral_range().expect("a free test port")
 }
 
 pub fn key(kid: &str) -> KeySettings {

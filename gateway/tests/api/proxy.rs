@@ -210,8 +210,6 @@ async fn revocation_reaches_other_instances_within_a_second() {
 }
 
 #[tokio::test]
-#[ignore = "known defect, issue 3: about 1 run in 8 the proxied WebSocket is reset right after \
-            the upgrade (ResetWithoutClosingHandshake); run with --ignored while fixing it"]
 async fn websockets_are_proxied_only_with_a_token() {
     use futures::{SinkExt, StreamExt};
     use tokio_tungstenite::tungstenite::{Message, client::IntoClientRequest};
@@ -224,17 +222,29 @@ async fn websockets_are_proxied_only_with_a_token() {
             .await
             .is_err()
     );
-    let mut req = url.as_str().into_client_request().unwrap();
-    req.headers_mut()
-        .insert("authorization", format!("Bearer {tok}").parse().unwrap());
-    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
-    ws.send(Message::Text("hello".into())).await.unwrap();
-    let back = tokio::time::timeout(Duration::from_secs(5), ws.next())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    assert_eq!(back.into_text().unwrap().as_str(), "hello");
+    // Many at once: pingora tore a tunnel down when the upstream's 101 overtook the end of the
+    // upgrade request's empty body (cloudflare/pingora#946, patched in vendor/). One socket
+    // hit that about one run in eight; 64 concurrent sockets hit it practically every run.
+    let fans = (0..64).map(|i| {
+        let mut req = url.as_str().into_client_request().unwrap();
+        req.headers_mut()
+            .insert("authorization", format!("Bearer {tok}").parse().unwrap());
+        async move {
+            let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+            for n in 0..3 {
+                let msg = format!("hello {i} {n}");
+                ws.send(Message::Text(msg.clone().into())).await.unwrap();
+                let back = tokio::time::timeout(Duration::from_secs(10), ws.next())
+                    .await
+                    .expect("echo within 10 s")
+                    .expect("socket still open")
+                    .expect("a frame, not a reset");
+                assert_eq!(back.into_text().unwrap().as_str(), msg);
+            }
+            ws.close(None).await.unwrap();
+        }
+    });
+    futures::future::join_all(fans).await;
 }
 
 #[tokio::test]

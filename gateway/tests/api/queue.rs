@@ -412,3 +412,54 @@ async fn rate_limits_answer_429_with_retry_after() {
     let other = app.login("fan-s").await;
     assert!(app.join("rl", &other).await.status().is_success());
 }
+
+#[tokio::test]
+async fn per_ip_limits_use_forwarded_for_only_from_trusted_proxies() {
+    let join_as = |app: &TestApp, tok: String, xff: &'static str| {
+        let req = app
+            .http
+            .post(app.url("/queue/ip/join"))
+            .bearer_auth(tok)
+            .header("x-forwarded-for", xff);
+        async move { req.send().await.unwrap().status() }
+    };
+    // Behind a trusted balancer (the test client connects from 127.0.0.1): each fan's own
+    // address is limited, not the balancer's.
+    let app = TestApp::spawn_with(|c| {
+        c.gateway.limits.join_per_ip_per_min = 2;
+        c.gateway.trusted_proxies = vec!["127.0.0.0/8".into()];
+    })
+    .await;
+    app.open_event("ip", 60).await;
+    for n in 0..2 {
+        let tok = app.login(&format!("fan-ip-a{n}")).await;
+        assert!(join_as(&app, tok, "203.0.113.1").await.is_success());
+    }
+    let tok = app.login("fan-ip-a2").await;
+    assert_eq!(
+        join_as(&app, tok, "203.0.113.1").await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // Another address behind the same balancer is unaffected…
+    let tok = app.login("fan-ip-b").await;
+    assert!(join_as(&app, tok, "203.0.113.2").await.is_success());
+    // …and a fan cannot dodge the limit by prepending an address of their own choosing.
+    let tok = app.login("fan-ip-a3").await;
+    assert_eq!(
+        join_as(&app, tok, "198.51.100.9, 203.0.113.1").await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+
+    // Without trusted proxies the header is ignored: every fan here shares 127.0.0.1.
+    let direct = TestApp::spawn_with(|c| c.gateway.limits.join_per_ip_per_min = 2).await;
+    direct.open_event("ip", 60).await;
+    for (n, xff) in ["203.0.113.1", "203.0.113.2"].into_iter().enumerate() {
+        let tok = direct.login(&format!("fan-ip-d{n}")).await;
+        assert!(join_as(&direct, tok, xff).await.is_success());
+    }
+    let tok = direct.login("fan-ip-d2").await;
+    assert_eq!(
+        join_as(&direct, tok, "203.0.113.3").await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}

@@ -18,7 +18,6 @@ use secrecy::SecretString;
 use serde_json::{Value, json};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{Connection, Executor, PgConnection, PgPool};
-use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 pub const ADMIN: &str = "e2e-admin-secret-0123456789";
@@ -34,32 +33,9 @@ pub fn redis_url() -> String {
     std::env::var("FLOODGATE_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:56379".into())
 }
 
-/// A free port for a listener that must be configured before it binds (pingora takes an
-/// address, not a socket). Drawn below the kernel's ephemeral range, so no `bind(:0)` of a
-/// parallel test (booking, sandbox, clients) can be handed the same port between this check
-/// and the gateway's bind.
+/// A free port for a listener configured before it binds (see the shared helper).
 pub fn free_port() -> u16 {
-    let (lo, _) = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|r| {
-            let mut it = r.split_whitespace().map(|p| p.parse::<u16>().ok());
-            Some((it.next()??, it.next()??))
-        })
-        .unwrap_or((32768, 60999));
-    let (from, to) = (10_000u16, lo.saturating_sub(1).max(10_001));
-    for _ in 0..200 {
-        let port = from + (rand_u16() % (to - from));
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no free port found in {from}..{to}");
-}
-
-fn rand_u16() -> u16 {
-    // Unique ids are random enough for spreading test ports; no extra dependency.
-    let id = shared::ids::new_id();
-    u16::from_str_radix(&id[id.len() - 4..], 16).unwrap_or(4242)
+    shared::net::free_port_outside_ephemeral_range().expect("a free test port")
 }
 
 /// Creates an empty database with all migrations applied (same as booking's test helper).
