@@ -12,9 +12,11 @@
 #
 #   deploy/bench/surge.sh [--quick] [OUT_DIR]     (normally via deploy/bench/run)
 #
-# Environment knobs (full profile): SURGE_PEAK_RATE (5000), SURGE_SEATS (20000),
-# SURGE_ADMIT_PER_MINUTE (12000), SURGE_RAMP_S/HOLD_S/RAMP_DOWN_S (20/30/10), SURGE_K6=0 to
-# skip k6, SURGE_LOADGEN=0 to skip the loadgen surge.
+# Environment knobs (full profile): SURGE_PEAK_RATE (5000), SURGE_SEATS (6000: 3 % of the
+# fans, the seed design's 60,000 seats for 2,000,000 fans), SURGE_ADMIT_PER_MINUTE (6000),
+# SURGE_MAX_ACTIVE (1500: ops' cap on admitted fans shopping at once, protecting booking),
+# SURGE_RAMP_S/HOLD_S/RAMP_DOWN_S (30/10/30: 200,000 fans), SURGE_K6=0 to skip k6,
+# SURGE_LOADGEN=0 to skip the loadgen surge.
 set -euo pipefail
 
 QUICK="${BENCH_QUICK:-0}"
@@ -130,9 +132,10 @@ if [ "${SURGE_LOADGEN:-1}" = 1 ]; then
     PROFILE=(--peak-rate 300 --ramp-s 5 --hold-s 10 --ramp-down-s 5 --seats 600 --admit-per-minute 6000
              --hold-ttl-s 10 --drain-s 10 --max-duration-s 150)
   else
-    PROFILE=(--peak-rate "${SURGE_PEAK_RATE:-5000}" --ramp-s "${SURGE_RAMP_S:-20}" --hold-s "${SURGE_HOLD_S:-30}"
-             --ramp-down-s "${SURGE_RAMP_DOWN_S:-10}" --seats "${SURGE_SEATS:-20000}"
-             --admit-per-minute "${SURGE_ADMIT_PER_MINUTE:-12000}" --hold-ttl-s 20 --drain-s 35
+    PROFILE=(--peak-rate "${SURGE_PEAK_RATE:-5000}" --ramp-s "${SURGE_RAMP_S:-30}" --hold-s "${SURGE_HOLD_S:-10}"
+             --ramp-down-s "${SURGE_RAMP_DOWN_S:-30}" --seats "${SURGE_SEATS:-6000}"
+             --admit-per-minute "${SURGE_ADMIT_PER_MINUTE:-6000}" --max-active "${SURGE_MAX_ACTIVE:-1500}"
+             --hold-ttl-s 20 --drain-s 35
              --max-duration-s "${SURGE_MAX_DURATION_S:-420}")
   fi
   log "loadgen surge ${PROFILE[*]}"

@@ -73,6 +73,9 @@ pub struct GatewaySettings {
     /// Load balancers / CDNs in front of the gateway (CIDRs or addresses): only from these is
     /// `X-Forwarded-For` believed for per-IP limits. Empty: the connecting address counts.
     pub trusted_proxies: Vec<String>,
+    /// Verified login tokens remembered per instance (a waiting fan's repeat polls then skip
+    /// the RS256/EdDSA signature check); about 100 bytes each; 0 disables.
+    pub identity_cache_entries: usize,
 }
 
 impl Default for GatewaySettings {
@@ -99,6 +102,7 @@ impl Default for GatewaySettings {
             auto_window_s: 10,
             passthrough_batch: 5000,
             trusted_proxies: Vec::new(),
+            identity_cache_entries: 262_144,
         }
     }
 }

@@ -19,6 +19,7 @@ pub mod config;
 pub mod draw;
 pub mod event_config;
 pub mod fasttoken;
+pub mod idcache;
 pub mod limits;
 pub mod live;
 pub mod metrics;
@@ -107,6 +108,7 @@ impl Gateway {
             tokens,
             fast_tokens,
             identity,
+            identities: idcache::IdentityCache::new(g.identity_cache_entries),
             live: Default::default(),
             limits: Arc::new(limits::Limits::new(&g.limits)),
             metrics: Arc::new(metrics::Metrics::new().context("failed to register metrics")?),
@@ -144,7 +146,9 @@ impl Gateway {
         let g = &s.config.gateway;
         let conf = ServerConf {
             threads: g.threads.max(1),
-            work_stealing: g.work_stealing || force_work_stealing,
+            // One thread: a current-thread runtime per service is cheaper (measured ~25 %
+            // more proxied requests/s than a one-worker work-stealing runtime).
+            work_stealing: (g.work_stealing && g.threads > 1) || force_work_stealing,
             grace_period_seconds: Some(g.grace_period_s),
             graceful_shutdown_timeout_seconds: Some(1),
             // Per-instance paths, so several gateways (tests) never share them.
@@ -159,7 +163,7 @@ impl Gateway {
             &server.configuration,
             proxy::PublicProxy {
                 shared: self.shared.clone(),
-                store: Store::new(&s.config.redis)?,
+                store: Arc::new(Store::new(&s.config.redis)?),
                 request_seq: Default::default(),
             },
             "floodgate public",

@@ -35,7 +35,8 @@ use std::time::{Duration, Instant};
 
 pub struct PublicProxy {
     pub shared: Arc<Shared>,
-    pub store: Store,
+    /// Shared with tasks spawned off the request path (slot release after payment).
+    pub store: Arc<Store>,
     pub request_seq: std::sync::atomic::AtomicU64,
 }
 
@@ -48,6 +49,17 @@ pub struct Ctx {
     sent_at: Option<Instant>,
     latency: Option<Duration>,
     status: u16,
+    /// `POST /api/orders/{id}/pay`: a 200 means the fan is done shopping.
+    pays: bool,
+}
+
+/// `POST /api/orders/{id}/pay` (one path segment for the id).
+pub fn is_pay(method: &http::Method, path: &str) -> bool {
+    method == http::Method::POST
+        && path
+            .strip_prefix("/api/orders/")
+            .and_then(|rest| rest.strip_suffix("/pay"))
+            .is_some_and(|id| !id.is_empty() && !id.contains('/'))
 }
 
 /// The admission token of a request: `Authorization: Bearer` first, then the cookie.
@@ -166,6 +178,8 @@ impl PublicProxy {
             .check_account(Scope::Api, &claims.sub)
             .map_err(|w| rate_limited(s, w))?;
         ctx.claims = Some(claims);
+        let req = session.req_header();
+        ctx.pays = is_pay(&req.method, req.uri.path());
         Ok(())
     }
 }
@@ -367,6 +381,20 @@ impl ProxyHttp for PublicProxy {
         if ctx.upstream.is_none() {
             return;
         }
+        if ctx.pays
+            && ctx.status == 200
+            && let Some(c) = ctx.claims.take()
+        {
+            // Paid: the fan is done, so their slot goes back to the `max_active` budget now
+            // rather than when the token expires (the token itself stays valid: receipts,
+            // order pages). Off the request path; a failure only delays the slot.
+            let store = self.store.clone();
+            tokio::spawn(async move {
+                if let Err(e) = store.release_active(&c.evt, &c.sub).await {
+                    tracing::debug!(error = %e, "releasing a paid fan's admission slot failed");
+                }
+            });
+        }
         let m = &self.shared.metrics;
         m.proxied.inc();
         let latency = ctx
@@ -386,5 +414,21 @@ impl ProxyHttp for PublicProxy {
             e.etype(),
             ErrorType::ReadError | ErrorType::WriteError | ErrorType::ConnectionClosed
         ) && e.esource() == &ErrorSource::Downstream
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_pay;
+    use http::Method;
+
+    #[test]
+    fn pay_path() {
+        assert!(is_pay(&Method::POST, "/api/orders/ord_1/pay"));
+        assert!(!is_pay(&Method::GET, "/api/orders/ord_1/pay"));
+        assert!(!is_pay(&Method::POST, "/api/orders//pay"));
+        assert!(!is_pay(&Method::POST, "/api/orders/a/b/pay"));
+        assert!(!is_pay(&Method::POST, "/api/orders/ord_1"));
+        assert!(!is_pay(&Method::POST, "/api/orders/ord_1/payx"));
     }
 }

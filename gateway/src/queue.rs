@@ -51,7 +51,9 @@ fn account(shared: &Shared, session: &Session) -> Result<String, Reply> {
                 "log in first (identity token required)",
             )
         })?;
-    shared.identity.verify(token).map_err(|_| {
+    let now = chrono::Utc::now().timestamp();
+    let verify = |t: &str| shared.identity.verify_until(t);
+    shared.identities.account(token, now, verify).map_err(|_| {
         Reply::error(
             401,
             codes::UNAUTHORIZED,

@@ -20,6 +20,8 @@ pub struct Shared {
     /// Verifies admission tokens on every proxied request.
     pub fast_tokens: crate::fasttoken::FastVerifier,
     pub identity: IdentityVerifier,
+    /// Login tokens this instance has verified (repeat polls skip the signature check).
+    pub identities: crate::idcache::IdentityCache,
     pub live: Arc<Live>,
     pub limits: Arc<Limits>,
     pub metrics: Arc<Metrics>,

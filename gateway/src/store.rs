@@ -734,6 +734,21 @@ impl Store {
         Ok((at >= 0).then_some(at))
     }
 
+    /// Returns an admitted fan's slot to the `max_active` budget (after a paid order).
+    pub async fn release_active(&self, event: &str, account: &str) -> Result<(), StoreError> {
+        let key = self.key(event, "active");
+        let account = account.to_owned();
+        self.with(|mut c| async move {
+            redis::cmd("ZREM")
+                .arg(key)
+                .arg(account)
+                .query_async::<i64>(&mut c)
+                .await
+        })
+        .await
+        .map(|_| ())
+    }
+
     /// The draw commitment; reveals the seed once Redis time is past the sale start.
     pub async fn draw(&self, event: &str) -> Result<Option<Draw>, StoreError> {
         let mut inv = SCRIPTS.draw.prepare_invoke();

@@ -86,6 +86,11 @@ impl IdentityVerifier {
 
     /// Returns the account id (`sub`) of a valid login token.
     pub fn verify(&self, token: &str) -> Result<String, IdentityError> {
+        self.verify_until(token).map(|(sub, _)| sub)
+    }
+
+    /// Returns the account id (`sub`) of a valid login token and its expiry (`exp`, unix s).
+    pub fn verify_until(&self, token: &str) -> Result<(String, i64), IdentityError> {
         if token.len() > 8192 {
             return Err(IdentityError::Invalid);
         }
@@ -94,7 +99,7 @@ impl IdentityVerifier {
         if !is_valid_account(&data.claims.sub) {
             return Err(IdentityError::Invalid);
         }
-        Ok(data.claims.sub)
+        Ok((data.claims.sub, data.claims.exp))
     }
 
     /// Dev login: mints a 24 h login token for `account`. `None` unless dev login is enabled.

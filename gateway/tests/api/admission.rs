@@ -350,3 +350,41 @@ async fn revoking_a_session_frees_its_slot_at_once() {
     // A's place is gone: asking again says so (the waiting page then rejoins at the back).
     assert_eq!(app.status("rvs", &a).await.status(), StatusCode::NOT_FOUND);
 }
+
+#[tokio::test]
+async fn a_paid_order_returns_the_fans_slot_to_the_budget() {
+    let app = TestApp::spawn().await;
+    app.put_config(
+        "paid",
+        json!({"sale_start": "2020-01-01T00:00:00Z", "admit_per_minute": 60000,
+               "max_active": 1, "mode": "paused"}),
+    )
+    .await;
+    let a = app.login("fan-paid-a").await;
+    assert!(app.join("paid", &a).await.status().is_success());
+    let b = app.login("fan-paid-b").await;
+    assert!(app.join("paid", &b).await.status().is_success());
+    app.put_config(
+        "paid",
+        json!({"sale_start": "2020-01-01T00:00:00Z", "admit_per_minute": 60000, "max_active": 1}),
+    )
+    .await;
+    let adm = app.wait_admitted("paid", &a, Duration::from_secs(5)).await["token"]
+        .as_str()
+        .expect("an admission token")
+        .to_owned();
+    let post = |path: &str| app.http.post(app.url(path)).bearer_auth(&adm).send();
+    // Shopping (anything but a successful payment) keeps the slot.
+    assert_eq!(post("/api/orders").await.unwrap().status(), StatusCode::OK);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(json(app.status("paid", &b).await).await["state"], "waiting");
+    // Paid (the upstream answers 200): the slot is free for the next fan at once.
+    assert_eq!(
+        post("/api/orders/ord_1/pay").await.unwrap().status(),
+        StatusCode::OK
+    );
+    let v = app.wait_admitted("paid", &b, Duration::from_secs(5)).await;
+    assert_eq!(v["state"], "admitted");
+    // A keeps a working admission (order pages, receipts) until the token expires.
+    assert_eq!(post("/api/orders").await.unwrap().status(), StatusCode::OK);
+}
