@@ -14,7 +14,7 @@
 #
 # Environment knobs (full profile): SURGE_PEAK_RATE (5000), SURGE_SEATS (6000: 3 % of the
 # fans, the seed design's 60,000 seats for 2,000,000 fans), SURGE_ADMIT_PER_MINUTE (6000),
-# SURGE_MAX_ACTIVE (1500: ops' cap on admitted fans shopping at once, protecting booking),
+# SURGE_MAX_ACTIVE (0: no cap; the measured admit rate is compared with the configured one),
 # SURGE_RAMP_S/HOLD_S/RAMP_DOWN_S (30/10/30: 200,000 fans), SURGE_K6=0 to skip k6,
 # SURGE_LOADGEN=0 to skip the loadgen surge.
 set -euo pipefail
@@ -72,8 +72,10 @@ psql_q -d postgres -c "CREATE DATABASE \"$DB\"" >/dev/null
 
 # The same configuration file as `deploy/stack up`, with this run's ports and secrets. Per-IP
 # limits are off: every simulated fan comes from 127.0.0.1 (per-account limits stay on).
+# exec: started with `&`, the background PID must be the service itself, or `kill` in
+# cleanup would stop only a subshell and leave the service running (and loading the machine).
 stack_env() {
-  env -i PATH="$PATH" HOME="${HOME:-/tmp}" \
+  exec env -i PATH="$PATH" HOME="${HOME:-/tmp}" \
     FLOODGATE_CONFIG="$ROOT/deploy/local.toml" \
     DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/$DB" \
     REDIS_URL="redis://127.0.0.1:$REDIS_PORT" \
@@ -134,7 +136,7 @@ if [ "${SURGE_LOADGEN:-1}" = 1 ]; then
   else
     PROFILE=(--peak-rate "${SURGE_PEAK_RATE:-5000}" --ramp-s "${SURGE_RAMP_S:-30}" --hold-s "${SURGE_HOLD_S:-10}"
              --ramp-down-s "${SURGE_RAMP_DOWN_S:-30}" --seats "${SURGE_SEATS:-6000}"
-             --admit-per-minute "${SURGE_ADMIT_PER_MINUTE:-6000}" --max-active "${SURGE_MAX_ACTIVE:-1500}"
+             --admit-per-minute "${SURGE_ADMIT_PER_MINUTE:-6000}" --max-active "${SURGE_MAX_ACTIVE:-0}"
              --hold-ttl-s 20 --drain-s 35
              --max-duration-s "${SURGE_MAX_DURATION_S:-420}")
   fi

@@ -957,7 +957,9 @@ pub async fn run(args: SurgeArgs) -> anyhow::Result<SurgeReport> {
     )
     .round() as u64;
 
-    // Arrivals: every 5 ms, spawn the fans due by now.
+    // Arrivals: every 5 ms, spawn the fans due by now. When the machine stalls this task,
+    // the fans it owes are caught up at no more than 1.25 × the peak rate, so a stall shows
+    // as a late, stretched arrival curve (reported) rather than a burst far above the peak.
     let spawner = {
         let run = run.clone();
         let a = args.clone();
@@ -965,8 +967,15 @@ pub async fn run(args: SurgeArgs) -> anyhow::Result<SurgeReport> {
             let mut spawned = 0u64;
             let mut tick = tokio::time::interval(Duration::from_millis(5));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            let mut last = Instant::now();
+            let mut allowance = 0.0f64;
             while spawned < total && !run.stop.load(Relaxed) {
                 tick.tick().await;
+                let now = Instant::now();
+                allowance = (allowance
+                    + now.duration_since(last).as_secs_f64() * a.peak_rate * 1.25)
+                    .min(a.peak_rate * 1.25 * 0.05);
+                last = now;
                 let due = arrivals_by(
                     t0.elapsed().as_secs_f64(),
                     a.peak_rate,
@@ -975,7 +984,8 @@ pub async fn run(args: SurgeArgs) -> anyhow::Result<SurgeReport> {
                     a.ramp_down_s,
                 )
                 .round() as u64;
-                while spawned < due.min(total) {
+                while spawned < due.min(total) && allowance >= 1.0 {
+                    allowance -= 1.0;
                     run.c.arrivals.fetch_add(1, Relaxed);
                     tokio::spawn(run.clone().fan(spawned));
                     spawned += 1;
