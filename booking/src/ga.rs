@@ -122,9 +122,9 @@ async fn hold_ga(
             }
             Attempt::Limit if !healed => {
                 healed = true;
-                if crate::sweeper::expire_account_holds(&state.pool, event, account).await? == 0 {
-                    return Err(limit_refusal(state, event, account, qty).await);
-                }
+                // Try again even when it ended nothing itself: it may have waited for a
+                // sweeper that was expiring the same hold and has now given the usage back.
+                crate::sweeper::expire_account_holds(&state.pool, event, account).await?;
             }
             Attempt::Limit => return Err(limit_refusal(state, event, account, qty).await),
             Attempt::NotOnSale => return Err(sale_not_started(state, event).await),

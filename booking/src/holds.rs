@@ -734,9 +734,9 @@ async fn hold_seats(
                 // The account's own expired holds still count until swept; expire them now
                 // (exactly like the sweeper would) and try once more.
                 healed = true;
-                if crate::sweeper::expire_account_holds(&state.pool, event, account).await? == 0 {
-                    return Err(limit_refusal(state, event, account, n).await);
-                }
+                // Try again even when it ended nothing itself: it may have waited for a
+                // sweeper that was expiring the same hold and has now given the usage back.
+                crate::sweeper::expire_account_holds(&state.pool, event, account).await?;
             }
             Attempt::Limit => return Err(limit_refusal(state, event, account, n).await),
             Attempt::NotOnSale => return Err(sale_not_started(state, event).await),

@@ -50,7 +50,7 @@ async fn sweep_batch(pool: &PgPool, batch: i64) -> anyhow::Result<Vec<EndedHold>
             "WITH expired AS (
                  SELECT id FROM holds
                  WHERE status = 'active' AND expires_at <= clock_timestamp()
-                 ORDER BY expires_at
+                 ORDER BY expires_at, id
                  LIMIT $1
                  FOR UPDATE SKIP LOCKED)
              UPDATE holds h SET status = 'expired'
@@ -74,6 +74,11 @@ async fn sweep_batch(pool: &PgPool, batch: i64) -> anyhow::Result<Vec<EndedHold>
 /// Expires one account's own expired active holds for an event (what the sweeper would do),
 /// so a fan whose earlier hold ran out is not refused by the ticket limit until the next
 /// sweep. Returns how many holds it ended.
+///
+/// Waits (plain `FOR UPDATE`, not `SKIP LOCKED`) when a sweeper is expiring the same hold at
+/// that moment: skipping it would return before the sweeper's commit gave the usage back, and
+/// the fan's retry would be refused `LIMIT_EXCEEDED` for nothing. Locks in the sweeper's order
+/// (`expires_at, id`), so the two never deadlock; the set is one account's few holds.
 pub(crate) async fn expire_account_holds(
     pool: &PgPool,
     event: &str,
@@ -87,8 +92,8 @@ pub(crate) async fn expire_account_holds(
                  SELECT id FROM holds
                  WHERE event_id = $1 AND account_id = $2 AND status = 'active'
                    AND expires_at <= clock_timestamp()
-                 ORDER BY id
-                 FOR UPDATE SKIP LOCKED)
+                 ORDER BY expires_at, id
+                 FOR UPDATE)
              RETURNING h.id, h.event_id, h.account_id, h.kind, h.quantity",
         )
         .bind(event)
