@@ -76,6 +76,8 @@ pub struct GatewaySettings {
     /// Verified login tokens remembered per instance (a waiting fan's repeat polls then skip
     /// the RS256/EdDSA signature check); about 100 bytes each; 0 disables.
     pub identity_cache_entries: usize,
+    /// Also serve `GET /metrics` on the public listener (it is always on the admin one).
+    pub public_metrics: bool,
 }
 
 impl Default for GatewaySettings {
@@ -103,6 +105,7 @@ impl Default for GatewaySettings {
             passthrough_batch: 5000,
             trusted_proxies: Vec::new(),
             identity_cache_entries: 262_144,
+            public_metrics: false,
         }
     }
 }

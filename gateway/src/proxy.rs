@@ -224,6 +224,11 @@ impl ProxyHttp for PublicProxy {
                 Route::Webhook => Action::Forward,
                 Route::Healthz => Action::Reply(Reply::json(200, &json!({"status": "ok"}))),
                 Route::Readyz => Action::Ready,
+                // Queue lengths and rates are for ops: on the admin listener, and on the public
+                // one only when configured (`public_metrics`).
+                Route::Metrics if !self.shared.config.gateway.public_metrics => {
+                    Action::Reply(Reply::error(404, codes::NOT_FOUND, "not found"))
+                }
                 Route::Metrics => Action::Reply(Reply::bytes(
                     200,
                     "text/plain; version=0.0.4",

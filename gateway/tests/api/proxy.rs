@@ -461,9 +461,11 @@ async fn pages_health_and_metrics() {
             .status(),
         StatusCode::OK
     );
+    // Metrics are for ops: the admin listener serves them, the public one does not (unless
+    // `public_metrics` is set).
     let m = app
         .http
-        .get(app.url("/metrics"))
+        .get(app.admin_url("/metrics"))
         .send()
         .await
         .unwrap()
@@ -471,6 +473,11 @@ async fn pages_health_and_metrics() {
         .await
         .unwrap();
     assert!(m.contains("fg_joins_total"));
+    let public = app.http.get(app.url("/metrics")).send().await.unwrap();
+    assert_eq!(public.status(), StatusCode::NOT_FOUND);
+    let open = TestApp::spawn_with(|c| c.gateway.public_metrics = true).await;
+    let r = open.http.get(open.url("/metrics")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
     let r = app
         .http
         .get(app.admin_url("/healthz"))
