@@ -310,80 +310,91 @@ async fn auto_mode_backs_off_when_booking_fails() {
     server.abort();
 }
 
-#[tokio::test]
-async fn revoking_a_session_frees_its_slot_at_once() {
-    let app = TestApp::spawn().await;
-    app.put_config(
-        "rvs",
+/// One `max_active` slot: fan A is admitted and holds it, fan B waits behind the cap.
+struct OneSlot {
+    a: String,
+    a_session: String,
+    a_admission: String,
+    b: String,
+}
+
+async fn one_slot_two_fans(app: &TestApp, event: &str) -> OneSlot {
+    let cfg = |mode: &str| {
         json!({"sale_start": "2020-01-01T00:00:00Z", "admit_per_minute": 60000,
-               "max_active": 1, "mode": "paused"}),
-    )
-    .await;
-    let a = app.login("fan-rvs-a").await;
-    let sid = json(app.join("rvs", &a).await).await["session"]
+               "max_active": 1, "mode": mode})
+    };
+    app.put_config(event, cfg("paused")).await;
+    let a = app.login(&format!("fan-{event}-a")).await;
+    let a_session = json(app.join(event, &a).await).await["session"]
         .as_str()
         .expect("join answers the session")
         .to_owned();
-    let b = app.login("fan-rvs-b").await;
-    assert!(app.join("rvs", &b).await.status().is_success());
-    app.put_config(
-        "rvs",
-        json!({"sale_start": "2020-01-01T00:00:00Z", "admit_per_minute": 60000, "max_active": 1}),
-    )
-    .await;
-    app.wait_admitted("rvs", &a, Duration::from_secs(5)).await;
+    let b = app.login(&format!("fan-{event}-b")).await;
+    assert!(app.join(event, &b).await.status().is_success());
+    app.put_config(event, cfg("queue")).await;
+    let a_admission = app.wait_admitted(event, &a, Duration::from_secs(5)).await["token"]
+        .as_str()
+        .expect("an admission token")
+        .to_owned();
     // A holds the only slot (token lifetime: minutes); B waits behind the cap.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(json(app.status("rvs", &b).await).await["state"], "waiting");
+    assert_eq!(json(app.status(event, &b).await).await["state"], "waiting");
+    OneSlot {
+        a,
+        a_session,
+        a_admission,
+        b,
+    }
+}
+
+#[tokio::test]
+async fn revoking_a_session_frees_its_slot_at_once() {
+    let app = TestApp::spawn().await;
+    let f = one_slot_two_fans(&app, "rvs").await;
     let r = app
         .http
         .post(app.admin_url("/admin/events/rvs/revoke"))
         .bearer_auth(ADMIN)
-        .json(&json!({"session": sid}))
+        .json(&json!({"session": f.a_session}))
         .send()
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::OK);
     // The slot returns to the budget now, not when A's token would have expired.
-    let v = app.wait_admitted("rvs", &b, Duration::from_secs(5)).await;
+    let v = app.wait_admitted("rvs", &f.b, Duration::from_secs(5)).await;
     assert_eq!(v["state"], "admitted");
     // A's place is gone: asking again says so (the waiting page then rejoins at the back).
-    assert_eq!(app.status("rvs", &a).await.status(), StatusCode::NOT_FOUND);
+    assert_eq!(
+        app.status("rvs", &f.a).await.status(),
+        StatusCode::NOT_FOUND
+    );
 }
 
 #[tokio::test]
 async fn a_paid_order_returns_the_fans_slot_to_the_budget() {
     let app = TestApp::spawn().await;
-    app.put_config(
-        "paid",
-        json!({"sale_start": "2020-01-01T00:00:00Z", "admit_per_minute": 60000,
-               "max_active": 1, "mode": "paused"}),
-    )
-    .await;
-    let a = app.login("fan-paid-a").await;
-    assert!(app.join("paid", &a).await.status().is_success());
-    let b = app.login("fan-paid-b").await;
-    assert!(app.join("paid", &b).await.status().is_success());
-    app.put_config(
-        "paid",
-        json!({"sale_start": "2020-01-01T00:00:00Z", "admit_per_minute": 60000, "max_active": 1}),
-    )
-    .await;
-    let adm = app.wait_admitted("paid", &a, Duration::from_secs(5)).await["token"]
-        .as_str()
-        .expect("an admission token")
-        .to_owned();
-    let post = |path: &str| app.http.post(app.url(path)).bearer_auth(&adm).send();
+    let f = one_slot_two_fans(&app, "paid").await;
+    let post = |path: &str| {
+        app.http
+            .post(app.url(path))
+            .bearer_auth(&f.a_admission)
+            .send()
+    };
     // Shopping (anything but a successful payment) keeps the slot.
     assert_eq!(post("/api/orders").await.unwrap().status(), StatusCode::OK);
     tokio::time::sleep(Duration::from_millis(600)).await;
-    assert_eq!(json(app.status("paid", &b).await).await["state"], "waiting");
+    assert_eq!(
+        json(app.status("paid", &f.b).await).await["state"],
+        "waiting"
+    );
     // Paid (the upstream answers 200): the slot is free for the next fan at once.
     assert_eq!(
         post("/api/orders/ord_1/pay").await.unwrap().status(),
         StatusCode::OK
     );
-    let v = app.wait_admitted("paid", &b, Duration::from_secs(5)).await;
+    let v = app
+        .wait_admitted("paid", &f.b, Duration::from_secs(5))
+        .await;
     assert_eq!(v["state"], "admitted");
     // A keeps a working admission (order pages, receipts) until the token expires.
     assert_eq!(post("/api/orders").await.unwrap().status(), StatusCode::OK);
