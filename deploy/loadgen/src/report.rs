@@ -131,6 +131,20 @@ pub fn thousands(v: f64) -> String {
     if n < 0 { format!("-{out}") } else { out }
 }
 
+/// One table row per issue-7 target.
+fn target_rows(out: &mut String, r: &SurgeReport) {
+    for t in targets(r) {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} |",
+            t.what,
+            t.goal,
+            t.measured,
+            mark(t.met)
+        );
+    }
+}
+
 fn mark(met: bool) -> &'static str {
     if met { "met" } else { "**missed**" }
 }
@@ -218,16 +232,7 @@ fn surge_section(out: &mut String, r: &SurgeReport, a: &ReportArgs) -> anyhow::R
         out,
         "| target (issue 7) | goal | measured | |\n| --- | --- | --- | --- |"
     );
-    for t in targets(r) {
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {} |",
-            t.what,
-            t.goal,
-            t.measured,
-            mark(t.met)
-        );
-    }
+    target_rows(out, r);
     let _ = writeln!(
         out,
         "\n{} requests in {:.0} s ({:.0}/s through the gateway). Time in queue p50 {:.1} s, \
@@ -516,16 +521,7 @@ pub fn top(a: &SummaryArgs) -> anyhow::Result<String> {
                 thousands(r.fans as f64),
                 thousands(r.seats as f64)
             );
-            for t in targets(&r) {
-                let _ = writeln!(
-                    out,
-                    "| {} | {} | {} | {} |",
-                    t.what,
-                    t.goal,
-                    t.measured,
-                    mark(t.met)
-                );
-            }
+            target_rows(&mut out, &r);
             let _ = writeln!(out);
         }
         None => {

@@ -376,27 +376,32 @@ impl Run {
         }
     }
 
-    /// Join and poll until admitted. Returns the admission token.
-    async fn queue(&self, identity: &str) -> Option<String> {
-        let join_url = self.url(&format!("/queue/{}/join", self.event));
-        let status_url = self.url(&format!("/queue/{}/status", self.event));
-        let mut r = match self
+    /// `POST /queue/{event}/join`; a transport failure is counted and ends the fan.
+    async fn join(&self, join_url: &str, identity: &str) -> Option<Reply> {
+        match self
             .call(
                 "join",
                 Method::POST,
-                join_url.clone(),
+                join_url.to_owned(),
                 Some(identity),
                 None,
                 None,
             )
             .await
         {
-            Ok(r) => r,
+            Ok(r) => Some(r),
             Err(_) => {
                 self.error("join", None, "");
-                return None;
+                None
             }
-        };
+        }
+    }
+
+    /// Join and poll until admitted. Returns the admission token.
+    async fn queue(&self, identity: &str) -> Option<String> {
+        let join_url = self.url(&format!("/queue/{}/join", self.event));
+        let status_url = self.url(&format!("/queue/{}/status", self.event));
+        let mut r = self.join(&join_url, identity).await?;
         let mut rejoined = false;
         loop {
             if self.stop.load(Relaxed) {
@@ -411,23 +416,7 @@ impl Run {
                 404 if r.body["code"] == "NOT_IN_QUEUE" && !rejoined => {
                     // The join itself failed (e.g. a 503): join again, as the waiting page does.
                     rejoined = true;
-                    r = match self
-                        .call(
-                            "join",
-                            Method::POST,
-                            join_url.clone(),
-                            Some(identity),
-                            None,
-                            None,
-                        )
-                        .await
-                    {
-                        Ok(r) => r,
-                        Err(_) => {
-                            self.error("join", None, "");
-                            return None;
-                        }
-                    };
+                    r = self.join(&join_url, identity).await?;
                     continue;
                 }
                 429 | 503 => {
@@ -468,23 +457,7 @@ impl Run {
                 }
                 "expired" if !rejoined => {
                     rejoined = true;
-                    r = match self
-                        .call(
-                            "join",
-                            Method::POST,
-                            join_url.clone(),
-                            Some(identity),
-                            None,
-                            None,
-                        )
-                        .await
-                    {
-                        Ok(r) => r,
-                        Err(_) => {
-                            self.error("join", None, "");
-                            return None;
-                        }
-                    };
+                    r = self.join(&join_url, identity).await?;
                     continue;
                 }
                 "expired" => {
