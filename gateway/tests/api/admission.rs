@@ -399,3 +399,77 @@ async fn a_paid_order_returns_the_fans_slot_to_the_budget() {
     // A keeps a working admission (order pages, receipts) until the token expires.
     assert_eq!(post("/api/orders").await.unwrap().status(), StatusCode::OK);
 }
+
+#[tokio::test]
+async fn many_fans_paying_at_once_never_exceed_max_active_and_all_get_through() {
+    let app = TestApp::spawn().await;
+    app.put_config(
+        "payrush",
+        json!({"sale_start": "2020-01-01T00:00:00Z", "admit_per_minute": 60000,
+               "max_active": 5, "mode": "paused"}),
+    )
+    .await;
+    let fans = join_many(&app, "payrush", 40, "pr").await;
+    app.put_config(
+        "payrush",
+        json!({"sale_start": "2020-01-01T00:00:00Z", "admit_per_minute": 60000, "max_active": 5}),
+    )
+    .await;
+    // Every fan polls until admitted, then pays at once; all 40 run concurrently.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let (mut c, adm, act, done) = (
+            app.redis.clone(),
+            app.key("payrush", "adm"),
+            app.key("payrush", "active"),
+            done.clone(),
+        );
+        tokio::spawn(async move {
+            let mut worst = 0u64;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let (a, b): (u64, u64) = redis::pipe()
+                    .cmd("ZCARD")
+                    .arg(&adm)
+                    .cmd("ZCARD")
+                    .arg(&act)
+                    .query_async(&mut c)
+                    .await
+                    .unwrap();
+                worst = worst.max(a + b);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            worst
+        })
+    };
+    let rush = fans.iter().enumerate().map(|(i, t)| {
+        let app = &app;
+        async move {
+            let v = app
+                .wait_admitted("payrush", t, Duration::from_secs(30))
+                .await;
+            let adm = v["token"].as_str().expect("an admission token");
+            let r = app
+                .http
+                .post(app.url(&format!("/api/orders/ord_{i}/pay")))
+                .bearer_auth(adm)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), StatusCode::OK);
+        }
+    });
+    futures::future::join_all(rush).await;
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let worst = watcher.await.unwrap();
+    assert!(
+        worst <= 5,
+        "{worst} fans held admissions at once (max_active 5)"
+    );
+    // Only freed slots let the next fans in: 40 admitted with a cap of 5, each exactly once.
+    let adm = app.admissions("payrush").await;
+    assert_eq!(adm.len(), 40);
+    let mut names: Vec<_> = adm.into_iter().map(|(a, _, _)| a).collect();
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), 40);
+}
