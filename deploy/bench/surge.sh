@@ -15,7 +15,8 @@
 # Environment knobs (full profile): SURGE_PEAK_RATE (5000), SURGE_SEATS (6000: 3 % of the
 # fans, the seed design's 60,000 seats for 2,000,000 fans), SURGE_ADMIT_PER_MINUTE (6000),
 # SURGE_MAX_ACTIVE (0: no cap; the measured admit rate is compared with the configured one),
-# SURGE_RAMP_S/HOLD_S/RAMP_DOWN_S (30/10/30: 200,000 fans), SURGE_K6=0 to skip k6,
+# SURGE_RAMP_S/HOLD_S/RAMP_DOWN_S (30/10/30: 200,000 fans), SURGE_DB_POOL (8: booking's Postgres
+# pool, sized for Postgres sharing these cores; see deploy/local.toml), SURGE_K6=0 to skip k6,
 # SURGE_LOADGEN=0 to skip the loadgen surge.
 set -euo pipefail
 
@@ -78,6 +79,7 @@ stack_env() {
   exec env -i PATH="$PATH" HOME="${HOME:-/tmp}" \
     FLOODGATE_CONFIG="$ROOT/deploy/local.toml" \
     DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/$DB" \
+    FLOODGATE_DATABASE__MAX_CONNECTIONS="${SURGE_DB_POOL:-8}" \
     REDIS_URL="redis://127.0.0.1:$REDIS_PORT" \
     FLOODGATE_REDIS__KEY_PREFIX="$PREFIX" \
     FLOODGATE_ADMIN_TOKEN="$ADMIN" \

@@ -8,7 +8,7 @@
 use crate::config::RateLimits;
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
-use std::hash::{BuildHasher, Hasher};
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::time::Duration;
@@ -108,18 +108,28 @@ impl Limits {
         }
     }
 
-    /// Forgets keys whose budget is full again, bounding memory (called periodically).
+    /// Forgets keys whose budget is full again, bounding memory (called periodically, off
+    /// the async workers: with hundreds of thousands of fans it walks that many keys).
     pub fn prune(&self) {
         for p in [&self.join, &self.status, &self.api] {
             if let Some(l) = &p.account {
-                l.retain_recent();
-                l.shrink_to_fit();
+                prune_one(l);
             }
             if let Some(l) = &p.ip {
-                l.retain_recent();
-                l.shrink_to_fit();
+                prune_one(l);
             }
         }
+    }
+}
+
+/// Drops the keys at full budget; rehashes to a smaller table only once most keys are gone
+/// (after a surge). Rehashing holds a shard's lock for the whole shard, so doing it on every
+/// pass while a surge keeps the map full made every request touching that shard wait.
+fn prune_one<K: Hash + Eq + Clone>(l: &DefaultKeyedRateLimiter<K>) {
+    let before = l.len();
+    l.retain_recent();
+    if l.len().saturating_mul(4) < before {
+        l.shrink_to_fit();
     }
 }
 

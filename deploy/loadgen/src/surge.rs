@@ -17,6 +17,13 @@ use crate::promtext;
 use crate::svg::{Axis, BarChart, LineChart, Series};
 use anyhow::{Context, bail};
 use hdrhistogram::Histogram;
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Bytes;
+use hyper::header::{AUTHORIZATION, HeaderValue, RETRY_AFTER};
+use hyper::{Request, Uri};
+use hyper_util::client::legacy::Client as PooledClient;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
 use rand::Rng;
 use reqwest::{Client, Method, StatusCode};
 use serde::{Deserialize, Serialize};
@@ -101,6 +108,8 @@ pub struct SurgeArgs {
 
 /// Endpoints whose latency is recorded, in report order.
 pub const ENDPOINTS: [&str; 7] = ["login", "join", "status", "seats", "hold", "order", "pay"];
+const JOIN: usize = 1;
+const STATUS: usize = 2;
 
 /// One HDR histogram per endpoint (microseconds), plus fan-level times (milliseconds).
 pub struct Latencies {
@@ -208,10 +217,19 @@ pub struct Counters {
     pub active_fans: AtomicU64,
 }
 
+/// The waiting-room client: plain hyper with URIs parsed once per run and replies parsed
+/// into the four fields a fan acts on. Join and status are 99 % of a surge's requests, and
+/// reqwest's per-request URL parsing and a `serde_json::Value` per reply made the load
+/// generator the machine's largest CPU user after Postgres (perf, docs/benchmarks.md) —
+/// load the client spends is load the measured services do not get.
+type QueueClient = PooledClient<HttpConnector, Empty<Bytes>>;
+
 struct Run {
     args: SurgeArgs,
     event: String,
     client: Client,
+    queue_client: QueueClient,
+    uris: QueueUris,
     slots: Semaphore,
     lat: Latencies,
     c: Counters,
@@ -248,7 +266,53 @@ enum Pick {
 struct Reply {
     status: StatusCode,
     body: Value,
+}
+
+/// The event's join and status addresses, parsed once.
+struct QueueUris {
+    join: Uri,
+    status: Uri,
+}
+
+impl QueueUris {
+    fn new(base_url: &str, event: &str) -> anyhow::Result<Self> {
+        let parse = |what: &str| -> anyhow::Result<Uri> {
+            format!("{}/queue/{event}/{what}", base_url.trim_end_matches('/'))
+                .parse()
+                .with_context(|| format!("the {what} URL of {base_url}"))
+        };
+        Ok(Self {
+            join: parse("join")?,
+            status: parse("status")?,
+        })
+    }
+}
+
+/// A join or status answer: only what decides the fan's next step.
+struct QueueReply {
+    status: StatusCode,
+    body: QueueBody,
     retry_after: Option<u64>,
+}
+
+/// The fields of a join/status body (or error body) the fan reads; the rest is skipped
+/// unparsed.
+#[derive(Debug, Default, Deserialize)]
+struct QueueBody {
+    #[serde(default)]
+    state: Option<String>,
+    #[serde(default)]
+    code: Option<String>,
+    #[serde(default)]
+    poll_after_ms: Option<u64>,
+    #[serde(default)]
+    token: Option<String>,
+}
+
+impl QueueReply {
+    fn code(&self) -> &str {
+        self.body.code.as_deref().unwrap_or("")
+    }
 }
 
 /// Arrivals expected by `t` seconds into the run (integral of the piecewise-linear rate).
@@ -317,20 +381,11 @@ impl Run {
         self.c.requests.fetch_add(1, Relaxed);
         let resp = req.send().await?;
         let status = resp.status();
-        let retry_after = resp
-            .headers()
-            .get("retry-after")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse().ok());
         let bytes = resp.bytes().await?;
         self.lat
             .record(Self::endpoint_index(endpoint), start.elapsed());
         let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        Ok(Reply {
-            status,
-            body,
-            retry_after,
-        })
+        Ok(Reply { status, body })
     }
 
     fn url(&self, path: &str) -> String {
@@ -376,19 +431,48 @@ impl Run {
         }
     }
 
-    /// `POST /queue/{event}/join`; a transport failure is counted and ends the fan.
-    async fn join(&self, join_url: &str, identity: &str) -> Option<Reply> {
-        match self
-            .call(
-                "join",
-                Method::POST,
-                join_url.to_owned(),
-                Some(identity),
-                None,
-                None,
-            )
+    /// One waiting-room request (join or status), timed like [`Run::call`] from intent.
+    async fn queue_call(
+        &self,
+        endpoint: usize,
+        method: &Method,
+        uri: &Uri,
+        auth: &HeaderValue,
+    ) -> anyhow::Result<QueueReply> {
+        let start = Instant::now();
+        let _slot = self.slots.acquire().await;
+        let req = Request::builder()
+            .method(method)
+            .uri(uri.clone())
+            .header(AUTHORIZATION, auth.clone())
+            .body(Empty::new())
+            .context("building the request")?;
+        self.c.requests.fetch_add(1, Relaxed);
+        let exchange = async {
+            let resp = self.queue_client.request(req).await?;
+            let (parts, body) = resp.into_parts();
+            let bytes = body.collect().await?.to_bytes();
+            anyhow::Ok((parts, bytes))
+        };
+        let (parts, bytes) = tokio::time::timeout(Duration::from_secs(30), exchange)
             .await
-        {
+            .context("timed out")??;
+        self.lat.record(endpoint, start.elapsed());
+        let retry_after = parts
+            .headers
+            .get(RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok());
+        Ok(QueueReply {
+            status: parts.status,
+            body: serde_json::from_slice(&bytes).unwrap_or_default(),
+            retry_after,
+        })
+    }
+
+    /// `POST /queue/{event}/join`; a transport failure is counted and ends the fan.
+    async fn join(&self, uri: &Uri, auth: &HeaderValue) -> Option<QueueReply> {
+        match self.queue_call(JOIN, &Method::POST, uri, auth).await {
             Ok(r) => Some(r),
             Err(_) => {
                 self.error("join", None, "");
@@ -399,9 +483,12 @@ impl Run {
 
     /// Join and poll until admitted. Returns the admission token.
     async fn queue(&self, identity: &str) -> Option<String> {
-        let join_url = self.url(&format!("/queue/{}/join", self.event));
-        let status_url = self.url(&format!("/queue/{}/status", self.event));
-        let mut r = self.join(&join_url, identity).await?;
+        let (join_uri, status_uri) = (&self.uris.join, &self.uris.status);
+        let Ok(auth) = HeaderValue::from_str(&format!("Bearer {identity}")) else {
+            self.error("join", None, "bad identity token");
+            return None;
+        };
+        let mut r = self.join(join_uri, &auth).await?;
         let mut rejoined = false;
         loop {
             if self.stop.load(Relaxed) {
@@ -409,46 +496,42 @@ impl Run {
             }
             match r.status.as_u16() {
                 200 | 201 => {}
-                409 if r.body["code"] == "SOLD_OUT" => {
+                409 if r.code() == "SOLD_OUT" => {
                     self.c.sold_out_queue.fetch_add(1, Relaxed);
                     return None;
                 }
-                404 if r.body["code"] == "NOT_IN_QUEUE" && !rejoined => {
+                404 if r.code() == "NOT_IN_QUEUE" && !rejoined => {
                     // The join itself failed (e.g. a 503): join again, as the waiting page does.
                     rejoined = true;
-                    r = self.join(&join_url, identity).await?;
+                    r = self.join(join_uri, &auth).await?;
                     continue;
                 }
                 429 | 503 => {
                     if r.status == StatusCode::TOO_MANY_REQUESTS {
                         self.c.rate_limited.fetch_add(1, Relaxed);
                     }
-                    self.error(
-                        "queue",
-                        Some(r.status),
-                        r.body["code"].as_str().unwrap_or(""),
-                    );
+                    self.error("queue", Some(r.status), r.code());
                     tokio::time::sleep(Duration::from_secs(r.retry_after.unwrap_or(1))).await;
-                    r = Reply {
+                    r = QueueReply {
                         status: StatusCode::OK,
-                        body: json!({"state": "waiting", "poll_after_ms": 0}),
+                        body: QueueBody {
+                            state: Some("waiting".into()),
+                            poll_after_ms: Some(0),
+                            ..QueueBody::default()
+                        },
                         retry_after: None,
                     };
                     continue;
                 }
                 _ => {
-                    self.error(
-                        "queue",
-                        Some(r.status),
-                        r.body["code"].as_str().unwrap_or(""),
-                    );
+                    self.error("queue", Some(r.status), r.code());
                     return None;
                 }
             }
-            match r.body["state"].as_str().unwrap_or("") {
+            match r.body.state.as_deref().unwrap_or("") {
                 "admitted" => {
-                    if let Some(t) = r.body["token"].as_str() {
-                        return Some(t.to_owned());
+                    if let Some(t) = r.body.token.take() {
+                        return Some(t);
                     }
                 }
                 "sold_out" | "closed" => {
@@ -457,7 +540,7 @@ impl Run {
                 }
                 "expired" if !rejoined => {
                     rejoined = true;
-                    r = self.join(&join_url, identity).await?;
+                    r = self.join(join_uri, &auth).await?;
                     continue;
                 }
                 "expired" => {
@@ -466,7 +549,7 @@ impl Run {
                 }
                 _ => {}
             }
-            let wait = r.body["poll_after_ms"].as_u64().unwrap_or(1000);
+            let wait = r.body.poll_after_ms.unwrap_or(1000);
             if wait > 0 {
                 tokio::time::sleep(Duration::from_millis(wait)).await;
             }
@@ -474,14 +557,7 @@ impl Run {
                 return None;
             }
             r = match self
-                .call(
-                    "status",
-                    Method::GET,
-                    status_url.clone(),
-                    Some(identity),
-                    None,
-                    None,
-                )
+                .queue_call(STATUS, &Method::GET, status_uri, &auth)
                 .await
             {
                 Ok(r) => r,
@@ -881,6 +957,14 @@ pub async fn run(args: SurgeArgs) -> anyhow::Result<SurgeReport> {
         .timeout(Duration::from_secs(30))
         .build()
         .context("building the HTTP client")?;
+    let queue_client = {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        PooledClient::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(args.max_in_flight)
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build(connector)
+    };
     let admin_client = Client::builder()
         .timeout(Duration::from_secs(10))
         .build()
@@ -901,6 +985,8 @@ pub async fn run(args: SurgeArgs) -> anyhow::Result<SurgeReport> {
     };
     let run = Arc::new(Run {
         slots: Semaphore::new(args.max_in_flight),
+        queue_client,
+        uris: QueueUris::new(&args.base_url, &event)?,
         client,
         event: event.clone(),
         lat: Latencies::new(),
@@ -1308,7 +1394,31 @@ pub fn latency_chart(r: &SurgeReport) -> BarChart {
 
 #[cfg(test)]
 mod tests {
-    use super::{Tick, arrivals_by};
+    use super::{ENDPOINTS, JOIN, QueueBody, STATUS, Tick, arrivals_by};
+
+    #[test]
+    fn queue_endpoint_indices_name_their_endpoints() {
+        assert_eq!(ENDPOINTS[JOIN], "join");
+        assert_eq!(ENDPOINTS[STATUS], "status");
+    }
+
+    #[test]
+    fn queue_bodies_parse_to_the_fields_a_fan_reads() -> anyhow::Result<()> {
+        let waiting: QueueBody = serde_json::from_str(
+            r#"{"event":"e","state":"waiting","position":7,"ahead":6,"eta_seconds":null,
+                "poll_after_ms":1200,"admit_per_minute":600,"receipt":"x.y.z"}"#,
+        )?;
+        assert_eq!(waiting.state.as_deref(), Some("waiting"));
+        assert_eq!(waiting.poll_after_ms, Some(1200));
+        assert!(waiting.token.is_none() && waiting.code.is_none());
+        let admitted: QueueBody = serde_json::from_str(
+            r#"{"state":"admitted","token":"t.o.k","poll_after_ms":0,"next":"/e/x/shop"}"#,
+        )?;
+        assert_eq!(admitted.token.as_deref(), Some("t.o.k"));
+        let error: QueueBody = serde_json::from_str(r#"{"code":"SOLD_OUT","message":"sold out"}"#)?;
+        assert_eq!(error.code.as_deref(), Some("SOLD_OUT"));
+        Ok(())
+    }
 
     #[test]
     fn a_tick_with_nan_survives_a_json_round_trip() {
