@@ -252,6 +252,20 @@ struct SeatView {
     fetched: Option<Instant>,
     free: Vec<String>,
     held: usize,
+    /// The map as fetched had nothing free and nothing held: nothing can come back.
+    sold_out: bool,
+}
+
+/// `GET /api/events/{event}/seats`, only what a fan picks by.
+#[derive(Deserialize)]
+struct SeatMap {
+    seats: Vec<SeatRow>,
+}
+
+#[derive(Deserialize)]
+struct SeatRow {
+    seat_id: String,
+    status: String,
 }
 
 /// What a fan found when looking for seats.
@@ -366,6 +380,23 @@ impl Run {
         idem_key: Option<&str>,
         body: Option<Value>,
     ) -> Result<Reply, reqwest::Error> {
+        let (status, bytes) = self
+            .call_raw(endpoint, method, url, bearer, idem_key, body)
+            .await?;
+        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Ok(Reply { status, body })
+    }
+
+    /// [`Run::call`] without parsing the body.
+    async fn call_raw(
+        &self,
+        endpoint: &str,
+        method: Method,
+        url: String,
+        bearer: Option<&str>,
+        idem_key: Option<&str>,
+        body: Option<Value>,
+    ) -> Result<(StatusCode, Bytes), reqwest::Error> {
         let start = Instant::now();
         let _slot = self.slots.acquire().await;
         let mut req = self.client.request(method, url);
@@ -384,8 +415,7 @@ impl Run {
         let bytes = resp.bytes().await?;
         self.lat
             .record(Self::endpoint_index(endpoint), start.elapsed());
-        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        Ok(Reply { status, body })
+        Ok((status, bytes))
     }
 
     fn url(&self, path: &str) -> String {
@@ -570,45 +600,70 @@ impl Run {
     }
 
     async fn pick(&self, token: &str) -> Pick {
+        let n = self.args.seats_per_fan;
         let mut view = self.seats.inner.lock().await;
+        loop {
+            let age = view.fetched.map(|t| t.elapsed());
+            let stale = age.is_none_or(|a| a >= Duration::from_secs(1));
+            if stale || view.free.len() >= n {
+                break;
+            }
+            if view.sold_out {
+                return Pick::SoldOut;
+            }
+            if view.free.is_empty() && view.held > 0 {
+                return Pick::NoneFreeYet;
+            }
+            // This second's fans picked the shared copy clean: fetch again, but at most every
+            // 100 ms. Refetching on every such pick (and on every pick after the sell-out)
+            // parsed the whole map per fan and made the load generator the busiest process
+            // of the drain phase.
+            let wait = age.map_or(Duration::ZERO, |a| {
+                Duration::from_millis(100).saturating_sub(a)
+            });
+            if wait.is_zero() {
+                break;
+            }
+            drop(view);
+            tokio::time::sleep(wait).await;
+            view = self.seats.inner.lock().await;
+        }
         let stale = view
             .fetched
             .is_none_or(|t| t.elapsed() >= Duration::from_secs(1));
-        if stale || view.free.len() < self.args.seats_per_fan {
-            if !stale && view.free.is_empty() && view.held > 0 {
-                return Pick::NoneFreeYet;
-            }
+        if stale || view.free.len() < n {
             let url = self.url(&format!("/api/events/{}/seats", self.event));
             match self
-                .call("seats", Method::GET, url, Some(token), None, None)
+                .call_raw("seats", Method::GET, url, Some(token), None, None)
                 .await
             {
-                Ok(r) if r.status == StatusCode::OK => {
+                Ok((StatusCode::OK, bytes)) => {
+                    let Ok(map) = serde_json::from_slice::<SeatMap>(&bytes) else {
+                        self.error("seats", Some(StatusCode::OK), "unreadable seat map");
+                        return Pick::Error;
+                    };
                     let mut free = Vec::new();
                     let mut held = 0;
-                    for s in r.body["seats"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
-                        match s["status"].as_str() {
-                            Some("available") => {
-                                if let Some(id) = s["seat_id"].as_str() {
-                                    free.push(id.to_owned());
-                                }
-                            }
-                            Some("held") => held += 1,
+                    for seat in map.seats {
+                        match seat.status.as_str() {
+                            "available" => free.push(seat.seat_id),
+                            "held" => held += 1,
                             _ => {}
                         }
                     }
                     *view = SeatView {
                         fetched: Some(Instant::now()),
+                        sold_out: free.is_empty() && held == 0,
                         free,
                         held,
                     };
                 }
-                Ok(r) => {
-                    self.error(
-                        "seats",
-                        Some(r.status),
-                        r.body["code"].as_str().unwrap_or(""),
-                    );
+                Ok((status, bytes)) => {
+                    let code = serde_json::from_slice::<QueueBody>(&bytes)
+                        .ok()
+                        .and_then(|b| b.code)
+                        .unwrap_or_default();
+                    self.error("seats", Some(status), &code);
                     return Pick::Error;
                 }
                 Err(_) => {
@@ -617,7 +672,6 @@ impl Run {
                 }
             }
         }
-        let n = self.args.seats_per_fan;
         if view.free.len() < n {
             return if view.held > 0 || !view.free.is_empty() {
                 Pick::NoneFreeYet
