@@ -36,15 +36,17 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 -- KEYS[1] counter, KEYS[2] admissions hash; ARGV[1] quantity, ARGV[2] admission id,
--- ARGV[3] admissions ttl (s)
+-- ARGV[3] admissions ttl (s). An admission is stored as 'quantity:admitted_ms' while its order
+-- is in flight and as 'done' once the order committed (see SETTLE, RECONCILE).
 local s = redis.call('GET', KEYS[1])
 if not s then return {3, 0} end
 if redis.call('HEXISTS', KEYS[2], ARGV[2]) == 1 then return {2, tonumber(s)} end
 local n = tonumber(s)
 local q = tonumber(ARGV[1])
 if n >= q then
+  local t = redis.call('TIME')
   redis.call('DECRBY', KEYS[1], q)
-  redis.call('HSET', KEYS[2], ARGV[2], q)
+  redis.call('HSET', KEYS[2], ARGV[2], q .. ':' .. (t[1] * 1000 + math.floor(t[2] / 1000)))
   redis.call('EXPIRE', KEYS[2], tonumber(ARGV[3]))
   return {1, n - q}
 end
@@ -56,12 +58,57 @@ return {0, n}
 static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
--- KEYS[1] counter, KEYS[2] admissions hash; ARGV[1] admission id
-local q = redis.call('HGET', KEYS[2], ARGV[1])
-if not q then return 0 end
+-- KEYS[1] counter, KEYS[2] admissions hash; ARGV[1] admission id. A settled ('done')
+-- admission has no units to give back.
+local v = redis.call('HGET', KEYS[2], ARGV[1])
+if not v then return 0 end
 redis.call('HDEL', KEYS[2], ARGV[1])
-if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('INCRBY', KEYS[1], tonumber(q)) end
-return tonumber(q)
+local q = tonumber(string.match(v, '^(%d+)'))
+if not q then return 0 end
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('INCRBY', KEYS[1], q) end
+return q
+",
+    )
+});
+
+static SETTLE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+-- KEYS[1] admissions hash; ARGV[1] admission id: its order committed, its units are sold.
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
+  redis.call('HSET', KEYS[1], ARGV[1], 'done')
+  return 1
+end
+return 0
+",
+    )
+});
+
+/// How long an admission counts as in flight. An order transaction ends long before (request
+/// timeout, pool wait); an older unsettled admission is a process that died mid-order, and
+/// reconcile must stop holding its units back.
+const IN_FLIGHT_MS: i64 = 60_000;
+
+static RECONCILE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+-- KEYS[1] counter, KEYS[2] admissions hash; ARGV[1] Postgres available, ARGV[2] in-flight
+-- window (ms). Postgres' available still counts the units of admitted orders that have not
+-- committed yet; the gate already gave those out, so they are subtracted. Setting the gate to
+-- plain available let one extra buyer through per order in flight, each to wait on the hot
+-- row only to be refused.
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local in_flight = 0
+local all = redis.call('HGETALL', KEYS[2])
+for i = 2, #all, 2 do
+  local q, at = string.match(all[i], '^(%d+):(%d+)$')
+  if q and now - tonumber(at) < tonumber(ARGV[2]) then in_flight = in_flight + tonumber(q) end
+end
+local n = tonumber(ARGV[1]) - in_flight
+if n < 0 then n = 0 end
+redis.call('SET', KEYS[1], n)
+return n
 ",
     )
 });
@@ -152,8 +199,26 @@ pub async fn release(state: &AppState, sku: &str, admission: &str) {
     }
 }
 
-/// Resets the gate of `sku` to Postgres `available` when the product is hot, removes it
-/// otherwise. Returns the new count (None: not gated).
+/// Marks the slot `admission` took on `sku` as sold (its order committed), so reconcile no
+/// longer counts it in flight. Best effort: a lost settle only holds those units back from
+/// the gate until the in-flight window passes.
+pub async fn settle(state: &AppState, sku: &str, admission: &str) {
+    let res: Result<i64, crate::error::ApiError> = async {
+        let mut conn = state.redis().await?;
+        Ok(SETTLE
+            .key(admissions_key(state, sku))
+            .arg(admission)
+            .invoke_async(&mut conn)
+            .await?)
+    }
+    .await;
+    if let Err(e) = res {
+        tracing::warn!(error = ?e, sku, "failed to settle flash gate slot");
+    }
+}
+
+/// Resets the gate of `sku` to Postgres `available` minus the units of admitted orders still
+/// in flight when the product is hot, removes it otherwise. Returns the new count (None: not gated).
 pub async fn reconcile(state: &AppState, sku: &str) -> ApiResult<Option<i64>> {
     let row: Option<(bool, i64)> = sqlx::query_as(
         "SELECT p.hot, i.available FROM products p JOIN inventory i USING (sku) WHERE p.sku = $1",
@@ -164,12 +229,14 @@ pub async fn reconcile(state: &AppState, sku: &str) -> ApiResult<Option<i64>> {
     let mut conn = state.redis().await?;
     match row {
         Some((true, available)) => {
-            redis::cmd("SET")
-                .arg(counter_key(state, sku))
+            let gate: i64 = RECONCILE
+                .key(counter_key(state, sku))
+                .key(admissions_key(state, sku))
                 .arg(available)
-                .query_async::<()>(&mut conn)
+                .arg(IN_FLIGHT_MS)
+                .invoke_async(&mut conn)
                 .await?;
-            Ok(Some(available))
+            Ok(Some(gate))
         }
         _ => {
             redis::cmd("DEL")
@@ -208,16 +275,16 @@ pub async fn reconcile_all(state: &AppState) -> anyhow::Result<usize> {
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))
         .context("redis unavailable for flash reconcile")?;
-    let mut pipe = redis::pipe();
     for (sku, available) in &rows {
-        pipe.cmd("SET")
-            .arg(counter_key(state, sku))
+        RECONCILE
+            .key(counter_key(state, sku))
+            .key(admissions_key(state, sku))
             .arg(*available)
-            .ignore();
+            .arg(IN_FLIGHT_MS)
+            .invoke_async::<i64>(&mut conn)
+            .await
+            .with_context(|| format!("failed to set the flash gate of {sku}"))?;
     }
-    pipe.query_async::<()>(&mut conn)
-        .await
-        .context("failed to set flash gates")?;
     Ok(rows.len())
 }
 

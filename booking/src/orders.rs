@@ -982,7 +982,11 @@ async fn create_from_cart(
                 .orders
                 .with_label_values(&["created"])
                 .inc();
-            // 4. After the commit, best effort: the cart, the completed marker.
+            // 4. After the commit, best effort: the gate slots are sold, the cart, the
+            // completed marker.
+            for sku in &taken {
+                flash::settle(state, sku, &admission).await;
+            }
             cart::clear_ordered(state, account, &lines).await;
             // Lets a later retry with this key through a gate that has since hit zero (only
             // consulted on a refusal), even if this order had no hot line.

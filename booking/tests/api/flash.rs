@@ -264,3 +264,64 @@ async fn failures_release_slots_and_reconcile_fixes_the_gate() {
     );
     app.stop().await;
 }
+
+/// Reconcile subtracts the units of admitted orders still in flight: Postgres' `available`
+/// counts them until they commit, and a gate reset to plain `available` let one extra buyer
+/// through per order in flight (each to wait on the hot row only to be refused). Settled
+/// admissions are not in flight and give nothing back; one stuck past the in-flight window
+/// (a process that died mid-order) stops holding units back.
+#[tokio::test]
+async fn reconcile_keeps_in_flight_admissions_out_of_the_gate() {
+    use booking::flash::{self, Gate};
+    let app = TestApp::spawn().await;
+    create_product(&app, "INFL", 100, 10, true).await;
+    let current = || async { flash::current(&app.state, "INFL").await.expect("gate") };
+    let reconcile = || async {
+        flash::reconcile(&app.state, "INFL")
+            .await
+            .expect("reconcile")
+    };
+    assert_eq!(current().await, Some(10));
+
+    assert_eq!(
+        flash::acquire(&app.state, "INFL", 3, "a1").await,
+        Gate::Admitted
+    );
+    assert_eq!(current().await, Some(7));
+    assert_eq!(reconcile().await, Some(7), "the 3 in flight stay given out");
+    // The same admission again takes nothing.
+    assert_eq!(
+        flash::acquire(&app.state, "INFL", 3, "a1").await,
+        Gate::Retry
+    );
+
+    flash::release(&app.state, "INFL", "a1").await;
+    assert_eq!(current().await, Some(10));
+    assert_eq!(reconcile().await, Some(10));
+
+    // Settled (its order committed): not in flight, and a stray release gives nothing back.
+    assert_eq!(
+        flash::acquire(&app.state, "INFL", 2, "a2").await,
+        Gate::Admitted
+    );
+    flash::settle(&app.state, "INFL", "a2").await;
+    flash::release(&app.state, "INFL", "a2").await;
+    assert_eq!(current().await, Some(8));
+    assert_eq!(
+        reconcile().await,
+        Some(10),
+        "Postgres decides what a settled order sold"
+    );
+
+    // An admission stuck far past the in-flight window is not held back.
+    let mut conn = app.state.redis().await.expect("redis");
+    redis::cmd("HSET")
+        .arg(app.state.key("flash:adm:{INFL}"))
+        .arg("stuck")
+        .arg("4:1000")
+        .query_async::<()>(&mut conn)
+        .await
+        .expect("hset");
+    assert_eq!(reconcile().await, Some(10));
+    app.stop().await;
+}
