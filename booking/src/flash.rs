@@ -24,6 +24,7 @@ use crate::error::ApiResult;
 use crate::state::AppState;
 use anyhow::Context;
 use redis::Script;
+use redis::aio::ConnectionManager;
 use std::sync::LazyLock;
 
 /// Admission scripts return `{outcome, remaining}`.
@@ -74,9 +75,10 @@ return q
 static SETTLE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
--- KEYS[1] admissions hash; ARGV[1] admission id: its order committed, its units are sold.
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
-  redis.call('HSET', KEYS[1], ARGV[1], 'done')
+-- KEYS[1] counter (unused), KEYS[2] admissions hash; ARGV[1] admission id: its order
+-- committed, its units are sold.
+if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then
+  redis.call('HSET', KEYS[2], ARGV[1], 'done')
   return 1
 end
 return 0
@@ -184,9 +186,22 @@ pub async fn acquire(state: &AppState, sku: &str, quantity: i64, admission: &str
 /// Gives back the slot `admission` took on `sku` (at most once). Best effort: a lost release
 /// only makes the gate stricter until the next reconcile.
 pub async fn release(state: &AppState, sku: &str, admission: &str) {
-    let res: Result<i64, crate::error::ApiError> = async {
+    on_admission(state, &RELEASE, sku, admission, "release").await;
+}
+
+/// Marks the slot `admission` took on `sku` as sold (its order committed), so reconcile no
+/// longer counts it in flight. Best effort: a lost settle only holds those units back from
+/// the gate until the in-flight window passes.
+pub async fn settle(state: &AppState, sku: &str, admission: &str) {
+    on_admission(state, &SETTLE, sku, admission, "settle").await;
+}
+
+/// Runs a per-admission script (`KEYS` counter and admissions hash, `ARGV[1]` the admission);
+/// failures are logged, not returned: both callers are best effort.
+async fn on_admission(state: &AppState, script: &Script, sku: &str, admission: &str, what: &str) {
+    let res: ApiResult<i64> = async {
         let mut conn = state.redis().await?;
-        Ok(RELEASE
+        Ok(script
             .key(counter_key(state, sku))
             .key(admissions_key(state, sku))
             .arg(admission)
@@ -195,26 +210,24 @@ pub async fn release(state: &AppState, sku: &str, admission: &str) {
     }
     .await;
     if let Err(e) = res {
-        tracing::warn!(error = ?e, sku, "failed to release flash gate slot");
+        tracing::warn!(error = ?e, sku, "failed to {what} flash gate slot");
     }
 }
 
-/// Marks the slot `admission` took on `sku` as sold (its order committed), so reconcile no
-/// longer counts it in flight. Best effort: a lost settle only holds those units back from
-/// the gate until the in-flight window passes.
-pub async fn settle(state: &AppState, sku: &str, admission: &str) {
-    let res: Result<i64, crate::error::ApiError> = async {
-        let mut conn = state.redis().await?;
-        Ok(SETTLE
-            .key(admissions_key(state, sku))
-            .arg(admission)
-            .invoke_async(&mut conn)
-            .await?)
-    }
-    .await;
-    if let Err(e) = res {
-        tracing::warn!(error = ?e, sku, "failed to settle flash gate slot");
-    }
+/// Sets the gate of `sku` from Postgres `available` (see RECONCILE); returns the new count.
+async fn set_gate(
+    conn: &mut ConnectionManager,
+    state: &AppState,
+    sku: &str,
+    available: i64,
+) -> redis::RedisResult<i64> {
+    RECONCILE
+        .key(counter_key(state, sku))
+        .key(admissions_key(state, sku))
+        .arg(available)
+        .arg(IN_FLIGHT_MS)
+        .invoke_async(conn)
+        .await
 }
 
 /// Resets the gate of `sku` to Postgres `available` minus the units of admitted orders still
@@ -228,16 +241,7 @@ pub async fn reconcile(state: &AppState, sku: &str) -> ApiResult<Option<i64>> {
     .await?;
     let mut conn = state.redis().await?;
     match row {
-        Some((true, available)) => {
-            let gate: i64 = RECONCILE
-                .key(counter_key(state, sku))
-                .key(admissions_key(state, sku))
-                .arg(available)
-                .arg(IN_FLIGHT_MS)
-                .invoke_async(&mut conn)
-                .await?;
-            Ok(Some(gate))
-        }
+        Some((true, available)) => Ok(Some(set_gate(&mut conn, state, sku, available).await?)),
         _ => {
             redis::cmd("DEL")
                 .arg(counter_key(state, sku))
@@ -276,12 +280,7 @@ pub async fn reconcile_all(state: &AppState) -> anyhow::Result<usize> {
         .map_err(|e| anyhow::anyhow!("{e}"))
         .context("redis unavailable for flash reconcile")?;
     for (sku, available) in &rows {
-        RECONCILE
-            .key(counter_key(state, sku))
-            .key(admissions_key(state, sku))
-            .arg(*available)
-            .arg(IN_FLIGHT_MS)
-            .invoke_async::<i64>(&mut conn)
+        set_gate(&mut conn, state, sku, *available)
             .await
             .with_context(|| format!("failed to set the flash gate of {sku}"))?;
     }

@@ -397,25 +397,38 @@ impl Run {
         idem_key: Option<&str>,
         body: Option<Value>,
     ) -> Result<(StatusCode, Bytes), reqwest::Error> {
+        self.timed(Self::endpoint_index(endpoint), async {
+            let mut req = self.client.request(method, url);
+            if let Some(t) = bearer {
+                req = req.bearer_auth(t);
+            }
+            if let Some(k) = idem_key {
+                req = req.header("Idempotency-Key", k);
+            }
+            if let Some(b) = body {
+                req = req.json(&b);
+            }
+            let resp = req.send().await?;
+            let status = resp.status();
+            Ok((status, resp.bytes().await?))
+        })
+        .await
+    }
+
+    /// Runs one request exchange timed from intent: the clock starts before the wait for a
+    /// connection slot, so a saturated client or server shows as latency (no coordinated
+    /// omission). Only answered requests are recorded.
+    async fn timed<T, E>(
+        &self,
+        endpoint: usize,
+        exchange: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
         let start = Instant::now();
         let _slot = self.slots.acquire().await;
-        let mut req = self.client.request(method, url);
-        if let Some(t) = bearer {
-            req = req.bearer_auth(t);
-        }
-        if let Some(k) = idem_key {
-            req = req.header("Idempotency-Key", k);
-        }
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
         self.c.requests.fetch_add(1, Relaxed);
-        let resp = req.send().await?;
-        let status = resp.status();
-        let bytes = resp.bytes().await?;
-        self.lat
-            .record(Self::endpoint_index(endpoint), start.elapsed());
-        Ok((status, bytes))
+        let out = exchange.await?;
+        self.lat.record(endpoint, start.elapsed());
+        Ok(out)
     }
 
     fn url(&self, path: &str) -> String {
@@ -469,25 +482,24 @@ impl Run {
         uri: &Uri,
         auth: &HeaderValue,
     ) -> anyhow::Result<QueueReply> {
-        let start = Instant::now();
-        let _slot = self.slots.acquire().await;
-        let req = Request::builder()
-            .method(method)
-            .uri(uri.clone())
-            .header(AUTHORIZATION, auth.clone())
-            .body(Empty::new())
-            .context("building the request")?;
-        self.c.requests.fetch_add(1, Relaxed);
-        let exchange = async {
-            let resp = self.queue_client.request(req).await?;
-            let (parts, body) = resp.into_parts();
-            let bytes = body.collect().await?.to_bytes();
-            anyhow::Ok((parts, bytes))
-        };
-        let (parts, bytes) = tokio::time::timeout(Duration::from_secs(30), exchange)
-            .await
-            .context("timed out")??;
-        self.lat.record(endpoint, start.elapsed());
+        let (parts, bytes) = self
+            .timed(endpoint, async {
+                let req = Request::builder()
+                    .method(method)
+                    .uri(uri.clone())
+                    .header(AUTHORIZATION, auth.clone())
+                    .body(Empty::new())
+                    .context("building the request")?;
+                let exchange = async {
+                    let resp = self.queue_client.request(req).await?;
+                    let (parts, body) = resp.into_parts();
+                    anyhow::Ok((parts, body.collect().await?.to_bytes()))
+                };
+                tokio::time::timeout(Duration::from_secs(30), exchange)
+                    .await
+                    .context("timed out")?
+            })
+            .await?;
         let retry_after = parts
             .headers
             .get(RETRY_AFTER)
@@ -602,11 +614,15 @@ impl Run {
     async fn pick(&self, token: &str) -> Pick {
         let n = self.args.seats_per_fan;
         let mut view = self.seats.inner.lock().await;
-        loop {
-            let age = view.fetched.map(|t| t.elapsed());
-            let stale = age.is_none_or(|a| a >= Duration::from_secs(1));
-            if stale || view.free.len() >= n {
-                break;
+        let fetch = loop {
+            let Some(age) = view.fetched.map(|t| t.elapsed()) else {
+                break true;
+            };
+            if age >= Duration::from_secs(1) {
+                break true;
+            }
+            if view.free.len() >= n {
+                break false;
             }
             if view.sold_out {
                 return Pick::SoldOut;
@@ -618,20 +634,15 @@ impl Run {
             // 100 ms. Refetching on every such pick (and on every pick after the sell-out)
             // parsed the whole map per fan and made the load generator the busiest process
             // of the drain phase.
-            let wait = age.map_or(Duration::ZERO, |a| {
-                Duration::from_millis(100).saturating_sub(a)
-            });
+            let wait = Duration::from_millis(100).saturating_sub(age);
             if wait.is_zero() {
-                break;
+                break true;
             }
             drop(view);
             tokio::time::sleep(wait).await;
             view = self.seats.inner.lock().await;
-        }
-        let stale = view
-            .fetched
-            .is_none_or(|t| t.elapsed() >= Duration::from_secs(1));
-        if stale || view.free.len() < n {
+        };
+        if fetch {
             let url = self.url(&format!("/api/events/{}/seats", self.event));
             match self
                 .call_raw("seats", Method::GET, url, Some(token), None, None)
