@@ -325,3 +325,86 @@ async fn reconcile_keeps_in_flight_admissions_out_of_the_gate() {
     assert_eq!(reconcile().await, Some(10));
     app.stop().await;
 }
+
+/// Reconcile running over and over while hundreds of buyers order at once: still exactly the
+/// stock is sold, every other buyer gets a clear refusal, and the gate's bookkeeping ends
+/// clean — every admitted order that committed is settled, every other admission released, so
+/// nothing is left counted as in flight and the final reconcile finds the gate at 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reconcile_racing_a_rush_sells_exactly_the_stock_and_settles_every_slot() {
+    let app = TestApp::spawn_with(|c| c.database.acquire_timeout_ms = 60_000).await;
+    let stock_units = 200;
+    let buyers = 800;
+    create_product(&app, "RACE", 100, stock_units, true).await;
+    let accounts: Vec<String> = (0..buyers).map(|i| format!("racer{i}")).collect();
+    for a in &accounts {
+        fill_cart(&app, a, "RACE", 1).await;
+    }
+    let tokens: Vec<String> = accounts.iter().map(|a| app.admission(a, "drop")).collect();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reconciler = {
+        let (state, done) = (app.state.clone(), done.clone());
+        tokio::spawn(async move {
+            let mut runs = 0u32;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                booking::flash::reconcile(&state, "RACE")
+                    .await
+                    .expect("reconcile");
+                runs += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+            runs
+        })
+    };
+    let answers: Vec<(u16, serde_json::Value)> = futures::stream::iter(tokens.iter())
+        .map(|t| async { json(post_order(&app, t, "buy", &CART).await).await })
+        .buffer_unordered(200)
+        .collect()
+        .await;
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let runs = reconciler.await.expect("reconciler");
+    assert!(runs > 1, "reconcile ran {runs} times during the rush");
+
+    let created = answers.iter().filter(|(s, _)| *s == 201).count();
+    let refused: Vec<_> = answers
+        .iter()
+        .filter(|(s, v)| {
+            *s == 409 && matches!(v["code"].as_str(), Some("SOLD_OUT" | "INSUFFICIENT_STOCK"))
+        })
+        .collect();
+    let others: Vec<_> = answers
+        .iter()
+        .filter(|(s, _)| *s != 201 && *s != 409)
+        .take(3)
+        .collect();
+    assert!(others.is_empty(), "unexpected answers: {others:?}");
+    assert_eq!(created, stock_units as usize);
+    assert_eq!(refused.len(), buyers - stock_units as usize);
+    assert_eq!(stock(&app, "RACE").await, (0, stock_units, 0));
+
+    // Every admission is either settled (its order committed) or gone (released).
+    let mut conn = app.state.redis().await.expect("redis");
+    let admissions: Vec<String> = redis::cmd("HVALS")
+        .arg(app.state.key("flash:adm:{RACE}"))
+        .query_async(&mut conn)
+        .await
+        .expect("hvals");
+    let settled = admissions.iter().filter(|v| *v == "done").count();
+    assert_eq!(
+        (settled, admissions.len()),
+        (stock_units as usize, stock_units as usize),
+        "admissions left: {:?}",
+        admissions
+            .iter()
+            .filter(|v| *v != "done")
+            .take(5)
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        booking::flash::reconcile(&app.state, "RACE")
+            .await
+            .expect("reconcile"),
+        Some(0)
+    );
+    app.stop().await;
+}
