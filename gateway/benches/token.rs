@@ -125,6 +125,11 @@ fn bench(iters: u32) {
         iters,
         || fast.verify(&tok, now).is_ok(),
     );
+    time(
+        "gateway FastVerifier::verify_cached (repeat)",
+        iters,
+        || fast.verify_cached(&tok, now).is_ok(),
+    );
     time("check_admission: Bearer, event path", iters, || {
         check_admission(&fast, &live, &bearer, Some("tour-2027-tokyo"), now).is_ok()
     });

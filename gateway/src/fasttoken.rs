@@ -7,6 +7,13 @@
 //!
 //! Refusal reasons can differ from the shared verifier's in corner cases (e.g. `alg: "none"`
 //! is `bad_algorithm` here); acceptance never does.
+//!
+//! An admitted fan sends the same token with every call, so `verify_cached` remembers tokens
+//! it has verified (a small direct-mapped table per process) and on a repeat only compares the
+//! bytes and re-checks `exp`: HMAC, base64 and JSON run once per token, not once per request.
+//! Only tokens that passed every check are stored; keys are fixed for the life of the process,
+//! so nothing else about a stored token can change (revocation is checked by the caller on
+//! every request, cached or not).
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -17,12 +24,38 @@ use shared::config::TokenSettings;
 use shared::token::{AdmissionClaims, TokenError};
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+/// Slots of the verified-token cache: a token is ~370 bytes, so a full table is ~2.5 MB.
+/// Direct-mapped: a new token simply replaces whatever shared its slot.
+const CACHE_SLOTS: usize = 4096;
 
 pub struct FastVerifier {
     keys: HashMap<String, hmac::Key>,
     issuer: String,
     audience: String,
     leeway_s: i64,
+    cache: Box<[Mutex<Option<Verified>>]>,
+    /// Random per process: nobody can aim tokens at one slot to evict a fan's entry.
+    slot_hasher: RandomState,
+}
+
+/// A token that passed `verify`, with its claims.
+struct Verified {
+    token: Box<str>,
+    claims: Arc<AdmissionClaims>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Nothing can panic while a slot is held; a poisoned slot is still a consistent one.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Equal bytes, compared without stopping at the first difference: how far a guess matches a
+/// stored (valid) token must not show in the time taken.
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 #[derive(Deserialize)]
@@ -49,7 +82,48 @@ impl FastVerifier {
             issuer: s.issuer.clone(),
             audience: s.audience.clone(),
             leeway_s: i64::try_from(s.leeway_s).unwrap_or(0),
+            cache: (0..CACHE_SLOTS).map(|_| Mutex::new(None)).collect(),
+            slot_hasher: RandomState::new(),
         }
+    }
+
+    /// `verify`, remembering verified tokens: a repeat of a token that passed costs a hash of
+    /// its signature, a byte comparison and the `exp` check.
+    pub fn verify_cached(&self, token: &str, now: i64) -> Result<Arc<AdmissionClaims>, TokenError> {
+        // The signature picks the slot: it is short and, for genuine tokens, already random.
+        let sig = token.rsplit('.').next().unwrap_or(token);
+        let i = usize::try_from(self.slot_hasher.hash_one(sig)).unwrap_or(0) % self.cache.len();
+        let slot = &self.cache[i];
+        let hit = lock(slot)
+            .as_ref()
+            .filter(|v| same_bytes(v.token.as_bytes(), token.as_bytes()))
+            .map(|v| Arc::clone(&v.claims));
+        if let Some(claims) = hit {
+            if claims.exp < now - self.leeway_s {
+                return Err(TokenError::Expired);
+            }
+            return Ok(claims);
+        }
+        let claims = Arc::new(self.verify(token, now)?);
+        *lock(slot) = Some(Verified {
+            token: token.into(),
+            claims: Arc::clone(&claims),
+        });
+        Ok(claims)
+    }
+
+    /// `verify_cached` and checks that the token opens `event`.
+    pub fn verify_cached_for_event(
+        &self,
+        token: &str,
+        event: &str,
+        now: i64,
+    ) -> Result<Arc<AdmissionClaims>, TokenError> {
+        let c = self.verify_cached(token, now)?;
+        if c.evt != event {
+            return Err(TokenError::WrongEvent);
+        }
+        Ok(c)
     }
 
     /// Verifies `token` at unix time `now`.
@@ -217,6 +291,12 @@ mod tests {
                 b.is_ok(),
                 "disagree on {t:?}: shared {a:?}, fast {b:?}"
             );
+            // Through the cache: the first call stores what passed, the second is a hit (or
+            // verifies again); both must answer exactly as `verify` does.
+            for _ in 0..2 {
+                let c = fast.verify_cached(t, now).map(|c| (*c).clone());
+                assert_eq!(c, b, "cached verify disagrees on {t:?}");
+            }
             if let (Ok(x), Ok(y)) = (a, b) {
                 assert_eq!(x, y);
                 accepted += 1;
@@ -231,5 +311,63 @@ mod tests {
             Err(TokenError::WrongEvent)
         );
         assert_eq!(fast.verify("", now), Err(TokenError::Missing));
+        assert_eq!(fast.verify_cached("", now), Err(TokenError::Missing));
+        assert_eq!(
+            fast.verify_cached_for_event(&good, "other", now),
+            Err(TokenError::WrongEvent)
+        );
+    }
+
+    /// A cached token still expires, and being cached lends nothing to a different token
+    /// that shares its signature (so lands in the same slot).
+    #[test]
+    fn cache_keeps_every_rule() {
+        let now = chrono::Utc::now().timestamp();
+        let s = settings(&["k1"], "k1");
+        let minter = AdmissionTokens::new(&s).unwrap();
+        let fast = FastVerifier::new(&s);
+        let (good, claims) = minter.mint("fan", "sess", "ev", now, 600).unwrap();
+        assert_eq!(*fast.verify_cached(&good, now).unwrap(), claims);
+        assert_eq!(*fast.verify_cached(&good, now + 1).unwrap(), claims);
+        let leeway = i64::try_from(s.leeway_s).unwrap();
+        assert_eq!(
+            fast.verify_cached(&good, now + 600 + leeway + 1),
+            Err(TokenError::Expired)
+        );
+        // Still expired for `verify` itself: the cache answered as the rules do.
+        assert_eq!(
+            fast.verify(&good, now + 600 + leeway + 1),
+            Err(TokenError::Expired)
+        );
+
+        let parts: Vec<&str> = good.split('.').collect();
+        let forged_claims = AdmissionClaims {
+            sub: "someone-else".into(),
+            ..claims.clone()
+        };
+        let forged_payload = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&forged_claims).unwrap());
+        let forged = format!("{}.{forged_payload}.{}", parts[0], parts[2]);
+        assert_eq!(
+            fast.verify_cached(&forged, now),
+            Err(TokenError::BadSignature)
+        );
+        // The refusal stored nothing: the genuine token still hits, the forgery still fails.
+        assert_eq!(*fast.verify_cached(&good, now).unwrap(), claims);
+        assert_eq!(
+            fast.verify_cached(&forged, now),
+            Err(TokenError::BadSignature)
+        );
+        // A different verifier (other keys) has its own cache.
+        let other = FastVerifier::new(&settings(&["k9"], "k9"));
+        assert_eq!(other.verify_cached(&good, now), Err(TokenError::UnknownKey));
+    }
+
+    #[test]
+    fn same_bytes_is_equality() {
+        assert!(same_bytes(b"", b""));
+        assert!(same_bytes(b"abc", b"abc"));
+        assert!(!same_bytes(b"abc", b"abd"));
+        assert!(!same_bytes(b"abc", b"ab"));
+        assert!(!same_bytes(b"xbc", b"abc"));
     }
 }

@@ -43,7 +43,7 @@ pub struct PublicProxy {
 /// Per-request state.
 #[derive(Default)]
 pub struct Ctx {
-    claims: Option<AdmissionClaims>,
+    claims: Option<Arc<AdmissionClaims>>,
     upstream: Option<usize>,
     tried: u64,
     sent_at: Option<Instant>,
@@ -84,11 +84,11 @@ pub fn check_admission(
     h: &HeaderMap,
     path_event: Option<&str>,
     now: i64,
-) -> std::result::Result<AdmissionClaims, TokenError> {
+) -> std::result::Result<Arc<AdmissionClaims>, TokenError> {
     let token = admission_token(h).ok_or(TokenError::Missing)?;
     let claims = match path_event {
-        Some(e) => tokens.verify_for_event(token, e, now)?,
-        None => tokens.verify(token, now)?,
+        Some(e) => tokens.verify_cached_for_event(token, e, now)?,
+        None => tokens.verify_cached(token, now)?,
     };
     if live.is_revoked(&claims) {
         return Err(TokenError::Revoked);
