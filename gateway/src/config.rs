@@ -60,6 +60,10 @@ pub struct GatewaySettings {
     pub upstream_connect_timeout_ms: u64,
     /// Timeout for reading an upstream response.
     pub upstream_read_timeout_ms: u64,
+    /// Admitted API calls reach booking through the gateway's own HTTP/1.1 upstream leg
+    /// (`forward.rs`) instead of pingora-proxy's loop (docs/decisions.md). `false` sends
+    /// everything through pingora-proxy.
+    pub fast_forward: bool,
     /// Defaults applied to fields an event config PUT leaves out.
     pub default_claim_deadline_s: u64,
     pub limits: RateLimits,
@@ -98,6 +102,7 @@ impl Default for GatewaySettings {
             health_check_ms: 1000,
             upstream_connect_timeout_ms: 1000,
             upstream_read_timeout_ms: 30_000,
+            fast_forward: true,
             default_claim_deadline_s: 120,
             limits: RateLimits::default(),
             max_body_bytes: 16 * 1024,

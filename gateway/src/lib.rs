@@ -19,6 +19,7 @@ pub mod config;
 pub mod draw;
 pub mod event_config;
 pub mod fasttoken;
+pub mod forward;
 pub mod idcache;
 pub mod limits;
 pub mod live;
@@ -165,6 +166,7 @@ impl Gateway {
                 shared: self.shared.clone(),
                 store: Arc::new(Store::new(&s.config.redis)?),
                 request_seq: Default::default(),
+                fast: g.fast_forward,
             },
             "floodgate public",
         );

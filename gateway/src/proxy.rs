@@ -12,10 +12,11 @@
 //! requests unretried).
 
 use crate::fasttoken::FastVerifier;
+use crate::forward;
 use crate::limits::Scope;
 use crate::live::Live;
 use crate::queue;
-use crate::respond::{Reply, send};
+use crate::respond::{Reply, read_body, send};
 use crate::routes::{self, Route};
 use crate::state::Shared;
 use crate::store::Store;
@@ -38,6 +39,8 @@ pub struct PublicProxy {
     /// Shared with tasks spawned off the request path (slot release after payment).
     pub store: Arc<Store>,
     pub request_seq: std::sync::atomic::AtomicU64,
+    /// Admitted API calls take `forward.rs` for the hop to booking (`gateway.fast_forward`).
+    pub fast: bool,
 }
 
 /// Per-request state.
@@ -132,6 +135,93 @@ impl PublicProxy {
         format!("{}-{n:x}", self.shared.instance)
     }
 
+    /// An admitted API call through `forward.rs` (pingora parsed it and will write the answer;
+    /// the hop to booking is ours). Failures answer exactly as `fail_to_proxy` does.
+    async fn forward(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
+        let body = match read_body(session, forward::BODY_MAX).await {
+            Ok(b) => b,
+            Err(_) => {
+                // Pingora framed the body by its Content-Length; it could not be read.
+                return Err(Error::explain(
+                    ErrorType::ReadError,
+                    "reading the request body",
+                ))
+                .map_err(|e| e.into_down());
+            }
+        };
+        let (method, head_only) = {
+            let m = &session.req_header().method;
+            (m.clone(), *m == http::Method::HEAD)
+        };
+        let request_id = self.request_id();
+        let mut wire = Vec::with_capacity(1024 + body.len());
+        {
+            let mut extra: [(&str, &str); 3] = [(headers::REQUEST_ID, &request_id); 3];
+            let mut n = 1;
+            if let Some(c) = &ctx.claims {
+                extra[1] = (headers::ACCOUNT, c.sub.as_str());
+                extra[2] = (headers::EVENT, c.evt.as_str());
+                n = 3;
+            }
+            forward::encode_request(
+                session.req_header(),
+                headers::INTERNAL_PREFIX,
+                &extra[..n],
+                &body,
+                &mut wire,
+            );
+        }
+        let idempotent = method == http::Method::GET || head_only;
+        let sent = Instant::now();
+        ctx.sent_at = Some(sent);
+        let outcome = forward::exchange(
+            &self.shared.upstreams,
+            &wire,
+            idempotent,
+            head_only,
+            &mut ctx.tried,
+            &mut ctx.upstream,
+        )
+        .await;
+        ctx.latency = Some(sent.elapsed());
+        let answer = match outcome {
+            Ok(a) => a,
+            Err(f) => {
+                let reply = match f {
+                    forward::Failure::Unavailable => {
+                        self.shared.metrics.upstream_unavailable.inc();
+                        Reply::error(
+                            503,
+                            codes::UPSTREAM_UNAVAILABLE,
+                            "booking is unavailable; retry shortly",
+                        )
+                        .retry_after(2)
+                    }
+                    forward::Failure::Timeout => Reply::error(
+                        504,
+                        codes::UPSTREAM_UNAVAILABLE,
+                        "booking did not answer in time",
+                    ),
+                    forward::Failure::Broken => {
+                        Reply::error(502, codes::UPSTREAM_UNAVAILABLE, "booking failed to answer")
+                    }
+                };
+                return send(session, reply).await;
+            }
+        };
+        ctx.status = answer.head.status.as_u16();
+        let mut head = answer.head;
+        let empty = answer.body.is_empty();
+        if !head_only && ctx.status != 204 && ctx.status != 304 {
+            head.insert_header(http::header::CONTENT_LENGTH, answer.body.len())?;
+        }
+        session.write_response_header(head, empty).await?;
+        if !empty {
+            session.write_response_body(Some(answer.body), true).await?;
+        }
+        Ok(true)
+    }
+
     fn page(&self, key: &str) -> Reply {
         match self.shared.pages.get(key) {
             Some(f) => Reply::bytes(
@@ -194,6 +284,7 @@ fn rate_limited(s: &Shared, wait: Duration) -> Reply {
 }
 
 enum Action {
+    /// An admitted API call: on to booking.
     Forward,
     Reply(Reply),
     Join(String),
@@ -221,7 +312,9 @@ impl ProxyHttp for PublicProxy {
                     Ok(()) => Action::Forward,
                     Err(r) => Action::Reply(r),
                 },
-                Route::Webhook => Action::Forward,
+                // Webhooks keep pingora-proxy's path (`Forward` with no claims is not
+                // eligible below): signatures cover raw bodies, which stay untouched there.
+                Route::Webhook => return Ok(false),
                 Route::Healthz => Action::Reply(Reply::json(200, &json!({"status": "ok"}))),
                 Route::Readyz => Action::Ready,
                 // Queue lengths and rates are for ops: on the admin listener, and on the public
@@ -264,6 +357,9 @@ impl ProxyHttp for PublicProxy {
         let s = &self.shared;
         let st = &self.store;
         let reply = match action {
+            Action::Forward if self.fast && forward::eligible(session.req_header()) => {
+                return self.forward(session, ctx).await;
+            }
             Action::Forward => return Ok(false),
             Action::Reply(r) => r,
             Action::Ready => self.ready().await,

@@ -11,21 +11,42 @@ use pingora_core::server::ShutdownWatch;
 use pingora_core::services::background::BackgroundService;
 use pingora_core::upstreams::peer::HttpPeer;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Pushing and popping a Vec cannot leave it half-changed.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 pub struct Upstream {
     pub addr: SocketAddr,
     peer: HttpPeer,
     healthy: AtomicBool,
+    /// Keep-alive connections of the admitted-API fast path (`forward.rs`), newest last.
+    idle: Mutex<Vec<Idle>>,
+}
+
+struct Idle {
+    stream: TcpStream,
+    since: Instant,
 }
 
 pub struct Upstreams {
     list: Vec<Upstream>,
     next: AtomicUsize,
+    pub connect_timeout: Duration,
+    pub read_timeout: Duration,
 }
+
+/// Idle fast-path connections kept per upstream (as pingora's pool: 128).
+const IDLE_MAX: usize = 128;
+/// An idle connection older than this is closed rather than reused: well inside the usual
+/// keep-alive timeouts of HTTP servers, so we never race an upstream closing it.
+const IDLE_FOR: Duration = Duration::from_secs(50);
 
 impl Upstreams {
     pub fn new(
@@ -52,11 +73,14 @@ impl Upstreams {
                 peer,
                 // Optimistic until the first check, so a fresh gateway serves at once.
                 healthy: AtomicBool::new(true),
+                idle: Mutex::new(Vec::new()),
             });
         }
         Ok(Self {
             list,
             next: AtomicUsize::new(0),
+            connect_timeout,
+            read_timeout,
         })
     }
 
@@ -90,6 +114,41 @@ impl Upstreams {
                 } else {
                     tracing::warn!(upstream = %u.addr, "upstream marked down");
                 }
+            }
+        }
+    }
+
+    pub fn addr(&self, i: usize) -> Option<SocketAddr> {
+        self.list.get(i).map(|u| u.addr)
+    }
+
+    /// The newest idle connection to upstream `i` that is still open and quiet. One that has
+    /// seen the upstream's FIN (read gives 0), has bytes nobody asked for, or is too old is
+    /// closed here instead of being used.
+    pub fn take_idle(&self, i: usize) -> Option<TcpStream> {
+        let u = self.list.get(i)?;
+        loop {
+            let Idle { stream, since } = lock(&u.idle).pop()?;
+            if since.elapsed() > IDLE_FOR {
+                continue;
+            }
+            let mut probe = [0u8; 1];
+            match stream.try_read(&mut probe) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Some(stream),
+                _ => continue,
+            }
+        }
+    }
+
+    /// Keeps `stream` for reuse (dropped, so closed, when the pool is full).
+    pub fn put_idle(&self, i: usize, stream: TcpStream) {
+        if let Some(u) = self.list.get(i) {
+            let mut idle = lock(&u.idle);
+            if idle.len() < IDLE_MAX {
+                idle.push(Idle {
+                    stream,
+                    since: Instant::now(),
+                });
             }
         }
     }

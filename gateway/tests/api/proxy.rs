@@ -503,3 +503,199 @@ async fn raw_status(addr: std::net::SocketAddr, request: &str) -> u16 {
         .and_then(|c| c.parse().ok())
         .unwrap_or(0)
 }
+
+/// A booking stand-in that speaks HTTP/1.1 by hand, to drive the gateway's own upstream leg
+/// (`forward.rs`) through every framing an upstream may use. Counts API connections (health
+/// checks aside) and the POST bodies it received.
+struct Scripted {
+    addr: std::net::SocketAddr,
+    api_connections: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    posts: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Scripted {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn scripted_upstream() -> Scripted {
+    use std::sync::{Arc, Mutex};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let api_connections = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let posts = Arc::new(Mutex::new(Vec::new()));
+    let (conns, bodies) = (api_connections.clone(), posts.clone());
+    let task = tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            let (conns, bodies) = (conns.clone(), bodies.clone());
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut counted = false;
+                loop {
+                    // One request: header block, then Content-Length bytes of body.
+                    let head_end = loop {
+                        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break i + 4;
+                        }
+                        let mut chunk = [0u8; 4096];
+                        match sock.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    };
+                    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
+                    let len: usize = head
+                        .lines()
+                        .find_map(|l| {
+                            let (k, v) = l.split_once(':')?;
+                            k.eq_ignore_ascii_case("content-length")
+                                .then(|| v.trim().parse().ok())?
+                        })
+                        .unwrap_or(0);
+                    while buf.len() < head_end + len {
+                        let mut chunk = [0u8; 4096];
+                        match sock.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    let body = String::from_utf8_lossy(&buf[head_end..head_end + len]).to_string();
+                    buf.drain(..head_end + len);
+                    let target = head.split_whitespace().nth(1).unwrap_or("").to_owned();
+                    if target != "/healthz" && !counted {
+                        counted = true;
+                        conns.fetch_add(1, Ordering::SeqCst);
+                    }
+                    let answer: Vec<u8> = match target.as_str() {
+                        "/api/chunked" => b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n6;x=y\r\n world\r\n0\r\nx-trailer: t\r\n\r\n".to_vec(),
+                        "/api/until-close" => {
+                            let _ = sock.write_all(b"HTTP/1.1 200 OK\r\nx-framing: close\r\n\r\nuntil the end").await;
+                            return;
+                        }
+                        "/api/nothing" => b"HTTP/1.1 204 No Content\r\nx-ok: 1\r\n\r\n".to_vec(),
+                        "/api/continue" => b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\ncontent-length: 2\r\n\r\nok".to_vec(),
+                        "/api/garbage" => b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\ncontent-length: 7\r\n\r\nhello".to_vec(),
+                        "/api/echo" => {
+                            bodies.lock().unwrap().push(body.clone());
+                            format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}", body.len()).into_bytes()
+                        }
+                        "/api/then-close" => {
+                            // Answers, stays quiet, then closes the idle keep-alive connection.
+                            let _ = sock.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nbye!").await;
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            return;
+                        }
+                        _ => format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{target}", target.len()).into_bytes(),
+                    };
+                    if sock.write_all(&answer).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    Scripted {
+        addr,
+        api_connections,
+        posts,
+        task,
+    }
+}
+
+#[tokio::test]
+async fn the_gateways_upstream_leg_handles_every_framing() {
+    let up = scripted_upstream().await;
+    let app = TestApp::spawn_with(|c| c.gateway.upstreams = vec![up.addr.to_string()]).await;
+    let tokens = AdmissionTokens::new(&token_settings(&["k1"], "k1")).unwrap();
+    let (tok, _) = tokens.mint("fan", "s", "ev", now(), 60).unwrap();
+    let get = |path: &str| app.http.get(app.url(path)).bearer_auth(&tok).send();
+
+    let r = get("/api/chunked").await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.text().await.unwrap(), "hello world");
+    let r = get("/api/until-close").await.unwrap();
+    assert_eq!(r.headers()["x-framing"], "close");
+    assert_eq!(r.text().await.unwrap(), "until the end");
+    let r = get("/api/nothing").await.unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    assert_eq!(r.headers()["x-ok"], "1");
+    let r = get("/api/continue").await.unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    assert_eq!(r.text().await.unwrap(), "ok");
+    let r = get("/api/garbage").await.unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_GATEWAY);
+    assert_eq!(json(r).await["code"], "UPSTREAM_UNAVAILABLE");
+    let r = app
+        .http
+        .head(app.url("/api/sized"))
+        .bearer_auth(&tok)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.headers()["content-length"], "10");
+    assert_eq!(r.bytes().await.unwrap().len(), 0);
+
+    // Bodies go through byte for byte.
+    let body = json!({"seats": ["A-1", "A-2"], "note": "日本語 ✓"}).to_string();
+    let r = app
+        .http
+        .post(app.url("/api/echo"))
+        .bearer_auth(&tok)
+        .header("content-type", "application/json")
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.text().await.unwrap(), body);
+
+    // Keep-alive: a run of sequential calls reuses upstream connections.
+    let before = up.api_connections.load(Ordering::SeqCst);
+    for i in 0..50 {
+        let r = get(&format!("/api/n{i}")).await.unwrap();
+        assert_eq!(r.text().await.unwrap(), format!("/api/n{i}"));
+    }
+    let opened = up.api_connections.load(Ordering::SeqCst) - before;
+    assert!(opened <= 2, "50 calls opened {opened} upstream connections");
+}
+
+#[tokio::test]
+async fn a_pooled_connection_the_upstream_closed_is_never_used() {
+    let up = scripted_upstream().await;
+    let app = TestApp::spawn_with(|c| c.gateway.upstreams = vec![up.addr.to_string()]).await;
+    let tokens = AdmissionTokens::new(&token_settings(&["k1"], "k1")).unwrap();
+    let (tok, _) = tokens.mint("fan", "s", "ev", now(), 60).unwrap();
+    for round in 0..5 {
+        // The answer leaves a keep-alive connection in the pool that the upstream then closes.
+        let r = app
+            .http
+            .get(app.url("/api/then-close"))
+            .bearer_auth(&tok)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.text().await.unwrap(), "bye!");
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        // A POST (never retried once sent) must not be sent on the dead connection.
+        let body = format!("{{\"round\":{round}}}");
+        let r = app
+            .http
+            .post(app.url("/api/echo"))
+            .bearer_auth(&tok)
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "round {round}");
+        assert_eq!(r.text().await.unwrap(), body);
+    }
+    assert_eq!(
+        up.posts.lock().unwrap().len(),
+        5,
+        "each POST arrived exactly once"
+    );
+}
