@@ -229,7 +229,7 @@ async fn round_trip(
         Ok(Err(_)) => return Err(Trip::ClosedEarly),
         Ok(Ok(())) => {}
     }
-    let mut buf = BytesMut::with_capacity(8192);
+    let mut buf = BytesMut::with_capacity(4096);
     let mut seen_any = false;
     let (head, framing, keep) = loop {
         match parse_head(&buf, head_only)? {
@@ -325,7 +325,10 @@ fn parse_head(buf: &[u8], head_only: bool) -> Result<Option<Parsed>, Trip> {
     let mut keep = r.version == Some(1);
     let mut length: Option<usize> = None;
     let mut chunked = None;
-    let mut head = ResponseHeader::build(code, Some(r.headers.len())).map_err(|_| Trip::Broken)?;
+    // No case map: header case carries no meaning (RFC 9110 §5.1), and keeping the upstream's
+    // spelling would cost a second map and a copy of every name.
+    let mut head =
+        ResponseHeader::build_no_case(code, Some(r.headers.len())).map_err(|_| Trip::Broken)?;
     for h in r.headers.iter() {
         if h.name.eq_ignore_ascii_case("connection") {
             if std::str::from_utf8(h.value).map_or(true, |v| {
@@ -359,7 +362,8 @@ fn parse_head(buf: &[u8], head_only: bool) -> Result<Option<Parsed>, Trip> {
         if hop_by_hop(h.name) {
             continue;
         }
-        head.append_header(h.name.to_owned(), h.value)
+        let name = http::HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| Trip::Broken)?;
+        head.append_header(name, h.value)
             .map_err(|_| Trip::Broken)?;
     }
     let framing = if head_only || code == 204 || code == 304 {
