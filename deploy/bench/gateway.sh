@@ -214,35 +214,44 @@ ADM="$(curl -fsS -H "Authorization: Bearer $ID" "http://127.0.0.1:$GW_PORT/queue
 [ -n "$ADM" ] && [ "$ADM" != null ] || { log "could not obtain an admission token"; exit 1; }
 PATH_API="/api/events/px/ping"
 NGX_WORKERS="$(pgrep -P "$(cat "$TMP/nginx-proxy.pid")" | tr '\n' ' ')"
-UNDER_TEST="$NGX_WORKERS" wrk_run "nginx-proxy" "http://127.0.0.1:$NGX_PORT$PATH_API"
-UNDER_TEST="${PIDS[*]}" wrk_run "gateway-proxy-1x2" "http://127.0.0.1:$GW_PORT$PATH_API" -H "Authorization: Bearer $ADM"
-stop_gateways
-# Two processes × one thread sharing the port (the nginx worker model), and the bare pingora
-# proxy built the same way; two interleaved rounds, because one 10-second row on this shared
-# machine can be ±15 % off.
+GW1_PIDS="${PIDS[*]}"
+# The gateway as one process × 2 threads (still running from the waiting-room rows) and as two
+# processes × one thread sharing the port (the nginx worker model), and the bare pingora proxy
+# built like the latter. Rows of one binary swing by up to ±15 % on this shared machine, so all
+# of them run in three interleaved rounds, each compared with the nginx row of its round.
 GW2_PORT="$(free_port)"
 start_gateway "$GW2_PORT" "$(free_port)" 1 true "$UP_PORT"
 start_gateway "$GW2_PORT" "$(free_port)" 1 true "$UP_PORT"
-GW2_PIDS="${PIDS[*]}"
+GW2_PIDS="${PIDS[*]:1:2}"
 BARE_PORT="$(free_port)"
 for _ in 1 2; do "$BARE" "127.0.0.1:$BARE_PORT" "127.0.0.1:$UP_PORT" >>"$OUT/bare.log" 2>&1 & PIDS+=($!); done
 wait_port "$BARE_PORT"
-BARE_PIDS="${PIDS[*]:2}"
+BARE_PIDS="${PIDS[*]:3}"
 curl -fsS -o /dev/null "http://127.0.0.1:$BARE_PORT$PATH_API" || { log "bare pingora proxy does not answer"; exit 1; }
-for round in "" "-again"; do
-  UNDER_TEST="$GW2_PIDS" wrk_run "gateway-proxy-2x1$round" "http://127.0.0.1:$GW2_PORT$PATH_API" -H "Authorization: Bearer $ADM"
-  UNDER_TEST="$BARE_PIDS" wrk_run "pingora-bare-2x1$round" "http://127.0.0.1:$BARE_PORT$PATH_API"
+ROUNDS=(1 2 3)
+for r in "${ROUNDS[@]}"; do
+  UNDER_TEST="$NGX_WORKERS" wrk_run "nginx-proxy-$r" "http://127.0.0.1:$NGX_PORT$PATH_API"
+  UNDER_TEST="$GW1_PIDS" wrk_run "gateway-proxy-1x2-$r" "http://127.0.0.1:$GW_PORT$PATH_API" -H "Authorization: Bearer $ADM"
+  UNDER_TEST="$GW2_PIDS" wrk_run "gateway-proxy-2x1-$r" "http://127.0.0.1:$GW2_PORT$PATH_API" -H "Authorization: Bearer $ADM"
+  UNDER_TEST="$BARE_PIDS" wrk_run "pingora-bare-2x1-$r" "http://127.0.0.1:$BARE_PORT$PATH_API"
 done
-UNDER_TEST="$NGX_WORKERS" wrk_run "nginx-proxy-again" "http://127.0.0.1:$NGX_PORT$PATH_API"
 stop_gateways
 
 # ---- report -------------------------------------------------------------------------------------------
 get() { awk -v n="$1" -v f="$2" '$1==n {print $f}' "$TMP/wrk.txt"; }
 ratio() { python3 -c "import sys; a,b=float(sys.argv[1] or 0),float(sys.argv[2] or 0); print(f'{100*a/b:.0f} %' if b else 'n/a')" "$1" "$2"; }
-best() { python3 -c "import sys; print(max(float(a or 0) for a in sys.argv[1:]))" "$@"; }
-NGX_BEST="$(best "$(get nginx-proxy 2)" "$(get nginx-proxy-again 2)")"
-GW_BEST="$(best "$(get gateway-proxy-2x1 2)" "$(get gateway-proxy-2x1-again 2)")"
-BARE_BEST="$(best "$(get pingora-bare-2x1 2)" "$(get pingora-bare-2x1-again 2)")"
+# Ratios of each proxy to the nginx row of the same round, and their median over the rounds.
+round_ratios() { # proxy-name-prefix -> "r1 r2 r3" (percent)
+  local out="" r
+  for r in "${ROUNDS[@]}"; do
+    out="$out $(python3 -c "import sys; a,b=float(sys.argv[1] or 0),float(sys.argv[2] or 0); print(f'{100*a/b:.0f}' if b else 0)" "$(get "$1-$r" 2)" "$(get "nginx-proxy-$r" 2)")"
+  done
+  echo "$out"
+}
+median() { python3 -c "import statistics, sys; print(f'{statistics.median(float(x) for x in sys.argv[1:]):.0f}')" "$@"; }
+GW1_RATIOS="$(round_ratios gateway-proxy-1x2)"
+GW_RATIOS="$(round_ratios gateway-proxy-2x1)"
+BARE_RATIOS="$(round_ratios pingora-bare-2x1)"
 cp "$TMP/wrk.txt" "$OUT/results.txt"
 {
   echo "## Gateway"
@@ -267,14 +276,16 @@ cp "$TMP/wrk.txt" "$OUT/results.txt"
   echo
   echo "### Admitted proxying (token checked on every request) vs nginx"
   echo
-  echo "| proxy | req/s | p50 | p99 | non-2xx | new TCP connections | CPU µs/request (user + sys) | vs nginx (best run) |"
+  echo "| proxy | req/s | p50 | p99 | non-2xx | new TCP connections | CPU µs/request (user + sys) | vs nginx, same round |"
   echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
-  for n in nginx-proxy gateway-proxy-1x2 gateway-proxy-2x1 pingora-bare-2x1 gateway-proxy-2x1-again pingora-bare-2x1-again nginx-proxy-again; do
-    echo "| $n | $(get $n 2) | $(get $n 3) | $(get $n 4) | $(get $n 5) | $(get $n 6) | $(get $n 7) + $(get $n 8) | $(ratio "$(get $n 2)" "$NGX_BEST") |"
+  for r in "${ROUNDS[@]}"; do
+    for n in "nginx-proxy-$r" "gateway-proxy-1x2-$r" "gateway-proxy-2x1-$r" "pingora-bare-2x1-$r"; do
+      echo "| $n | $(get $n 2) | $(get $n 3) | $(get $n 4) | $(get $n 5) | $(get $n 6) | $(get $n 7) + $(get $n 8) | $(ratio "$(get $n 2)" "$(get "nginx-proxy-$r" 2)") |"
+    done
   done
   echo
-  echo "Best of each: gateway 2×1 $(ratio "$GW_BEST" "$NGX_BEST") of nginx, bare pingora $(ratio "$BARE_BEST" "$NGX_BEST") of nginx;"
-  echo "the gateway does $(ratio "$GW_BEST" "$BARE_BEST") of the bare pingora proxy's requests/s."
+  # shellcheck disable=SC2086
+  echo "Per round, vs nginx: gateway 1×2 $(echo $GW1_RATIOS | sed 's/ / %, /g') % (median **$(median $GW1_RATIOS) %**); gateway 2×1 $(echo $GW_RATIOS | sed 's/ / %, /g') % (median **$(median $GW_RATIOS) %**); bare pingora $(echo $BARE_RATIOS | sed 's/ / %, /g') % (median $(median $BARE_RATIOS) %)."
   echo
   echo "nginx: 2 workers, upstream keep-alive 128. gateway-proxy-1x2: one process, 2 threads (work"
   echo "stealing, the default); gateway-proxy-2x1: two processes × 1 thread on one port (SO_REUSEPORT);"
