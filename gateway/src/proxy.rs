@@ -138,20 +138,19 @@ impl PublicProxy {
     /// An admitted API call through `forward.rs` (pingora parsed it and will write the answer;
     /// the hop to booking is ours). Failures answer exactly as `fail_to_proxy` does.
     async fn forward(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
-        let body = match read_body(session, forward::BODY_MAX).await {
-            Ok(b) => b,
-            Err(_) => {
-                // Pingora framed the body by its Content-Length; it could not be read.
-                return Err(Error::explain(
-                    ErrorType::ReadError,
-                    "reading the request body",
-                ))
-                .map_err(|e| e.into_down());
-            }
+        let Ok(body) = read_body(session, forward::BODY_MAX).await else {
+            // The fan's body broke off before its Content-Length: nothing to forward, nobody
+            // left to answer.
+            return Err(
+                Error::explain(ErrorType::ReadError, "reading the request body").into_down(),
+            );
         };
-        let (method, head_only) = {
+        let (idempotent, head_only) = {
             let m = &session.req_header().method;
-            (m.clone(), *m == http::Method::HEAD)
+            (
+                *m == http::Method::GET || *m == http::Method::HEAD,
+                *m == http::Method::HEAD,
+            )
         };
         let request_id = self.request_id();
         let mut wire = Vec::with_capacity(1024 + body.len());
@@ -171,7 +170,6 @@ impl PublicProxy {
                 &mut wire,
             );
         }
-        let idempotent = method == http::Method::GET || head_only;
         let sent = Instant::now();
         ctx.sent_at = Some(sent);
         let outcome = forward::exchange(
