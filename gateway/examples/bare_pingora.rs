@@ -9,6 +9,7 @@
 //! Not a product: no configuration, no health checks, no error pages.
 
 use async_trait::async_trait;
+use gateway::upstream::Upstreams;
 use pingora_core::server::Server;
 use pingora_core::server::configuration::ServerConf;
 use pingora_core::upstreams::peer::HttpPeer;
@@ -39,15 +40,18 @@ impl ProxyHttp for Bare {
     }
 }
 
-/// The gateway's upstream settings (gateway/src/upstream.rs, default config): nginx has its
-/// own timeouts too, and pingora's timeout wrappers are part of what a real proxy pays.
-fn peer(upstream: &str) -> HttpPeer {
-    let mut peer = HttpPeer::new(upstream, false, String::new());
-    peer.options.connection_timeout = Some(Duration::from_secs(1));
-    peer.options.read_timeout = Some(Duration::from_secs(30));
-    peer.options.write_timeout = Some(Duration::from_secs(30));
-    peer.options.idle_timeout = Some(Duration::from_secs(60));
-    peer
+/// The peer exactly as the gateway builds it (gateway/src/upstream.rs, default timeouts from
+/// the gateway's config): pingora's timeout wrappers are part of what a real proxy pays.
+fn bare_peer(upstream: &str) -> anyhow::Result<HttpPeer> {
+    let g = gateway::config::GatewaySettings::default();
+    let ups = Upstreams::new(
+        &[upstream.to_owned()],
+        Duration::from_millis(g.upstream_connect_timeout_ms),
+        Duration::from_millis(g.upstream_read_timeout_ms),
+    )?;
+    ups.peer(0)
+        .map(|p| *p)
+        .ok_or_else(|| anyhow::anyhow!("no peer for {upstream}"))
 }
 
 fn main() -> anyhow::Result<()> {
@@ -69,7 +73,7 @@ fn main() -> anyhow::Result<()> {
     let mut svc = pingora_proxy::http_proxy_service(
         &server.configuration,
         Bare {
-            peer: peer(&upstream),
+            peer: bare_peer(&upstream)?,
         },
     );
     let mut opts = pingora_core::listeners::TcpSocketOptions::default();

@@ -119,11 +119,7 @@ impl FastVerifier {
         event: &str,
         now: i64,
     ) -> Result<Arc<AdmissionClaims>, TokenError> {
-        let c = self.verify_cached(token, now)?;
-        if c.evt != event {
-            return Err(TokenError::WrongEvent);
-        }
-        Ok(c)
+        opens(self.verify_cached(token, now)?, event)
     }
 
     /// Verifies `token` at unix time `now`.
@@ -180,12 +176,16 @@ impl FastVerifier {
         event: &str,
         now: i64,
     ) -> Result<AdmissionClaims, TokenError> {
-        let c = self.verify(token, now)?;
-        if c.evt != event {
-            return Err(TokenError::WrongEvent);
-        }
-        Ok(c)
+        opens(self.verify(token, now)?, event)
     }
+}
+
+/// The claims, if their token opens `event`.
+fn opens<C: std::borrow::Borrow<AdmissionClaims>>(c: C, event: &str) -> Result<C, TokenError> {
+    if c.borrow().evt != event {
+        return Err(TokenError::WrongEvent);
+    }
+    Ok(c)
 }
 
 #[cfg(test)]

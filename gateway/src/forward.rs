@@ -70,10 +70,10 @@ pub fn eligible(req: &RequestHeader) -> bool {
 
 /// Serializes the request for the upstream: request line, the fan's headers minus hop-by-hop
 /// ones, `x-floodgate-*` and `Content-Length`, then `extra`, then the body's length.
-pub fn encode_request(
+pub fn encode_request<'k, 'v>(
     req: &RequestHeader,
     internal_prefix: &str,
-    extra: &[(&str, &str)],
+    extra: impl IntoIterator<Item = (&'k str, &'v str)>,
     body: &[u8],
     out: &mut Vec<u8>,
 ) {
@@ -555,7 +555,7 @@ mod tests {
         encode_request(
             &req,
             "x-floodgate-",
-            &[("x-floodgate-account", "fan")],
+            [("x-floodgate-account", "fan")],
             b"{}",
             &mut out,
         );

@@ -154,24 +154,14 @@ impl PublicProxy {
         };
         let request_id = self.request_id();
         let mut wire = Vec::with_capacity(1024 + body.len());
-        {
-            let mut extra: [(&str, &str); 3] = [(headers::REQUEST_ID, &request_id); 3];
-            let mut n = 1;
-            if let Some(c) = &ctx.claims {
-                extra[1] = (headers::ACCOUNT, c.sub.as_str());
-                extra[2] = (headers::EVENT, c.evt.as_str());
-                n = 3;
-            }
-            forward::encode_request(
-                session.req_header(),
-                headers::INTERNAL_PREFIX,
-                &extra[..n],
-                &body,
-                &mut wire,
-            );
-        }
+        forward::encode_request(
+            session.req_header(),
+            headers::INTERNAL_PREFIX,
+            identity_headers(ctx.claims.as_deref(), &request_id),
+            &body,
+            &mut wire,
+        );
         let sent = Instant::now();
-        ctx.sent_at = Some(sent);
         let outcome = forward::exchange(
             &self.shared.upstreams,
             &wire,
@@ -184,28 +174,7 @@ impl PublicProxy {
         ctx.latency = Some(sent.elapsed());
         let answer = match outcome {
             Ok(a) => a,
-            Err(f) => {
-                let reply = match f {
-                    forward::Failure::Unavailable => {
-                        self.shared.metrics.upstream_unavailable.inc();
-                        Reply::error(
-                            503,
-                            codes::UPSTREAM_UNAVAILABLE,
-                            "booking is unavailable; retry shortly",
-                        )
-                        .retry_after(2)
-                    }
-                    forward::Failure::Timeout => Reply::error(
-                        504,
-                        codes::UPSTREAM_UNAVAILABLE,
-                        "booking did not answer in time",
-                    ),
-                    forward::Failure::Broken => {
-                        Reply::error(502, codes::UPSTREAM_UNAVAILABLE, "booking failed to answer")
-                    }
-                };
-                return send(session, reply).await;
-            }
+            Err(f) => return send(session, self.upstream_failure(f)).await,
         };
         ctx.status = answer.head.status.as_u16();
         let mut head = answer.head;
@@ -218,6 +187,19 @@ impl PublicProxy {
             session.write_response_body(Some(answer.body), true).await?;
         }
         Ok(true)
+    }
+
+    /// The fan's answer when booking could not be used, on either proxy path.
+    fn upstream_failure(&self, f: forward::Failure) -> Reply {
+        let e = |status, msg| Reply::error(status, codes::UPSTREAM_UNAVAILABLE, msg);
+        match f {
+            forward::Failure::Unavailable => {
+                self.shared.metrics.upstream_unavailable.inc();
+                e(503, "booking is unavailable; retry shortly").retry_after(2)
+            }
+            forward::Failure::Timeout => e(504, "booking did not answer in time"),
+            forward::Failure::Broken => e(502, "booking failed to answer"),
+        }
     }
 
     fn page(&self, key: &str) -> Reply {
@@ -272,6 +254,23 @@ impl PublicProxy {
     }
 }
 
+/// What booking learns from the gateway on every forwarded call, on either proxy path (inbound
+/// `x-floodgate-*` headers are dropped first): the verified account and event, and a request id.
+fn identity_headers<'a>(
+    claims: Option<&'a AdmissionClaims>,
+    request_id: &'a str,
+) -> impl Iterator<Item = (&'static str, &'a str)> {
+    claims
+        .into_iter()
+        .flat_map(|c| {
+            [
+                (headers::ACCOUNT, c.sub.as_str()),
+                (headers::EVENT, c.evt.as_str()),
+            ]
+        })
+        .chain(std::iter::once((headers::REQUEST_ID, request_id)))
+}
+
 fn rate_limited(s: &Shared, wait: Duration) -> Reply {
     s.metrics
         .rate_limited
@@ -310,8 +309,8 @@ impl ProxyHttp for PublicProxy {
                     Ok(()) => Action::Forward,
                     Err(r) => Action::Reply(r),
                 },
-                // Webhooks keep pingora-proxy's path (`Forward` with no claims is not
-                // eligible below): signatures cover raw bodies, which stay untouched there.
+                // Webhooks keep pingora-proxy's path: their signatures cover raw bodies, which
+                // stay untouched there.
                 Route::Webhook => return Ok(false),
                 Route::Healthz => Action::Reply(Reply::json(200, &json!({"status": "ok"}))),
                 Route::Readyz => Action::Ready,
@@ -412,11 +411,10 @@ impl ProxyHttp for PublicProxy {
         for k in internal {
             req.remove_header(&k);
         }
-        if let Some(c) = &ctx.claims {
-            req.insert_header(headers::ACCOUNT, c.sub.as_str())?;
-            req.insert_header(headers::EVENT, c.evt.as_str())?;
+        let request_id = self.request_id();
+        for (k, v) in identity_headers(ctx.claims.as_deref(), &request_id) {
+            req.insert_header(k, v)?;
         }
-        req.insert_header(headers::REQUEST_ID, self.request_id())?;
         ctx.sent_at = Some(Instant::now());
         Ok(())
     }
@@ -434,40 +432,35 @@ impl ProxyHttp for PublicProxy {
 
     async fn fail_to_proxy(&self, session: &mut Session, e: &Error, _ctx: &mut Ctx) -> FailToProxy {
         use ErrorType::*;
-        let (status, code, msg): (u16, &str, &str) = match e.etype() {
+        use forward::Failure;
+        let reply = match e.etype() {
             ConnectTimedout | ConnectRefused | ConnectNoRoute | ConnectError | SocketError
             | TLSHandshakeFailure | TLSHandshakeTimedout | HandshakeError => {
-                self.shared.metrics.upstream_unavailable.inc();
-                (
-                    503,
-                    codes::UPSTREAM_UNAVAILABLE,
-                    "booking is unavailable; retry shortly",
-                )
+                Some(self.upstream_failure(Failure::Unavailable))
             }
-            HTTPStatus(c) => (*c, codes::INVALID_REQUEST, "request refused"),
-            ReadTimedout | WriteTimedout if e.esource() == &ErrorSource::Upstream => (
-                504,
-                codes::UPSTREAM_UNAVAILABLE,
-                "booking did not answer in time",
-            ),
+            HTTPStatus(c) => Some(Reply::error(*c, codes::INVALID_REQUEST, "request refused")),
+            ReadTimedout | WriteTimedout if e.esource() == &ErrorSource::Upstream => {
+                Some(self.upstream_failure(Failure::Timeout))
+            }
             _ => match e.esource() {
-                ErrorSource::Upstream => {
-                    (502, codes::UPSTREAM_UNAVAILABLE, "booking failed to answer")
-                }
+                ErrorSource::Upstream => Some(self.upstream_failure(Failure::Broken)),
                 ErrorSource::Downstream => match e.etype() {
-                    WriteError | ReadError | ConnectionClosed => (0, "", ""),
-                    _ => (400, codes::INVALID_REQUEST, "malformed request"),
+                    WriteError | ReadError | ConnectionClosed => None,
+                    _ => Some(Reply::error(
+                        400,
+                        codes::INVALID_REQUEST,
+                        "malformed request",
+                    )),
                 },
                 ErrorSource::Internal | ErrorSource::Unset => {
-                    (500, codes::INTERNAL, "internal error")
+                    Some(Reply::error(500, codes::INTERNAL, "internal error"))
                 }
             },
         };
-        if status > 0 && session.as_downstream().response_written().is_none() {
-            let mut reply = Reply::error(status, code, msg);
-            if status == 503 {
-                reply = reply.retry_after(2);
-            }
+        let status = reply.as_ref().map_or(0, |r| r.status);
+        if let Some(reply) = reply
+            && session.as_downstream().response_written().is_none()
+        {
             let _ = send(session, reply).await;
         }
         FailToProxy {

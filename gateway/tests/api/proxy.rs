@@ -23,6 +23,16 @@ async fn api(app: &TestApp, token: &str, path: &str) -> reqwest::Response {
         .unwrap()
 }
 
+async fn api_post(app: &TestApp, token: &str, path: &str, body: String) -> reqwest::Response {
+    app.http
+        .post(app.url(path))
+        .bearer_auth(token)
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+}
+
 async fn refused(r: reqwest::Response, reason: &str) {
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
     let v = json(r).await;
@@ -328,14 +338,7 @@ async fn non_idempotent_request_is_not_retried_after_it_was_sent() {
             .await;
     let tokens = AdmissionTokens::new(&token_settings(&["k1"], "k1")).unwrap();
     let (tok, _) = tokens.mint("fan", "s", "ev", now(), 60).unwrap();
-    let r = app
-        .http
-        .post(app.url("/api/orders"))
-        .bearer_auth(&tok)
-        .body("{}")
-        .send()
-        .await
-        .unwrap();
+    let r = api_post(&app, &tok, "/api/orders", "{}".into()).await;
     assert_eq!(r.status(), StatusCode::BAD_GATEWAY);
     assert_eq!(json(r).await["code"], "UPSTREAM_UNAVAILABLE");
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -611,21 +614,20 @@ async fn the_gateways_upstream_leg_handles_every_framing() {
     let app = TestApp::spawn_with(|c| c.gateway.upstreams = vec![up.addr.to_string()]).await;
     let tokens = AdmissionTokens::new(&token_settings(&["k1"], "k1")).unwrap();
     let (tok, _) = tokens.mint("fan", "s", "ev", now(), 60).unwrap();
-    let get = |path: &str| app.http.get(app.url(path)).bearer_auth(&tok).send();
 
-    let r = get("/api/chunked").await.unwrap();
+    let r = api(&app, &tok, "/api/chunked").await;
     assert_eq!(r.status(), StatusCode::OK);
     assert_eq!(r.text().await.unwrap(), "hello world");
-    let r = get("/api/until-close").await.unwrap();
+    let r = api(&app, &tok, "/api/until-close").await;
     assert_eq!(r.headers()["x-framing"], "close");
     assert_eq!(r.text().await.unwrap(), "until the end");
-    let r = get("/api/nothing").await.unwrap();
+    let r = api(&app, &tok, "/api/nothing").await;
     assert_eq!(r.status(), StatusCode::NO_CONTENT);
     assert_eq!(r.headers()["x-ok"], "1");
-    let r = get("/api/continue").await.unwrap();
+    let r = api(&app, &tok, "/api/continue").await;
     assert_eq!(r.status(), StatusCode::CREATED);
     assert_eq!(r.text().await.unwrap(), "ok");
-    let r = get("/api/garbage").await.unwrap();
+    let r = api(&app, &tok, "/api/garbage").await;
     assert_eq!(r.status(), StatusCode::BAD_GATEWAY);
     assert_eq!(json(r).await["code"], "UPSTREAM_UNAVAILABLE");
     let r = app
@@ -656,7 +658,7 @@ async fn the_gateways_upstream_leg_handles_every_framing() {
     // Keep-alive: a run of sequential calls reuses upstream connections.
     let before = up.api_connections.load(Ordering::SeqCst);
     for i in 0..50 {
-        let r = get(&format!("/api/n{i}")).await.unwrap();
+        let r = api(&app, &tok, &format!("/api/n{i}")).await;
         assert_eq!(r.text().await.unwrap(), format!("/api/n{i}"));
     }
     let opened = up.api_connections.load(Ordering::SeqCst) - before;
@@ -671,25 +673,12 @@ async fn a_pooled_connection_the_upstream_closed_is_never_used() {
     let (tok, _) = tokens.mint("fan", "s", "ev", now(), 60).unwrap();
     for round in 0..5 {
         // The answer leaves a keep-alive connection in the pool that the upstream then closes.
-        let r = app
-            .http
-            .get(app.url("/api/then-close"))
-            .bearer_auth(&tok)
-            .send()
-            .await
-            .unwrap();
+        let r = api(&app, &tok, "/api/then-close").await;
         assert_eq!(r.text().await.unwrap(), "bye!");
         tokio::time::sleep(Duration::from_millis(150)).await;
         // A POST (never retried once sent) must not be sent on the dead connection.
         let body = format!("{{\"round\":{round}}}");
-        let r = app
-            .http
-            .post(app.url("/api/echo"))
-            .bearer_auth(&tok)
-            .body(body.clone())
-            .send()
-            .await
-            .unwrap();
+        let r = api_post(&app, &tok, "/api/echo", body.clone()).await;
         assert_eq!(r.status(), StatusCode::OK, "round {round}");
         assert_eq!(r.text().await.unwrap(), body);
     }
