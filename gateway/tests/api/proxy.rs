@@ -526,7 +526,10 @@ impl Drop for Scripted {
 async fn scripted_upstream() -> Scripted {
     use std::sync::{Arc, Mutex};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    // A deep accept queue: the concurrency test opens hundreds of upstream connections at once.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(4096).unwrap();
     let addr = listener.local_addr().unwrap();
     let api_connections = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let posts = Arc::new(Mutex::new(Vec::new()));
@@ -686,5 +689,54 @@ async fn a_pooled_connection_the_upstream_closed_is_never_used() {
         up.posts.lock().unwrap().len(),
         5,
         "each POST arrived exactly once"
+    );
+}
+
+/// Hundreds of fans at once through the gateway's upstream leg: every answer is the one to its
+/// own request (a pooled connection never carries someone else's answer), and every POST
+/// reaches booking exactly once — or, when the burst of new upstream connections overflows
+/// the upstream's accept queue and the gateway answers 503, not at all.
+#[tokio::test]
+async fn concurrent_calls_each_get_their_own_answer_once() {
+    let up = scripted_upstream().await;
+    let app = TestApp::spawn_with(|c| c.gateway.upstreams = vec![up.addr.to_string()]).await;
+    let tokens = AdmissionTokens::new(&token_settings(&["k1"], "k1")).unwrap();
+    let (tok, _) = tokens.mint("fan", "s", "ev", now(), 60).unwrap();
+    let calls = (0..300).map(|i| {
+        let (app, tok) = (&app, &tok);
+        async move {
+            let (r, expected, body) = if i % 3 == 0 {
+                let path = format!("/api/get-{i}");
+                (api(app, tok, &path).await, path, None)
+            } else {
+                let body = format!("{{\"fan\":{i},\"pad\":\"{}\"}}", "x".repeat(i * 7));
+                let r = api_post(app, tok, "/api/echo", body.clone()).await;
+                (r, body.clone(), Some(body))
+            };
+            match r.status() {
+                StatusCode::OK => {
+                    assert_eq!(r.text().await.unwrap(), expected, "someone else's answer");
+                    body
+                }
+                StatusCode::SERVICE_UNAVAILABLE => {
+                    assert_eq!(json(r).await["code"], "UPSTREAM_UNAVAILABLE");
+                    None
+                }
+                other => panic!("call {i}: unexpected {other}"),
+            }
+        }
+    });
+    let mut answered: Vec<String> = futures::future::join_all(calls)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    let mut received = up.posts.lock().unwrap().clone();
+    answered.sort();
+    received.sort();
+    assert!(!answered.is_empty());
+    assert_eq!(
+        received, answered,
+        "booking got exactly the POSTs that were answered, each once"
     );
 }
