@@ -51,8 +51,12 @@ LOAD_BEFORE="$(cut -d' ' -f1-3 /proc/loadavg)"
 # ---- build -----------------------------------------------------------------------------------
 if [ "${BENCH_NO_BUILD:-0}" != 1 ]; then
   log "building the release gateway"
-  (cd "$ROOT" && cargo build --release -p gateway --bin gateway --example bare_pingora)
+  (cd "$ROOT" && cargo build --release -p gateway --bin gateway)
 fi
+# Always: deploy/bench/run builds the workspace's binaries only, not examples (a clean CI
+# checkout has no bare_pingora otherwise); a no-op when it is up to date.
+log "building the bare pingora reference proxy"
+(cd "$ROOT" && cargo build --release -p gateway --example bare_pingora)
 GW="$TARGET/release/gateway"
 BARE="$TARGET/release/examples/bare_pingora"
 [ -x "$GW" ] || { log "missing $GW"; exit 1; }

@@ -158,9 +158,9 @@ pub async fn exchange(
         let (mut stream, reused) = match ups.take_idle(i) {
             Some(s) => (s, true),
             None => match connect(addr, ups.connect_timeout).await {
-                Some(s) => (s, false),
-                None => {
-                    ups.mark(i, false);
+                Ok(s) => (s, false),
+                Err(timed_out) => {
+                    ups.connect_failed(i, timed_out);
                     continue;
                 }
             },
@@ -168,11 +168,13 @@ pub async fn exchange(
         let mut result = round_trip(&mut stream, request, head_only, ups.read_timeout).await;
         if reused && idempotent && matches!(result, Err(Trip::ClosedEarly)) {
             // The pooled connection was already dead; the upstream saw no request on it.
-            let Some(fresh) = connect(addr, ups.connect_timeout).await else {
-                ups.mark(i, false);
-                continue;
+            stream = match connect(addr, ups.connect_timeout).await {
+                Ok(fresh) => fresh,
+                Err(timed_out) => {
+                    ups.connect_failed(i, timed_out);
+                    continue;
+                }
             };
-            stream = fresh;
             result = round_trip(&mut stream, request, head_only, ups.read_timeout).await;
         }
         return match result {
@@ -188,13 +190,15 @@ pub async fn exchange(
     }
 }
 
-async fn connect(addr: std::net::SocketAddr, within: Duration) -> Option<TcpStream> {
-    let s = tokio::time::timeout(within, TcpStream::connect(addr))
-        .await
-        .ok()?
-        .ok()?;
-    s.set_nodelay(true).ok()?;
-    Some(s)
+/// A new upstream connection; `Err(true)` when the connect timed out, `Err(false)` for any
+/// other failure (refused, unreachable).
+async fn connect(addr: std::net::SocketAddr, within: Duration) -> Result<TcpStream, bool> {
+    let s = match tokio::time::timeout(within, TcpStream::connect(addr)).await {
+        Err(_) => return Err(true),
+        Ok(r) => r.map_err(|_| false)?,
+    };
+    s.set_nodelay(true).map_err(|_| false)?;
+    Ok(s)
 }
 
 /// Reads more into `buf` within `within`; `Ok(0)` is the peer closing.

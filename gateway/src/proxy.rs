@@ -390,7 +390,8 @@ impl ProxyHttp for PublicProxy {
     ) -> Box<Error> {
         // Nothing reached this upstream, so trying another one is safe for any method.
         if let Some(i) = ctx.upstream {
-            self.shared.upstreams.mark(i, false);
+            let timed_out = e.etype() == &ErrorType::ConnectTimedout;
+            self.shared.upstreams.connect_failed(i, timed_out);
         }
         e.set_retry(self.shared.upstreams.pick(ctx.tried).is_some());
         e

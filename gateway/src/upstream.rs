@@ -1,6 +1,7 @@
 //! The booking upstreams: round-robin over healthy ones, with active health checks
-//! (`GET /healthz` every `health_check_ms`) and passive marking (a refused connection takes
-//! an upstream out until its next good check).
+//! (`GET /healthz` every `health_check_ms`) and passive marking: a refused connection takes
+//! an upstream out until its next good check; a connect *timeout* does too, unless it is the
+//! last healthy one (see [`Upstreams::connect_failed`]).
 //!
 //! Each upstream's [`HttpPeer`] is built once and cloned per request: pingora pools upstream
 //! connections by the peer's hash, so an identical peer is what makes keep-alive reuse work.
@@ -116,6 +117,30 @@ impl Upstreams {
                 }
             }
         }
+    }
+
+    /// A connection to upstream `i` could not be made. Refused (or any other error): nothing
+    /// listens there, so it is out until its next good health check. Timed out: that is also
+    /// what a live upstream whose accept queue overflowed in a burst looks like (the kernel
+    /// drops the SYN), so the last healthy upstream stays in — marking it down would turn a
+    /// few slow connects into `503` for every fan until the next check, and a dead one still
+    /// fails fast by refusal or is caught by the health checker.
+    pub fn connect_failed(&self, i: usize, timed_out: bool) {
+        if timed_out && !self.any_healthy_except(i) {
+            tracing::warn!(
+                upstream = ?self.addr(i),
+                "connect to the last healthy upstream timed out; kept in rotation"
+            );
+            return;
+        }
+        self.mark(i, false);
+    }
+
+    fn any_healthy_except(&self, i: usize) -> bool {
+        self.list
+            .iter()
+            .enumerate()
+            .any(|(k, u)| k != i && u.healthy.load(Ordering::Relaxed))
     }
 
     pub fn addr(&self, i: usize) -> Option<SocketAddr> {
@@ -238,6 +263,29 @@ mod tests {
         assert!(!u.any_healthy());
         assert_eq!(u.pick(0), None);
         assert!(Upstreams::new(&[], Duration::ZERO, Duration::ZERO).is_err());
+    }
+
+    #[test]
+    fn a_connect_timeout_never_takes_out_the_last_healthy_upstream() {
+        let u = Upstreams::new(
+            &["127.0.0.1:1".into(), "127.0.0.1:2".into()],
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+        )
+        .unwrap();
+        // With another healthy upstream, a timeout moves traffic there.
+        u.connect_failed(0, true);
+        assert_eq!(u.pick(0), Some(1));
+        assert_eq!(u.pick(0), Some(1));
+        // The last one stays in on a timeout...
+        u.connect_failed(1, true);
+        assert_eq!(u.pick(0), Some(1));
+        // ...but not on a refusal.
+        u.connect_failed(1, false);
+        assert_eq!(u.pick(0), None);
+        // The health checker brings them back.
+        u.mark(0, true);
+        assert_eq!(u.pick(0), Some(0));
         assert!(Upstreams::new(&["nonsense".into()], Duration::ZERO, Duration::ZERO).is_err());
     }
 }

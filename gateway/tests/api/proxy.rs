@@ -514,6 +514,8 @@ struct Scripted {
     addr: std::net::SocketAddr,
     api_connections: std::sync::Arc<std::sync::atomic::AtomicU64>,
     posts: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    /// `false` stops taking connections off the accept queue (a stalled or swamped upstream).
+    accepting: tokio::sync::watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -524,18 +526,29 @@ impl Drop for Scripted {
 }
 
 async fn scripted_upstream() -> Scripted {
+    // A deep accept queue: the concurrency test opens hundreds of upstream connections at once.
+    scripted_upstream_with(4096).await
+}
+
+async fn scripted_upstream_with(backlog: u32) -> Scripted {
     use std::sync::{Arc, Mutex};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    // A deep accept queue: the concurrency test opens hundreds of upstream connections at once.
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let listener = socket.listen(4096).unwrap();
+    let listener = socket.listen(backlog).unwrap();
     let addr = listener.local_addr().unwrap();
     let api_connections = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let posts = Arc::new(Mutex::new(Vec::new()));
     let (conns, bodies) = (api_connections.clone(), posts.clone());
+    let (accepting, mut open) = tokio::sync::watch::channel(true);
     let task = tokio::spawn(async move {
-        while let Ok((mut sock, _)) = listener.accept().await {
+        loop {
+            if open.wait_for(|open| *open).await.is_err() {
+                return;
+            }
+            let Ok((mut sock, _)) = listener.accept().await else {
+                return;
+            };
             let (conns, bodies) = (conns.clone(), bodies.clone());
             tokio::spawn(async move {
                 let mut buf = Vec::new();
@@ -607,6 +620,7 @@ async fn scripted_upstream() -> Scripted {
         addr,
         api_connections,
         posts,
+        accepting,
         task,
     }
 }
@@ -739,4 +753,68 @@ async fn concurrent_calls_each_get_their_own_answer_once() {
         received, answered,
         "booking got exactly the POSTs that were answered, each once"
     );
+}
+
+/// A launch burst can overflow booking's accept queue; the kernel then drops SYNs and the
+/// gateway's connect times out. When that upstream is the only healthy one, the call that
+/// timed out gets 503 — but the upstream stays in rotation, so the next call is served at once
+/// instead of every fan getting 503 until the next health check. Both proxy paths.
+#[tokio::test]
+async fn a_connect_timeout_does_not_take_out_the_only_upstream() {
+    let tokens = AdmissionTokens::new(&token_settings(&["k1"], "k1")).unwrap();
+    let (tok, _) = tokens.mint("fan", "s", "ev", now(), 60).unwrap();
+    for fast_forward in [true, false] {
+        let up = scripted_upstream_with(1).await;
+        let app = TestApp::spawn_with(|c| {
+            c.gateway.upstreams = vec![up.addr.to_string()];
+            c.gateway.fast_forward = fast_forward;
+            c.gateway.upstream_connect_timeout_ms = 300;
+            // Only the check at start-up runs during the test: whatever comes back, it is not
+            // the health checker's doing.
+            c.gateway.health_check_ms = 600_000;
+        })
+        .await;
+        // The start-up health check has run (it saw a healthy upstream) before we stall it.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+
+        // Stall the upstream and fill its accept queue until a connect times out.
+        up.accepting.send_replace(false);
+        let mut held = Vec::new();
+        let mut full = false;
+        for _ in 0..20 {
+            let connect = tokio::net::TcpStream::connect(up.addr);
+            match tokio::time::timeout(Duration::from_millis(300), connect).await {
+                Ok(Ok(s)) => held.push(s),
+                Ok(Err(e)) => panic!("connect to the stalled upstream failed: {e}"),
+                Err(_) => {
+                    full = true;
+                    break;
+                }
+            }
+        }
+        assert!(full, "the accept queue never filled");
+
+        let r = api(&app, &tok, "/api/first").await;
+        assert_eq!(
+            r.status(),
+            StatusCode::SERVICE_UNAVAILABLE,
+            "fast_forward={fast_forward}"
+        );
+        assert_eq!(json(r).await["code"], "UPSTREAM_UNAVAILABLE");
+
+        // The upstream catches up: once its queue has room again (a probe connects; a SYN
+        // dropped before that is only retried after a second), the very next call is served.
+        up.accepting.send_replace(true);
+        drop(held);
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            tokio::net::TcpStream::connect(up.addr),
+        )
+        .await
+        .expect("the upstream accepts again")
+        .unwrap();
+        let r = api(&app, &tok, "/api/second").await;
+        assert_eq!(r.status(), StatusCode::OK, "fast_forward={fast_forward}");
+        assert_eq!(r.text().await.unwrap(), "/api/second");
+    }
 }
