@@ -301,6 +301,11 @@ impl ProxyHttp for PublicProxy {
         Ctx::default()
     }
 
+    fn init_downstream_modules(&self, _modules: &mut pingora_core::modules::http::HttpModules) {
+        // pingora's default adds its response-compression module switched off; it would still
+        // be built and consulted on every request. Answers here are small JSON.
+    }
+
     async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
         let action = {
             let req = session.req_header();
