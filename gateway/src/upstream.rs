@@ -12,7 +12,7 @@ use pingora_core::server::ShutdownWatch;
 use pingora_core::services::background::BackgroundService;
 use pingora_core::upstreams::peer::HttpPeer;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -39,6 +39,9 @@ struct Idle {
 pub struct Upstreams {
     list: Vec<Upstream>,
     next: AtomicUsize,
+    /// Second (since `born`, plus one) of the last "kept in rotation" warning.
+    timeout_logged: AtomicU64,
+    born: Instant,
     pub connect_timeout: Duration,
     pub read_timeout: Duration,
 }
@@ -80,6 +83,8 @@ impl Upstreams {
         Ok(Self {
             list,
             next: AtomicUsize::new(0),
+            timeout_logged: AtomicU64::new(0),
+            born: Instant::now(),
             connect_timeout,
             read_timeout,
         })
@@ -127,10 +132,14 @@ impl Upstreams {
     /// fails fast by refusal or is caught by the health checker.
     pub fn connect_failed(&self, i: usize, timed_out: bool) {
         if timed_out && !self.any_healthy_except(i) {
-            tracing::warn!(
-                upstream = ?self.addr(i),
-                "connect to the last healthy upstream timed out; kept in rotation"
-            );
+            // A burst can time out hundreds of connects at once: one line a second is enough.
+            let now = self.born.elapsed().as_secs() + 1;
+            if self.timeout_logged.swap(now, Ordering::Relaxed) != now {
+                tracing::warn!(
+                    upstream = ?self.addr(i),
+                    "connect to the last healthy upstream timed out; kept in rotation"
+                );
+            }
             return;
         }
         self.mark(i, false);
@@ -263,6 +272,7 @@ mod tests {
         assert!(!u.any_healthy());
         assert_eq!(u.pick(0), None);
         assert!(Upstreams::new(&[], Duration::ZERO, Duration::ZERO).is_err());
+        assert!(Upstreams::new(&["nonsense".into()], Duration::ZERO, Duration::ZERO).is_err());
     }
 
     #[test]
@@ -286,6 +296,5 @@ mod tests {
         // The health checker brings them back.
         u.mark(0, true);
         assert_eq!(u.pick(0), Some(0));
-        assert!(Upstreams::new(&["nonsense".into()], Duration::ZERO, Duration::ZERO).is_err());
     }
 }
