@@ -192,10 +192,26 @@ impl Upstreams {
     }
 }
 
-/// One `GET /healthz` over a fresh connection; healthy on a 2xx status line.
-async fn check(addr: SocketAddr, timeout: Duration) -> bool {
+/// What one health check saw.
+#[derive(Debug, PartialEq, Eq)]
+enum Check {
+    Healthy,
+    /// The connect itself timed out: dead host, or a live one whose accept queue is full.
+    ConnectTimedOut,
+    /// Refused, reset, no answer in time, or not a 2xx.
+    Failed,
+}
+
+/// One `GET /healthz` over a fresh connection, all within `timeout`; healthy on a 2xx status
+/// line.
+async fn check(addr: SocketAddr, timeout: Duration) -> Check {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut s = match tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await {
+        Err(_) => return Check::ConnectTimedOut,
+        Ok(Err(_)) => return Check::Failed,
+        Ok(Ok(s)) => s,
+    };
     let probe = async {
-        let mut s = tokio::net::TcpStream::connect(addr).await?;
         s.write_all(b"GET /healthz HTTP/1.1\r\nHost: upstream\r\nConnection: close\r\n\r\n")
             .await?;
         let mut buf = [0u8; 16];
@@ -209,7 +225,23 @@ async fn check(addr: SocketAddr, timeout: Duration) -> bool {
         }
         Ok::<bool, std::io::Error>(got >= 12 && buf.starts_with(b"HTTP/1.") && buf[9] == b'2')
     };
-    matches!(tokio::time::timeout(timeout, probe).await, Ok(Ok(true)))
+    match tokio::time::timeout_at(deadline, probe).await {
+        Ok(Ok(true)) => Check::Healthy,
+        _ => Check::Failed,
+    }
+}
+
+impl Upstreams {
+    /// Applies one health check's result: the same rule as for the proxy's own connects, so a
+    /// check that cannot get through a full accept queue does not take out the last healthy
+    /// upstream either.
+    fn checked(&self, i: usize, seen: Check) {
+        match seen {
+            Check::Healthy => self.mark(i, true),
+            Check::ConnectTimedOut => self.connect_failed(i, true),
+            Check::Failed => self.mark(i, false),
+        }
+    }
 }
 
 /// Background service running the active health checks.
@@ -235,8 +267,8 @@ impl BackgroundService for HealthChecker {
                 set.spawn(async move { (i, check(addr, timeout).await) });
             }
             while let Some(joined) = set.join_next().await {
-                if let Ok((i, ok)) = joined {
-                    self.upstreams.mark(i, ok);
+                if let Ok((i, seen)) = joined {
+                    self.upstreams.checked(i, seen);
                 }
             }
         }
@@ -295,6 +327,70 @@ mod tests {
         assert_eq!(u.pick(0), None);
         // The health checker brings them back.
         u.mark(0, true);
+        assert_eq!(u.pick(0), Some(0));
+    }
+
+    /// A listener that has stopped accepting, with its accept queue full: connects to it time
+    /// out (the kernel drops the SYN), as to a live upstream swamped by a burst.
+    async fn swamped() -> (tokio::net::TcpListener, Vec<TcpStream>) {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let listener = socket.listen(1).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut held = Vec::new();
+        for _ in 0..20 {
+            match tokio::time::timeout(Duration::from_millis(300), TcpStream::connect(addr)).await {
+                Ok(Ok(s)) => held.push(s),
+                Ok(Err(e)) => panic!("connect failed: {e}"),
+                Err(_) => return (listener, held),
+            }
+        }
+        panic!("the accept queue never filled");
+    }
+
+    #[tokio::test]
+    async fn health_checks_tell_a_swamped_upstream_from_a_dead_or_broken_one() {
+        let t = Duration::from_millis(300);
+        // Answers 200.
+        let ok = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let ok_addr = ok.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = ok.accept().await {
+                let mut buf = [0u8; 256];
+                let _ = s.read(&mut buf).await;
+                let _ = s
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                    .await;
+            }
+        });
+        assert_eq!(check(ok_addr, t).await, Check::Healthy);
+        // Accepts and never answers: broken, not swamped.
+        let mute = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mute_addr = mute.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut open = Vec::new();
+            while let Ok((s, _)) = mute.accept().await {
+                open.push(s);
+            }
+        });
+        assert_eq!(check(mute_addr, t).await, Check::Failed);
+        // Nothing listens.
+        let gone = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let gone_addr = gone.local_addr().unwrap();
+        drop(gone);
+        assert_eq!(check(gone_addr, t).await, Check::Failed);
+        // Swamped.
+        let (listener, _held) = swamped().await;
+        let swamped_addr = listener.local_addr().unwrap();
+        assert_eq!(check(swamped_addr, t).await, Check::ConnectTimedOut);
+
+        // Applied: a swamped last upstream stays in; a broken one goes.
+        let u = Upstreams::new(&[swamped_addr.to_string()], t, t).unwrap();
+        u.checked(0, check(swamped_addr, t).await);
+        assert_eq!(u.pick(0), Some(0));
+        u.checked(0, Check::Failed);
+        assert_eq!(u.pick(0), None);
+        u.checked(0, Check::Healthy);
         assert_eq!(u.pick(0), Some(0));
     }
 }
