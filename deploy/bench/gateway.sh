@@ -243,12 +243,15 @@ stop_gateways
 
 # ---- report -------------------------------------------------------------------------------------------
 get() { awk -v n="$1" -v f="$2" '$1==n {print $f}' "$TMP/wrk.txt"; }
-ratio() { python3 -c "import sys; a,b=float(sys.argv[1] or 0),float(sys.argv[2] or 0); print(f'{100*a/b:.0f} %' if b else 'n/a')" "$1" "$2"; }
+# pct A B -> A as a whole percentage of B ("" when B is missing or zero); ratio adds the unit.
+pct() { python3 -c "import sys; a,b=float(sys.argv[1] or 0),float(sys.argv[2] or 0); print(f'{100*a/b:.0f}' if b else '')" "$1" "$2"; }
+ratio() { local p; p="$(pct "$1" "$2")"; if [ -n "$p" ]; then echo "$p %"; else echo "n/a"; fi; }
 # Ratios of each proxy to the nginx row of the same round, and their median over the rounds.
 round_ratios() { # proxy-name-prefix -> "r1 r2 r3" (percent)
-  local out="" r
+  local out="" r p
   for r in "${ROUNDS[@]}"; do
-    out="$out $(python3 -c "import sys; a,b=float(sys.argv[1] or 0),float(sys.argv[2] or 0); print(f'{100*a/b:.0f}' if b else 0)" "$(get "$1-$r" 2)" "$(get "nginx-proxy-$r" 2)")"
+    p="$(pct "$(get "$1-$r" 2)" "$(get "nginx-proxy-$r" 2)")"
+    out="$out ${p:-0}"
   done
   echo "$out"
 }

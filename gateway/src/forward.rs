@@ -16,7 +16,7 @@
 //! are not forwarded; responses are framed by `Content-Length`, chunked encoding or the
 //! connection closing, as RFC 9112 says, and any malformed answer is a 502.
 
-use crate::upstream::Upstreams;
+use crate::upstream::{Upstreams, connect};
 use bytes::{Buf, Bytes, BytesMut};
 use pingora_http::{RequestHeader, ResponseHeader};
 use std::time::Duration;
@@ -159,8 +159,8 @@ pub async fn exchange(
             Some(s) => (s, true),
             None => match connect(addr, ups.connect_timeout).await {
                 Ok(s) => (s, false),
-                Err(timed_out) => {
-                    ups.connect_failed(i, timed_out);
+                Err(failure) => {
+                    ups.connect_failed(i, failure);
                     continue;
                 }
             },
@@ -170,8 +170,8 @@ pub async fn exchange(
             // The pooled connection was already dead; the upstream saw no request on it.
             stream = match connect(addr, ups.connect_timeout).await {
                 Ok(fresh) => fresh,
-                Err(timed_out) => {
-                    ups.connect_failed(i, timed_out);
+                Err(failure) => {
+                    ups.connect_failed(i, failure);
                     continue;
                 }
             };
@@ -188,17 +188,6 @@ pub async fn exchange(
             Err(Trip::ClosedEarly | Trip::Broken) => Err(Failure::Broken),
         };
     }
-}
-
-/// A new upstream connection; `Err(true)` when the connect timed out, `Err(false)` for any
-/// other failure (refused, unreachable).
-async fn connect(addr: std::net::SocketAddr, within: Duration) -> Result<TcpStream, bool> {
-    let s = match tokio::time::timeout(within, TcpStream::connect(addr)).await {
-        Err(_) => return Err(true),
-        Ok(r) => r.map_err(|_| false)?,
-    };
-    s.set_nodelay(true).map_err(|_| false)?;
-    Ok(s)
 }
 
 /// Reads more into `buf` within `within`; `Ok(0)` is the peer closing.

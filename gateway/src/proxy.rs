@@ -20,6 +20,7 @@ use crate::respond::{Reply, read_body, send};
 use crate::routes::{self, Route};
 use crate::state::Shared;
 use crate::store::Store;
+use crate::upstream::ConnectFailure;
 use async_trait::async_trait;
 use bytes::Bytes;
 use http::HeaderMap;
@@ -395,8 +396,12 @@ impl ProxyHttp for PublicProxy {
     ) -> Box<Error> {
         // Nothing reached this upstream, so trying another one is safe for any method.
         if let Some(i) = ctx.upstream {
-            let timed_out = e.etype() == &ErrorType::ConnectTimedout;
-            self.shared.upstreams.connect_failed(i, timed_out);
+            let failure = if e.etype() == &ErrorType::ConnectTimedout {
+                ConnectFailure::TimedOut
+            } else {
+                ConnectFailure::Refused
+            };
+            self.shared.upstreams.connect_failed(i, failure);
         }
         e.set_retry(self.shared.upstreams.pick(ctx.tried).is_some());
         e

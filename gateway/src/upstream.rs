@@ -130,8 +130,8 @@ impl Upstreams {
     /// drops the SYN), so the last healthy upstream stays in — marking it down would turn a
     /// few slow connects into `503` for every fan until the next check, and a dead one still
     /// fails fast by refusal or is caught by the health checker.
-    pub fn connect_failed(&self, i: usize, timed_out: bool) {
-        if timed_out && !self.any_healthy_except(i) {
+    pub fn connect_failed(&self, i: usize, failure: ConnectFailure) {
+        if failure == ConnectFailure::TimedOut && !self.any_healthy_except(i) {
             // A burst can time out hundreds of connects at once: one line a second is enough.
             let now = self.born.elapsed().as_secs() + 1;
             if self.timeout_logged.swap(now, Ordering::Relaxed) != now {
@@ -150,6 +150,17 @@ impl Upstreams {
             .iter()
             .enumerate()
             .any(|(k, u)| k != i && u.healthy.load(Ordering::Relaxed))
+    }
+
+    /// Applies one health check's result: the same rule as for the proxy's own connects, so a
+    /// check that cannot get through a full accept queue does not take out the last healthy
+    /// upstream either.
+    fn checked(&self, i: usize, seen: Check) {
+        match seen {
+            Check::Healthy => self.mark(i, true),
+            Check::ConnectTimedOut => self.connect_failed(i, ConnectFailure::TimedOut),
+            Check::Failed => self.mark(i, false),
+        }
     }
 
     pub fn addr(&self, i: usize) -> Option<SocketAddr> {
@@ -192,6 +203,26 @@ impl Upstreams {
     }
 }
 
+/// Why a new upstream connection could not be made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectFailure {
+    /// No answer to the SYN in time: a dead host, or a live one whose accept queue is full.
+    TimedOut,
+    /// Refused, unreachable, or any other error: nothing usable listens there.
+    Refused,
+}
+
+/// A new upstream connection within `within` (Nagle off), for the gateway's upstream leg
+/// and the health checks alike.
+pub async fn connect(addr: SocketAddr, within: Duration) -> Result<TcpStream, ConnectFailure> {
+    let s = match tokio::time::timeout(within, TcpStream::connect(addr)).await {
+        Err(_) => return Err(ConnectFailure::TimedOut),
+        Ok(r) => r.map_err(|_| ConnectFailure::Refused)?,
+    };
+    s.set_nodelay(true).map_err(|_| ConnectFailure::Refused)?;
+    Ok(s)
+}
+
 /// What one health check saw.
 #[derive(Debug, PartialEq, Eq)]
 enum Check {
@@ -206,10 +237,10 @@ enum Check {
 /// line.
 async fn check(addr: SocketAddr, timeout: Duration) -> Check {
     let deadline = tokio::time::Instant::now() + timeout;
-    let mut s = match tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await {
-        Err(_) => return Check::ConnectTimedOut,
-        Ok(Err(_)) => return Check::Failed,
-        Ok(Ok(s)) => s,
+    let mut s = match connect(addr, timeout).await {
+        Ok(s) => s,
+        Err(ConnectFailure::TimedOut) => return Check::ConnectTimedOut,
+        Err(ConnectFailure::Refused) => return Check::Failed,
     };
     let probe = async {
         s.write_all(b"GET /healthz HTTP/1.1\r\nHost: upstream\r\nConnection: close\r\n\r\n")
@@ -228,19 +259,6 @@ async fn check(addr: SocketAddr, timeout: Duration) -> Check {
     match tokio::time::timeout_at(deadline, probe).await {
         Ok(Ok(true)) => Check::Healthy,
         _ => Check::Failed,
-    }
-}
-
-impl Upstreams {
-    /// Applies one health check's result: the same rule as for the proxy's own connects, so a
-    /// check that cannot get through a full accept queue does not take out the last healthy
-    /// upstream either.
-    fn checked(&self, i: usize, seen: Check) {
-        match seen {
-            Check::Healthy => self.mark(i, true),
-            Check::ConnectTimedOut => self.connect_failed(i, true),
-            Check::Failed => self.mark(i, false),
-        }
     }
 }
 
@@ -316,14 +334,14 @@ mod tests {
         )
         .unwrap();
         // With another healthy upstream, a timeout moves traffic there.
-        u.connect_failed(0, true);
+        u.connect_failed(0, ConnectFailure::TimedOut);
         assert_eq!(u.pick(0), Some(1));
         assert_eq!(u.pick(0), Some(1));
         // The last one stays in on a timeout...
-        u.connect_failed(1, true);
+        u.connect_failed(1, ConnectFailure::TimedOut);
         assert_eq!(u.pick(0), Some(1));
         // ...but not on a refusal.
-        u.connect_failed(1, false);
+        u.connect_failed(1, ConnectFailure::Refused);
         assert_eq!(u.pick(0), None);
         // The health checker brings them back.
         u.mark(0, true);

@@ -224,8 +224,7 @@ async fn websockets_are_proxied_only_with_a_token() {
     use futures::{SinkExt, StreamExt};
     use tokio_tungstenite::tungstenite::{Message, client::IntoClientRequest};
     let app = TestApp::spawn().await;
-    let tokens = AdmissionTokens::new(&token_settings(&["k1"], "k1")).unwrap();
-    let (tok, _) = tokens.mint("fan", "s", "ev", now(), 60).unwrap();
+    let tok = fan_token();
     let url = format!("ws://{}/ws/echo", app.gw().public);
     assert!(
         tokio_tungstenite::connect_async(url.as_str())
@@ -279,8 +278,7 @@ async fn webhook_passes_without_token_but_with_clean_headers() {
 async fn upstream_down_is_a_clear_503_and_healthy_peers_take_over() {
     let dead = format!("127.0.0.1:{}", free_port());
     let app = TestApp::spawn_with(|c| c.gateway.upstreams = vec![dead.clone()]).await;
-    let tokens = AdmissionTokens::new(&token_settings(&["k1"], "k1")).unwrap();
-    let (tok, _) = tokens.mint("fan", "s", "ev", now(), 60).unwrap();
+    let tok = fan_token();
     let t0 = Instant::now();
     let r = api(&app, &tok, "/api/orders").await;
     assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
@@ -336,8 +334,7 @@ async fn non_idempotent_request_is_not_retried_after_it_was_sent() {
     let app =
         TestApp::spawn_with(|c| c.gateway.upstreams = vec![addr.to_string(), addr.to_string()])
             .await;
-    let tokens = AdmissionTokens::new(&token_settings(&["k1"], "k1")).unwrap();
-    let (tok, _) = tokens.mint("fan", "s", "ev", now(), 60).unwrap();
+    let tok = fan_token();
     let r = api_post(&app, &tok, "/api/orders", "{}".into()).await;
     assert_eq!(r.status(), StatusCode::BAD_GATEWAY);
     assert_eq!(json(r).await["code"], "UPSTREAM_UNAVAILABLE");
@@ -625,12 +622,21 @@ async fn scripted_upstream_with(backlog: u32) -> Scripted {
     }
 }
 
-#[tokio::test]
-async fn the_gateways_upstream_leg_handles_every_framing() {
+/// A gateway in front of a fresh scripted upstream, and an admission token for event `ev`.
+async fn gateway_before_scripted() -> (Scripted, TestApp, String) {
     let up = scripted_upstream().await;
     let app = TestApp::spawn_with(|c| c.gateway.upstreams = vec![up.addr.to_string()]).await;
+    (up, app, fan_token())
+}
+
+fn fan_token() -> String {
     let tokens = AdmissionTokens::new(&token_settings(&["k1"], "k1")).unwrap();
-    let (tok, _) = tokens.mint("fan", "s", "ev", now(), 60).unwrap();
+    tokens.mint("fan", "s", "ev", now(), 60).unwrap().0
+}
+
+#[tokio::test]
+async fn the_gateways_upstream_leg_handles_every_framing() {
+    let (up, app, tok) = gateway_before_scripted().await;
 
     let r = api(&app, &tok, "/api/chunked").await;
     assert_eq!(r.status(), StatusCode::OK);
@@ -684,10 +690,7 @@ async fn the_gateways_upstream_leg_handles_every_framing() {
 
 #[tokio::test]
 async fn a_pooled_connection_the_upstream_closed_is_never_used() {
-    let up = scripted_upstream().await;
-    let app = TestApp::spawn_with(|c| c.gateway.upstreams = vec![up.addr.to_string()]).await;
-    let tokens = AdmissionTokens::new(&token_settings(&["k1"], "k1")).unwrap();
-    let (tok, _) = tokens.mint("fan", "s", "ev", now(), 60).unwrap();
+    let (up, app, tok) = gateway_before_scripted().await;
     for round in 0..5 {
         // The answer leaves a keep-alive connection in the pool that the upstream then closes.
         let r = api(&app, &tok, "/api/then-close").await;
@@ -712,10 +715,7 @@ async fn a_pooled_connection_the_upstream_closed_is_never_used() {
 /// the upstream's accept queue and the gateway answers 503, not at all.
 #[tokio::test]
 async fn concurrent_calls_each_get_their_own_answer_once() {
-    let up = scripted_upstream().await;
-    let app = TestApp::spawn_with(|c| c.gateway.upstreams = vec![up.addr.to_string()]).await;
-    let tokens = AdmissionTokens::new(&token_settings(&["k1"], "k1")).unwrap();
-    let (tok, _) = tokens.mint("fan", "s", "ev", now(), 60).unwrap();
+    let (up, app, tok) = gateway_before_scripted().await;
     let calls = (0..300).map(|i| {
         let (app, tok) = (&app, &tok);
         async move {
@@ -761,8 +761,7 @@ async fn concurrent_calls_each_get_their_own_answer_once() {
 /// instead of every fan getting 503 until the next health check. Both proxy paths.
 #[tokio::test]
 async fn a_connect_timeout_does_not_take_out_the_only_upstream() {
-    let tokens = AdmissionTokens::new(&token_settings(&["k1"], "k1")).unwrap();
-    let (tok, _) = tokens.mint("fan", "s", "ev", now(), 60).unwrap();
+    let tok = fan_token();
     for fast_forward in [true, false] {
         let up = scripted_upstream_with(1).await;
         let app = TestApp::spawn_with(|c| {
