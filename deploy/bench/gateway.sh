@@ -41,6 +41,7 @@ cleanup() {
   for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
   [ -f "$TMP/nginx-up.pid" ] && kill "$(cat "$TMP/nginx-up.pid")" 2>/dev/null || true
   [ -f "$TMP/nginx-proxy.pid" ] && kill "$(cat "$TMP/nginx-proxy.pid")" 2>/dev/null || true
+  [ -f "$TMP/nginx-pinned.pid" ] && kill "$(cat "$TMP/nginx-pinned.pid")" 2>/dev/null || true
   rcli --scan --pattern "${PREFIX}*" 2>/dev/null | while read -r k; do rcli UNLINK "$k" >/dev/null; done
   rm -rf "$TMP"
 }
@@ -90,11 +91,12 @@ common_env() {
 }
 wait_port() { for _ in $(seq 1 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done; log "port $1 not up"; return 1; }
 
-# start_gateway PUBLIC ADMIN THREADS REUSEPORT UPSTREAM
+# start_gateway PUBLIC ADMIN THREADS REUSEPORT UPSTREAM [CPU]  (CPU: pin the process to that core)
 start_gateway() {
+  local pin=(); [ -n "${6:-}" ] && pin=(taskset -c "$6")
   common_env FLOODGATE_GATEWAY__LISTEN="127.0.0.1:$1" FLOODGATE_GATEWAY__ADMIN_LISTEN="127.0.0.1:$2" \
     FLOODGATE_GATEWAY__THREADS="$3" FLOODGATE_GATEWAY__REUSE_PORT="$4" \
-    FLOODGATE_GATEWAY__UPSTREAMS="[\"127.0.0.1:$5\"]" "$GW" >>"$OUT/gateway.log" 2>&1 &
+    FLOODGATE_GATEWAY__UPSTREAMS="[\"127.0.0.1:$5\"]" "${pin[@]}" "$GW" >>"$OUT/gateway.log" 2>&1 &
   PIDS+=($!)
   wait_port "$2"
 }
@@ -160,9 +162,14 @@ http {
   }
 }
 NGX
+# The same proxy with each worker pinned to its own core (nginx's usual production tuning).
+NGXP_PORT="$(free_port)"
+sed -e "s/^worker_processes 2;/worker_processes 2;\nworker_cpu_affinity auto;/" -e "s/nginx-proxy\./nginx-pinned./g" \
+  -e "s/127.0.0.1:$NGX_PORT;/127.0.0.1:$NGXP_PORT;/" "$TMP/nginx-proxy.conf" > "$TMP/nginx-pinned.conf"
 nginx -p "$TMP" -c "$TMP/nginx-up.conf"
 nginx -p "$TMP" -c "$TMP/nginx-proxy.conf"
-wait_port "$UP_PORT"; wait_port "$NGX_PORT"
+nginx -p "$TMP" -c "$TMP/nginx-pinned.conf"
+wait_port "$UP_PORT"; wait_port "$NGX_PORT"; wait_port "$NGXP_PORT"
 
 # ---- 3. token verification micro-benchmark ---------------------------------------------------------
 log "token verification micro-benchmark"
@@ -211,54 +218,82 @@ rb "redis-zadd-nx" ZADD "${BK}z" NX __rand_int__ "m:__rand_int__"
 rb "redis-zrank" ZRANK "${BK}z" "m:__rand_int__"
 
 # ---- 2. admitted proxying: gateway vs nginx ---------------------------------------------------------
-put_config px '{"sale_start":"2020-01-01T00:00:00Z","admit_per_minute":1,"mode":"passthrough"}'
+# A token that outlives the longest run (a refused token would be answered without proxying).
+put_config px '{"sale_start":"2020-01-01T00:00:00Z","admit_per_minute":1,"mode":"passthrough","token_ttl_s":86400}'
 ID="$(head -1 "$TMP/tokens.txt")"
 curl -fsS -X POST -H "Authorization: Bearer $ID" "http://127.0.0.1:$GW_PORT/queue/px/join" >/dev/null
 ADM="$(curl -fsS -H "Authorization: Bearer $ID" "http://127.0.0.1:$GW_PORT/queue/px/status" | jq -r .token)"
 [ -n "$ADM" ] && [ "$ADM" != null ] || { log "could not obtain an admission token"; exit 1; }
 PATH_API="/api/events/px/ping"
 NGX_WORKERS="$(pgrep -P "$(cat "$TMP/nginx-proxy.pid")" | tr '\n' ' ')"
+NGXP_WORKERS="$(pgrep -P "$(cat "$TMP/nginx-pinned.pid")" | tr '\n' ' ')"
 GW1_PIDS="${PIDS[*]}"
-# The gateway as one process × 2 threads (still running from the waiting-room rows) and as two
-# processes × one thread sharing the port (the nginx worker model), and the bare pingora proxy
-# built like the latter. Rows of one binary swing by up to ±15 % on this shared machine, so all
-# of them run in three interleaved rounds, each compared with the nginx row of its round.
+# The gateway as one process × 2 threads (still running from the waiting-room rows); as two
+# processes × one thread sharing the port (SO_REUSEPORT, the nginx worker model), floating and
+# pinned one per core; and the bare pingora proxy built like the floating pair. Rows of one
+# binary swing by ±15 % on this shared machine, so all of them run in interleaved rounds, each
+# compared with the nginx rows of its round.
+NCPU="$(nproc)"
 GW2_PORT="$(free_port)"
 start_gateway "$GW2_PORT" "$(free_port)" 1 true "$UP_PORT"
 start_gateway "$GW2_PORT" "$(free_port)" 1 true "$UP_PORT"
 GW2_PIDS="${PIDS[*]:1:2}"
+GWP_PORT="$(free_port)"
+start_gateway "$GWP_PORT" "$(free_port)" 1 true "$UP_PORT" 0
+start_gateway "$GWP_PORT" "$(free_port)" 1 true "$UP_PORT" $((1 % NCPU))
+GWP_PIDS="${PIDS[*]:3:2}"
 BARE_PORT="$(free_port)"
 for _ in 1 2; do "$BARE" "127.0.0.1:$BARE_PORT" "127.0.0.1:$UP_PORT" >>"$OUT/bare.log" 2>&1 & PIDS+=($!); done
 wait_port "$BARE_PORT"
-BARE_PIDS="${PIDS[*]:3}"
+BARE_PIDS="${PIDS[*]:5}"
 curl -fsS -o /dev/null "http://127.0.0.1:$BARE_PORT$PATH_API" || { log "bare pingora proxy does not answer"; exit 1; }
-ROUNDS=(1 2 3)
+if [ "$QUICK" = 1 ]; then ROUNDS=(1 2 3); else ROUNDS=(1 2 3 4 5); fi
 for r in "${ROUNDS[@]}"; do
   UNDER_TEST="$NGX_WORKERS" wrk_run "nginx-proxy-$r" "http://127.0.0.1:$NGX_PORT$PATH_API"
+  UNDER_TEST="$NGXP_WORKERS" wrk_run "nginx-pinned-$r" "http://127.0.0.1:$NGXP_PORT$PATH_API"
   UNDER_TEST="$GW1_PIDS" wrk_run "gateway-proxy-1x2-$r" "http://127.0.0.1:$GW_PORT$PATH_API" -H "Authorization: Bearer $ADM"
   UNDER_TEST="$GW2_PIDS" wrk_run "gateway-proxy-2x1-$r" "http://127.0.0.1:$GW2_PORT$PATH_API" -H "Authorization: Bearer $ADM"
+  UNDER_TEST="$GWP_PIDS" wrk_run "gateway-pinned-2x1-$r" "http://127.0.0.1:$GWP_PORT$PATH_API" -H "Authorization: Bearer $ADM"
   UNDER_TEST="$BARE_PIDS" wrk_run "pingora-bare-2x1-$r" "http://127.0.0.1:$BARE_PORT$PATH_API"
 done
 stop_gateways
+# Every proxied request must have been answered by the upstream: a refused token or a 5xx
+# would be a fast non-answer and flatter the gateway's rate.
+if awk '$1 ~ /proxy|pinned|bare/ && $5 != 0 {bad=1; print "non-2xx in " $1 ": " $5 > "/dev/stderr"} END {exit !bad}' "$TMP/wrk.txt"; then
+  log "proxied rows had non-2xx answers"; exit 1
+fi
 
 # ---- report -------------------------------------------------------------------------------------------
 get() { awk -v n="$1" -v f="$2" '$1==n {print $f}' "$TMP/wrk.txt"; }
 # pct A B -> A as a whole percentage of B ("" when B is missing or zero); ratio adds the unit.
 pct() { python3 -c "import sys; a,b=float(sys.argv[1] or 0),float(sys.argv[2] or 0); print(f'{100*a/b:.0f}' if b else '')" "$1" "$2"; }
 ratio() { local p; p="$(pct "$1" "$2")"; if [ -n "$p" ]; then echo "$p %"; else echo "n/a"; fi; }
-# Ratios of each proxy to the nginx row of the same round, and their median over the rounds.
-round_ratios() { # proxy-name-prefix -> "r1 r2 r3" (percent)
-  local out="" r p
-  for r in "${ROUNDS[@]}"; do
-    p="$(pct "$(get "$1-$r" 2)" "$(get "nginx-proxy-$r" 2)")"
-    out="$out ${p:-0}"
-  done
-  echo "$out"
+# Per round: each proxy vs the nginx rows of its round (throughput %, p99 difference), and the
+# medians over the rounds.
+round_summary() { # proxy-name-prefix label -> one markdown sentence
+  python3 - "$TMP/wrk.txt" "$1" "$2" "${ROUNDS[@]}" <<'PY'
+import statistics, sys
+rows = {l.split()[0]: l.split() for l in open(sys.argv[1]) if l.strip()}
+name, label, rounds = sys.argv[2], sys.argv[3], sys.argv[4:]
+def ms(v):
+    for unit, f in (("us", 1e-3), ("ms", 1.0), ("s", 1e3)):
+        if v.endswith(unit):
+            return float(v[: -len(unit)]) * f
+    return float("nan")
+parts = []
+for ref in ("nginx-proxy", "nginx-pinned"):
+    pct, dp99 = [], []
+    for r in rounds:
+        a, b = rows.get(f"{name}-{r}"), rows.get(f"{ref}-{r}")
+        if a and b and float(b[1]) > 0:
+            pct.append(100 * float(a[1]) / float(b[1]))
+            dp99.append(ms(a[3]) - ms(b[3]))
+    if pct:
+        parts.append(f"vs {ref} {', '.join(f'{p:.0f}' for p in pct)} % (median **{statistics.median(pct):.0f} %**), "
+                     f"p99 {', '.join(f'{d:+.2f}' for d in dp99)} ms (median {statistics.median(dp99):+.2f} ms)")
+print(f"- {label}: " + "; ".join(parts))
+PY
 }
-median() { python3 -c "import statistics, sys; print(f'{statistics.median(float(x) for x in sys.argv[1:]):.0f}')" "$@"; }
-GW1_RATIOS="$(round_ratios gateway-proxy-1x2)"
-GW_RATIOS="$(round_ratios gateway-proxy-2x1)"
-BARE_RATIOS="$(round_ratios pingora-bare-2x1)"
 cp "$TMP/wrk.txt" "$OUT/results.txt"
 {
   echo "## Gateway"
@@ -283,20 +318,26 @@ cp "$TMP/wrk.txt" "$OUT/results.txt"
   echo
   echo "### Admitted proxying (token checked on every request) vs nginx"
   echo
-  echo "| proxy | req/s | p50 | p99 | non-2xx | new TCP connections | CPU µs/request (user + sys) | vs nginx, same round |"
+  echo "| proxy | req/s | p50 | p99 | non-2xx | new TCP connections | CPU µs/request (user + sys) | vs nginx-proxy, same round |"
   echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
   for r in "${ROUNDS[@]}"; do
-    for n in "nginx-proxy-$r" "gateway-proxy-1x2-$r" "gateway-proxy-2x1-$r" "pingora-bare-2x1-$r"; do
+    for n in "nginx-proxy-$r" "nginx-pinned-$r" "gateway-proxy-1x2-$r" "gateway-proxy-2x1-$r" "gateway-pinned-2x1-$r" "pingora-bare-2x1-$r"; do
       echo "| $n | $(get $n 2) | $(get $n 3) | $(get $n 4) | $(get $n 5) | $(get $n 6) | $(get $n 7) + $(get $n 8) | $(ratio "$(get $n 2)" "$(get "nginx-proxy-$r" 2)") |"
     done
   done
   echo
-  # shellcheck disable=SC2086
-  echo "Per round, vs nginx: gateway 1×2 $(echo $GW1_RATIOS | sed 's/ / %, /g') % (median **$(median $GW1_RATIOS) %**); gateway 2×1 $(echo $GW_RATIOS | sed 's/ / %, /g') % (median **$(median $GW_RATIOS) %**); bare pingora $(echo $BARE_RATIOS | sed 's/ / %, /g') % (median $(median $BARE_RATIOS) %)."
+  echo "Per round (throughput as % of the nginx row, p99 minus nginx's p99):"
   echo
-  echo "nginx: 2 workers, upstream keep-alive 128. gateway-proxy-1x2: one process, 2 threads (work"
-  echo "stealing, the default); gateway-proxy-2x1: two processes × 1 thread on one port (SO_REUSEPORT);"
-  echo "pingora-bare-2x1: [a pingora proxy with no filters at all](../gateway/examples/bare_pingora.rs),"
+  round_summary gateway-pinned-2x1 "**gateway 2 processes × 1 thread, pinned**"
+  round_summary gateway-proxy-2x1 "gateway 2 processes × 1 thread, floating"
+  round_summary gateway-proxy-1x2 "gateway 1 process × 2 threads"
+  round_summary pingora-bare-2x1 "bare pingora 2 × 1, floating"
+  echo
+  echo "nginx-proxy: 2 workers (stock: not pinned), upstream keep-alive 128; nginx-pinned: the same with"
+  echo "\`worker_cpu_affinity auto\`. gateway-proxy-1x2: one process, 2 threads (work stealing, the"
+  echo "default); gateway-proxy-2x1: two processes × 1 thread on one port (SO_REUSEPORT);"
+  echo "gateway-pinned-2x1: the same, each process pinned to its own core (\`taskset\`, as nginx's"
+  echo "affinity does); pingora-bare-2x1: [a pingora proxy with no filters at all](../gateway/examples/bare_pingora.rs),"
   echo "built and laid out like gateway-proxy-2x1. All in front of the same upstream (nginx, 1 worker,"
   echo "\`return 200\`). New TCP connections (\`nstat TcpActiveOpens\` during the run; wrk itself opens"
   echo "$CONNS) show upstream keep-alive reuse. CPU µs/request: user and system time of the proxy's own"

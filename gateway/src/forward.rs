@@ -225,15 +225,9 @@ async fn round_trip(
     let mut buf = BytesMut::with_capacity(4096);
     let mut seen_any = false;
     let (head, framing, keep) = loop {
-        match parse_head(&buf, head_only)? {
-            Some(Parsed::Interim(len)) => {
-                buf.advance(len);
-                continue;
-            }
-            Some(Parsed::Final(head, framing, keep, len)) => {
-                buf.advance(len);
-                break (head, framing, keep);
-            }
+        match parse_head(&mut buf, head_only)? {
+            Some(Parsed::Interim) => continue,
+            Some(Parsed::Final(head, framing, keep)) => break (head, framing, keep),
             None => {}
         }
         if buf.len() > HEAD_MAX {
@@ -291,14 +285,15 @@ async fn round_trip(
 }
 
 enum Parsed {
-    /// A 1xx answer of this many bytes, to skip.
-    Interim(usize),
-    /// The final header, its body framing, whether the connection stays open, and its length.
-    Final(Box<ResponseHeader>, Framing, bool, usize),
+    /// A 1xx answer, skipped.
+    Interim,
+    /// The final header, its body framing, and whether the connection stays open.
+    Final(Box<ResponseHeader>, Framing, bool),
 }
 
-/// Parses an answer's header block if `buf` holds all of it.
-fn parse_head(buf: &[u8], head_only: bool) -> Result<Option<Parsed>, Trip> {
+/// Parses an answer's header block if `buf` holds all of it, and takes it off the front of
+/// `buf`. Header values are slices of the received block (no copy per header).
+fn parse_head(buf: &mut BytesMut, head_only: bool) -> Result<Option<Parsed>, Trip> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut r = httparse::Response::new(&mut headers);
     let len = match r.parse(buf) {
@@ -309,19 +304,25 @@ fn parse_head(buf: &[u8], head_only: bool) -> Result<Option<Parsed>, Trip> {
     let code = r.code.ok_or(Trip::Broken)?;
     if (100..200).contains(&code) {
         // 101 would switch protocols, which the fast path never asks for.
-        return if code == 101 {
-            Err(Trip::Broken)
-        } else {
-            Ok(Some(Parsed::Interim(len)))
-        };
+        if code == 101 {
+            return Err(Trip::Broken);
+        }
+        buf.advance(len);
+        return Ok(Some(Parsed::Interim));
     }
     let mut keep = r.version == Some(1);
     let mut length: Option<usize> = None;
     let mut chunked = None;
-    // No case map: header case carries no meaning (RFC 9110 §5.1), and keeping the upstream's
-    // spelling would cost a second map and a copy of every name.
-    let mut head =
-        ResponseHeader::build_no_case(code, Some(r.headers.len())).map_err(|_| Trip::Broken)?;
+    // Where the headers passed on sit in the block: (name start, name end, value start, end).
+    let base = buf.as_ptr() as usize;
+    let at = |s: &[u8]| {
+        (
+            s.as_ptr() as usize - base,
+            s.as_ptr() as usize - base + s.len(),
+        )
+    };
+    let mut pass = [(0usize, 0usize, 0usize, 0usize); MAX_HEADERS];
+    let mut passed = 0;
     for h in r.headers.iter() {
         if h.name.eq_ignore_ascii_case("connection") {
             if std::str::from_utf8(h.value).map_or(true, |v| {
@@ -329,12 +330,14 @@ fn parse_head(buf: &[u8], head_only: bool) -> Result<Option<Parsed>, Trip> {
             }) {
                 keep = false;
             }
+            continue;
         } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
             let last = std::str::from_utf8(h.value)
                 .ok()
                 .and_then(|v| v.rsplit(',').next())
                 .map(str::trim);
             chunked = Some(last.is_some_and(|c| c.eq_ignore_ascii_case("chunked")));
+            continue;
         } else if h.name.eq_ignore_ascii_case("content-length") {
             let n = std::str::from_utf8(h.value)
                 .ok()
@@ -345,18 +348,29 @@ fn parse_head(buf: &[u8], head_only: bool) -> Result<Option<Parsed>, Trip> {
                 return Err(Trip::Broken);
             }
             length = Some(n);
-            if head_only {
-                // A HEAD answer describes the body it did not send.
-                head.append_header(http::header::CONTENT_LENGTH, n)
-                    .map_err(|_| Trip::Broken)?;
-            }
             continue;
         }
         if hop_by_hop(h.name) {
             continue;
         }
-        let name = http::HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| Trip::Broken)?;
-        head.append_header(name, h.value)
+        let (name, value) = (at(h.name.as_bytes()), at(h.value));
+        pass[passed] = (name.0, name.1, value.0, value.1);
+        passed += 1;
+    }
+    let block = buf.split_to(len).freeze();
+    // No case map: header case carries no meaning (RFC 9110 §5.1), and keeping the upstream's
+    // spelling would cost a second map and a copy of every name.
+    let mut head =
+        ResponseHeader::build_no_case(code, Some(passed + 1)).map_err(|_| Trip::Broken)?;
+    for &(n0, n1, v0, v1) in &pass[..passed] {
+        let name = http::HeaderName::from_bytes(&block[n0..n1]).map_err(|_| Trip::Broken)?;
+        let value =
+            http::HeaderValue::from_maybe_shared(block.slice(v0..v1)).map_err(|_| Trip::Broken)?;
+        head.append_header(name, value).map_err(|_| Trip::Broken)?;
+    }
+    if head_only && let Some(n) = length {
+        // A HEAD answer describes the body it did not send.
+        head.append_header(http::header::CONTENT_LENGTH, n)
             .map_err(|_| Trip::Broken)?;
     }
     let framing = if head_only || code == 204 || code == 304 {
@@ -372,7 +386,7 @@ fn parse_head(buf: &[u8], head_only: bool) -> Result<Option<Parsed>, Trip> {
     if matches!(framing, Framing::UntilClose) {
         keep = false;
     }
-    Ok(Some(Parsed::Final(Box::new(head), framing, keep, len)))
+    Ok(Some(Parsed::Final(Box::new(head), framing, keep)))
 }
 
 /// Moves the complete chunks at the front of `buf` into `body`. `Ok(true)` once the last
@@ -430,17 +444,25 @@ fn find_crlf(b: &[u8]) -> Option<usize> {
 mod tests {
     use super::*;
 
-    fn head(buf: &[u8]) -> (u16, Framing, bool, usize) {
-        match parse_head(buf, false) {
-            Ok(Some(Parsed::Final(h, f, k, n))) => (h.status.as_u16(), f, k, n),
-            _ => panic!("no final head in {:?}", String::from_utf8_lossy(buf)),
+    /// Parses `wire`; returns the outcome and what is left of the buffer after it.
+    fn parse(wire: &[u8], head_only: bool) -> (Result<Option<Parsed>, Trip>, BytesMut) {
+        let mut buf = BytesMut::from(wire);
+        let r = parse_head(&mut buf, head_only);
+        (r, buf)
+    }
+
+    fn head(wire: &[u8]) -> (u16, Framing, bool, BytesMut) {
+        match parse(wire, false) {
+            (Ok(Some(Parsed::Final(h, f, k))), rest) => (h.status.as_u16(), f, k, rest),
+            _ => panic!("no final head in {:?}", String::from_utf8_lossy(wire)),
         }
     }
 
     #[test]
     fn framing_follows_rfc_9112() {
-        let (code, f, keep, _) = head(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello");
+        let (code, f, keep, rest) = head(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello");
         assert_eq!(code, 200);
+        assert_eq!(&rest[..], b"hello", "the head is taken off, the body left");
         assert!(matches!(f, Framing::Length(5)));
         assert!(keep);
         let (_, f, keep, _) = head(
@@ -459,8 +481,8 @@ mod tests {
         let (_, f, _, _) = head(b"HTTP/1.1 204 No Content\r\ncontent-length: 9\r\n\r\n");
         assert!(matches!(f, Framing::Empty));
         // A HEAD answer keeps its length header and has no body.
-        match parse_head(b"HTTP/1.1 200 OK\r\ncontent-length: 42\r\n\r\n", true) {
-            Ok(Some(Parsed::Final(h, Framing::Empty, true, _))) => {
+        match parse(b"HTTP/1.1 200 OK\r\ncontent-length: 42\r\n\r\n", true).0 {
+            Ok(Some(Parsed::Final(h, Framing::Empty, true))) => {
                 assert_eq!(h.headers.get("content-length").unwrap(), "42");
             }
             _ => panic!("HEAD framing"),
@@ -477,33 +499,39 @@ mod tests {
             b"garbage\r\n\r\n",
         ] {
             assert!(
-                matches!(parse_head(bad, false), Err(Trip::Broken)),
+                matches!(parse(bad, false).0, Err(Trip::Broken)),
                 "{:?}",
                 String::from_utf8_lossy(bad)
             );
         }
-        assert!(matches!(
-            parse_head(b"HTTP/1.1 200 OK\r\ncontent-le", false),
-            Ok(None)
-        ));
-        assert!(matches!(
-            parse_head(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n", false),
-            Ok(Some(Parsed::Interim(25)))
-        ));
+        let (partial, rest) = parse(b"HTTP/1.1 200 OK\r\ncontent-le", false);
+        assert!(matches!(partial, Ok(None)));
+        assert_eq!(rest.len(), 27, "an incomplete head stays in the buffer");
+        let (interim, rest) = parse(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n", false);
+        assert!(matches!(interim, Ok(Some(Parsed::Interim))));
+        assert_eq!(
+            &rest[..],
+            b"HTTP/1.1 200 OK\r\n",
+            "only the 1xx answer is skipped"
+        );
     }
 
     #[test]
     fn hop_by_hop_headers_are_not_passed_on() {
-        let (_, _, _, _) = head(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n");
-        match parse_head(
-            b"HTTP/1.1 200 OK\r\nKeep-Alive: timeout=5\r\nConnection: keep-alive\r\nX-Ok: 1\r\ncontent-length: 0\r\n\r\n",
+        match parse(
+            b"HTTP/1.1 200 OK\r\nKeep-Alive: timeout=5\r\nConnection: keep-alive\r\nX-Ok: 1\r\ncontent-length: 0\r\nSet-Cookie: a=1\r\nset-cookie: b=2\r\nContent-Type: application/json\r\n\r\n",
             false,
-        ) {
-            Ok(Some(Parsed::Final(h, _, _, _))) => {
+        )
+        .0
+        {
+            Ok(Some(Parsed::Final(h, _, _))) => {
                 assert!(h.headers.get("keep-alive").is_none());
                 assert!(h.headers.get("connection").is_none());
                 assert!(h.headers.get("content-length").is_none(), "set from the body");
                 assert_eq!(h.headers.get("x-ok").unwrap(), "1");
+                let cookies: Vec<_> = h.headers.get_all("set-cookie").iter().collect();
+                assert_eq!(cookies, ["a=1", "b=2"], "repeated headers kept, in order");
+                assert_eq!(h.headers.get("content-type").unwrap(), "application/json");
             }
             _ => panic!("head"),
         }

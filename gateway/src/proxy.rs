@@ -128,12 +128,12 @@ pub fn refusal(e: &TokenError, html: bool, event: Option<&str>) -> Reply {
 
 impl PublicProxy {
     /// `<instance>-<counter>`: unique across instances (the instance id is a UUIDv7) without
-    /// a random-number syscall per request.
-    fn request_id(&self) -> String {
+    /// a random-number syscall or a heap allocation per request.
+    fn request_id(&self) -> RequestId {
         let n = self
             .request_seq
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        format!("{}-{n:x}", self.shared.instance)
+        RequestId::new(&self.shared.instance, n)
     }
 
     /// An admitted API call through `forward.rs` (pingora parsed it and will write the answer;
@@ -158,7 +158,7 @@ impl PublicProxy {
         forward::encode_request(
             session.req_header(),
             headers::INTERNAL_PREFIX,
-            identity_headers(ctx.claims.as_deref(), &request_id),
+            identity_headers(ctx.claims.as_deref(), request_id.as_str()),
             &body,
             &mut wire,
         );
@@ -252,6 +252,38 @@ impl PublicProxy {
         let req = session.req_header();
         ctx.pays = is_pay(&req.method, req.uri.path());
         Ok(())
+    }
+}
+
+/// A request id on the stack: `<prefix>-<n in hex>`.
+pub struct RequestId {
+    buf: [u8; RequestId::CAP],
+    len: usize,
+}
+
+impl RequestId {
+    const CAP: usize = 80;
+    /// Longest prefix kept (instance ids are `gw-` + a 36-character UUID).
+    const PREFIX_MAX: usize = Self::CAP - 17;
+
+    pub fn new(prefix: &str, n: u64) -> Self {
+        let mut buf = [0u8; Self::CAP];
+        let p = &prefix.as_bytes()[..prefix.len().min(Self::PREFIX_MAX)];
+        buf[..p.len()].copy_from_slice(p);
+        buf[p.len()] = b'-';
+        let mut len = p.len() + 1;
+        let digits = (64 - n.leading_zeros()).div_ceil(4).max(1);
+        for i in (0..digits).rev() {
+            buf[len] = b"0123456789abcdef"[((n >> (4 * i)) & 0xf) as usize];
+            len += 1;
+        }
+        Self { buf, len }
+    }
+
+    pub fn as_str(&self) -> &str {
+        // Only ASCII hex digits and '-' follow the prefix; a prefix cut inside a multi-byte
+        // character cannot happen for instance ids, which are ASCII.
+        std::str::from_utf8(&self.buf[..self.len]).unwrap_or("gw")
     }
 }
 
@@ -423,7 +455,7 @@ impl ProxyHttp for PublicProxy {
             req.remove_header(&k);
         }
         let request_id = self.request_id();
-        for (k, v) in identity_headers(ctx.claims.as_deref(), &request_id) {
+        for (k, v) in identity_headers(ctx.claims.as_deref(), request_id.as_str()) {
             req.insert_header(k, v)?;
         }
         ctx.sent_at = Some(Instant::now());
@@ -524,6 +556,20 @@ impl ProxyHttp for PublicProxy {
 mod tests {
     use super::is_pay;
     use http::Method;
+
+    #[test]
+    fn request_ids_are_prefix_dash_hex() {
+        use super::RequestId;
+        assert_eq!(RequestId::new("gw-1", 0).as_str(), "gw-1-0");
+        assert_eq!(RequestId::new("gw-1", 255).as_str(), "gw-1-ff");
+        assert_eq!(
+            RequestId::new("gw-0192a3b4-c5d6-7e8f-9a0b-1c2d3e4f5a6b", u64::MAX).as_str(),
+            "gw-0192a3b4-c5d6-7e8f-9a0b-1c2d3e4f5a6b-ffffffffffffffff"
+        );
+        let long = "x".repeat(200);
+        let id = RequestId::new(&long, 1);
+        assert!(id.as_str().ends_with("x-1"));
+    }
 
     #[test]
     fn pay_path() {
