@@ -268,9 +268,8 @@ fi
 
 # ---- report -------------------------------------------------------------------------------------------
 get() { awk -v n="$1" -v f="$2" '$1==n {print $f}' "$TMP/wrk.txt"; }
-# pct A B -> A as a whole percentage of B ("" when B is missing or zero); ratio adds the unit.
-pct() { python3 -c "import sys; a,b=float(sys.argv[1] or 0),float(sys.argv[2] or 0); print(f'{100*a/b:.0f}' if b else '')" "$1" "$2"; }
-ratio() { local p; p="$(pct "$1" "$2")"; if [ -n "$p" ]; then echo "$p %"; else echo "n/a"; fi; }
+# ratio A B -> A as a whole percentage of B ("n/a" when B is missing or zero).
+ratio() { python3 -c "import sys; a,b=float(sys.argv[1] or 0),float(sys.argv[2] or 0); print(f'{100*a/b:.0f} %' if b else 'n/a')" "$1" "$2"; }
 # Per round: each proxy vs the nginx rows of its round (throughput %, p99 difference), and the
 # medians over the rounds.
 round_summary() { # proxy-name-prefix label -> one markdown sentence

@@ -19,6 +19,7 @@
 use crate::upstream::{Upstreams, connect};
 use bytes::{Buf, Bytes, BytesMut};
 use pingora_http::{RequestHeader, ResponseHeader};
+use std::ops::Range;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -313,15 +314,15 @@ fn parse_head(buf: &mut BytesMut, head_only: bool) -> Result<Option<Parsed>, Tri
     let mut keep = r.version == Some(1);
     let mut length: Option<usize> = None;
     let mut chunked = None;
-    // Where the headers passed on sit in the block: (name start, name end, value start, end).
+    // Where the headers passed on sit in the block (name, value): the parsed slices borrow
+    // `buf`, which is split off below, so only their positions are kept.
     let base = buf.as_ptr() as usize;
     let at = |s: &[u8]| {
-        (
-            s.as_ptr() as usize - base,
-            s.as_ptr() as usize - base + s.len(),
-        )
+        let start = s.as_ptr() as usize - base;
+        start..start + s.len()
     };
-    let mut pass = [(0usize, 0usize, 0usize, 0usize); MAX_HEADERS];
+    let mut pass: [(Range<usize>, Range<usize>); MAX_HEADERS] =
+        std::array::from_fn(|_| (0..0, 0..0));
     let mut passed = 0;
     for h in r.headers.iter() {
         if h.name.eq_ignore_ascii_case("connection") {
@@ -353,8 +354,7 @@ fn parse_head(buf: &mut BytesMut, head_only: bool) -> Result<Option<Parsed>, Tri
         if hop_by_hop(h.name) {
             continue;
         }
-        let (name, value) = (at(h.name.as_bytes()), at(h.value));
-        pass[passed] = (name.0, name.1, value.0, value.1);
+        pass[passed] = (at(h.name.as_bytes()), at(h.value));
         passed += 1;
     }
     let block = buf.split_to(len).freeze();
@@ -362,10 +362,10 @@ fn parse_head(buf: &mut BytesMut, head_only: bool) -> Result<Option<Parsed>, Tri
     // spelling would cost a second map and a copy of every name.
     let mut head =
         ResponseHeader::build_no_case(code, Some(passed + 1)).map_err(|_| Trip::Broken)?;
-    for &(n0, n1, v0, v1) in &pass[..passed] {
-        let name = http::HeaderName::from_bytes(&block[n0..n1]).map_err(|_| Trip::Broken)?;
-        let value =
-            http::HeaderValue::from_maybe_shared(block.slice(v0..v1)).map_err(|_| Trip::Broken)?;
+    for (name, value) in &pass[..passed] {
+        let name = http::HeaderName::from_bytes(&block[name.clone()]).map_err(|_| Trip::Broken)?;
+        let value = http::HeaderValue::from_maybe_shared(block.slice(value.clone()))
+            .map_err(|_| Trip::Broken)?;
         head.append_header(name, value).map_err(|_| Trip::Broken)?;
     }
     if head_only && let Some(n) = length {

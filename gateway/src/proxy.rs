@@ -263,27 +263,24 @@ pub struct RequestId {
 
 impl RequestId {
     const CAP: usize = 80;
-    /// Longest prefix kept (instance ids are `gw-` + a 36-character UUID).
+    /// Longest prefix kept, leaving room for `-` and 16 hex digits (instance ids are `gw-` +
+    /// a 36-character UUID).
     const PREFIX_MAX: usize = Self::CAP - 17;
 
     pub fn new(prefix: &str, n: u64) -> Self {
+        use std::io::Write;
+        let prefix = &prefix[..prefix.floor_char_boundary(Self::PREFIX_MAX)];
         let mut buf = [0u8; Self::CAP];
-        let p = &prefix.as_bytes()[..prefix.len().min(Self::PREFIX_MAX)];
-        buf[..p.len()].copy_from_slice(p);
-        buf[p.len()] = b'-';
-        let mut len = p.len() + 1;
-        let digits = (64 - n.leading_zeros()).div_ceil(4).max(1);
-        for i in (0..digits).rev() {
-            buf[len] = b"0123456789abcdef"[((n >> (4 * i)) & 0xf) as usize];
-            len += 1;
-        }
+        let mut w = &mut buf[..];
+        // Cannot run out of room: the prefix is cut to leave space for the rest.
+        let _ = write!(w, "{prefix}-{n:x}");
+        let len = Self::CAP - w.len();
         Self { buf, len }
     }
 
     pub fn as_str(&self) -> &str {
-        // Only ASCII hex digits and '-' follow the prefix; a prefix cut inside a multi-byte
-        // character cannot happen for instance ids, which are ASCII.
-        std::str::from_utf8(&self.buf[..self.len]).unwrap_or("gw")
+        // A whole-character prefix followed by ASCII: always UTF-8.
+        std::str::from_utf8(&self.buf[..self.len]).unwrap_or_default()
     }
 }
 
