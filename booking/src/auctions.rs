@@ -52,7 +52,7 @@ pub const MAX_EXTENSIONS_LIMIT: i32 = 1000;
 
 /// `[auctions]` settings.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct AuctionSettings {
     /// Per-bidder rate limit (sustained bids per second) and burst.
     pub bids_per_second: u32,

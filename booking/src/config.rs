@@ -1,16 +1,22 @@
-//! Booking's configuration: the common sections from `shared::config` plus `[booking]`.
+//! Booking's configuration: the common sections from `shared::config` plus `[booking]` and
+//! the domains' sections. Unknown keys in any of them are errors, and outside dev mode the
+//! signing keys, the admin secret, the provider key and the webhook secrets must be set, and
+//! not to built-in values ([`shared::config::ProcessConfig`]).
 
 use secrecy::SecretString;
 use serde::Deserialize;
 use shared::config::{
-    DatabaseSettings, IdentitySettings, LogSettings, RedisSettings, TokenSettings,
+    DatabaseSettings, DevSettings, IdentitySettings, LogSettings, ProcessConfig, RedisSettings,
+    Secret, TokenSettings,
 };
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default)]
 pub struct BookingConfig {
-    /// Admin bearer secret for `/admin/*`. Empty disables the admin API.
+    /// Admin bearer secret for `/admin/*`. Empty (dev mode only) disables the admin API.
     pub admin_token: SecretString,
+    /// `[dev]`: built-in secrets allowed (local stack, tests).
+    pub dev: DevSettings,
     pub database: DatabaseSettings,
     pub redis: RedisSettings,
     pub tokens: TokenSettings,
@@ -33,6 +39,7 @@ impl Default for BookingConfig {
     fn default() -> Self {
         Self {
             admin_token: SecretString::from(""),
+            dev: DevSettings::default(),
             database: DatabaseSettings::default(),
             redis: RedisSettings::default(),
             tokens: TokenSettings::default(),
@@ -49,7 +56,7 @@ impl Default for BookingConfig {
 }
 
 #[derive(Debug, Clone, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct BookingSettings {
     /// Listen address; port 0 picks a free port (tests).
     pub listen: String,
@@ -83,5 +90,33 @@ impl Default for BookingSettings {
             async_commit_holds: true,
             seat_map_cache_s: 1,
         }
+    }
+}
+
+impl ProcessConfig for BookingConfig {
+    fn dev(&self) -> &DevSettings {
+        &self.dev
+    }
+
+    fn secrets(&self) -> Vec<Secret<'_>> {
+        // `[identity]` is not among them: booking verifies no login tokens.
+        vec![
+            Secret {
+                key: "tokens.keys",
+                values: self.tokens.keys.iter().map(|k| &k.secret).collect(),
+            },
+            Secret {
+                key: "admin_token",
+                values: vec![&self.admin_token],
+            },
+            Secret {
+                key: "payments.api_key",
+                values: vec![&self.payments.api_key],
+            },
+            Secret {
+                key: "payments.webhook_secrets",
+                values: self.payments.webhook_secrets.iter().collect(),
+            },
+        ]
     }
 }

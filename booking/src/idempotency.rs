@@ -78,7 +78,7 @@ pub const MAX_KEY_LEN: usize = 255;
 
 /// `[idempotency]` settings.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct IdempotencySettings {
     /// Hours a key (and its stored response) is kept; at least 24 per the contract.
     pub retention_h: u32,

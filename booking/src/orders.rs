@@ -57,7 +57,7 @@ pub fn router() -> Router<AppState> {
 
 /// `[orders]` settings (carts, orders, expiry, flash gate).
 #[derive(Debug, Clone, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct OrderSettings {
     /// Seconds an unpaid order keeps its units (default 15 min).
     pub ttl_s: u32,

@@ -23,7 +23,7 @@ use sqlx::{PgConnection, PgPool};
 
 /// `[outbox]` settings (relay and ticket-delivery consumer).
 #[derive(Debug, Clone, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct OutboxSettings {
     /// How often the relay looks for unpublished rows.
     pub relay_interval_ms: u64,

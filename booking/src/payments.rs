@@ -27,7 +27,7 @@ pub use flow::router;
 
 /// `[payments]` settings.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct PaymentSettings {
     /// Base URL of the Stripe-style provider (the sandbox locally).
     pub provider_url: String,
@@ -58,8 +58,8 @@ impl Default for PaymentSettings {
     fn default() -> Self {
         Self {
             provider_url: "http://127.0.0.1:8099".into(),
-            api_key: SecretString::from("sk_test_floodgate_dev"),
-            webhook_secrets: vec![SecretString::from("whsec_floodgate_dev")],
+            api_key: SecretString::from(shared::config::DEV_PROVIDER_KEY),
+            webhook_secrets: vec![SecretString::from(shared::config::DEV_WEBHOOK_SECRET)],
             webhook_tolerance_s: 300,
             connect_timeout_ms: 1_000,
             request_timeout_ms: 10_000,

@@ -70,6 +70,7 @@ log "starting booking on $URL (database $DB)"
 env -i PATH="$PATH" HOME="${HOME:-/tmp}" \
   DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/$DB" \
   REDIS_URL="redis://127.0.0.1:$REDIS_PORT" \
+  FLOODGATE_DEV=1 \
   FLOODGATE_REDIS__KEY_PREFIX="$PREFIX" \
   FLOODGATE_BOOKING__LISTEN="127.0.0.1:$PORT" \
   FLOODGATE_DATABASE__MAX_CONNECTIONS="$POOL" \

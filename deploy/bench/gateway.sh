@@ -75,6 +75,7 @@ TOKKEY="bench-token-key-$$-0123456789abcdef0123456789abcd"
 # cleanup would stop only a subshell and leave the gateway running.
 common_env() {
   exec env -i PATH="$PATH" HOME="$HOME" \
+    FLOODGATE_DEV=1 \
     FLOODGATE_ADMIN_TOKEN="$ADMIN" \
     REDIS_URL="redis://127.0.0.1:$REDIS_PORT" \
     FLOODGATE_REDIS__KEY_PREFIX="$PREFIX" \

@@ -71,7 +71,8 @@ LOADGEN_BIN="$ROOT/target/release/loadgen"
 psql_q -d postgres -c "CREATE DATABASE \"$DB\"" >/dev/null
 
 # Starts booking with hold transactions async (true) or durable (false). A clean environment:
-# no FLOODGATE_* from the caller's shell, the dev token key (loadgen mints with it).
+# no FLOODGATE_* from the caller's shell; dev mode, so the dev token key (loadgen mints with it)
+# is accepted.
 start_booking() {
   local async="$1"
   stop_booking
@@ -83,6 +84,7 @@ start_booking() {
     DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/$DB" \
     REDIS_URL="redis://127.0.0.1:${FLOODGATE_REDIS_PORT:-56379}" \
     FLOODGATE_REDIS__KEY_PREFIX="bench-holds-$$:" \
+    FLOODGATE_DEV=1 \
     FLOODGATE_ADMIN_TOKEN="$ADMIN" \
     FLOODGATE_BOOKING__LISTEN="127.0.0.1:$PORT" \
     FLOODGATE_BOOKING__ASYNC_COMMIT_HOLDS="$async" \

@@ -77,8 +77,8 @@ LOADGEN_BIN="$ROOT/target/release/loadgen"
 
 psql_q -d postgres -c "CREATE DATABASE \"$DB\"" >/dev/null
 
-# start_booking ASYNC_ORDER_COMMITS: a clean environment, the dev token key (loadgen mints
-# with it), a key prefix of our own in the shared Redis.
+# start_booking ASYNC_ORDER_COMMITS: a clean environment, dev mode with the dev token key
+# (loadgen mints with it), a key prefix of our own in the shared Redis.
 start_booking() {
   local async="$1"
   stop_booking
@@ -86,6 +86,7 @@ start_booking() {
     DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/$DB" \
     REDIS_URL="redis://127.0.0.1:${FLOODGATE_REDIS_PORT:-56379}" \
     FLOODGATE_REDIS__KEY_PREFIX="bench-orders-$$:" \
+    FLOODGATE_DEV=1 \
     FLOODGATE_ADMIN_TOKEN="$ADMIN" \
     FLOODGATE_BOOKING__LISTEN="127.0.0.1:$PORT" \
     FLOODGATE_ORDERS__ASYNC_COMMIT="$async" \

@@ -1,13 +1,19 @@
 //! Gateway configuration: the shared TOML file plus `FLOODGATE_*` overrides (see
 //! `shared::config`). The gateway reads `[tokens]`, `[identity]`, `[redis]`, `[log]`,
-//! `admin_token` and its own `[gateway]` section; every other section is ignored.
+//! `[dev]`, `admin_token` and its own `[gateway]` section; other sections are left to the
+//! processes that read them (a key inside any section it reads that it does not know, or an
+//! unknown section, is an error: `shared::config`).
 //!
 //! Every value has a default so `deploy/local.toml` only lists what differs, and tests build
-//! [`GatewayConfig`] directly (no environment variables).
+//! [`GatewayConfig`] directly (no environment variables). Outside dev mode the signing keys,
+//! the identity key and the admin secret must be set, and not to built-in values
+//! ([`shared::config::ProcessConfig`]).
 
 use secrecy::SecretString;
 use serde::Deserialize;
-use shared::config::{IdentitySettings, LogSettings, RedisSettings, TokenSettings};
+use shared::config::{
+    DevSettings, IdentitySettings, LogSettings, ProcessConfig, RedisSettings, Secret, TokenSettings,
+};
 
 /// Everything the gateway process needs.
 #[derive(Debug, Clone, Deserialize, Default)]
@@ -18,8 +24,11 @@ pub struct GatewayConfig {
     pub identity: IdentitySettings,
     pub redis: RedisSettings,
     pub log: LogSettings,
-    /// Admin bearer secret (`FLOODGATE_ADMIN_TOKEN`). Unset: the admin API answers 401 to all.
+    /// Admin bearer secret (`FLOODGATE_ADMIN_TOKEN`). Unset (dev mode only): the admin API
+    /// answers 401 to all.
     pub admin_token: Option<SecretString>,
+    /// `[dev]`: built-in secrets and dev login allowed (local stack, tests).
+    pub dev: DevSettings,
 }
 
 /// The `[gateway]` section.
@@ -141,6 +150,36 @@ impl Default for RateLimits {
             api_per_account_per_s: 20,
             api_per_ip_per_s: 500,
         }
+    }
+}
+
+impl ProcessConfig for GatewayConfig {
+    fn dev(&self) -> &DevSettings {
+        &self.dev
+    }
+
+    fn secrets(&self) -> Vec<Secret<'_>> {
+        vec![
+            Secret {
+                key: "tokens.keys",
+                values: self.tokens.keys.iter().map(|k| &k.secret).collect(),
+            },
+            Secret {
+                key: "identity.key",
+                values: vec![&self.identity.key],
+            },
+            Secret {
+                key: "admin_token",
+                values: self.admin_token.iter().collect(),
+            },
+        ]
+    }
+
+    fn dev_only(&self) -> Vec<(&'static str, bool)> {
+        vec![
+            ("identity.dev_login", self.identity.dev_login),
+            ("gateway.dev_mode", self.gateway.dev_mode),
+        ]
     }
 }
 

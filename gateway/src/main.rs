@@ -9,7 +9,8 @@ use gateway::config::GatewayConfig;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> anyhow::Result<()> {
-    let config: GatewayConfig = shared::config::load_from_env()?;
+    // A refused config is one line on stderr and exit status 2 (secrets fail closed).
+    let config: GatewayConfig = shared::config::load_or_exit();
     shared::telemetry::init(&config.log);
     // Not async on purpose: pingora builds its own runtimes (and may fork).
     Gateway::build(config)?.run()

@@ -5,54 +5,334 @@
 //! Override rule: `FLOODGATE_SECTION__KEY=value` sets `[section] key = value` (double
 //! underscore separates levels, names are lower-cased). Values are parsed as TOML scalars
 //! when they look like one (`8080`, `true`, `1.5`), otherwise taken as strings.
-//! `FLOODGATE_ADMIN_TOKEN` is the admin secret, `DATABASE_URL`/`REDIS_URL` are accepted as
-//! the conventional aliases.
+//! `FLOODGATE_ADMIN_TOKEN` is the admin secret, `FLOODGATE_DEV=1` turns dev mode on,
+//! `DATABASE_URL`/`REDIS_URL` are accepted as the conventional aliases. Other `FLOODGATE_X`
+//! names without `__` (`FLOODGATE_CONFIG`, the scripts' `FLOODGATE_PG_PORT`, ...) are not
+//! configuration and are left alone.
+//!
+//! Fail closed (DESIGN.md section 8): a key no process knows — in the file or from an
+//! override — is an error, never silently ignored (a misspelt secret must not fall back to a
+//! default), and [`load_checked`] refuses a process whose secrets are missing or equal to a
+//! built-in development value unless dev mode (`[dev] enabled = true`) is on.
 
-use anyhow::Context;
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use std::path::Path;
 
-/// Loads `T` from an optional TOML file plus the given environment variables.
+/// Every top-level key some Floodgate process reads. Each process checks the keys inside its
+/// own sections; a top-level key outside this list is an error everywhere (a misspelt
+/// section). A new section must be added here (each service has a test that checks it).
+pub const SECTIONS: &[&str] = &[
+    "admin_token",
+    "dev",
+    "log",
+    "database",
+    "redis",
+    "tokens",
+    "identity",
+    "gateway",
+    "booking",
+    "auctions",
+    "idempotency",
+    "orders",
+    "payments",
+    "outbox",
+    "sandbox",
+];
+
+/// The admission-token signing key the defaults carry (dev mode only).
+pub const DEV_TOKEN_KEY: &str = "floodgate-dev-admission-key-change-me-0123456789";
+/// The identity (login token) key the defaults carry (dev mode only).
+pub const DEV_IDENTITY_KEY: &str = "floodgate-dev-identity-key-change-me-0123456789";
+/// The payment provider API key the defaults carry (booking and the sandbox; dev mode only).
+pub const DEV_PROVIDER_KEY: &str = "sk_test_floodgate_dev";
+/// The webhook signing secret the defaults carry (booking and the sandbox; dev mode only).
+pub const DEV_WEBHOOK_SECRET: &str = "whsec_floodgate_dev";
+
+/// Values that are public in this repository and so never protect a real deployment: the
+/// defaults above. A value containing [`PLACEHOLDER`] (deploy/k8s/secret.yaml) counts too.
+pub const BUILTIN_SECRETS: &[&str] = &[
+    DEV_TOKEN_KEY,
+    DEV_IDENTITY_KEY,
+    DEV_PROVIDER_KEY,
+    DEV_WEBHOOK_SECRET,
+];
+/// The marker of the Kubernetes secret template's placeholders.
+pub const PLACEHOLDER: &str = "REPLACE-ME";
+
+/// `[dev]`: development mode (the local stack and the tests). Only here may a process run on
+/// the built-in secrets above, or serve dev login. Also `FLOODGATE_DEV=1`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DevSettings {
+    pub enabled: bool,
+}
+
+/// Why a configuration was refused. Displayed as one line naming the setting, e.g.
+/// `tokens.keys: missing (set FLOODGATE_TOKENS__KEYS, ...)`; `main` prefixes `config error: `.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read or parsed, or an override is malformed.
+    #[error("{0}")]
+    Source(String),
+    #[error("{key}: unknown section (known: {known})")]
+    UnknownSection { key: String, known: String },
+    /// A value of the wrong type, an unknown key inside a section, ...
+    #[error("{key}: {message}")]
+    Invalid { key: String, message: String },
+    #[error("{key}: missing (set {env}; dev mode with FLOODGATE_DEV=1 allows built-in values)")]
+    Missing { key: String, env: String },
+    #[error(
+        "{key}: is a built-in development value, public in the repository (set {env} to a secret of your own)"
+    )]
+    BuiltIn { key: String, env: String },
+    #[error("{key}: only allowed in dev mode ([dev] enabled = true or FLOODGATE_DEV=1)")]
+    DevOnly { key: String },
+}
+
+/// One secret a process needs, by setting name (`tokens.keys`, `admin_token`). `values` holds
+/// every secret configured under it (several signing keys, several webhook secrets).
+pub struct Secret<'a> {
+    pub key: &'static str,
+    pub values: Vec<&'a SecretString>,
+}
+
+/// A process's whole configuration, as its `main` loads it.
+pub trait ProcessConfig: DeserializeOwned {
+    fn dev(&self) -> &DevSettings;
+    /// The secrets this process cannot run safely without.
+    fn secrets(&self) -> Vec<Secret<'_>>;
+    /// Switches that may be on only in dev mode (e.g. `identity.dev_login`), with their value.
+    fn dev_only(&self) -> Vec<(&'static str, bool)> {
+        Vec::new()
+    }
+}
+
+/// Loads `T` from an optional TOML file plus the given environment variables, refusing
+/// unknown keys. Does not check secrets (see [`load_checked`]).
 ///
 /// Tests should build config structs directly instead; this is for `main`.
 pub fn load<T: DeserializeOwned>(
     path: Option<&Path>,
     env: impl IntoIterator<Item = (String, String)>,
-) -> anyhow::Result<T> {
+) -> Result<T, ConfigError> {
+    let root = merged_table(path, env)?;
+    parse(&root)
+}
+
+/// [`load`], then [`check`]: what every binary starts with.
+pub fn load_checked<T: ProcessConfig>(
+    path: Option<&Path>,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Result<T, ConfigError> {
+    let root = merged_table(path, env)?;
+    let config: T = parse(&root)?;
+    check(&config, &root)?;
+    Ok(config)
+}
+
+/// Loads from `FLOODGATE_CONFIG` (if set) and the process environment, checked.
+pub fn load_from_env<T: ProcessConfig>() -> Result<T, ConfigError> {
+    let path = std::env::var_os("FLOODGATE_CONFIG").map(std::path::PathBuf::from);
+    load_checked(path.as_deref(), std::env::vars())
+}
+
+/// For `main`: [`load_from_env`], or print `config error: <one line>` and exit with status 2.
+pub fn load_or_exit<T: ProcessConfig>() -> T {
+    match load_from_env() {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("config error: {e}");
+            std::process::exit(2);
+        }
+    }
+}
+
+/// Refuses `config` outside dev mode when a secret is missing or built-in, or a dev-only
+/// switch is on. `root` is the merged file + overrides, to tell "left out" (the struct holds
+/// the default) from "set to the built-in value".
+pub fn check<T: ProcessConfig>(config: &T, root: &toml::Table) -> Result<(), ConfigError> {
+    if config.dev().enabled {
+        return Ok(());
+    }
+    for secret in config.secrets() {
+        let env = env_name(secret.key);
+        let present = lookup(root, secret.key).is_some();
+        let values: Vec<&str> = secret.values.iter().map(|v| v.expose_secret()).collect();
+        if !present || values.is_empty() || values.iter().any(|v| v.trim().is_empty()) {
+            return Err(ConfigError::Missing {
+                key: secret.key.into(),
+                env,
+            });
+        }
+        if values.iter().any(|v| is_builtin(v)) {
+            return Err(ConfigError::BuiltIn {
+                key: secret.key.into(),
+                env,
+            });
+        }
+    }
+    if let Some((key, _)) = config.dev_only().into_iter().find(|(_, on)| *on) {
+        return Err(ConfigError::DevOnly { key: key.into() });
+    }
+    Ok(())
+}
+
+/// A value that is public in this repository (or a template placeholder).
+pub fn is_builtin(value: &str) -> bool {
+    BUILTIN_SECRETS.contains(&value) || value.contains(PLACEHOLDER)
+}
+
+/// The environment variable that sets `key` (`tokens.keys` → `FLOODGATE_TOKENS__KEYS`).
+pub fn env_name(key: &str) -> String {
+    format!(
+        "FLOODGATE_{}",
+        key.split('.')
+            .map(str::to_ascii_uppercase)
+            .collect::<Vec<_>>()
+            .join("__")
+    )
+}
+
+fn lookup<'a>(root: &'a toml::Table, key: &str) -> Option<&'a toml::Value> {
+    let mut parts = key.split('.');
+    let mut cur = root.get(parts.next()?)?;
+    for p in parts {
+        cur = cur.as_table()?.get(p)?;
+    }
+    Some(cur)
+}
+
+/// The file's table with the environment overrides applied.
+fn merged_table(
+    path: Option<&Path>,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Result<toml::Table, ConfigError> {
     let mut root = match path {
         Some(p) => {
-            let text = std::fs::read_to_string(p)
-                .with_context(|| format!("failed to read config file {}", p.display()))?;
-            text.parse::<toml::Table>()
-                .with_context(|| format!("failed to parse config file {}", p.display()))?
+            let text = std::fs::read_to_string(p).map_err(|e| {
+                ConfigError::Source(format!("failed to read config file {}: {e}", p.display()))
+            })?;
+            text.parse::<toml::Table>().map_err(|e| {
+                // toml's message spans several lines (it quotes the offending line).
+                let msg = e
+                    .to_string()
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                ConfigError::Source(format!(
+                    "failed to parse config file {}: {msg}",
+                    p.display()
+                ))
+            })?
         }
         None => toml::Table::new(),
     };
     for (key, value) in env {
-        let path: Vec<String> = match key.as_str() {
-            "FLOODGATE_ADMIN_TOKEN" => vec!["admin_token".into()],
-            "DATABASE_URL" => vec!["database".into(), "url".into()],
-            "REDIS_URL" => vec!["redis".into(), "url".into()],
+        let (path, value): (Vec<String>, toml::Value) = match key.as_str() {
+            "FLOODGATE_ADMIN_TOKEN" => (vec!["admin_token".into()], toml::Value::String(value)),
+            "FLOODGATE_DEV" => (vec!["dev".into(), "enabled".into()], dev_flag(&value)?),
+            "DATABASE_URL" => (vec!["database".into(), "url".into()], parse_scalar(&value)),
+            "REDIS_URL" => (vec!["redis".into(), "url".into()], parse_scalar(&value)),
             _ => match key.strip_prefix("FLOODGATE_") {
-                Some(rest) if !rest.is_empty() => {
-                    rest.split("__").map(|s| s.to_ascii_lowercase()).collect()
-                }
+                // Only SECTION__KEY names are overrides: single names are the scripts' own.
+                Some(rest) if rest.contains("__") => (
+                    rest.split("__").map(|s| s.to_ascii_lowercase()).collect(),
+                    parse_scalar(&value),
+                ),
                 _ => continue,
             },
         };
-        set_path(&mut root, &path, parse_scalar(&value));
+        set_path(&mut root, &path, value);
     }
-    toml::Value::Table(root)
-        .try_into()
-        .context("invalid configuration")
+    if let Some(key) = root.keys().find(|k| !SECTIONS.contains(&k.as_str())) {
+        return Err(ConfigError::UnknownSection {
+            key: key.clone(),
+            known: SECTIONS.join(", "),
+        });
+    }
+    Ok(root)
 }
 
-/// Loads from `FLOODGATE_CONFIG` (if set) and the process environment.
-pub fn load_from_env<T: DeserializeOwned>() -> anyhow::Result<T> {
-    let path = std::env::var_os("FLOODGATE_CONFIG").map(std::path::PathBuf::from);
-    load(path.as_deref(), std::env::vars())
+fn dev_flag(value: &str) -> Result<toml::Value, ConfigError> {
+    match value.trim() {
+        "1" | "true" => Ok(toml::Value::Boolean(true)),
+        "0" | "false" | "" => Ok(toml::Value::Boolean(false)),
+        other => Err(ConfigError::Invalid {
+            key: "FLOODGATE_DEV".into(),
+            message: format!("expected 1 or 0, got {other:?}"),
+        }),
+    }
+}
+
+/// Deserializes, naming the setting (`payments.webhook_secrets`) on failure.
+fn parse<T: DeserializeOwned>(root: &toml::Table) -> Result<T, ConfigError> {
+    serde_path_to_error::deserialize(toml::Value::Table(root.clone())).map_err(|e| {
+        let key = e.path().to_string();
+        // toml adds "\nin `section`" to its messages; the path above already says where.
+        let message = e.into_inner().to_string();
+        ConfigError::Invalid {
+            key: if key == "." { "config".into() } else { key },
+            message: message.lines().next().unwrap_or_default().trim().to_owned(),
+        }
+    })
+}
+
+/// The top-level keys `T` reads (its field names), so each service can test that its sections
+/// are all in [`SECTIONS`].
+pub fn fields_of<T: DeserializeOwned>() -> &'static [&'static str] {
+    match T::deserialize(introspect::Fields) {
+        Err(introspect::Found(Some(fields))) => fields,
+        _ => &[],
+    }
+}
+
+/// A deserializer that only records the field list a struct asks for.
+mod introspect {
+    use serde::de::{Deserializer, Visitor};
+
+    pub struct Fields;
+
+    #[derive(Debug)]
+    pub struct Found(pub Option<&'static [&'static str]>);
+
+    impl std::fmt::Display for Found {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("field names recorded")
+        }
+    }
+
+    impl std::error::Error for Found {}
+
+    impl serde::de::Error for Found {
+        fn custom<T: std::fmt::Display>(_: T) -> Self {
+            Found(None)
+        }
+    }
+
+    impl<'de> Deserializer<'de> for Fields {
+        type Error = Found;
+
+        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Found> {
+            Err(Found(None))
+        }
+
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            _name: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> Result<V::Value, Found> {
+            Err(Found(Some(fields)))
+        }
+
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+            byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map enum
+            identifier ignored_any
+        }
+    }
 }
 
 fn parse_scalar(value: &str) -> toml::Value {
@@ -99,7 +379,7 @@ fn set_path(table: &mut toml::Table, path: &[String], value: toml::Value) {
 
 /// Postgres connection settings.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct DatabaseSettings {
     pub url: SecretString,
     pub max_connections: u32,
@@ -119,7 +399,7 @@ impl Default for DatabaseSettings {
 
 /// Redis connection settings.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct RedisSettings {
     pub url: SecretString,
     /// Prepended to every key this deployment writes; lets tests share one Redis.
@@ -140,6 +420,7 @@ impl Default for RedisSettings {
 
 /// One admission-token signing key.
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct KeySettings {
     pub kid: String,
     /// HS256 secret; at least 32 bytes.
@@ -148,7 +429,7 @@ pub struct KeySettings {
 
 /// Admission-token settings, shared by the gateway (mints and verifies) and booking (verifies).
 #[derive(Debug, Clone, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct TokenSettings {
     /// The `kid` new tokens are signed with. Every other key listed still verifies, so a key
     /// is rotated by adding the new one, switching `current_kid`, and removing the old one
@@ -168,7 +449,7 @@ impl Default for TokenSettings {
             current_kid: "dev-1".into(),
             keys: vec![KeySettings {
                 kid: "dev-1".into(),
-                secret: SecretString::from("floodgate-dev-admission-key-change-me-0123456789"),
+                secret: SecretString::from(DEV_TOKEN_KEY),
             }],
             issuer: "floodgate-gateway".into(),
             audience: "floodgate".into(),
@@ -180,7 +461,7 @@ impl Default for TokenSettings {
 
 /// How fans' login (identity) tokens are verified.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct IdentitySettings {
     /// `HS256`, `RS256` or `EdDSA`.
     pub algorithm: String,
@@ -196,7 +477,7 @@ impl Default for IdentitySettings {
     fn default() -> Self {
         Self {
             algorithm: "HS256".into(),
-            key: SecretString::from("floodgate-dev-identity-key-change-me-0123456789"),
+            key: SecretString::from(DEV_IDENTITY_KEY),
             issuer: "floodgate-dev-login".into(),
             audience: None,
             dev_login: false,
@@ -206,7 +487,7 @@ impl Default for IdentitySettings {
 
 /// Log output settings.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct LogSettings {
     /// `json` (production) or `pretty` (local).
     pub format: String,
@@ -279,6 +560,190 @@ mod tests {
             d.database.url.expose_secret(),
             "postgres://x@127.0.0.1:1/db"
         );
+    }
+
+    /// A process with one secret of each shape: a list (`tokens.keys`) and an optional one.
+    #[derive(Debug, Deserialize, Default)]
+    #[serde(default)]
+    struct DemoProcess {
+        dev: DevSettings,
+        tokens: TokenSettings,
+        identity: IdentitySettings,
+        admin_token: Option<SecretString>,
+    }
+
+    impl ProcessConfig for DemoProcess {
+        fn dev(&self) -> &DevSettings {
+            &self.dev
+        }
+        fn secrets(&self) -> Vec<Secret<'_>> {
+            vec![
+                Secret {
+                    key: "tokens.keys",
+                    values: self.tokens.keys.iter().map(|k| &k.secret).collect(),
+                },
+                Secret {
+                    key: "admin_token",
+                    values: self.admin_token.iter().collect(),
+                },
+            ]
+        }
+        fn dev_only(&self) -> Vec<(&'static str, bool)> {
+            vec![("identity.dev_login", self.identity.dev_login)]
+        }
+    }
+
+    const REAL_KEYS: &str = r#"[{kid="k1", secret="0123456789abcdef0123456789abcdef-real"}]"#;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn refused(pairs: &[(&str, &str)]) -> String {
+        load_checked::<DemoProcess>(None, env(pairs))
+            .expect_err("config must be refused")
+            .to_string()
+    }
+
+    #[test]
+    fn missing_secrets_are_refused_outside_dev_mode() {
+        let e = refused(&[]);
+        assert!(
+            e.starts_with("tokens.keys: missing (set FLOODGATE_TOKENS__KEYS"),
+            "{e}"
+        );
+        assert!(!e.contains('\n'), "one line: {e}");
+        let e = refused(&[("FLOODGATE_TOKENS__KEYS", "[]")]);
+        assert!(e.starts_with("tokens.keys: missing"), "{e}");
+        let e = refused(&[("FLOODGATE_TOKENS__KEYS", REAL_KEYS)]);
+        assert!(
+            e.starts_with("admin_token: missing (set FLOODGATE_ADMIN_TOKEN"),
+            "{e}"
+        );
+        let e = refused(&[
+            ("FLOODGATE_TOKENS__KEYS", REAL_KEYS),
+            ("FLOODGATE_ADMIN_TOKEN", "  "),
+        ]);
+        assert!(e.starts_with("admin_token: missing"), "{e}");
+    }
+
+    #[test]
+    fn builtin_and_placeholder_secrets_are_refused_outside_dev_mode() {
+        let dev_key = format!(r#"[{{kid="dev-1", secret="{DEV_TOKEN_KEY}"}}]"#);
+        let e = refused(&[("FLOODGATE_TOKENS__KEYS", &dev_key)]);
+        assert!(
+            e.starts_with("tokens.keys: is a built-in development value"),
+            "{e}"
+        );
+        // One built-in key among real ones is as bad: it still verifies.
+        let mixed = format!(
+            r#"[{{kid="k1", secret="0123456789abcdef0123456789abcdef-real"}}, {{kid="dev-1", secret="{DEV_TOKEN_KEY}"}}]"#
+        );
+        let e = refused(&[("FLOODGATE_TOKENS__KEYS", &mixed)]);
+        assert!(e.starts_with("tokens.keys: is a built-in"), "{e}");
+        let e = refused(&[
+            ("FLOODGATE_TOKENS__KEYS", REAL_KEYS),
+            ("FLOODGATE_ADMIN_TOKEN", "REPLACE-ME"),
+        ]);
+        assert!(e.starts_with("admin_token: is a built-in"), "{e}");
+    }
+
+    #[test]
+    fn real_secrets_load_and_dev_only_switches_are_refused() {
+        let ok = [
+            ("FLOODGATE_TOKENS__KEYS", REAL_KEYS),
+            ("FLOODGATE_TOKENS__CURRENT_KID", "k1"),
+            ("FLOODGATE_ADMIN_TOKEN", "an-admin-secret"),
+        ];
+        let c: DemoProcess = load_checked(None, env(&ok)).expect("real secrets load");
+        assert_eq!(c.tokens.current_kid, "k1");
+        let mut with_login = ok.to_vec();
+        with_login.push(("FLOODGATE_IDENTITY__DEV_LOGIN", "true"));
+        let e = refused(&with_login);
+        assert!(
+            e.starts_with("identity.dev_login: only allowed in dev mode"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn dev_mode_allows_builtin_values() {
+        for on in [
+            vec![("FLOODGATE_DEV", "1")],
+            vec![
+                ("FLOODGATE_DEV", "true"),
+                ("FLOODGATE_IDENTITY__DEV_LOGIN", "true"),
+            ],
+            vec![("FLOODGATE_DEV__ENABLED", "true")],
+        ] {
+            let c: DemoProcess = load_checked(None, env(&on)).expect("dev mode starts");
+            assert!(c.dev.enabled);
+            assert_eq!(c.tokens.keys[0].secret.expose_secret(), DEV_TOKEN_KEY);
+        }
+        let e = refused(&[("FLOODGATE_DEV", "0")]);
+        assert!(e.starts_with("tokens.keys: missing"), "{e}");
+        let e = refused(&[("FLOODGATE_DEV", "yes")]);
+        assert!(e.starts_with("FLOODGATE_DEV: expected 1 or 0"), "{e}");
+    }
+
+    #[test]
+    fn unknown_keys_are_errors_in_file_and_environment() {
+        // A misspelt secret must not fall back to the default.
+        let e = refused(&[("FLOODGATE_DEV", "1"), ("FLOODGATE_TOKENS__KEY", REAL_KEYS)]);
+        assert!(e.starts_with("tokens.key: unknown field `key`"), "{e}");
+        assert!(!e.contains('\n'), "one line: {e}");
+        let e = refused(&[("FLOODGATE_DEV", "1"), ("FLOODGATE_TOKEN__KEYS", REAL_KEYS)]);
+        assert!(e.starts_with("token: unknown section"), "{e}");
+        let e = refused(&[("FLOODGATE_DEV__ENABLE", "true")]);
+        assert!(e.contains("unknown field `enable`"), "{e}");
+
+        let dir = std::env::temp_dir().join(format!("fg-cfg-{}", crate::ids::new_id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("c.toml");
+        std::fs::write(
+            &file,
+            "[dev]\nenabled = true\n[tokens]\ncurrent_kid = \"k1\"\nkeys = [{kid = \"k1\", sekret = \"x\"}]\n",
+        )
+        .unwrap();
+        let e = load_checked::<DemoProcess>(Some(&file), Vec::new())
+            .expect_err("misspelt key in file")
+            .to_string();
+        assert!(e.starts_with("tokens.keys"), "{e}");
+        assert!(e.contains("unknown field `sekret`"), "{e}");
+        std::fs::write(&file, "[paymnets]\napi_key = \"x\"\n").unwrap();
+        let e = load::<DemoProcess>(Some(&file), Vec::new())
+            .expect_err("misspelt section in file")
+            .to_string();
+        assert!(e.starts_with("paymnets: unknown section"), "{e}");
+    }
+
+    #[test]
+    fn scripts_own_variables_are_not_configuration() {
+        let c: DemoProcess = load_checked(
+            None,
+            env(&[
+                ("FLOODGATE_DEV", "1"),
+                ("FLOODGATE_CONFIG", "/nowhere.toml"),
+                ("FLOODGATE_PG_PORT", "55433"),
+                ("FLOODGATE_BOOKING_ADDR", "127.0.0.1:1"),
+            ]),
+        )
+        .expect("FLOODGATE_X without __ is not a config key");
+        assert!(c.dev.enabled);
+    }
+
+    #[test]
+    fn field_names_are_introspected() {
+        assert_eq!(
+            fields_of::<DemoProcess>(),
+            ["dev", "tokens", "identity", "admin_token"]
+        );
+        for f in fields_of::<DemoProcess>() {
+            assert!(SECTIONS.contains(f), "{f} missing from SECTIONS");
+        }
     }
 
     #[test]

@@ -1,6 +1,5 @@
 //! The booking binary: load config, set up telemetry, migrate, serve until SIGTERM.
 
-use anyhow::Context;
 use booking::config::BookingConfig;
 use booking::startup::{Application, shutdown_signal};
 
@@ -11,8 +10,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let config: BookingConfig =
-        shared::config::load_from_env().context("failed to load configuration")?;
+    // A refused config is one line on stderr and exit status 2 (secrets fail closed).
+    let config: BookingConfig = shared::config::load_or_exit();
     shared::telemetry::init(&config.log);
     let app = Application::build(config).await?;
     booking::db::migrate(&app.state().pool).await?;

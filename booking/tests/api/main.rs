@@ -20,6 +20,7 @@ mod orders;
 mod outbox;
 mod payments;
 mod products;
+mod startup_config;
 mod storefront;
 mod sweeper;
 mod webhooks;

@@ -4,14 +4,37 @@
 
 use secrecy::SecretString;
 use serde::Deserialize;
-use shared::config::LogSettings;
+use shared::config::{DevSettings, LogSettings, ProcessConfig, Secret};
 
-/// The whole file as the sandbox reads it (other sections are ignored).
+/// The whole file as the sandbox reads it (other sections are left to their processes).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
 pub struct SandboxConfig {
     pub sandbox: SandboxSettings,
     pub log: LogSettings,
+    /// `[dev]`: the built-in API key and webhook secret allowed (local stack, tests).
+    pub dev: DevSettings,
+}
+
+/// Outside dev mode the sandbox, too, refuses the keys that are public in this repository:
+/// whoever knows the webhook secret can forge payments to the booking it signs for.
+impl ProcessConfig for SandboxConfig {
+    fn dev(&self) -> &DevSettings {
+        &self.dev
+    }
+
+    fn secrets(&self) -> Vec<Secret<'_>> {
+        vec![
+            Secret {
+                key: "sandbox.api_key",
+                values: vec![&self.sandbox.api_key],
+            },
+            Secret {
+                key: "sandbox.webhook_secret",
+                values: vec![&self.sandbox.webhook_secret],
+            },
+        ]
+    }
 }
 
 /// How webhooks leave the sandbox.
@@ -28,7 +51,7 @@ pub enum WebhookMode {
 }
 
 #[derive(Debug, Clone, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct SandboxSettings {
     /// Listen address; port 0 picks a free port (tests).
     pub listen: String,
@@ -71,9 +94,9 @@ impl Default for SandboxSettings {
     fn default() -> Self {
         Self {
             listen: "127.0.0.1:8099".into(),
-            api_key: SecretString::from("sk_test_floodgate_dev"),
+            api_key: SecretString::from(shared::config::DEV_PROVIDER_KEY),
             webhook_url: "http://127.0.0.1:8090/webhooks/payments".into(),
-            webhook_secret: SecretString::from("whsec_floodgate_dev"),
+            webhook_secret: SecretString::from(shared::config::DEV_WEBHOOK_SECRET),
             latency_ms: 0,
             latency_jitter_ms: 0,
             failure_rate: 0.0,

@@ -1,14 +1,13 @@
 //! The sandbox payment provider binary: load `[sandbox]` from the shared config, serve until
 //! SIGTERM/Ctrl-C.
 
-use anyhow::Context;
 use sandbox_provider::Application;
 use sandbox_provider::config::SandboxConfig;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let config: SandboxConfig =
-        shared::config::load_from_env().context("failed to load configuration")?;
+    // A refused config is one line on stderr and exit status 2 (secrets fail closed).
+    let config: SandboxConfig = shared::config::load_or_exit();
     shared::telemetry::init(&config.log);
     let app = Application::build(config.sandbox).await?;
     app.run_until_stopped(shutdown_signal()).await

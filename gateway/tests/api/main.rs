@@ -16,3 +16,4 @@ mod helpers;
 mod proxy;
 mod queue;
 mod redis_outage;
+mod startup_config;
