@@ -4,10 +4,11 @@
 #  1. a fresh `git clone` of this checkout inside a directory of mode 700 (like /root), then
 #     `deploy/stack up` there: as root Postgres runs as the `postgres` user, who cannot enter
 #     that directory;
-#  2. booking killed with `kill -9` under a parent that never reaps it (a subreaper standing in
-#     for a container's PID 1 without --init), so it stays a zombie; the sandbox killed too and
-#     its pid file pointed at an unrelated live process (pid reuse); then `deploy/stack up`
-#     again must bring both back (healthz 200) and leave the unrelated process alone;
+#  2. booking and Postgres' postmaster killed with `kill -9` under a parent that never reaps
+#     them (a subreaper standing in for a container's PID 1 without --init), so they stay
+#     zombies; the sandbox killed too and its pid file pointed at an unrelated live process
+#     (pid reuse); then `deploy/stack up` again must bring all back (booking /readyz 200, so
+#     Postgres too) and leave the unrelated process alone;
 #  3. `deploy/stack down` of that clone, with one pid file naming an unrelated process that
 #     must survive it.
 #
@@ -131,27 +132,31 @@ say "up: every service healthy$([ -n "$PG_BASE" ] && echo ", Postgres data in $P
 
 # Booking: kill -9, left unreaped. The sandbox: kill -9 too, and its pid now names a live
 # process that is not ours (as after pid reuse).
+# Postgres' postmaster: kill -9, left unreaped too.
 BOOKING_PID="$(cat "$STATE/booking.pid")"
 SANDBOX_PID="$(cat "$STATE/sandbox-provider.pid")"
-kill -9 "$BOOKING_PID" "$SANDBOX_PID"
-for _ in $(seq 1 100); do
-  [ "$(proc_state "$BOOKING_PID")" = Z ] && break
-  sleep 0.1
+POSTMASTER_PID="$(head -1 "$STATE/pg/postmaster.pid")"
+kill -9 "$BOOKING_PID" "$SANDBOX_PID" "$POSTMASTER_PID"
+for pid in "$BOOKING_PID" "$POSTMASTER_PID"; do
+  for _ in $(seq 1 100); do
+    [ "$(proc_state "$pid")" = Z ] && break
+    sleep 0.1
+  done
+  [ "$(proc_state "$pid")" = Z ] || fail "$pid is not a zombie: state '$(proc_state "$pid")'"
 done
-[ "$(proc_state "$BOOKING_PID")" = Z ] || fail "booking ($BOOKING_PID) is not a zombie: state '$(proc_state "$BOOKING_PID")'"
 sleep 600 &
 DECOY_PID=$!
 echo "$DECOY_PID" > "$STATE/sandbox-provider.pid"
-say "booking $BOOKING_PID is a zombie; sandbox pid file names an unrelated process ($DECOY_PID)"
+say "booking $BOOKING_PID and postmaster $POSTMASTER_PID are zombies; sandbox pid file names an unrelated process ($DECOY_PID)"
 
 rc=0
 "$CLONE/deploy/stack" up >"$TMP/up2.log" 2>&1 || rc=$?
 [ "$rc" = 0 ] || fail "second deploy/stack up exited $rc"
-[ "$(http_code "http://$FLOODGATE_BOOKING_ADDR/healthz")" = 200 ] || fail "booking not back after up"
+[ "$(http_code "http://$FLOODGATE_BOOKING_ADDR/readyz")" = 200 ] || fail "booking (and Postgres) not back after up"
 [ "$(http_code "http://$FLOODGATE_SANDBOX_ADDR/healthz")" = 200 ] || fail "sandbox not back after up"
 [ "$(cat "$STATE/booking.pid")" != "$BOOKING_PID" ] || fail "booking's pid file still names the zombie"
 kill -0 "$DECOY_PID" 2>/dev/null || fail "up killed the unrelated process"
-say "up again: booking and sandbox back (healthz 200)"
+say "up again: Postgres, booking and sandbox back (booking /readyz 200)"
 
 # `down` with a pid file naming an unrelated process: that process must survive.
 GATEWAY_PID="$(cat "$STATE/gateway.pid")"
