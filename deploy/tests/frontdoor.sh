@@ -34,7 +34,9 @@ cleanup() {
   if [ -x "$CLONE/deploy/stack" ]; then "$CLONE/deploy/stack" down >/dev/null 2>&1; fi
   [ -n "$REAPER_PID" ] && kill "$REAPER_PID" 2>/dev/null   # its zombies go to init, reaped
   [ -n "$DECOY_PID" ] && kill "$DECOY_PID" 2>/dev/null
-  case "$PG_BASE" in /var/lib/floodgate/stack-*) rm -rf "$PG_BASE" ;; esac
+  case "$PG_BASE" in
+    /var/lib/floodgate/stack-*) rm -rf "$PG_BASE"; rmdir /var/lib/floodgate 2>/dev/null ;;
+  esac
   rm -rf "$TMP"
   if [ "$rc" = 0 ]; then
     echo "frontdoor: PASS ($((SECONDS - STARTED)) s)"
