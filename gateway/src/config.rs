@@ -1,6 +1,7 @@
 //! Gateway configuration: the shared TOML file plus `FLOODGATE_*` overrides (see
 //! `shared::config`). The gateway reads `[tokens]`, `[identity]`, `[redis]`, `[log]`,
-//! `admin_token` and its own `[gateway]` section; every other section is ignored.
+//! `admin_token`, its own `[gateway]` section and `[booking] body_limit_bytes` (the body limit
+//! it enforces for booking, see `size.rs`); every other section is ignored.
 //!
 //! Every value has a default so `deploy/local.toml` only lists what differs, and tests build
 //! [`GatewayConfig`] directly (no environment variables).
@@ -18,6 +19,8 @@ pub struct GatewayConfig {
     pub identity: IdentitySettings,
     pub redis: RedisSettings,
     pub log: LogSettings,
+    /// The one booking setting the gateway must agree with.
+    pub booking: BookingView,
     /// Admin bearer secret (`FLOODGATE_ADMIN_TOKEN`). Unset: the admin API answers 401 to all.
     pub admin_token: Option<SecretString>,
 }
@@ -111,6 +114,25 @@ impl Default for GatewaySettings {
             trusted_proxies: Vec::new(),
             identity_cache_entries: 262_144,
             public_metrics: false,
+        }
+    }
+}
+
+/// What the gateway reads of booking's `[booking]` section (the other keys are booking's and
+/// are checked there).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct BookingView {
+    /// Booking's request body limit. The gateway refuses larger bodies itself (`413
+    /// BODY_TOO_LARGE`) so booking never has to cut a body off mid-upload.
+    pub body_limit_bytes: usize,
+}
+
+impl Default for BookingView {
+    fn default() -> Self {
+        // Booking's own default (`booking/src/config.rs`).
+        Self {
+            body_limit_bytes: 64 * 1024,
         }
     }
 }
