@@ -72,6 +72,8 @@ pub struct GatewaySettings {
     pub limits: RateLimits,
     /// Largest request body the gateway itself accepts (join, admin PUT); 413 above.
     pub max_body_bytes: usize,
+    /// Largest request line plus header block accepted on the public listener; `431` above.
+    pub max_header_bytes: usize,
     /// Sliding window (seconds) over which upstream latency and errors are measured for
     /// auto mode.
     pub auto_window_s: u64,
@@ -109,6 +111,7 @@ impl Default for GatewaySettings {
             default_claim_deadline_s: 120,
             limits: RateLimits::default(),
             max_body_bytes: 16 * 1024,
+            max_header_bytes: 16 * 1024,
             auto_window_s: 10,
             passthrough_batch: 5000,
             trusted_proxies: Vec::new(),

@@ -387,6 +387,12 @@ impl ProxyHttp for PublicProxy {
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
+        // pingora itself reads header blocks up to 1 MiB; nothing here needs more than a few
+        // KiB, and booking must never see more.
+        let max_header = self.shared.config.gateway.max_header_bytes;
+        if size::header_block_len(session.req_header()) > max_header {
+            return send(session, size::header_too_large(max_header)).await;
+        }
         let action = {
             let req = session.req_header();
             match routes::public(&req.method, req.uri.path()) {

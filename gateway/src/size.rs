@@ -1,6 +1,7 @@
 //! Request size limits, decided at the edge before anything reaches booking.
 //!
-//! Guarantees: a request body over booking's own limit (`[booking] body_limit_bytes`, which the
+//! Guarantees: a request whose header block is over `gateway.max_header_bytes` (16 KiB) is
+//! answered `431 HEADERS_TOO_LARGE` and goes nowhere; a request body over booking's own limit (`[booking] body_limit_bytes`, which the
 //! gateway reads from the same file) is answered `413 BODY_TOO_LARGE` by the gateway on both
 //! proxy paths, every time — at once when the declared `Content-Length` is over the limit
 //! (booking is not contacted), and for a streamed (chunked) body as soon as the bytes seen
@@ -11,6 +12,18 @@
 use crate::respond::Reply;
 use pingora_http::RequestHeader;
 use shared::error::{ErrorBody, codes};
+
+/// Bytes of the request line and header block as received (names, values, `: ` and CRLFs).
+pub fn header_block_len(req: &RequestHeader) -> usize {
+    let target = req.uri.path_and_query().map_or(1, |p| p.as_str().len());
+    let line = req.method.as_str().len() + 1 + target + " HTTP/1.1\r\n".len();
+    let headers: usize = req
+        .headers
+        .iter()
+        .map(|(k, v)| k.as_str().len() + 2 + v.len() + 2)
+        .sum();
+    line + headers + 2
+}
 
 /// The declared body length, when the request declares one (`Content-Length`). pingora has
 /// already refused conflicting or malformed lengths.
@@ -57,9 +70,31 @@ pub fn body_too_large(limit: usize) -> Reply {
     )
 }
 
+pub fn header_too_large(limit: usize) -> Reply {
+    Reply::from_error(
+        431,
+        ErrorBody::new(
+            codes::HEADERS_TOO_LARGE,
+            format!("request headers larger than {limit} bytes"),
+        )
+        .with("limit_bytes", limit),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn header_block_is_measured_as_sent() {
+        let mut req = RequestHeader::build("GET", b"/api/x?y=1", None).unwrap();
+        // "GET /api/x?y=1 HTTP/1.1\r\n" + "\r\n"
+        assert_eq!(header_block_len(&req), 25 + 2);
+        req.insert_header("host", "a").unwrap();
+        assert_eq!(header_block_len(&req), 25 + "host: a\r\n".len() + 2);
+        req.insert_header("x-big", "a".repeat(100 * 1024)).unwrap();
+        assert!(header_block_len(&req) > 100 * 1024);
+    }
 
     #[test]
     fn declared_lengths_over_the_limit_are_refused() {

@@ -191,3 +191,48 @@ async fn oversized_bodies_are_413_on_both_proxy_paths_never_502() {
         assert_eq!(back.into_text().unwrap().as_str(), msg);
     }
 }
+
+/// 8b. A request header block over 16 KiB is answered `431`, on the gateway's own routes and
+/// before anything is proxied; one under the limit passes.
+#[tokio::test]
+async fn header_blocks_over_16_kib_are_431() {
+    let app = TestApp::spawn().await;
+    let tok = admission("ev");
+    let hits = app.echo.hits.load(Ordering::SeqCst);
+    let big = "a".repeat(100 * 1024);
+    for (method, path) in [
+        (reqwest::Method::GET, "/healthz"),
+        (reqwest::Method::GET, "/api/events/ev/seats"),
+        (reqwest::Method::POST, "/webhooks/payments"),
+    ] {
+        let r = app
+            .http
+            .request(method, app.url(path))
+            .bearer_auth(&tok)
+            .header("x-big", &big)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            r.status(),
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "{path}"
+        );
+        let v = json(r).await;
+        assert_eq!(v["code"], "HEADERS_TOO_LARGE", "{v}");
+    }
+    assert_eq!(
+        app.echo.hits.load(Ordering::SeqCst),
+        hits,
+        "nothing proxied"
+    );
+    let r = app
+        .http
+        .get(app.url("/api/events/ev/seats"))
+        .bearer_auth(&tok)
+        .header("x-big", "a".repeat(15 * 1024))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+}
