@@ -68,8 +68,13 @@ pub fn eligible(req: &RequestHeader, body_max: usize) -> bool {
     }
 }
 
+/// Headers the gateway sets on every forwarded call (`extra`) that are not `x-floodgate-*`: a
+/// fan's own are dropped, or booking would read the fan's (first) value.
+const GATEWAY_SET: [&str; 1] = [shared::headers::REQUEST_ID];
+
 /// Serializes the request for the upstream: request line, the fan's headers minus hop-by-hop
-/// ones, `x-floodgate-*` and `Content-Length`, then `extra`, then the body's length.
+/// ones, `x-floodgate-*`, `x-request-id` and `Content-Length`, then `extra`, then the body's
+/// length.
 pub fn encode_request<'k, 'v>(
     req: &RequestHeader,
     internal_prefix: &str,
@@ -87,6 +92,7 @@ pub fn encode_request<'k, 'v>(
         if hop_by_hop(name)
             || name.starts_with(internal_prefix)
             || k == http::header::CONTENT_LENGTH
+            || GATEWAY_SET.contains(&name)
         {
             continue;
         }
@@ -568,6 +574,7 @@ mod tests {
         req.insert_header("host", "shop.example").unwrap();
         req.insert_header("connection", "keep-alive").unwrap();
         req.insert_header("x-floodgate-account", "forged").unwrap();
+        req.insert_header("x-request-id", "fan-chosen").unwrap();
         req.insert_header("content-length", "999").unwrap();
         req.insert_header("content-type", "application/json")
             .unwrap();
@@ -575,7 +582,7 @@ mod tests {
         encode_request(
             &req,
             "x-floodgate-",
-            [("x-floodgate-account", "fan")],
+            [("x-floodgate-account", "fan"), ("x-request-id", "gw-1-1")],
             b"{}",
             &mut out,
         );
@@ -589,6 +596,11 @@ mod tests {
         assert!(!text.contains("forged"));
         assert!(!text.to_ascii_lowercase().contains("connection"));
         assert!(text.contains("x-floodgate-account: fan\r\n"));
+        assert!(
+            !text.contains("fan-chosen"),
+            "the fan's request id is dropped"
+        );
+        assert!(text.contains("x-request-id: gw-1-1\r\n"));
         assert!(text.ends_with("content-length: 2\r\n\r\n{}"), "{text}");
         assert!(!text.contains("999"));
     }

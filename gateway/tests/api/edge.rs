@@ -236,3 +236,39 @@ async fn header_blocks_over_16_kib_are_431() {
         .unwrap();
     assert_eq!(r.status(), StatusCode::OK);
 }
+
+/// 8c. A fan's own `x-request-id` never becomes booking's request id: on the gateway's own
+/// upstream leg and on pingora-proxy's (the webhook, and everything with `fast_forward` off),
+/// booking receives exactly one, the gateway's.
+#[tokio::test]
+async fn a_fans_request_id_never_reaches_booking() {
+    let tok = admission("ev");
+    for fast in [true, false] {
+        let app = TestApp::spawn_with(|c| c.gateway.fast_forward = fast).await;
+        for (method, path) in [
+            (reqwest::Method::GET, "/api/events/ev/seats"),
+            (reqwest::Method::POST, "/api/orders"),
+            (reqwest::Method::POST, "/webhooks/payments"),
+        ] {
+            let r = app
+                .http
+                .request(method, app.url(path))
+                .bearer_auth(&tok)
+                .header("x-request-id", "fan-chosen-id")
+                .header("content-type", "application/json")
+                .body("{}")
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), StatusCode::OK, "{path}");
+            let v = json(r).await;
+            let ids = v["request_ids"].as_array().unwrap();
+            assert_eq!(ids.len(), 1, "fast={fast} {path}: {v}");
+            let id = ids[0].as_str().unwrap();
+            assert!(
+                id.starts_with(&app.gw().instance),
+                "fast={fast} {path}: {id}"
+            );
+        }
+    }
+}

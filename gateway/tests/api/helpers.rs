@@ -165,6 +165,12 @@ impl Echo {
                         "account": hdr("x-floodgate-account"),
                         "event": hdr("x-floodgate-event"),
                         "request_id": hdr("x-request-id"),
+                        "request_ids": req
+                            .headers()
+                            .get_all("x-request-id")
+                            .iter()
+                            .filter_map(|v| v.to_str().ok())
+                            .collect::<Vec<_>>(),
                         "internal_headers": internal,
                     }));
                     (StatusCode::OK, answer)
