@@ -272,3 +272,62 @@ async fn a_fans_request_id_never_reaches_booking() {
         }
     }
 }
+
+/// A login token signed with the test gateways' identity key, with exactly these claims.
+fn login_token(claims: &Value) -> String {
+    use base64::Engine;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use secrecy::ExposeSecret;
+    let key = shared::config::IdentitySettings::default().key;
+    let signing_input = format!(
+        "{}.{}",
+        URL_SAFE_NO_PAD.encode(r#"{"alg":"HS256","typ":"JWT"}"#),
+        URL_SAFE_NO_PAD.encode(claims.to_string())
+    );
+    let k = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, key.expose_secret().as_bytes());
+    let sig = ring::hmac::sign(&k, signing_input.as_bytes());
+    format!("{signing_input}.{}", URL_SAFE_NO_PAD.encode(sig.as_ref()))
+}
+
+fn login_claims(account: &str, extra: Value) -> Value {
+    let t = now();
+    let mut c = serde_json::json!({
+        "sub": account, "iss": "floodgate-dev-login", "iat": t, "exp": t + 600,
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        c[k] = v.clone();
+    }
+    c
+}
+
+/// 8d. Login tokens: a future `nbf` is refused, a missing `aud` is refused, and only an
+/// explicit `verify_audience = false` accepts a token without one.
+#[tokio::test]
+async fn identity_tokens_need_their_audience_and_respect_nbf() {
+    let app = TestApp::spawn().await;
+    app.open_event("idn", 60_000).await;
+    let future = login_token(&login_claims(
+        "fan-nbf",
+        serde_json::json!({"aud": "floodgate", "nbf": now() + 3600}),
+    ));
+    let no_aud = login_token(&login_claims("fan-noaud", serde_json::json!({})));
+    let good = login_token(&login_claims(
+        "fan-aud",
+        serde_json::json!({"aud": "floodgate"}),
+    ));
+    for t in [&future, &no_aud] {
+        let r = app.join("idn", t).await;
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(json(r).await["code"], "UNAUTHORIZED");
+    }
+    assert_eq!(app.join("idn", &good).await.status(), StatusCode::CREATED);
+
+    let lax = TestApp::spawn_with(|c| c.identity.verify_audience = false).await;
+    lax.open_event("idn", 60_000).await;
+    assert_eq!(lax.join("idn", &no_aud).await.status(), StatusCode::CREATED);
+    assert_eq!(
+        lax.join("idn", &future).await.status(),
+        StatusCode::UNAUTHORIZED,
+        "nbf is checked whatever the audience setting"
+    );
+}
