@@ -331,3 +331,36 @@ async fn identity_tokens_need_their_audience_and_respect_nbf() {
         "nbf is checked whatever the audience setting"
     );
 }
+
+/// 8e. Per-IP limits group IPv6 clients by /64: behind a trusted proxy, two addresses of one
+/// /64 share one budget, another /64 has its own.
+#[tokio::test]
+async fn ipv6_clients_share_a_budget_per_64() {
+    let app = TestApp::spawn_with(|c| {
+        c.gateway.trusted_proxies = vec!["127.0.0.1".into()];
+        c.gateway.limits.status_per_ip_per_min = 3;
+    })
+    .await;
+    app.open_event("v6", 60).await;
+    let tok = app.login("fan-v6").await;
+    let status = |xff: &'static str| {
+        app.http
+            .get(app.url("/queue/v6/status"))
+            .bearer_auth(&tok)
+            .header("x-forwarded-for", xff)
+            .send()
+    };
+    for xff in ["2001:db8:1:2::1", "2001:db8:1:2::2", "2001:db8:1:2::abcd"] {
+        let r = status(xff).await.unwrap();
+        assert_ne!(r.status(), StatusCode::TOO_MANY_REQUESTS, "{xff}");
+    }
+    let r = status("2001:db8:1:2:ffff::9").await.unwrap();
+    assert_eq!(
+        r.status(),
+        StatusCode::TOO_MANY_REQUESTS,
+        "a fourth address of the same /64 is over the shared budget"
+    );
+    assert!(r.headers().contains_key("retry-after"));
+    let r = status("2001:db8:1:3::1").await.unwrap();
+    assert_ne!(r.status(), StatusCode::TOO_MANY_REQUESTS, "another /64");
+}
