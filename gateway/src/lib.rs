@@ -13,6 +13,7 @@
 
 pub mod admin;
 pub mod admission;
+pub mod answers;
 pub mod auto;
 pub mod clientip;
 pub mod config;
@@ -119,6 +120,7 @@ impl Gateway {
             pages,
             receipts: draw::Receipts::new(&current_secret),
             pow: pow::Pow::new(&current_secret),
+            answers: Default::default(),
             dev_login: config.dev_login_enabled(),
             trusted_proxies: clientip::TrustedProxies::parse(&g.trusted_proxies)?,
             instance: format!("gw-{}", shared::ids::new_id()),

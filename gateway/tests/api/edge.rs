@@ -364,3 +364,111 @@ async fn ipv6_clients_share_a_budget_per_64() {
     let r = status("2001:db8:1:3::1").await.unwrap();
     assert_ne!(r.status(), StatusCode::TOO_MANY_REQUESTS, "another /64");
 }
+
+/// Commands a Redis server executes, as `MONITOR` reports them (one line each).
+struct Monitor {
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::net::TcpStream>>,
+    port: u16,
+}
+
+impl Monitor {
+    async fn start(port: u16) -> Monitor {
+        use tokio::io::AsyncBufReadExt;
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        s.write_all(b"MONITOR\r\n").await.unwrap();
+        let mut lines = tokio::io::BufReader::new(s).lines();
+        assert_eq!(lines.next_line().await.unwrap().unwrap(), "+OK");
+        Monitor { lines, port }
+    }
+
+    /// The commands executed until now: sends a marker command on another connection and
+    /// reads up to it (Redis runs commands one at a time, so everything before it was
+    /// already answered).
+    async fn drain(&mut self) -> Vec<String> {
+        let marker = format!("fg-marker-{}", shared::ids::new_id());
+        let mut c = tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+            .await
+            .unwrap();
+        c.write_all(format!("ECHO {marker}\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut seen = Vec::new();
+        let read = async {
+            while let Some(line) = self.lines.next_line().await.unwrap() {
+                if line.contains(&marker) {
+                    return;
+                }
+                seen.push(line);
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), read)
+            .await
+            .expect("the marker within 10 s");
+        seen
+    }
+}
+
+/// 8f. A flood of `/queue/{event}/draw` and `/readyz` calls is not a Redis amplifier: 400
+/// concurrent calls of each cost a bounded number of Redis commands (counted with `MONITOR`
+/// on a private Redis), and a draw for an unknown event costs none.
+#[tokio::test]
+async fn draw_and_readyz_floods_cost_bounded_redis_commands() {
+    let port = free_port();
+    let dir = std::env::temp_dir().join(format!("fg-redis-{}", shared::ids::new_id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let _redis = crate::redis_outage::PrivateRedis::start(port, &dir);
+    let app = TestApp::spawn_with(|c| {
+        c.redis.url = secrecy::SecretString::from(format!("redis://127.0.0.1:{port}"));
+    })
+    .await;
+    app.open_event("amp", 60).await;
+    let draw = json(
+        app.http
+            .get(app.url("/queue/amp/draw"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(draw["revealed"], true, "{draw}");
+    let mut monitor = Monitor::start(port).await;
+    monitor.drain().await;
+
+    let n = 400;
+    let calls = (0..n).map(|i| {
+        let path = match i % 3 {
+            0 => "/queue/amp/draw".to_owned(),
+            1 => "/readyz".to_owned(),
+            _ => format!("/queue/made-up-{i}/draw"),
+        };
+        app.http.get(app.url(&path)).send()
+    });
+    let started = std::time::Instant::now();
+    for r in futures::future::join_all(calls).await {
+        let r = r.unwrap();
+        assert!(
+            [
+                StatusCode::OK,
+                StatusCode::NOT_FOUND,
+                StatusCode::SERVICE_UNAVAILABLE
+            ]
+            .contains(&r.status()),
+            "{}",
+            r.status()
+        );
+    }
+    let seconds = started.elapsed().as_secs() + 1;
+    let seen = monitor.drain().await;
+    // The draw script reads the seed fields; `PING` is readiness. At most one of each per
+    // second of the burst (plus one for a second boundary), against ~133 calls of each.
+    let draws = seen.iter().filter(|l| l.contains("\"seed_hash\"")).count() as u64;
+    let pings = seen.iter().filter(|l| l.contains("\"PING\"")).count() as u64;
+    assert!(draws <= seconds + 1, "{draws} draw reads in {seconds} s");
+    assert!(pings <= seconds + 1, "{pings} pings in {seconds} s");
+    assert!(
+        !seen.iter().any(|l| l.contains("made-up-")),
+        "unknown events cost no Redis command"
+    );
+}
