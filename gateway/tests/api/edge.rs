@@ -472,3 +472,70 @@ async fn draw_and_readyz_floods_cost_bounded_redis_commands() {
         "unknown events cost no Redis command"
     );
 }
+
+/// 8g. Proof-of-work challenges and place receipts survive a rolling signing-key rotation:
+/// an instance with keys `[old, new]` (current `new`) and one still on `[old]` accept each
+/// other's challenges and receipts.
+#[tokio::test]
+async fn challenges_and_receipts_survive_a_rolling_key_rotation() {
+    use serde_json::json;
+    let echo = Echo::start().await;
+    let prefix = unique_prefix();
+    let mut rotated = config(&prefix, vec![echo.upstream()]);
+    rotated.tokens = token_settings(&["old", "new"], "new");
+    let mut behind = config(&prefix, vec![echo.upstream()]);
+    behind.tokens = token_settings(&["old"], "old");
+    let (rotated, behind) = (start(rotated).await, start(behind).await);
+    let http = client();
+    let url = |g: &gateway::GatewayHandle, path: &str| format!("http://{}{path}", g.public);
+    let r = http
+        .put(format!("http://{}/admin/events/rot/config", rotated.admin))
+        .bearer_auth(ADMIN)
+        .json(&json!({"sale_start": "2020-01-01T00:00:00Z", "admit_per_minute": 60, "pow_difficulty": 6}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+
+    for (i, (issuer, checker)) in [(&rotated, &behind), (&behind, &rotated)]
+        .into_iter()
+        .enumerate()
+    {
+        let fan = login(&http, &url(issuer, "/dev/login"), &format!("fan-rot-{i}")).await;
+        let c = json(
+            http.get(url(issuer, "/queue/rot/challenge"))
+                .bearer_auth(&fan)
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        let challenge = c["challenge"].as_str().unwrap().to_owned();
+        let solution = gateway::pow::solve(&challenge, 6);
+        // The challenge one instance issued is accepted by the other.
+        let r = http
+            .post(url(checker, "/queue/rot/join"))
+            .bearer_auth(&fan)
+            .json(&json!({"pow": {"challenge": challenge, "solution": solution}}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::CREATED, "join {i}");
+        let receipt = json(r).await["receipt"].as_str().unwrap().to_owned();
+        // The receipt the checker signed verifies on both instances.
+        for g in [issuer, checker] {
+            let v = json(
+                http.post(url(g, "/queue/rot/receipt"))
+                    .json(&json!({"receipt": receipt}))
+                    .send()
+                    .await
+                    .unwrap(),
+            )
+            .await;
+            assert_eq!(v["valid"], true, "receipt {i} on {}", g.instance);
+            assert_eq!(v["place"]["sub"], format!("fan-rot-{i}"));
+        }
+    }
+    stop(rotated).await;
+    stop(behind).await;
+}
