@@ -1,8 +1,10 @@
 //! Gateway configuration: the shared TOML file plus `FLOODGATE_*` overrides (see
 //! `shared::config`). The gateway reads `[tokens]`, `[identity]`, `[redis]`, `[log]`,
-//! `[dev]`, `admin_token` and its own `[gateway]` section; other sections are left to the
+//! `[dev]`, `admin_token`, its own `[gateway]` section and `[booking] body_limit_bytes` (the
+//! body limit it enforces for booking, see `size.rs`); other sections are left to the
 //! processes that read them (a key inside any section it reads that it does not know, or an
-//! unknown section, is an error: `shared::config`).
+//! unknown section, is an error: `shared::config`; `[booking]` is read only in part, so its
+//! other keys are booking's to check).
 //!
 //! Every value has a default so `deploy/local.toml` only lists what differs, and tests build
 //! [`GatewayConfig`] directly (no environment variables). Outside dev mode the signing keys,
@@ -24,6 +26,8 @@ pub struct GatewayConfig {
     pub identity: IdentitySettings,
     pub redis: RedisSettings,
     pub log: LogSettings,
+    /// The one booking setting the gateway must agree with.
+    pub booking: BookingView,
     /// Admin bearer secret (`FLOODGATE_ADMIN_TOKEN`). Unset (dev mode only): the admin API
     /// answers 401 to all.
     pub admin_token: Option<SecretString>,
@@ -78,6 +82,8 @@ pub struct GatewaySettings {
     pub limits: RateLimits,
     /// Largest request body the gateway itself accepts (join, admin PUT); 413 above.
     pub max_body_bytes: usize,
+    /// Largest request line plus header block accepted on the public listener; `431` above.
+    pub max_header_bytes: usize,
     /// Sliding window (seconds) over which upstream latency and errors are measured for
     /// auto mode.
     pub auto_window_s: u64,
@@ -115,11 +121,31 @@ impl Default for GatewaySettings {
             default_claim_deadline_s: 120,
             limits: RateLimits::default(),
             max_body_bytes: 16 * 1024,
+            max_header_bytes: 16 * 1024,
             auto_window_s: 10,
             passthrough_batch: 5000,
             trusted_proxies: Vec::new(),
             identity_cache_entries: 262_144,
             public_metrics: false,
+        }
+    }
+}
+
+/// What the gateway reads of booking's `[booking]` section (the other keys are booking's and
+/// are checked there).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct BookingView {
+    /// Booking's request body limit. The gateway refuses larger bodies itself (`413
+    /// BODY_TOO_LARGE`) so booking never has to cut a body off mid-upload.
+    pub body_limit_bytes: usize,
+}
+
+impl Default for BookingView {
+    fn default() -> Self {
+        // Booking's own default (`booking/src/config.rs`).
+        Self {
+            body_limit_bytes: 64 * 1024,
         }
     }
 }

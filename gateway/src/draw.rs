@@ -11,6 +11,7 @@
 //! score (a double), and below every post-start score (Redis `TIME` in ms, positive). Ties
 //! (vanishingly rare) are broken by account id, as Redis does.
 
+use crate::signing::Tagger;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use ring::hmac;
@@ -53,40 +54,44 @@ pub struct ReceiptClaims {
     pub joined_ms: i64,
 }
 
-/// Signs and checks receipts: `base64url(json).base64url(HMAC-SHA256)`. The key is derived
-/// from the admission-token key, so no extra secret has to be distributed.
+/// Signs and checks receipts: `base64url(json).tags`, one base64url HMAC-SHA256 tag per
+/// configured admission key (`signing.rs`: no extra secret to distribute, and instances in a
+/// rolling key rotation accept each other's receipts).
 pub struct Receipts {
-    key: hmac::Key,
+    tagger: Tagger,
 }
 
 impl Receipts {
     pub fn new(admission_secret: &[u8]) -> Self {
-        let derive = hmac::Key::new(hmac::HMAC_SHA256, admission_secret);
-        let k = hmac::sign(&derive, b"floodgate place receipt v1");
+        Self::with_keys([admission_secret])
+    }
+
+    /// `secrets`: every configured admission secret, the current one first.
+    pub fn with_keys<'a>(secrets: impl IntoIterator<Item = &'a [u8]>) -> Self {
         Self {
-            key: hmac::Key::new(hmac::HMAC_SHA256, k.as_ref()),
+            tagger: Tagger::new(b"floodgate place receipt v1", secrets),
         }
     }
 
     pub fn sign(&self, c: &ReceiptClaims) -> String {
         // A struct of strings and integers always serialises.
         let json = serde_json::to_vec(c).unwrap_or_default();
-        let tag = hmac::sign(&self.key, &json);
         format!(
             "{}.{}",
             URL_SAFE_NO_PAD.encode(&json),
-            URL_SAFE_NO_PAD.encode(tag.as_ref())
+            self.tagger.tag(&json)
         )
     }
 
     pub fn verify(&self, receipt: &str) -> Option<ReceiptClaims> {
-        if receipt.len() > 2048 {
+        if receipt.len() > 4096 {
             return None;
         }
-        let (p, s) = receipt.split_once('.')?;
+        let (p, tags) = receipt.split_once('.')?;
         let json = URL_SAFE_NO_PAD.decode(p).ok()?;
-        let sig = URL_SAFE_NO_PAD.decode(s).ok()?;
-        hmac::verify(&self.key, &json, &sig).ok()?;
+        if !self.tagger.verify(&json, tags) {
+            return None;
+        }
         serde_json::from_slice(&json).ok()
     }
 }

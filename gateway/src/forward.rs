@@ -24,8 +24,6 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// Largest request body taken by the fast path (API bodies are small JSON documents).
-pub const BODY_MAX: usize = 64 * 1024;
 /// Largest response header block and body accepted from an upstream.
 const HEAD_MAX: usize = 64 * 1024;
 const RESPONSE_MAX: usize = 64 * 1024 * 1024;
@@ -47,8 +45,9 @@ fn hop_by_hop(name: &str) -> bool {
 }
 
 /// Whether the fast path may carry this request: no upgrade, no `Expect`, no chunked body,
-/// and a body (if any) of known length up to `BODY_MAX`.
-pub fn eligible(req: &RequestHeader) -> bool {
+/// and a body (if any) of known length up to `body_max` (booking's body limit: larger ones
+/// are refused before this is asked, see `size.rs`).
+pub fn eligible(req: &RequestHeader, body_max: usize) -> bool {
     let h = &req.headers;
     if h.contains_key(http::header::UPGRADE)
         || h.contains_key(http::header::EXPECT)
@@ -64,13 +63,18 @@ pub fn eligible(req: &RequestHeader) -> bool {
             .to_str()
             .ok()
             .and_then(|v| v.parse::<usize>().ok())
-            .is_some_and(|n| n <= BODY_MAX),
+            .is_some_and(|n| n <= body_max),
         _ => false,
     }
 }
 
+/// Headers the gateway sets on every forwarded call (`extra`) that are not `x-floodgate-*`: a
+/// fan's own are dropped, or booking would read the fan's (first) value.
+const GATEWAY_SET: [&str; 1] = [shared::headers::REQUEST_ID];
+
 /// Serializes the request for the upstream: request line, the fan's headers minus hop-by-hop
-/// ones, `x-floodgate-*` and `Content-Length`, then `extra`, then the body's length.
+/// ones, `x-floodgate-*`, `x-request-id` and `Content-Length`, then `extra`, then the body's
+/// length.
 pub fn encode_request<'k, 'v>(
     req: &RequestHeader,
     internal_prefix: &str,
@@ -88,6 +92,7 @@ pub fn encode_request<'k, 'v>(
         if hop_by_hop(name)
             || name.starts_with(internal_prefix)
             || k == http::header::CONTENT_LENGTH
+            || GATEWAY_SET.contains(&name)
         {
             continue;
         }
@@ -569,6 +574,7 @@ mod tests {
         req.insert_header("host", "shop.example").unwrap();
         req.insert_header("connection", "keep-alive").unwrap();
         req.insert_header("x-floodgate-account", "forged").unwrap();
+        req.insert_header("x-request-id", "fan-chosen").unwrap();
         req.insert_header("content-length", "999").unwrap();
         req.insert_header("content-type", "application/json")
             .unwrap();
@@ -576,7 +582,7 @@ mod tests {
         encode_request(
             &req,
             "x-floodgate-",
-            [("x-floodgate-account", "fan")],
+            [("x-floodgate-account", "fan"), ("x-request-id", "gw-1-1")],
             b"{}",
             &mut out,
         );
@@ -590,31 +596,37 @@ mod tests {
         assert!(!text.contains("forged"));
         assert!(!text.to_ascii_lowercase().contains("connection"));
         assert!(text.contains("x-floodgate-account: fan\r\n"));
+        assert!(
+            !text.contains("fan-chosen"),
+            "the fan's request id is dropped"
+        );
+        assert!(text.contains("x-request-id: gw-1-1\r\n"));
         assert!(text.ends_with("content-length: 2\r\n\r\n{}"), "{text}");
         assert!(!text.contains("999"));
     }
 
     #[test]
     fn eligibility() {
+        const BODY_MAX: usize = 64 * 1024;
         let get = RequestHeader::build("GET", b"/api/x", None).unwrap();
-        assert!(eligible(&get));
+        assert!(eligible(&get, BODY_MAX));
         let mut ws = RequestHeader::build("GET", b"/ws/x", None).unwrap();
         ws.insert_header("upgrade", "websocket").unwrap();
-        assert!(!eligible(&ws));
+        assert!(!eligible(&ws, BODY_MAX));
         let mut chunked = RequestHeader::build("POST", b"/api/x", None).unwrap();
         chunked
             .insert_header("transfer-encoding", "chunked")
             .unwrap();
-        assert!(!eligible(&chunked));
+        assert!(!eligible(&chunked, BODY_MAX));
         let mut big = RequestHeader::build("POST", b"/api/x", None).unwrap();
         big.insert_header("content-length", (BODY_MAX + 1).to_string())
             .unwrap();
-        assert!(!eligible(&big));
+        assert!(!eligible(&big, BODY_MAX));
         let mut small = RequestHeader::build("POST", b"/api/x", None).unwrap();
         small.insert_header("content-length", "12").unwrap();
-        assert!(eligible(&small));
+        assert!(eligible(&small, BODY_MAX));
         let mut expect = RequestHeader::build("POST", b"/api/x", None).unwrap();
         expect.insert_header("expect", "100-continue").unwrap();
-        assert!(!eligible(&expect));
+        assert!(!eligible(&expect, BODY_MAX));
     }
 }

@@ -13,6 +13,7 @@
 
 pub mod admin;
 pub mod admission;
+pub mod answers;
 pub mod auto;
 pub mod clientip;
 pub mod config;
@@ -30,6 +31,8 @@ pub mod proxy;
 pub mod queue;
 pub mod respond;
 pub mod routes;
+pub mod signing;
+pub mod size;
 pub mod state;
 pub mod store;
 pub mod upstream;
@@ -90,13 +93,26 @@ impl Gateway {
         identity_settings.dev_login = config.dev_login_enabled();
         let identity =
             IdentityVerifier::new(&identity_settings).context("invalid [identity] settings")?;
-        let current_secret = config
+        // Challenges and receipts are tagged with every admission key, the current one first
+        // (`signing.rs`), so instances in a rolling rotation accept each other's.
+        let current = config
             .tokens
             .keys
             .iter()
             .find(|k| k.kid == config.tokens.current_kid)
-            .map(|k| k.secret.expose_secret().as_bytes().to_vec())
             .context("tokens.current_kid not among tokens.keys")?;
+        let secrets: Vec<&[u8]> = std::iter::once(current)
+            .chain(
+                config
+                    .tokens
+                    .keys
+                    .iter()
+                    .filter(|k| k.kid != config.tokens.current_kid),
+            )
+            .map(|k| k.secret.expose_secret().as_bytes())
+            .collect();
+        let receipts = draw::Receipts::with_keys(secrets.iter().copied());
+        let pow = pow::Pow::with_keys(secrets.iter().copied());
         let upstreams = upstream::Upstreams::new(
             &g.upstreams,
             Duration::from_millis(g.upstream_connect_timeout_ms),
@@ -116,8 +132,9 @@ impl Gateway {
             upstreams: Arc::new(upstreams),
             window: Default::default(),
             pages,
-            receipts: draw::Receipts::new(&current_secret),
-            pow: pow::Pow::new(&current_secret),
+            receipts,
+            pow,
+            answers: Default::default(),
             dev_login: config.dev_login_enabled(),
             trusted_proxies: clientip::TrustedProxies::parse(&g.trusted_proxies)?,
             instance: format!("gw-{}", shared::ids::new_id()),

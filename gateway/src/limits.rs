@@ -4,6 +4,9 @@
 //! Accounts are keyed by a 64-bit hash rather than the string, so checking a limit on the
 //! proxy's hot path allocates nothing; a collision could only make two accounts share a
 //! budget, never bypass one.
+//!
+//! IPv6 clients are keyed by their /64 ([`ip_key`]): one subscriber line or host usually gets
+//! a whole /64, so keying by the full address would hand one client 2^64 budgets.
 
 use crate::config::RateLimits;
 use governor::clock::{Clock, DefaultClock};
@@ -92,7 +95,7 @@ impl Limits {
     pub fn check_ip(&self, scope: Scope, ip: Option<IpAddr>) -> Result<(), Duration> {
         match (&self.pair(scope).ip, ip) {
             (Some(l), Some(ip)) => l
-                .check_key(&ip)
+                .check_key(&ip_key(ip))
                 .map_err(|n| n.wait_time_from(self.clock.now())),
             _ => Ok(()),
         }
@@ -133,6 +136,18 @@ fn prune_one<K: Hash + Eq + Clone>(l: &DefaultKeyedRateLimiter<K>) {
     }
 }
 
+/// The budget an address spends: an IPv4 address (IPv4-mapped IPv6 included) is its own
+/// key; an IPv6 address is keyed by its /64 prefix.
+pub fn ip_key(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => {
+            let prefix = u128::from(v6) & !((1u128 << 64) - 1);
+            IpAddr::V6(std::net::Ipv6Addr::from(prefix))
+        }
+        v4 => v4,
+    }
+}
+
 /// `Retry-After` seconds for a wait (at least 1).
 pub fn retry_after_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0).max(u64::from(d.is_zero()))
@@ -161,6 +176,33 @@ mod tests {
         for _ in 0..1000 {
             assert!(off.check_account(Scope::Api, "a").is_ok());
         }
+    }
+
+    #[test]
+    fn ipv6_clients_are_keyed_by_their_64() {
+        let ip = |s: &str| s.parse::<IpAddr>().expect("test address");
+        assert_eq!(ip_key(ip("2001:db8:1:2::1")), ip("2001:db8:1:2::"));
+        assert_eq!(
+            ip_key(ip("2001:db8:1:2:ffff:ffff:ffff:ffff")),
+            ip_key(ip("2001:db8:1:2::1"))
+        );
+        assert_ne!(ip_key(ip("2001:db8:1:3::1")), ip_key(ip("2001:db8:1:2::1")));
+        assert_eq!(ip_key(ip("192.0.2.7")), ip("192.0.2.7"));
+        assert_eq!(ip_key(ip("::ffff:192.0.2.7")), ip("192.0.2.7"));
+        assert_ne!(ip_key(ip("192.0.2.7")), ip_key(ip("192.0.2.8")));
+
+        let l = Limits::new(&RateLimits {
+            join_per_ip_per_min: 2,
+            ..RateLimits::default()
+        });
+        assert!(l.check_ip(Scope::Join, Some(ip("2001:db8:1:2::1"))).is_ok());
+        assert!(l.check_ip(Scope::Join, Some(ip("2001:db8:1:2::2"))).is_ok());
+        assert!(
+            l.check_ip(Scope::Join, Some(ip("2001:db8:1:2::3")))
+                .is_err(),
+            "a third address of the same /64 shares the budget"
+        );
+        assert!(l.check_ip(Scope::Join, Some(ip("2001:db8:1:3::1"))).is_ok());
     }
 
     #[test]

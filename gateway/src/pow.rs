@@ -4,11 +4,12 @@
 //! the join. Cheap for one fan's browser, expensive for a farm of scripted ones.
 //!
 //! Challenges are stateless (HMAC-signed, two-minute expiry), so checking one costs no Redis
-//! round trip.
+//! round trip. They are tagged with every configured admission key (`signing.rs`), so
+//! instances in a rolling key rotation accept each other's challenges.
 
+use crate::signing::Tagger;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
 use serde::Deserialize;
 
@@ -34,15 +35,18 @@ pub enum PowError {
 }
 
 pub struct Pow {
-    key: hmac::Key,
+    tagger: Tagger,
 }
 
 impl Pow {
     pub fn new(admission_secret: &[u8]) -> Self {
-        let derive = hmac::Key::new(hmac::HMAC_SHA256, admission_secret);
-        let k = hmac::sign(&derive, b"floodgate pow challenge v1");
+        Self::with_keys([admission_secret])
+    }
+
+    /// `secrets`: every configured admission secret, the current one first.
+    pub fn with_keys<'a>(secrets: impl IntoIterator<Item = &'a [u8]>) -> Self {
         Self {
-            key: hmac::Key::new(hmac::HMAC_SHA256, k.as_ref()),
+            tagger: Tagger::new(b"floodgate pow challenge v1", secrets),
         }
     }
 
@@ -56,12 +60,8 @@ impl Pow {
             now_s + CHALLENGE_TTL_S,
             hex::encode(nonce)
         );
-        let sig = hmac::sign(&self.key, payload.as_bytes());
-        format!(
-            "{}.{}",
-            URL_SAFE_NO_PAD.encode(payload),
-            URL_SAFE_NO_PAD.encode(sig.as_ref())
-        )
+        let tags = self.tagger.tag(payload.as_bytes());
+        format!("{}.{tags}", URL_SAFE_NO_PAD.encode(payload))
     }
 
     pub fn verify(
@@ -75,14 +75,13 @@ impl Pow {
         if s.challenge.len() > 1024 || s.solution.len() > 128 {
             return Err(PowError::BadChallenge);
         }
-        let (p, sig) = s.challenge.split_once('.').ok_or(PowError::BadChallenge)?;
+        let (p, tags) = s.challenge.split_once('.').ok_or(PowError::BadChallenge)?;
         let payload = URL_SAFE_NO_PAD
             .decode(p)
             .map_err(|_| PowError::BadChallenge)?;
-        let sig = URL_SAFE_NO_PAD
-            .decode(sig)
-            .map_err(|_| PowError::BadChallenge)?;
-        hmac::verify(&self.key, &payload, &sig).map_err(|_| PowError::BadChallenge)?;
+        if !self.tagger.verify(&payload, tags) {
+            return Err(PowError::BadChallenge);
+        }
         let payload = std::str::from_utf8(&payload).map_err(|_| PowError::BadChallenge)?;
         let mut parts = payload.split('|');
         let (Some(evt), Some(acct), Some(exp)) = (parts.next(), parts.next(), parts.next()) else {

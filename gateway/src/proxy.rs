@@ -18,6 +18,7 @@ use crate::live::Live;
 use crate::queue;
 use crate::respond::{Reply, read_body, send};
 use crate::routes::{self, Route};
+use crate::size::{self, BodyBudget};
 use crate::state::Shared;
 use crate::store::Store;
 use crate::upstream::ConnectFailure;
@@ -55,6 +56,22 @@ pub struct Ctx {
     status: u16,
     /// `POST /api/orders/{id}/pay`: a 200 means the fan is done shopping.
     pays: bool,
+    /// A body streamed to booking through pingora-proxy, counted against booking's limit.
+    body: Option<BodyBudget>,
+    /// The fan's body was cut at the limit: booking's health is not what failed.
+    body_refused: bool,
+}
+
+/// How long the gateway keeps reading (and dropping) a refused body after its `413`: closing
+/// on unread bytes resets the connection, which can destroy the answer before the fan reads it.
+const DRAIN_REFUSED_BODY: Duration = Duration::from_secs(2);
+
+/// Keeps the connection open after an answer sent before the request body was read, so
+/// pingora drains the rest of the body (for [`DRAIN_REFUSED_BODY`] at most) instead of closing
+/// under the fan's upload (its default answers `Connection: close` and resets).
+fn drain_after_answer(session: &mut Session) {
+    session.set_close_on_response_before_downstream_finish(false);
+    session.set_total_drain_timeout(Some(DRAIN_REFUSED_BODY));
 }
 
 /// `POST /api/orders/{id}/pay` (one path segment for the id).
@@ -139,12 +156,17 @@ impl PublicProxy {
     /// An admitted API call through `forward.rs` (pingora parsed it and will write the answer;
     /// the hop to booking is ours). Failures answer exactly as `fail_to_proxy` does.
     async fn forward(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
-        let Ok(body) = read_body(session, forward::BODY_MAX).await else {
+        let body = match read_body(session, self.body_limit()).await {
+            Ok(b) => b,
+            // Declared lengths are checked before; this is only a second line.
+            Err(crate::respond::BodyError::TooLarge) => return self.refuse_body(session).await,
             // The fan's body broke off before its Content-Length: nothing to forward, nobody
             // left to answer.
-            return Err(
-                Error::explain(ErrorType::ReadError, "reading the request body").into_down(),
-            );
+            Err(crate::respond::BodyError::Unreadable) => {
+                return Err(
+                    Error::explain(ErrorType::ReadError, "reading the request body").into_down(),
+                );
+            }
         };
         let (idempotent, head_only) = {
             let m = &session.req_header().method;
@@ -190,6 +212,32 @@ impl PublicProxy {
         Ok(true)
     }
 
+    /// Booking's request body limit (`[booking] body_limit_bytes`).
+    fn body_limit(&self) -> usize {
+        self.shared.config.booking.body_limit_bytes
+    }
+
+    /// Answers `413 BODY_TOO_LARGE` and drains what the fan still sends, for a moment.
+    async fn refuse_body(&self, session: &mut Session) -> Result<bool> {
+        drain_after_answer(session);
+        send(session, size::body_too_large(self.body_limit())).await
+    }
+
+    /// A request on its way to booking (either proxy path): a declared body over booking's
+    /// limit is refused here, without contacting booking; any other body is counted as it
+    /// streams (`request_body_filter`). `fast`: the request may take `forward.rs`.
+    async fn to_booking(&self, session: &mut Session, ctx: &mut Ctx, fast: bool) -> Result<bool> {
+        let limit = self.body_limit();
+        if size::declared_too_large(session.req_header(), limit) {
+            return self.refuse_body(session).await;
+        }
+        if fast && forward::eligible(session.req_header(), limit) {
+            return self.forward(session, ctx).await;
+        }
+        ctx.body = Some(BodyBudget::new(limit));
+        Ok(false)
+    }
+
     /// The fan's answer when booking could not be used, on either proxy path.
     fn upstream_failure(&self, f: forward::Failure) -> Reply {
         let e = |status, msg| Reply::error(status, codes::UPSTREAM_UNAVAILABLE, msg);
@@ -219,11 +267,16 @@ impl PublicProxy {
         }
     }
 
+    /// Unauthenticated: one Redis `PING` per second per instance at most (`answers.rs`).
     async fn ready(&self) -> Reply {
-        let redis = self.store.ping().await.is_ok();
-        let upstream = self.shared.upstreams.any_healthy();
-        let status = if redis && upstream { 200 } else { 503 };
-        Reply::json(status, &json!({"redis": redis, "upstream": upstream}))
+        let fill = || async {
+            let redis = self.store.ping().await.is_ok();
+            let upstream = self.shared.upstreams.any_healthy();
+            let status = if redis && upstream { 200 } else { 503 };
+            Reply::json(status, &json!({"redis": redis, "upstream": upstream}))
+        };
+        // Event slugs never start with `/`, so this key cannot meet a draw's.
+        self.shared.answers.get_or_fill("/readyz", 0, fill).await
     }
 
     /// Decides a `/api/` or `/ws/` request; `Ok(())` lets it through to booking.
@@ -313,6 +366,8 @@ fn rate_limited(s: &Shared, wait: Duration) -> Reply {
 enum Action {
     /// An admitted API call: on to booking.
     Forward,
+    /// The signed payment webhook: on to booking through pingora-proxy.
+    Webhook,
     Reply(Reply),
     Join(String),
     Status(String),
@@ -337,6 +392,12 @@ impl ProxyHttp for PublicProxy {
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
+        // pingora itself reads header blocks up to 1 MiB; nothing here needs more than a few
+        // KiB, and booking must never see more.
+        let max_header = self.shared.config.gateway.max_header_bytes;
+        if size::header_block_len(session.req_header()) > max_header {
+            return send(session, size::header_too_large(max_header)).await;
+        }
         let action = {
             let req = session.req_header();
             match routes::public(&req.method, req.uri.path()) {
@@ -346,7 +407,7 @@ impl ProxyHttp for PublicProxy {
                 },
                 // Webhooks keep pingora-proxy's path: their signatures cover raw bodies, which
                 // stay untouched there.
-                Route::Webhook => return Ok(false),
+                Route::Webhook => Action::Webhook,
                 Route::Healthz => Action::Reply(Reply::json(200, &json!({"status": "ok"}))),
                 Route::Readyz => Action::Ready,
                 // Queue lengths and rates are for ops: on the admin listener, and on the public
@@ -389,10 +450,8 @@ impl ProxyHttp for PublicProxy {
         let s = &self.shared;
         let st = &self.store;
         let reply = match action {
-            Action::Forward if self.fast && forward::eligible(session.req_header()) => {
-                return self.forward(session, ctx).await;
-            }
-            Action::Forward => return Ok(false),
+            Action::Forward => return self.to_booking(session, ctx, self.fast).await,
+            Action::Webhook => return self.to_booking(session, ctx, false).await,
             Action::Reply(r) => r,
             Action::Ready => self.ready().await,
             Action::DevLogin => queue::dev_login(s, session).await,
@@ -434,6 +493,31 @@ impl ProxyHttp for PublicProxy {
         }
         e.set_retry(self.shared.upstreams.pick(ctx.tried).is_some());
         e
+    }
+
+    async fn request_body_filter(
+        &self,
+        session: &mut Session,
+        body: &mut Option<Bytes>,
+        _end_of_stream: bool,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
+        // After a WebSocket upgrade these are the fan's frames, not a request body.
+        if session.was_upgraded() {
+            return Ok(());
+        }
+        if let (Some(budget), Some(chunk)) = (ctx.body.as_mut(), body.as_ref())
+            && !budget.take(chunk.len())
+        {
+            ctx.body_refused = true;
+            // Booking never receives the rest: its request stays incomplete and changes
+            // nothing. `fail_to_proxy` answers 413.
+            return Err(Error::explain(
+                ErrorType::HTTPStatus(413),
+                "request body over booking's limit",
+            ));
+        }
+        Ok(())
     }
 
     async fn upstream_request_filter(
@@ -478,6 +562,7 @@ impl ProxyHttp for PublicProxy {
             | TLSHandshakeFailure | TLSHandshakeTimedout | HandshakeError => {
                 Some(self.upstream_failure(Failure::Unavailable))
             }
+            HTTPStatus(413) => Some(size::body_too_large(self.body_limit())),
             HTTPStatus(c) => Some(Reply::error(*c, codes::INVALID_REQUEST, "request refused")),
             ReadTimedout | WriteTimedout if e.esource() == &ErrorSource::Upstream => {
                 Some(self.upstream_failure(Failure::Timeout))
@@ -498,19 +583,28 @@ impl ProxyHttp for PublicProxy {
             },
         };
         let status = reply.as_ref().map_or(0, |r| r.status);
+        // A refused streamed body: the connection is still in step with the fan, so pingora
+        // may drain the rest of the body (briefly) instead of resetting the connection under
+        // the 413.
+        let mut refused_body = false;
         if let Some(reply) = reply
             && session.as_downstream().response_written().is_none()
         {
-            let _ = send(session, reply).await;
+            if status == 413 {
+                drain_after_answer(session);
+            }
+            refused_body = send(session, reply).await.is_ok() && status == 413;
         }
         FailToProxy {
             error_code: status,
-            can_reuse_downstream: false,
+            can_reuse_downstream: refused_body,
         }
     }
 
     async fn logging(&self, _session: &mut Session, _e: Option<&Error>, ctx: &mut Ctx) {
-        if ctx.upstream.is_none() {
+        // Upstream statistics (auto mode) count booking's answers only: a fan's oversized
+        // body must not look like a failing upstream.
+        if ctx.upstream.is_none() || ctx.body_refused {
             return;
         }
         if ctx.pays

@@ -407,7 +407,22 @@ fn admitted(
 }
 
 /// `GET /queue/{event}/draw`: the seed commitment, and the seed once the sale has started.
+///
+/// Unauthenticated, so it costs Redis at most one command per event per second per instance
+/// (`answers.rs`), and none for an event this instance does not know (made-up names).
 pub async fn draw(shared: &Shared, store: &Store, event: &str) -> Reply {
+    let Some(snap) = shared.live.get(event) else {
+        return unknown_event();
+    };
+    shared
+        .answers
+        .get_or_fill(event, snap.version, || {
+            draw_from_redis(shared, store, event)
+        })
+        .await
+}
+
+async fn draw_from_redis(shared: &Shared, store: &Store, event: &str) -> Reply {
     match store.draw(event).await {
         Err(e) => unavailable(shared, &e),
         Ok(None) => unknown_event(),

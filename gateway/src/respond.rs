@@ -8,7 +8,7 @@ use serde::Serialize;
 use shared::error::ErrorBody;
 
 /// A complete response the gateway answers itself.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Reply {
     pub status: u16,
     pub body: Bytes,

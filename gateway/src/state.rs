@@ -30,6 +30,8 @@ pub struct Shared {
     pub pages: Pages,
     pub receipts: Receipts,
     pub pow: Pow,
+    /// Draw and readiness answers, reused for a second (`answers.rs`).
+    pub answers: crate::answers::Answers,
     pub dev_login: bool,
     /// Whose `X-Forwarded-For` is believed for per-IP limits.
     pub trusted_proxies: crate::clientip::TrustedProxies,

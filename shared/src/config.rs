@@ -468,7 +468,12 @@ pub struct IdentitySettings {
     /// HS256: the shared secret. RS256/EdDSA: the PEM public key.
     pub key: SecretString,
     pub issuer: String,
+    /// The `aud` login tokens must carry (default `floodgate`). A token without it, or for
+    /// another audience, is refused unless `verify_audience = false`.
     pub audience: Option<String>,
+    /// Set to `false` only for a login service that cannot put an `aud` in its tokens: then
+    /// any token of the issuer is accepted, whatever it was meant for.
+    pub verify_audience: bool,
     /// Serve `POST /dev/login` (local stack only). Never enable in production.
     pub dev_login: bool,
 }
@@ -479,7 +484,8 @@ impl Default for IdentitySettings {
             algorithm: "HS256".into(),
             key: SecretString::from(DEV_IDENTITY_KEY),
             issuer: "floodgate-dev-login".into(),
-            audience: None,
+            audience: Some("floodgate".into()),
+            verify_audience: true,
             dev_login: false,
         }
     }

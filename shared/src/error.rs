@@ -20,6 +20,10 @@ pub mod codes {
     pub const INVALID_REQUEST: &str = "INVALID_REQUEST";
     pub const MALFORMED_JSON: &str = "MALFORMED_JSON";
     pub const PAYLOAD_TOO_LARGE: &str = "PAYLOAD_TOO_LARGE";
+    /// A proxied request body over booking's limit, refused by the gateway itself.
+    pub const BODY_TOO_LARGE: &str = "BODY_TOO_LARGE";
+    /// A request header block over the gateway's limit (`431`).
+    pub const HEADERS_TOO_LARGE: &str = "HEADERS_TOO_LARGE";
     pub const UNSUPPORTED_MEDIA_TYPE: &str = "UNSUPPORTED_MEDIA_TYPE";
     pub const VALIDATION_FAILED: &str = "VALIDATION_FAILED";
     pub const IDEMPOTENCY_KEY_MISSING: &str = "IDEMPOTENCY_KEY_MISSING";

@@ -1,5 +1,10 @@
 //! Fans' identity (login) tokens: JWTs issued by the site's login, verified with a configured
 //! algorithm (HS256, RS256 or EdDSA) and key. The dev login mints HS256 ones for local use.
+//!
+//! Checked: signature and algorithm, `iss`, `exp`, `nbf` when present (a token not yet valid
+//! is refused), and `aud`, which must be present and match `[identity] audience` unless
+//! `verify_audience = false` — a login token minted for another service of the same issuer
+//! must not open the waiting room.
 
 use crate::config::IdentitySettings;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
@@ -14,6 +19,8 @@ pub struct IdentityClaims {
     pub exp: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub aud: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nbf: Option<i64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -65,11 +72,24 @@ impl IdentityVerifier {
         };
         let mut validation = Validation::new(alg);
         validation.set_issuer(&[s.issuer.as_str()]);
-        match &s.audience {
-            Some(aud) => validation.set_audience(&[aud.as_str()]),
-            None => validation.validate_aud = false,
+        validation.validate_nbf = true;
+        if s.verify_audience {
+            let aud = s
+                .audience
+                .as_deref()
+                .filter(|a| !a.is_empty())
+                .ok_or_else(|| {
+                    IdentityError::Config(
+                        "identity.audience must be set (or identity.verify_audience = false)"
+                            .into(),
+                    )
+                })?;
+            validation.set_audience(&[aud]);
+            validation.set_required_spec_claims(&["exp", "sub", "iss", "aud"]);
+        } else {
+            validation.validate_aud = false;
+            validation.set_required_spec_claims(&["exp", "sub", "iss"]);
         }
-        validation.set_required_spec_claims(&["exp", "sub", "iss"]);
         let dev_encoding = if s.dev_login && alg == Algorithm::HS256 {
             Some(EncodingKey::from_secret(key).map_err(|e| IdentityError::Config(e.to_string()))?)
         } else {
@@ -111,6 +131,7 @@ impl IdentityVerifier {
             iat: now,
             exp: now + 24 * 3600,
             aud: self.audience.clone(),
+            nbf: None,
         };
         jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, key).ok()
     }
@@ -141,6 +162,63 @@ mod tests {
         let no_dev = IdentityVerifier::new(&IdentitySettings::default()).unwrap();
         assert!(no_dev.dev_mint("fan-1", 0).is_none());
         assert!(no_dev.verify(&tok).is_ok());
+    }
+
+    fn hs256(claims: &serde_json::Value) -> String {
+        let key = IdentitySettings::default().key;
+        jsonwebtoken::encode(
+            &Header::new(Algorithm::HS256),
+            claims,
+            &EncodingKey::from_secret(key.expose_secret().as_bytes()).unwrap(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn nbf_is_checked_and_aud_required_unless_disabled() {
+        let now = chrono::Utc::now().timestamp();
+        let v = IdentityVerifier::new(&IdentitySettings::default()).unwrap();
+        let claims = |extra: serde_json::Value| {
+            let mut c = serde_json::json!({
+                "sub": "fan-1", "iss": "floodgate-dev-login", "iat": now, "exp": now + 600,
+            });
+            for (k, val) in extra.as_object().unwrap() {
+                c[k] = val.clone();
+            }
+            c
+        };
+        let good = hs256(&claims(serde_json::json!({"aud": "floodgate"})));
+        assert_eq!(v.verify(&good).unwrap(), "fan-1");
+        // Not valid before an hour from now (well past the leeway).
+        let future = hs256(&claims(
+            serde_json::json!({"aud": "floodgate", "nbf": now + 3600}),
+        ));
+        assert!(v.verify(&future).is_err(), "a future nbf is refused");
+        let past = hs256(&claims(
+            serde_json::json!({"aud": "floodgate", "nbf": now - 10}),
+        ));
+        assert!(v.verify(&past).is_ok());
+        let no_aud = hs256(&claims(serde_json::json!({})));
+        assert!(v.verify(&no_aud).is_err(), "a token without aud is refused");
+        let other_aud = hs256(&claims(serde_json::json!({"aud": "billing"})));
+        assert!(v.verify(&other_aud).is_err());
+        // Only an explicit switch turns the audience check off.
+        let off = IdentityVerifier::new(&IdentitySettings {
+            verify_audience: false,
+            ..IdentitySettings::default()
+        })
+        .unwrap();
+        assert_eq!(off.verify(&no_aud).unwrap(), "fan-1");
+        assert_eq!(off.verify(&other_aud).unwrap(), "fan-1");
+        assert!(off.verify(&future).is_err(), "nbf still applies");
+        // Checking an audience that is not configured is a configuration error.
+        assert!(
+            IdentityVerifier::new(&IdentitySettings {
+                audience: None,
+                ..IdentitySettings::default()
+            })
+            .is_err()
+        );
     }
 
     #[test]

@@ -1041,8 +1041,9 @@ pub async fn run(args: SurgeArgs) -> anyhow::Result<SurgeReport> {
                 algorithm: "HS256".into(),
                 key: secrecy::SecretString::from(k.clone()),
                 issuer: args.identity_issuer.clone(),
-                audience: None,
                 dev_login: true,
+                // The gateway's default audience, which minted tokens must carry.
+                ..shared::config::IdentitySettings::default()
             })
             .context("identity key")?,
         ),

@@ -97,9 +97,13 @@ pub async fn stop(g: GatewayHandle) {
 }
 
 /// The upstream stand-in: answers every path with what it received, and counts requests.
+/// Like booking, it reads the whole body first and refuses one over booking's default limit
+/// (64 KiB) with `413`, closing the connection on the rest.
 pub struct Echo {
     pub addr: SocketAddr,
     pub hits: Arc<AtomicU64>,
+    /// Requests whose whole body was received (within the limit).
+    pub bodies: Arc<AtomicU64>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -112,7 +116,9 @@ impl Drop for Echo {
 impl Echo {
     pub async fn start() -> Echo {
         let hits = Arc::new(AtomicU64::new(0));
+        let bodies = Arc::new(AtomicU64::new(0));
         let h = hits.clone();
+        let b = bodies.clone();
         let app = axum::Router::new()
             .route("/healthz", any(|| async { "ok" }))
             .route(
@@ -129,8 +135,18 @@ impl Echo {
             )
             .fallback(any(move |req: Request| {
                 let h = h.clone();
+                let b = b.clone();
                 async move {
                     h.fetch_add(1, Ordering::SeqCst);
+                    let (parts, body) = req.into_parts();
+                    if axum::body::to_bytes(body, 64 * 1024).await.is_err() {
+                        return (
+                            StatusCode::PAYLOAD_TOO_LARGE,
+                            axum::Json(json!({"code": "PAYLOAD_TOO_LARGE"})),
+                        );
+                    }
+                    b.fetch_add(1, Ordering::SeqCst);
+                    let req = Request::from_parts(parts, axum::body::Body::empty());
                     let hdr = |n: &str| {
                         req.headers()
                             .get(n)
@@ -143,14 +159,21 @@ impl Echo {
                         .map(|k| k.as_str().to_owned())
                         .filter(|k| k.starts_with("x-floodgate-"))
                         .collect();
-                    axum::Json(json!({
+                    let answer = axum::Json(json!({
                         "method": req.method().as_str(),
                         "path": req.uri().path(),
                         "account": hdr("x-floodgate-account"),
                         "event": hdr("x-floodgate-event"),
                         "request_id": hdr("x-request-id"),
+                        "request_ids": req
+                            .headers()
+                            .get_all("x-request-id")
+                            .iter()
+                            .filter_map(|v| v.to_str().ok())
+                            .collect::<Vec<_>>(),
                         "internal_headers": internal,
-                    }))
+                    }));
+                    (StatusCode::OK, answer)
                 }
             }));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -158,7 +181,12 @@ impl Echo {
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        Echo { addr, hits, task }
+        Echo {
+            addr,
+            hits,
+            bodies,
+            task,
+        }
     }
 
     pub fn upstream(&self) -> String {

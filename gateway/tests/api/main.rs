@@ -12,6 +12,7 @@
 mod admin;
 mod admission;
 mod browser;
+mod edge;
 mod helpers;
 mod proxy;
 mod queue;

@@ -6,14 +6,14 @@ use reqwest::StatusCode;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-struct PrivateRedis {
+pub struct PrivateRedis {
     port: u16,
     dir: std::path::PathBuf,
     child: Option<Child>,
 }
 
 impl PrivateRedis {
-    fn start(port: u16, dir: &std::path::Path) -> PrivateRedis {
+    pub fn start(port: u16, dir: &std::path::Path) -> PrivateRedis {
         let child = Command::new("redis-server")
             .args([
                 "--port",
