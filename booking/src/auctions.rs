@@ -79,6 +79,9 @@ pub struct AuctionSettings {
     pub live_send_timeout_ms: u64,
     /// How long the Redis state of a closed hot auction (and its replay records) is kept.
     pub hot_retention_s: u64,
+    /// Hot bids pass the script what Postgres has recorded (the floor a Redis rollback must
+    /// not undercut); this process's copy of it is re-read after this many milliseconds.
+    pub recorded_refresh_ms: u64,
 }
 
 impl Default for AuctionSettings {
@@ -98,6 +101,7 @@ impl Default for AuctionSettings {
             live_client_buffer: 32,
             live_send_timeout_ms: 2000,
             hot_retention_s: 7 * 24 * 3600,
+            recorded_refresh_ms: 1000,
         }
     }
 }
@@ -112,6 +116,10 @@ pub struct AuctionRuntime {
     /// value once observed stays a lower bound forever: a bid below it is certainly too low.
     /// Used to skip the contended row lock, never to accept.
     floors: Mutex<HashMap<String, i64>>,
+    /// Hot auction id -> what Postgres had recorded when this process last looked, and when.
+    /// Passed to the bid script as a floor, so a Redis that lost writes (rollback, failover)
+    /// cannot accept a bid below a recorded one ([`hot::Recorded`]).
+    recorded: Mutex<HashMap<String, (std::time::Instant, hot::Recorded)>>,
     pub live: std::sync::Arc<live::LiveHub>,
     pub consumer_name: String,
 }
@@ -139,6 +147,7 @@ impl AuctionRuntime {
             limiter: RateLimiter::keyed(Quota::per_second(rate).allow_burst(burst)),
             meta: Mutex::new(HashMap::new()),
             floors: Mutex::new(HashMap::new()),
+            recorded: Mutex::new(HashMap::new()),
             live: std::sync::Arc::new(live::LiveHub::new(config)?),
             consumer_name,
         })
@@ -177,6 +186,34 @@ impl AuctionRuntime {
     /// The known lower bound of the next acceptable bid, if any.
     fn floor(&self, id: &str) -> Option<i64> {
         self.floors.lock().ok()?.get(id).copied()
+    }
+
+    /// This process's copy of what Postgres recorded for a hot auction, if younger than
+    /// `max_age`.
+    fn recorded(&self, id: &str, max_age: std::time::Duration) -> Option<hot::Recorded> {
+        let m = self.recorded.lock().ok()?;
+        let (at, rec) = m.get(id)?;
+        (at.elapsed() <= max_age).then(|| rec.clone())
+    }
+
+    /// Remembers what Postgres recorded (merged monotonically: a stale read can never lower
+    /// a newer one) and restarts its age.
+    fn remember_recorded(&self, id: &str, rec: hot::Recorded) {
+        if let Ok(mut m) = self.recorded.lock() {
+            if m.len() >= CACHE_LIMIT {
+                m.clear();
+            }
+            let now = std::time::Instant::now();
+            match m.get_mut(id) {
+                Some((at, cur)) => {
+                    cur.merge(rec);
+                    *at = now;
+                }
+                None => {
+                    m.insert(id.to_owned(), (now, rec));
+                }
+            }
+        }
     }
 
     /// Records an observed minimum next bid (keeps the highest seen).

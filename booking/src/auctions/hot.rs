@@ -13,6 +13,11 @@
 //! acknowledges. A consumer that dies mid-batch leaves its entries pending; they are
 //! re-read by the same consumer name or claimed by another after `consumer_claim_idle_ms`.
 //!
+//! Postgres's record is also the floor of the hot path: the script gets it with each bid
+//! (from a per-process copy, re-read at most every `recorded_refresh_ms`) and raises a Redis
+//! state that is behind it before deciding, so a Redis that lost writes never accepts a bid
+//! below a recorded one; the closer keeps the higher of the two results.
+//!
 //! Every key of one auction shares a hash tag (`auction:{id}`), so the script touches one
 //! Redis Cluster slot.
 
@@ -46,10 +51,17 @@ pub fn keys(state: &AppState, id: &str) -> HotKeys {
     }
 }
 
-/// KEYS: state, reqs, stream. ARGV: bidder, amount, request_id, bid_id, window_ms.
+/// KEYS: state, reqs, stream. ARGV: bidder, amount, request_id, bid_id, window_ms, then what
+/// Postgres has recorded: price, leader ('' for none), bids, ext.
 /// Returns {'OK', rec} | {'DUP', rec} | {'LOW'|'CLOSED', price, leader, end_ms} |
 /// {'SELLER'} | {'MISSING'} (LOW also carries the increment); rec =
 /// bid_id|amount|placed_ms|end_ms|extended.
+///
+/// Postgres's record is a floor: if Redis is behind it (it lost writes the consumer had
+/// already recorded: an `everysec` crash, a failover, a restore), the state is raised to it
+/// before deciding, so no bid below a recorded one is ever accepted. (The end is not taken from
+/// it: a lost extension can only end the auction earlier in Redis, where the closer then keeps
+/// Postgres's later end, and a cached end must never reopen an auction Redis has ended.)
 static PLACE_BID: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
@@ -59,6 +71,18 @@ local s = redis.call('HMGET', KEYS[1], 'status', 'price', 'inc', 'end', 'leader'
                      'ext', 'maxext', 'bids')
 if not s[1] then return {'MISSING'} end
 if s[6] == ARGV[1] then return {'SELLER'} end
+local behind = false
+if ARGV[7] ~= '' and (not s[5] or tonumber(ARGV[6]) > tonumber(s[2])) then
+  s[2] = ARGV[6]
+  s[5] = ARGV[7]
+  behind = true
+end
+if tonumber(ARGV[8]) > tonumber(s[9]) then s[9] = ARGV[8]; behind = true end
+if tonumber(ARGV[9]) > tonumber(s[7]) then s[7] = ARGV[9]; behind = true end
+if behind then
+  redis.call('HSET', KEYS[1], 'price', s[2], 'ext', s[7], 'bids', s[9])
+  if s[5] then redis.call('HSET', KEYS[1], 'leader', s[5]) end
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local endt = tonumber(s[4])
@@ -127,6 +151,53 @@ return {status, s[2], s[3] or '', s[4], s[5], s[6]}
     )
 });
 
+/// What Postgres has recorded for a hot auction: the floor its Redis state must not be
+/// below (the consumer only records what Redis accepted, so Redis can only be behind it after
+/// losing writes).
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct Recorded {
+    pub current_price: i64,
+    pub leader_id: Option<String>,
+    pub bid_count: i64,
+    pub extensions: i32,
+}
+
+impl Recorded {
+    /// Keeps the newer of two records (prices, counts and extensions only grow; at
+    /// equal prices the leader recorded first stays).
+    pub fn merge(&mut self, other: Recorded) {
+        if other.leader_id.is_some()
+            && (self.leader_id.is_none() || other.current_price > self.current_price)
+        {
+            self.current_price = other.current_price;
+            self.leader_id = other.leader_id;
+        }
+        self.bid_count = self.bid_count.max(other.bid_count);
+        self.extensions = self.extensions.max(other.extensions);
+    }
+}
+
+const RECORDED_COLUMNS: &str = "current_price, leader_id, bid_count, extensions";
+
+/// Postgres's record of a hot auction, from this process's copy when it is fresh enough
+/// (`recorded_refresh_ms`), else read once and remembered: at most one read per auction per
+/// refresh period per process, never one per bid.
+async fn recorded(state: &AppState, id: &str) -> ApiResult<Recorded> {
+    let max_age = std::time::Duration::from_millis(state.config.auctions.recorded_refresh_ms);
+    if let Some(r) = state.auctions.recorded(id, max_age) {
+        return Ok(r);
+    }
+    let row: Option<Recorded> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {RECORDED_COLUMNS} FROM auctions WHERE id = $1"
+    )))
+    .bind(id)
+    .fetch_optional(&state.pool)
+    .await?;
+    let row = row.ok_or_else(super::unknown_auction)?;
+    state.auctions.remember_recorded(id, row.clone());
+    Ok(row)
+}
+
 fn ms_to_time(ms: i64) -> anyhow::Result<DateTime<Utc>> {
     Utc.timestamp_millis_opt(ms)
         .single()
@@ -182,6 +253,7 @@ pub async fn place(
     amount: i64,
 ) -> ApiResult<BidOutcome> {
     let k = keys(state, id);
+    let floor = recorded(state, id).await?;
     let mut conn = state.redis().await?;
     for _ in 0..2 {
         let bid_id = shared::ids::new_id();
@@ -194,6 +266,10 @@ pub async fn place(
             .arg(request_id)
             .arg(&bid_id)
             .arg(SNIPING_WINDOW_S * 1000)
+            .arg(floor.current_price)
+            .arg(floor.leader_id.as_deref().unwrap_or(""))
+            .arg(floor.bid_count)
+            .arg(floor.extensions)
             .invoke_async(&mut conn)
             .await?;
         let field = |i: usize| reply.get(i).map(String::as_str).unwrap_or("");
@@ -264,11 +340,13 @@ pub async fn overlay(state: &AppState, row: &mut AuctionRow) -> ApiResult<()> {
     if get(0).is_none() {
         return Ok(());
     }
+    // Postgres's record wins ties and never goes backwards (Redis may have lost writes).
     if let Some(p) = get(1).and_then(|p| p.parse::<i64>().ok())
-        && p >= row.current_price
+        && let Some(leader) = get(2)
+        && (p > row.current_price || row.leader_id.is_none())
     {
         row.current_price = p;
-        row.leader_id = get(2).or(row.leader_id.take());
+        row.leader_id = Some(leader);
     }
     if let Some(t) = get(3)
         .and_then(|e| e.parse::<i64>().ok())
@@ -451,7 +529,7 @@ pub async fn write_batch(state: &AppState, id: &str, batch: &[StreamBid]) -> any
     let Some(top) = batch.iter().max_by_key(|b| b.amount) else {
         return Ok(0);
     };
-    let res = sqlx::query(
+    let res: Option<Recorded> = sqlx::query_as(
         r#"
 WITH b AS (
     SELECT * FROM UNNEST($2::text[], $3::text[], $4::text[], $5::bigint[], $6::timestamptz[],
@@ -477,6 +555,7 @@ UPDATE auctions a
        bid_count     = GREATEST(a.bid_count, $13),
        last_bid_at   = GREATEST(a.last_bid_at, $14)
  WHERE a.id = $1
+RETURNING a.current_price, a.leader_id, a.bid_count, a.extensions
 "#,
     )
     .bind(id)
@@ -510,10 +589,17 @@ UPDATE auctions a
             .max()
             .unwrap_or(top.placed_at),
     )
-    .execute(&state.pool)
+    .fetch_optional(&state.pool)
     .await
     .context("failed to record hot bids")?;
-    Ok(res.rows_affected())
+    // This process now knows Postgres's record without reading it again.
+    Ok(match res {
+        Some(rec) => {
+            state.auctions.remember_recorded(id, rec);
+            1
+        }
+        None => 0,
+    })
 }
 
 /// Acknowledges entries after their Postgres write committed.

@@ -7,7 +7,7 @@
 )]
 
 use crate::auctions::{assert_highest_wins, bid, create_ok, fire_increasing, spawn_unlimited};
-use crate::helpers::{TestApp, json};
+use crate::helpers::{TestApp, create_auction, json};
 use booking::auctions::{closer, hot};
 use futures::future::join_all;
 use serde_json::{Value, json};
@@ -280,5 +280,99 @@ async fn closing_a_hot_auction_freezes_it_and_records_the_result_once() {
         (409, Some("AUCTION_CLOSED")),
         "{b}"
     );
+    app.stop().await;
+}
+
+/// The raw Redis keys of a hot auction (state, replay records, stream with its group), as
+/// `DUMP` blobs: restoring them is what a Redis that lost its tail looks like.
+async fn dump_hot(app: &TestApp, auction: &str) -> Vec<(String, Vec<u8>)> {
+    let k = hot::keys(&app.state, auction);
+    let mut conn = redis(app).await;
+    let mut out = Vec::new();
+    for key in [k.state, k.reqs, k.stream] {
+        let blob: Vec<u8> = redis::cmd("DUMP")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        out.push((key, blob));
+    }
+    out
+}
+
+async fn restore_hot(app: &TestApp, dumped: &[(String, Vec<u8>)]) {
+    let mut conn = redis(app).await;
+    for (key, blob) in dumped {
+        let _: () = redis::cmd("RESTORE")
+            .arg(key)
+            .arg(0)
+            .arg(blob.as_slice())
+            .arg("REPLACE")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_redis_rollback_below_a_recorded_bid_neither_accepts_a_lower_bid_nor_lowers_the_close() {
+    let app = spawn_unlimited().await;
+    let auction = create_auction(&app, "seller", true, 3600).await;
+    let (s, b) = bid(&app, &auction, "alice", "k", json!(1000)).await;
+    assert_eq!(s, 201, "{b}");
+    let before_bob = dump_hot(&app, &auction).await;
+    let (s, b) = bid(&app, &auction, "bob", "k", json!(2000)).await;
+    assert_eq!(s, 201, "{b}");
+    // The consumer records bob's bid in Postgres; then Redis loses its tail (as after an
+    // `everysec` crash or a failover): its state says alice leads at 1000 again.
+    drain(&app, &auction).await;
+    restore_hot(&app, &before_bob).await;
+
+    // A bid between the rolled-back price and the recorded one is refused, on this instance
+    // (which recorded bob's bid) and on a fresh one (which only knows Postgres).
+    let peer = app.spawn_peer(|_| {}).await;
+    for (who, inst) in [("carol", &app), ("dave", &peer)] {
+        let (s, b) = bid(inst, &auction, who, "k", json!(1500)).await;
+        assert_eq!((s, b["code"].as_str()), (409, Some("BID_TOO_LOW")), "{b}");
+        assert_eq!(
+            (&b["current_price"], &b["min_next_bid"]),
+            (&json!(2000), &json!(2010))
+        );
+    }
+    let token = app.admission("viewer", "auction-day");
+    let (_, view) = json(app.get(&format!("/api/auctions/{auction}"), &token).await).await;
+    assert_eq!(view["current_price"], 2000, "{view}");
+
+    // Roll Redis back again (nobody bid since) and close: the recorded higher bid wins.
+    restore_hot(&app, &before_bob).await;
+    end_now_minus(&app, &auction, 1).await;
+    let closed = closer::close_due(&app.state).await.unwrap();
+    assert_eq!(closed.len(), 1, "{closed:?}");
+    let (status, price, leader, count, logged): (String, i64, Option<String>, i64, i64) =
+        sqlx::query_as(
+            "SELECT status, current_price, leader_id, bid_count,
+                    (SELECT count(*) FROM bids WHERE auction_id = a.id)
+               FROM auctions a WHERE id = $1",
+        )
+        .bind(&auction)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        (status.as_str(), price, leader.as_deref(), count, logged),
+        ("CLOSED", 2000, Some("bob"), 2, 2)
+    );
+    let winner: Value = sqlx::query_scalar(
+        "SELECT payload FROM outbox WHERE aggregate_id = $1 AND topic = 'auction.closed'",
+    )
+    .bind(&auction)
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (&winner["winner"], &winner["price"]),
+        (&json!("bob"), &json!(2000))
+    );
+    peer.stop().await;
     app.stop().await;
 }
