@@ -9,7 +9,8 @@
 //!
 //! Hot auctions are first frozen in Redis (one script: `CLOSED` iff Redis time has passed the
 //! Redis end, which may have been extended beyond what Postgres knows), then their stream is
-//! drained into Postgres, and only then is the result recorded with the outbox event: the higher of
+//! drained into Postgres (every entry, including those another consumer read and never
+//! acknowledged), and only then is the result recorded with the outbox event: the higher of
 //! Redis's frozen state and Postgres's record, so a Redis that lost writes cannot lower it.
 
 use super::hot;
@@ -141,8 +142,12 @@ async fn close_hot(state: &AppState, id: &str) -> anyhow::Result<Option<Closed>>
         if !f.closed {
             return Ok(None);
         }
-        // Every bid the script accepted is in the stream; record them all before the result.
-        hot::consume_auction(state, id, &state.auctions.consumer_name).await?;
+        // Every bid the script accepted is in the stream; record them all (whichever consumer
+        // read them) before the result.
+        if !hot::drain_frozen(state, id, &state.auctions.consumer_name).await? {
+            tracing::info!(auction = %id, "hot auction still has unrecorded bids; closing later");
+            return Ok(None);
+        }
     } else {
         tracing::warn!(auction = %id, "hot auction has no Redis state; closing with Postgres's record");
     }

@@ -11,7 +11,9 @@
 //! group, writes the bids to Postgres idempotently (`UNIQUE (auction_id, request_id)`,
 //! `ON CONFLICT DO NOTHING`), moves the auction row forward monotonically, and only then
 //! acknowledges. A consumer that dies mid-batch leaves its entries pending; they are
-//! re-read by the same consumer name or claimed by another after `consumer_claim_idle_ms`.
+//! re-read by the same consumer name or claimed by another after `consumer_claim_idle_ms`,
+//! and once the auction is frozen the closer claims them at once ([`drain_frozen`]): an
+//! auction is closed only when every entry of its stream is recorded.
 //!
 //! Postgres's record is also the floor of the hot path: the script gets it with each bid
 //! (from a per-process copy, re-read at most every `recorded_refresh_ms`) and raises a Redis
@@ -470,6 +472,18 @@ pub async fn read_batch(
     consumer: &str,
     count: usize,
 ) -> anyhow::Result<Vec<StreamBid>> {
+    let idle = state.config.auctions.consumer_claim_idle_ms;
+    read_batch_claiming(state, id, consumer, count, idle).await
+}
+
+/// [`read_batch`], taking over entries other consumers have held for `claim_idle_ms` or more.
+async fn read_batch_claiming(
+    state: &AppState,
+    id: &str,
+    consumer: &str,
+    count: usize,
+    claim_idle_ms: u64,
+) -> anyhow::Result<Vec<StreamBid>> {
     let k = keys(state, id);
     let mut conn = state
         .redis()
@@ -503,7 +517,7 @@ pub async fn read_batch(
             .arg(&k.stream)
             .arg(GROUP)
             .arg(consumer)
-            .arg(state.config.auctions.consumer_claim_idle_ms)
+            .arg(claim_idle_ms)
             .arg("0-0")
             .arg("COUNT")
             .arg(count)
@@ -634,6 +648,46 @@ pub async fn consume_auction(state: &AppState, id: &str, consumer: &str) -> anyh
         write_batch(state, id, &batch).await?;
         ack(state, id, &batch).await?;
         total += batch.len();
+    }
+}
+
+/// Records EVERY entry of a frozen auction's stream (no bid can be added any more): entries
+/// other consumers read but never acknowledged are claimed at once, whoever holds them (a
+/// consumer that died mid-batch, or a live one that is slow: both write idempotently), and
+/// the drain is complete only when the group has nothing pending. `Ok(false)`: entries are
+/// still pending (taken by a concurrent claimer); the caller must not close yet.
+pub async fn drain_frozen(state: &AppState, id: &str, consumer: &str) -> anyhow::Result<bool> {
+    let count = state.config.auctions.consumer_batch.max(1);
+    loop {
+        let batch = read_batch_claiming(state, id, consumer, count, 0).await?;
+        if batch.is_empty() {
+            break;
+        }
+        write_batch(state, id, &batch).await?;
+        ack(state, id, &batch).await?;
+    }
+    Ok(pending(state, id).await? == 0)
+}
+
+/// Entries delivered to some consumer of the group and not yet acknowledged.
+pub async fn pending(state: &AppState, id: &str) -> anyhow::Result<i64> {
+    let k = keys(state, id);
+    let mut conn = state
+        .redis()
+        .await
+        .map_err(|e| anyhow::anyhow!("redis unavailable: {e}"))?;
+    let reply: redis::Value = redis::cmd("XPENDING")
+        .arg(&k.stream)
+        .arg(GROUP)
+        .query_async(&mut conn)
+        .await
+        .context("XPENDING")?;
+    match reply {
+        redis::Value::Array(items) => match items.first() {
+            Some(redis::Value::Int(n)) => Ok(*n),
+            other => anyhow::bail!("unexpected XPENDING reply {other:?}"),
+        },
+        other => anyhow::bail!("unexpected XPENDING reply {other:?}"),
     }
 }
 
