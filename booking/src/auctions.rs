@@ -20,6 +20,7 @@
 
 pub mod bids;
 pub mod closer;
+pub mod handles;
 pub mod hot;
 pub mod live;
 
@@ -79,6 +80,9 @@ pub struct AuctionSettings {
     pub live_send_timeout_ms: u64,
     /// How long the Redis state of a closed hot auction (and its replay records) is kept.
     pub hot_retention_s: u64,
+    /// Key of the fans' pseudonymous handles ([`handles`]). Empty: derived from the current
+    /// admission-token key (then a token-key rotation changes the handles of open auctions).
+    pub handle_secret: secrecy::SecretString,
     /// Hot bids pass the script what Postgres has recorded (the floor a Redis rollback must
     /// not undercut); this process's copy of it is re-read after this many milliseconds.
     pub recorded_refresh_ms: u64,
@@ -101,6 +105,7 @@ impl Default for AuctionSettings {
             live_client_buffer: 32,
             live_send_timeout_ms: 2000,
             hot_retention_s: 7 * 24 * 3600,
+            handle_secret: secrecy::SecretString::from(""),
             recorded_refresh_ms: 1000,
         }
     }
@@ -122,6 +127,8 @@ pub struct AuctionRuntime {
     recorded: Mutex<HashMap<String, (std::time::Instant, hot::Recorded)>>,
     pub live: std::sync::Arc<live::LiveHub>,
     pub consumer_name: String,
+    /// What fans see of other fans' accounts.
+    pub handles: handles::Handles,
 }
 
 #[derive(Debug, Clone)]
@@ -143,13 +150,15 @@ impl AuctionRuntime {
         } else {
             settings.consumer_name.clone()
         };
+        let handles = handles::Handles::from_config(config)?;
         Ok(Self {
             limiter: RateLimiter::keyed(Quota::per_second(rate).allow_burst(burst)),
             meta: Mutex::new(HashMap::new()),
             floors: Mutex::new(HashMap::new()),
             recorded: Mutex::new(HashMap::new()),
-            live: std::sync::Arc::new(live::LiveHub::new(config)?),
+            live: std::sync::Arc::new(live::LiveHub::new(config, handles.clone())?),
             consumer_name,
+            handles,
         })
     }
 
@@ -275,16 +284,21 @@ impl AuctionRow {
         )
     }
 
-    pub fn view(&self) -> serde_json::Value {
+    /// The auction as `viewer` (an account) sees it: other fans appear only as handles, and
+    /// `you_lead` / `you_sell` say whether the viewer is the leader / the seller.
+    pub fn view_for(&self, handles: &handles::Handles, viewer: &str) -> serde_json::Value {
+        let (leader, you_lead) = handles.leader(&self.id, self.leader_id.as_deref(), viewer);
         serde_json::json!({
             "id": self.id,
-            "seller": self.seller_id,
+            "seller": handles.seller(&self.id, &self.seller_id),
+            "you_sell": self.seller_id == viewer,
             "title": self.title,
             "start_price": self.start_price,
             "min_increment": self.min_increment,
             "current_price": self.current_price,
             "min_next_bid": self.min_next_bid(),
-            "leader": self.leader_id,
+            "leader": leader,
+            "you_lead": you_lead,
             "bid_count": self.bid_count,
             "hot": self.hot,
             "status": self.status,
@@ -441,7 +455,8 @@ async fn create_auction(
                 .with("field", "end_time"),
             ));
         };
-        let body = serde_json::to_vec(&row.view()).map_err(ApiError::unexpected)?;
+        let body = serde_json::to_vec(&row.view_for(&state.auctions.handles, seller))
+            .map_err(ApiError::unexpected)?;
         claim
             .complete_tx(&mut tx, StatusCode::CREATED, &body)
             .await?;
@@ -499,11 +514,11 @@ pub async fn current(state: &AppState, id: &str) -> ApiResult<Option<AuctionRow>
 /// `GET /api/auctions/{id}`.
 async fn show(
     State(state): State<AppState>,
-    _who: Admitted,
+    who: Admitted,
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
     let row = current(&state, &id).await?.ok_or_else(unknown_auction)?;
-    Ok(axum::Json(row.view()).into_response())
+    Ok(axum::Json(row.view_for(&state.auctions.handles, who.account())).into_response())
 }
 
 /// Immutable facts about an auction (hot flag, seller), cached per process.

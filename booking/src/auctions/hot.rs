@@ -287,7 +287,8 @@ pub async fn place(
             "SELLER" => return Err(seller_cannot_bid()),
             "LOW" | "CLOSED" => {
                 let price: i64 = field(1).parse().unwrap_or(0);
-                let leader = Some(field(2)).filter(|l| !l.is_empty());
+                let leader_id = Some(field(2)).filter(|l| !l.is_empty());
+                let leader = state.auctions.handles.leader(id, leader_id, bidder);
                 if field(0) == "CLOSED" {
                     let end = field(3)
                         .parse::<i64>()
@@ -298,7 +299,7 @@ pub async fn place(
                     return Err(auction_closed(price, leader, &end));
                 }
                 let inc: i64 = field(4).parse().unwrap_or(0);
-                let min_next = min_next_bid(price, inc, leader.is_some());
+                let min_next = min_next_bid(price, inc, leader_id.is_some());
                 return Err(bid_too_low(price, min_next, leader));
             }
             "MISSING" => {
@@ -310,7 +311,10 @@ pub async fn place(
                 if row.status != "OPEN" {
                     return Err(auction_closed(
                         row.current_price,
-                        row.leader_id.as_deref(),
+                        state
+                            .auctions
+                            .handles
+                            .leader(id, row.leader_id.as_deref(), bidder),
                         &rfc3339(&row.end_time),
                     ));
                 }
