@@ -699,14 +699,24 @@ pub async fn pending(state: &AppState, id: &str) -> anyhow::Result<i64> {
 /// an auction's stream after freezing it (no bid can arrive after that) and before it records
 /// the close.
 pub async fn consume_all(state: &AppState) -> anyhow::Result<usize> {
-    let ids: Vec<String> =
-        sqlx::query_scalar("SELECT id FROM auctions WHERE hot AND status = 'OPEN' ORDER BY id")
-            .fetch_all(&state.pool)
-            .await
-            .context("failed to list hot auctions")?;
+    #[derive(sqlx::FromRow)]
+    struct Open {
+        id: String,
+        #[sqlx(flatten)]
+        recorded: Recorded,
+    }
+    // The same read refreshes this instance's copy of what Postgres recorded (the bid floor),
+    // so on an instance running jobs it is never more than one tick old.
+    let open: Vec<Open> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT id, {RECORDED_COLUMNS} FROM auctions WHERE hot AND status = 'OPEN' ORDER BY id"
+    )))
+    .fetch_all(&state.pool)
+    .await
+    .context("failed to list hot auctions")?;
     let consumer = state.auctions.consumer_name.clone();
     let mut total = 0;
-    for id in ids {
+    for Open { id, recorded } in open {
+        state.auctions.remember_recorded(&id, recorded);
         match consume_auction(state, &id, &consumer).await {
             Ok(n) => total += n,
             Err(e) => tracing::warn!(auction = %id, error = ?e, "hot bid consumer failed"),
