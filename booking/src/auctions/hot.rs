@@ -16,7 +16,8 @@
 //! auction is closed only when every entry of its stream is recorded.
 //!
 //! Postgres's record is also the floor of the hot path: the script gets it with each bid
-//! (from a per-process copy, re-read at most every `recorded_refresh_ms`) and raises a Redis
+//! (from a per-process copy that the consumer's writes and ticks refresh, re-read by a bid
+//! when older than `recorded_refresh_ms`: never a read per bid) and raises a Redis
 //! state that is behind it before deciding, so a Redis that lost writes never accepts a bid
 //! below a recorded one; the closer keeps the higher of the two results.
 //!
@@ -723,4 +724,36 @@ pub async fn consume_all(state: &AppState) -> anyhow::Result<usize> {
         }
     }
     Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Recorded;
+
+    fn rec(price: i64, leader: Option<&str>, bids: i64, ext: i32) -> Recorded {
+        Recorded {
+            current_price: price,
+            leader_id: leader.map(str::to_owned),
+            bid_count: bids,
+            extensions: ext,
+        }
+    }
+
+    #[test]
+    fn a_stale_record_never_lowers_a_newer_one() {
+        let mut cur = rec(2000, Some("bob"), 5, 1);
+        cur.merge(rec(1500, Some("alice"), 3, 0));
+        assert_eq!(cur, rec(2000, Some("bob"), 5, 1));
+        // A tie keeps the leader recorded first.
+        cur.merge(rec(2000, Some("carol"), 6, 1));
+        assert_eq!(cur, rec(2000, Some("bob"), 6, 1));
+        cur.merge(rec(2100, Some("dave"), 7, 2));
+        assert_eq!(cur, rec(2100, Some("dave"), 7, 2));
+        // No leader yet: the start price is no floor over a recorded leader.
+        let mut open = rec(1000, None, 0, 0);
+        open.merge(rec(1000, Some("erin"), 1, 0));
+        assert_eq!(open, rec(1000, Some("erin"), 1, 0));
+        open.merge(rec(1000, None, 0, 0));
+        assert_eq!(open, rec(1000, Some("erin"), 1, 0));
+    }
 }
