@@ -20,6 +20,7 @@
 
 pub mod bids;
 pub mod closer;
+pub mod handles;
 pub mod hot;
 pub mod live;
 
@@ -79,6 +80,12 @@ pub struct AuctionSettings {
     pub live_send_timeout_ms: u64,
     /// How long the Redis state of a closed hot auction (and its replay records) is kept.
     pub hot_retention_s: u64,
+    /// Key of the fans' pseudonymous handles ([`handles`]). Empty: derived from the current
+    /// admission-token key (then a token-key rotation changes the handles of open auctions).
+    pub handle_secret: secrecy::SecretString,
+    /// Hot bids pass the script what Postgres has recorded (the floor a Redis rollback must
+    /// not undercut); this process's copy of it is re-read after this many milliseconds.
+    pub recorded_refresh_ms: u64,
 }
 
 impl Default for AuctionSettings {
@@ -98,6 +105,8 @@ impl Default for AuctionSettings {
             live_client_buffer: 32,
             live_send_timeout_ms: 2000,
             hot_retention_s: 7 * 24 * 3600,
+            handle_secret: secrecy::SecretString::from(""),
+            recorded_refresh_ms: 1000,
         }
     }
 }
@@ -112,8 +121,14 @@ pub struct AuctionRuntime {
     /// value once observed stays a lower bound forever: a bid below it is certainly too low.
     /// Used to skip the contended row lock, never to accept.
     floors: Mutex<HashMap<String, i64>>,
+    /// Hot auction id -> what Postgres had recorded when this process last looked, and when.
+    /// Passed to the bid script as a floor, so a Redis that lost writes (rollback, failover)
+    /// cannot accept a bid below a recorded one ([`hot::Recorded`]).
+    recorded: Mutex<HashMap<String, (std::time::Instant, hot::Recorded)>>,
     pub live: std::sync::Arc<live::LiveHub>,
     pub consumer_name: String,
+    /// What fans see of other fans' accounts.
+    pub handles: handles::Handles,
 }
 
 #[derive(Debug, Clone)]
@@ -135,12 +150,15 @@ impl AuctionRuntime {
         } else {
             settings.consumer_name.clone()
         };
+        let handles = handles::Handles::from_config(config)?;
         Ok(Self {
             limiter: RateLimiter::keyed(Quota::per_second(rate).allow_burst(burst)),
             meta: Mutex::new(HashMap::new()),
             floors: Mutex::new(HashMap::new()),
-            live: std::sync::Arc::new(live::LiveHub::new(config)?),
+            recorded: Mutex::new(HashMap::new()),
+            live: std::sync::Arc::new(live::LiveHub::new(config, handles.clone())?),
             consumer_name,
+            handles,
         })
     }
 
@@ -177,6 +195,34 @@ impl AuctionRuntime {
     /// The known lower bound of the next acceptable bid, if any.
     fn floor(&self, id: &str) -> Option<i64> {
         self.floors.lock().ok()?.get(id).copied()
+    }
+
+    /// This process's copy of what Postgres recorded for a hot auction, if younger than
+    /// `max_age`.
+    fn recorded(&self, id: &str, max_age: std::time::Duration) -> Option<hot::Recorded> {
+        let m = self.recorded.lock().ok()?;
+        let (at, rec) = m.get(id)?;
+        (at.elapsed() <= max_age).then(|| rec.clone())
+    }
+
+    /// Remembers what Postgres recorded (merged monotonically: a stale read can never lower
+    /// a newer one) and restarts its age.
+    fn remember_recorded(&self, id: &str, rec: hot::Recorded) {
+        if let Ok(mut m) = self.recorded.lock() {
+            if m.len() >= CACHE_LIMIT {
+                m.clear();
+            }
+            let now = std::time::Instant::now();
+            match m.get_mut(id) {
+                Some((at, cur)) => {
+                    cur.merge(rec);
+                    *at = now;
+                }
+                None => {
+                    m.insert(id.to_owned(), (now, rec));
+                }
+            }
+        }
     }
 
     /// Records an observed minimum next bid (keeps the highest seen).
@@ -238,16 +284,21 @@ impl AuctionRow {
         )
     }
 
-    pub fn view(&self) -> serde_json::Value {
+    /// The auction as `viewer` (an account) sees it: other fans appear only as handles, and
+    /// `you_lead` / `you_sell` say whether the viewer is the leader / the seller.
+    pub fn view_for(&self, handles: &handles::Handles, viewer: &str) -> serde_json::Value {
+        let (leader, you_lead) = handles.leader(&self.id, self.leader_id.as_deref(), viewer);
         serde_json::json!({
             "id": self.id,
-            "seller": self.seller_id,
+            "seller": handles.seller(&self.id, &self.seller_id),
+            "you_sell": self.seller_id == viewer,
             "title": self.title,
             "start_price": self.start_price,
             "min_increment": self.min_increment,
             "current_price": self.current_price,
             "min_next_bid": self.min_next_bid(),
-            "leader": self.leader_id,
+            "leader": leader,
+            "you_lead": you_lead,
             "bid_count": self.bid_count,
             "hot": self.hot,
             "status": self.status,
@@ -404,7 +455,8 @@ async fn create_auction(
                 .with("field", "end_time"),
             ));
         };
-        let body = serde_json::to_vec(&row.view()).map_err(ApiError::unexpected)?;
+        let body = serde_json::to_vec(&row.view_for(&state.auctions.handles, seller))
+            .map_err(ApiError::unexpected)?;
         claim
             .complete_tx(&mut tx, StatusCode::CREATED, &body)
             .await?;
@@ -462,11 +514,11 @@ pub async fn current(state: &AppState, id: &str) -> ApiResult<Option<AuctionRow>
 /// `GET /api/auctions/{id}`.
 async fn show(
     State(state): State<AppState>,
-    _who: Admitted,
+    who: Admitted,
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
     let row = current(&state, &id).await?.ok_or_else(unknown_auction)?;
-    Ok(axum::Json(row.view()).into_response())
+    Ok(axum::Json(row.view_for(&state.auctions.handles, who.account())).into_response())
 }
 
 /// Immutable facts about an auction (hot flag, seller), cached per process.

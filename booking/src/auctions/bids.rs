@@ -52,15 +52,19 @@ pub struct AcceptedBid {
 }
 
 impl AcceptedBid {
-    pub fn body(&self) -> serde_json::Value {
+    /// What the bidder is answered (and, for a retry, answered again): the bidder appears as
+    /// their handle in this auction, as other fans see them lead.
+    pub fn body(&self, handles: &super::handles::Handles) -> serde_json::Value {
+        let handle = handles.bidder(&self.auction_id, &self.bidder);
         serde_json::json!({
             "bid_id": self.bid_id,
             "auction_id": self.auction_id,
-            "bidder": self.bidder,
+            "bidder": handle,
             "amount": self.amount,
             "status": "ACCEPTED",
             "current_price": self.amount,
-            "leader": self.bidder,
+            "leader": handle,
+            "you_lead": true,
             "placed_at": rfc3339(&self.placed_at),
             "end_time": rfc3339(&self.end_time),
             "extended": self.extended,
@@ -89,20 +93,26 @@ pub fn idempotency_key(headers: &HeaderMap) -> ApiResult<String> {
         .to_owned())
 }
 
-pub fn bid_too_low(current_price: i64, min_next: i64, leader: Option<&str>) -> ApiError {
+/// The leader as the refused bidder may see them: a handle, and whether it is the bidder
+/// ([`super::handles::Handles::leader`]).
+pub type LeaderView = (Option<String>, bool);
+
+pub fn bid_too_low(current_price: i64, min_next: i64, leader: LeaderView) -> ApiError {
     ApiError::conflict(
         codes::BID_TOO_LOW,
         format!("the bid must be at least {min_next}"),
     )
     .with("current_price", current_price)
     .with("min_next_bid", min_next)
-    .with("leader", leader)
+    .with("leader", leader.0)
+    .with("you_lead", leader.1)
 }
 
-pub fn auction_closed(current_price: i64, leader: Option<&str>, end_time: &str) -> ApiError {
+pub fn auction_closed(current_price: i64, leader: LeaderView, end_time: &str) -> ApiError {
     ApiError::conflict(codes::AUCTION_CLOSED, "this auction has ended")
         .with("current_price", current_price)
-        .with("leader", leader)
+        .with("leader", leader.0)
+        .with("you_lead", leader.1)
         .with("end_time", end_time)
 }
 
@@ -132,12 +142,16 @@ pub async fn place(
 ) -> ApiResult<Response> {
     let result = place_inner(&state, who.account(), &id, &headers, req.amount).await;
     match result {
-        Ok(BidOutcome::Accepted(bid)) => {
-            Ok((StatusCode::CREATED, axum::Json(bid.body())).into_response())
-        }
-        Ok(BidOutcome::Replayed(bid)) => {
-            Ok((StatusCode::OK, axum::Json(bid.body())).into_response())
-        }
+        Ok(BidOutcome::Accepted(bid)) => Ok((
+            StatusCode::CREATED,
+            axum::Json(bid.body(&state.auctions.handles)),
+        )
+            .into_response()),
+        Ok(BidOutcome::Replayed(bid)) => Ok((
+            StatusCode::OK,
+            axum::Json(bid.body(&state.auctions.handles)),
+        )
+            .into_response()),
         Err(e) => {
             if e.status().is_client_error() {
                 state.metrics.refusals.with_label_values(&[e.code()]).inc();
@@ -302,19 +316,19 @@ async fn explain(
     if r.seller_id == bidder {
         return Err(seller_cannot_bid());
     }
+    let leader = state
+        .auctions
+        .handles
+        .leader(id, r.leader_id.as_deref(), bidder);
     if r.status != "OPEN" || r.ended {
         return Err(auction_closed(
             r.current_price,
-            r.leader_id.as_deref(),
+            leader,
             &rfc3339(&r.end_time),
         ));
     }
     if amount < min_next {
-        return Err(bid_too_low(
-            r.current_price,
-            min_next,
-            r.leader_id.as_deref(),
-        ));
+        return Err(bid_too_low(r.current_price, min_next, leader));
     }
     if r.hot {
         return Err(ApiError::conflict(

@@ -9,7 +9,9 @@
 //!
 //! Hot auctions are first frozen in Redis (one script: `CLOSED` iff Redis time has passed the
 //! Redis end, which may have been extended beyond what Postgres knows), then their stream is
-//! drained into Postgres, and only then is the frozen result recorded with the outbox event.
+//! drained into Postgres (every entry, including those another consumer read and never
+//! acknowledged), and only then is the result recorded with the outbox event: the higher of
+//! Redis's frozen state and Postgres's record, so a Redis that lost writes cannot lower it.
 
 use super::hot;
 use crate::state::AppState;
@@ -51,8 +53,9 @@ WITH due AS (
 SELECT id, leader_id, current_price, end_time, bid_count FROM closed
 "#;
 
-/// Closes one hot auction with the result frozen in Redis (or, if Redis lost the auction,
-/// with what Postgres recorded).
+/// Closes one hot auction with the higher of the result frozen in Redis and what Postgres
+/// recorded (Redis may have lost writes the consumer had already recorded; a tie keeps the
+/// leader Postgres recorded first). With no Redis state, Postgres's record stands.
 const CLOSE_HOT: &str = r#"
 WITH due AS (
     SELECT id FROM auctions
@@ -65,9 +68,13 @@ WITH due AS (
     UPDATE auctions a
        SET status        = 'CLOSED',
            closed_at     = clock_timestamp(),
-           current_price = COALESCE($2, a.current_price),
-           leader_id     = CASE WHEN $2 IS NULL THEN a.leader_id ELSE $3 END,
-           end_time      = COALESCE($4, a.end_time),
+           current_price = CASE WHEN $3::text IS NOT NULL
+                                     AND ($2 > a.current_price OR a.leader_id IS NULL)
+                                THEN $2 ELSE a.current_price END,
+           leader_id     = CASE WHEN $3::text IS NOT NULL
+                                     AND ($2 > a.current_price OR a.leader_id IS NULL)
+                                THEN $3 ELSE a.leader_id END,
+           end_time      = GREATEST(a.end_time, COALESCE($4, a.end_time)),
            extensions    = GREATEST(a.extensions, COALESCE($5, 0)),
            bid_count     = GREATEST(a.bid_count, COALESCE($6, 0))
       FROM due
@@ -135,8 +142,12 @@ async fn close_hot(state: &AppState, id: &str) -> anyhow::Result<Option<Closed>>
         if !f.closed {
             return Ok(None);
         }
-        // Every bid the script accepted is in the stream; record them all before the result.
-        hot::consume_auction(state, id, &state.auctions.consumer_name).await?;
+        // Every bid the script accepted is in the stream; record them all (whichever consumer
+        // read them) before the result.
+        if !hot::drain_frozen(state, id, &state.auctions.consumer_name).await? {
+            tracing::info!(auction = %id, "hot auction still has unrecorded bids; closing later");
+            return Ok(None);
+        }
     } else {
         tracing::warn!(auction = %id, "hot auction has no Redis state; closing with Postgres's record");
     }

@@ -11,7 +11,15 @@
 //! group, writes the bids to Postgres idempotently (`UNIQUE (auction_id, request_id)`,
 //! `ON CONFLICT DO NOTHING`), moves the auction row forward monotonically, and only then
 //! acknowledges. A consumer that dies mid-batch leaves its entries pending; they are
-//! re-read by the same consumer name or claimed by another after `consumer_claim_idle_ms`.
+//! re-read by the same consumer name or claimed by another after `consumer_claim_idle_ms`,
+//! and once the auction is frozen the closer claims them at once ([`drain_frozen`]): an
+//! auction is closed only when every entry of its stream is recorded.
+//!
+//! Postgres's record is also the floor of the hot path: the script gets it with each bid
+//! (from a per-process copy that the consumer's writes and ticks refresh, re-read by a bid
+//! when older than `recorded_refresh_ms`: never a read per bid) and raises a Redis
+//! state that is behind it before deciding, so a Redis that lost writes never accepts a bid
+//! below a recorded one; the closer keeps the higher of the two results.
 //!
 //! Every key of one auction shares a hash tag (`auction:{id}`), so the script touches one
 //! Redis Cluster slot.
@@ -46,10 +54,17 @@ pub fn keys(state: &AppState, id: &str) -> HotKeys {
     }
 }
 
-/// KEYS: state, reqs, stream. ARGV: bidder, amount, request_id, bid_id, window_ms.
+/// KEYS: state, reqs, stream. ARGV: bidder, amount, request_id, bid_id, window_ms, then what
+/// Postgres has recorded: price, leader ('' for none), bids, ext.
 /// Returns {'OK', rec} | {'DUP', rec} | {'LOW'|'CLOSED', price, leader, end_ms} |
 /// {'SELLER'} | {'MISSING'} (LOW also carries the increment); rec =
 /// bid_id|amount|placed_ms|end_ms|extended.
+///
+/// Postgres's record is a floor: if Redis is behind it (it lost writes the consumer had
+/// already recorded: an `everysec` crash, a failover, a restore), the state is raised to it
+/// before deciding, so no bid below a recorded one is ever accepted. (The end is not taken from
+/// it: a lost extension can only end the auction earlier in Redis, where the closer then keeps
+/// Postgres's later end, and a cached end must never reopen an auction Redis has ended.)
 static PLACE_BID: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
@@ -59,6 +74,18 @@ local s = redis.call('HMGET', KEYS[1], 'status', 'price', 'inc', 'end', 'leader'
                      'ext', 'maxext', 'bids')
 if not s[1] then return {'MISSING'} end
 if s[6] == ARGV[1] then return {'SELLER'} end
+local behind = false
+if ARGV[7] ~= '' and (not s[5] or tonumber(ARGV[6]) > tonumber(s[2])) then
+  s[2] = ARGV[6]
+  s[5] = ARGV[7]
+  behind = true
+end
+if tonumber(ARGV[8]) > tonumber(s[9]) then s[9] = ARGV[8]; behind = true end
+if tonumber(ARGV[9]) > tonumber(s[7]) then s[7] = ARGV[9]; behind = true end
+if behind then
+  redis.call('HSET', KEYS[1], 'price', s[2], 'ext', s[7], 'bids', s[9])
+  if s[5] then redis.call('HSET', KEYS[1], 'leader', s[5]) end
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local endt = tonumber(s[4])
@@ -127,6 +154,53 @@ return {status, s[2], s[3] or '', s[4], s[5], s[6]}
     )
 });
 
+/// What Postgres has recorded for a hot auction: the floor its Redis state must not be
+/// below (the consumer only records what Redis accepted, so Redis can only be behind it after
+/// losing writes).
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct Recorded {
+    pub current_price: i64,
+    pub leader_id: Option<String>,
+    pub bid_count: i64,
+    pub extensions: i32,
+}
+
+impl Recorded {
+    /// Keeps the newer of two records (prices, counts and extensions only grow; at
+    /// equal prices the leader recorded first stays).
+    pub fn merge(&mut self, other: Recorded) {
+        if other.leader_id.is_some()
+            && (self.leader_id.is_none() || other.current_price > self.current_price)
+        {
+            self.current_price = other.current_price;
+            self.leader_id = other.leader_id;
+        }
+        self.bid_count = self.bid_count.max(other.bid_count);
+        self.extensions = self.extensions.max(other.extensions);
+    }
+}
+
+const RECORDED_COLUMNS: &str = "current_price, leader_id, bid_count, extensions";
+
+/// Postgres's record of a hot auction, from this process's copy when it is fresh enough
+/// (`recorded_refresh_ms`), else read once and remembered: at most one read per auction per
+/// refresh period per process, never one per bid.
+async fn recorded(state: &AppState, id: &str) -> ApiResult<Recorded> {
+    let max_age = std::time::Duration::from_millis(state.config.auctions.recorded_refresh_ms);
+    if let Some(r) = state.auctions.recorded(id, max_age) {
+        return Ok(r);
+    }
+    let row: Option<Recorded> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {RECORDED_COLUMNS} FROM auctions WHERE id = $1"
+    )))
+    .bind(id)
+    .fetch_optional(&state.pool)
+    .await?;
+    let row = row.ok_or_else(super::unknown_auction)?;
+    state.auctions.remember_recorded(id, row.clone());
+    Ok(row)
+}
+
 fn ms_to_time(ms: i64) -> anyhow::Result<DateTime<Utc>> {
     Utc.timestamp_millis_opt(ms)
         .single()
@@ -182,6 +256,7 @@ pub async fn place(
     amount: i64,
 ) -> ApiResult<BidOutcome> {
     let k = keys(state, id);
+    let floor = recorded(state, id).await?;
     let mut conn = state.redis().await?;
     for _ in 0..2 {
         let bid_id = shared::ids::new_id();
@@ -194,6 +269,10 @@ pub async fn place(
             .arg(request_id)
             .arg(&bid_id)
             .arg(SNIPING_WINDOW_S * 1000)
+            .arg(floor.current_price)
+            .arg(floor.leader_id.as_deref().unwrap_or(""))
+            .arg(floor.bid_count)
+            .arg(floor.extensions)
             .invoke_async(&mut conn)
             .await?;
         let field = |i: usize| reply.get(i).map(String::as_str).unwrap_or("");
@@ -209,7 +288,8 @@ pub async fn place(
             "SELLER" => return Err(seller_cannot_bid()),
             "LOW" | "CLOSED" => {
                 let price: i64 = field(1).parse().unwrap_or(0);
-                let leader = Some(field(2)).filter(|l| !l.is_empty());
+                let leader_id = Some(field(2)).filter(|l| !l.is_empty());
+                let leader = state.auctions.handles.leader(id, leader_id, bidder);
                 if field(0) == "CLOSED" {
                     let end = field(3)
                         .parse::<i64>()
@@ -220,7 +300,7 @@ pub async fn place(
                     return Err(auction_closed(price, leader, &end));
                 }
                 let inc: i64 = field(4).parse().unwrap_or(0);
-                let min_next = min_next_bid(price, inc, leader.is_some());
+                let min_next = min_next_bid(price, inc, leader_id.is_some());
                 return Err(bid_too_low(price, min_next, leader));
             }
             "MISSING" => {
@@ -232,7 +312,10 @@ pub async fn place(
                 if row.status != "OPEN" {
                     return Err(auction_closed(
                         row.current_price,
-                        row.leader_id.as_deref(),
+                        state
+                            .auctions
+                            .handles
+                            .leader(id, row.leader_id.as_deref(), bidder),
                         &rfc3339(&row.end_time),
                     ));
                 }
@@ -264,11 +347,13 @@ pub async fn overlay(state: &AppState, row: &mut AuctionRow) -> ApiResult<()> {
     if get(0).is_none() {
         return Ok(());
     }
+    // Postgres's record wins ties and never goes backwards (Redis may have lost writes).
     if let Some(p) = get(1).and_then(|p| p.parse::<i64>().ok())
-        && p >= row.current_price
+        && let Some(leader) = get(2)
+        && (p > row.current_price || row.leader_id.is_none())
     {
         row.current_price = p;
-        row.leader_id = get(2).or(row.leader_id.take());
+        row.leader_id = Some(leader);
     }
     if let Some(t) = get(3)
         .and_then(|e| e.parse::<i64>().ok())
@@ -392,6 +477,18 @@ pub async fn read_batch(
     consumer: &str,
     count: usize,
 ) -> anyhow::Result<Vec<StreamBid>> {
+    let idle = state.config.auctions.consumer_claim_idle_ms;
+    read_batch_claiming(state, id, consumer, count, idle).await
+}
+
+/// [`read_batch`], taking over entries other consumers have held for `claim_idle_ms` or more.
+async fn read_batch_claiming(
+    state: &AppState,
+    id: &str,
+    consumer: &str,
+    count: usize,
+    claim_idle_ms: u64,
+) -> anyhow::Result<Vec<StreamBid>> {
     let k = keys(state, id);
     let mut conn = state
         .redis()
@@ -425,7 +522,7 @@ pub async fn read_batch(
             .arg(&k.stream)
             .arg(GROUP)
             .arg(consumer)
-            .arg(state.config.auctions.consumer_claim_idle_ms)
+            .arg(claim_idle_ms)
             .arg("0-0")
             .arg("COUNT")
             .arg(count)
@@ -451,7 +548,7 @@ pub async fn write_batch(state: &AppState, id: &str, batch: &[StreamBid]) -> any
     let Some(top) = batch.iter().max_by_key(|b| b.amount) else {
         return Ok(0);
     };
-    let res = sqlx::query(
+    let res: Option<Recorded> = sqlx::query_as(
         r#"
 WITH b AS (
     SELECT * FROM UNNEST($2::text[], $3::text[], $4::text[], $5::bigint[], $6::timestamptz[],
@@ -477,6 +574,7 @@ UPDATE auctions a
        bid_count     = GREATEST(a.bid_count, $13),
        last_bid_at   = GREATEST(a.last_bid_at, $14)
  WHERE a.id = $1
+RETURNING a.current_price, a.leader_id, a.bid_count, a.extensions
 "#,
     )
     .bind(id)
@@ -510,10 +608,17 @@ UPDATE auctions a
             .max()
             .unwrap_or(top.placed_at),
     )
-    .execute(&state.pool)
+    .fetch_optional(&state.pool)
     .await
     .context("failed to record hot bids")?;
-    Ok(res.rows_affected())
+    // This process now knows Postgres's record without reading it again.
+    Ok(match res {
+        Some(rec) => {
+            state.auctions.remember_recorded(id, rec);
+            1
+        }
+        None => 0,
+    })
 }
 
 /// Acknowledges entries after their Postgres write committed.
@@ -551,22 +656,104 @@ pub async fn consume_auction(state: &AppState, id: &str, consumer: &str) -> anyh
     }
 }
 
+/// Records EVERY entry of a frozen auction's stream (no bid can be added any more): entries
+/// other consumers read but never acknowledged are claimed at once, whoever holds them (a
+/// consumer that died mid-batch, or a live one that is slow: both write idempotently), and
+/// the drain is complete only when the group has nothing pending. `Ok(false)`: entries are
+/// still pending (taken by a concurrent claimer); the caller must not close yet.
+pub async fn drain_frozen(state: &AppState, id: &str, consumer: &str) -> anyhow::Result<bool> {
+    let count = state.config.auctions.consumer_batch.max(1);
+    loop {
+        let batch = read_batch_claiming(state, id, consumer, count, 0).await?;
+        if batch.is_empty() {
+            break;
+        }
+        write_batch(state, id, &batch).await?;
+        ack(state, id, &batch).await?;
+    }
+    Ok(pending(state, id).await? == 0)
+}
+
+/// Entries delivered to some consumer of the group and not yet acknowledged.
+pub async fn pending(state: &AppState, id: &str) -> anyhow::Result<i64> {
+    let k = keys(state, id);
+    let mut conn = state
+        .redis()
+        .await
+        .map_err(|e| anyhow::anyhow!("redis unavailable: {e}"))?;
+    let reply: redis::Value = redis::cmd("XPENDING")
+        .arg(&k.stream)
+        .arg(GROUP)
+        .query_async(&mut conn)
+        .await
+        .context("XPENDING")?;
+    match reply {
+        redis::Value::Array(items) => match items.first() {
+            Some(redis::Value::Int(n)) => Ok(*n),
+            other => anyhow::bail!("unexpected XPENDING reply {other:?}"),
+        },
+        other => anyhow::bail!("unexpected XPENDING reply {other:?}"),
+    }
+}
+
 /// One consumer pass over every open hot auction. Closed ones need none: the closer drains
 /// an auction's stream after freezing it (no bid can arrive after that) and before it records
 /// the close.
 pub async fn consume_all(state: &AppState) -> anyhow::Result<usize> {
-    let ids: Vec<String> =
-        sqlx::query_scalar("SELECT id FROM auctions WHERE hot AND status = 'OPEN' ORDER BY id")
-            .fetch_all(&state.pool)
-            .await
-            .context("failed to list hot auctions")?;
+    #[derive(sqlx::FromRow)]
+    struct Open {
+        id: String,
+        #[sqlx(flatten)]
+        recorded: Recorded,
+    }
+    // The same read refreshes this instance's copy of what Postgres recorded (the bid floor),
+    // so on an instance running jobs it is never more than one tick old.
+    let open: Vec<Open> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT id, {RECORDED_COLUMNS} FROM auctions WHERE hot AND status = 'OPEN' ORDER BY id"
+    )))
+    .fetch_all(&state.pool)
+    .await
+    .context("failed to list hot auctions")?;
     let consumer = state.auctions.consumer_name.clone();
     let mut total = 0;
-    for id in ids {
+    for Open { id, recorded } in open {
+        state.auctions.remember_recorded(&id, recorded);
         match consume_auction(state, &id, &consumer).await {
             Ok(n) => total += n,
             Err(e) => tracing::warn!(auction = %id, error = ?e, "hot bid consumer failed"),
         }
     }
     Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Recorded;
+
+    fn rec(price: i64, leader: Option<&str>, bids: i64, ext: i32) -> Recorded {
+        Recorded {
+            current_price: price,
+            leader_id: leader.map(str::to_owned),
+            bid_count: bids,
+            extensions: ext,
+        }
+    }
+
+    #[test]
+    fn a_stale_record_never_lowers_a_newer_one() {
+        let mut cur = rec(2000, Some("bob"), 5, 1);
+        cur.merge(rec(1500, Some("alice"), 3, 0));
+        assert_eq!(cur, rec(2000, Some("bob"), 5, 1));
+        // A tie keeps the leader recorded first.
+        cur.merge(rec(2000, Some("carol"), 6, 1));
+        assert_eq!(cur, rec(2000, Some("bob"), 6, 1));
+        cur.merge(rec(2100, Some("dave"), 7, 2));
+        assert_eq!(cur, rec(2100, Some("dave"), 7, 2));
+        // No leader yet: the start price is no floor over a recorded leader.
+        let mut open = rec(1000, None, 0, 0);
+        open.merge(rec(1000, Some("erin"), 1, 0));
+        assert_eq!(open, rec(1000, Some("erin"), 1, 0));
+        open.merge(rec(1000, None, 0, 0));
+        assert_eq!(open, rec(1000, Some("erin"), 1, 0));
+    }
 }

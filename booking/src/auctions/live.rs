@@ -12,8 +12,12 @@
 //!   within `live_send_timeout_ms`, is dropped; the broadcast never waits for anyone.
 //! - Auth: the admission token as Bearer header or cookie, or (for browsers, which cannot set
 //!   headers on a WebSocket) as a `?token=` query parameter.
+//! - Fans see each other only as handles ([`super::handles`]): pub/sub carries the leader's
+//!   account (it is internal), each update is serialised twice (for the leader, with
+//!   `you_lead`/`you_won` true, and for everyone else), and each client gets the one for it.
 
 use super::closer::Closed;
+use super::handles::Handles;
 use super::{AuctionRow, rfc3339};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
@@ -62,13 +66,19 @@ impl LiveState {
         false
     }
 
-    fn message(&self) -> serde_json::Value {
+    /// The client message; `you` says whether it goes to the leader.
+    fn message(&self, handles: &Handles, you: bool) -> serde_json::Value {
+        let leader = self
+            .leader
+            .as_deref()
+            .map(|l| handles.bidder(&self.auction_id, l));
         if self.closed {
             serde_json::json!({
                 "type": "closed",
                 "auction_id": self.auction_id,
                 "final_price": self.current_price,
-                "winner": self.leader,
+                "winner": leader,
+                "you_won": you,
                 "end_time": self.end_time,
             })
         } else {
@@ -76,19 +86,39 @@ impl LiveState {
                 "type": "price",
                 "auction_id": self.auction_id,
                 "current_price": self.current_price,
-                "leader": self.leader,
+                "leader": leader,
+                "you_lead": you,
                 "end_time": self.end_time,
             })
         }
     }
+
+    /// The text for the client of account `viewer`.
+    fn text_for(&self, handles: &Handles, viewer: &str) -> Utf8Bytes {
+        let you = self.leader.as_deref() == Some(viewer);
+        Utf8Bytes::from(self.message(handles, you).to_string())
+    }
 }
 
-/// One coalesced update, serialised once for every client.
+/// One coalesced update, serialised once for the leader and once for every other client.
 #[derive(Debug)]
 pub struct LiveMsg {
     pub price: i64,
     pub closed: bool,
+    /// The leader's account (never sent; picks the text).
+    pub leader: Option<String>,
     pub text: Utf8Bytes,
+    pub text_for_leader: Utf8Bytes,
+}
+
+impl LiveMsg {
+    fn text_for(&self, viewer: &str) -> &Utf8Bytes {
+        if self.leader.as_deref() == Some(viewer) {
+            &self.text_for_leader
+        } else {
+            &self.text
+        }
+    }
 }
 
 struct Topic {
@@ -135,10 +165,11 @@ pub struct LiveHub {
     buffer: usize,
     topics: Arc<Mutex<HashMap<String, Arc<Topic>>>>,
     cmds: OnceLock<mpsc::UnboundedSender<Cmd>>,
+    handles: Handles,
 }
 
 impl LiveHub {
-    pub fn new(config: &crate::config::BookingConfig) -> anyhow::Result<Self> {
+    pub fn new(config: &crate::config::BookingConfig, handles: Handles) -> anyhow::Result<Self> {
         Ok(Self {
             client: redis::Client::open(config.redis.url.expose_secret())
                 .context("invalid redis url")?,
@@ -147,6 +178,7 @@ impl LiveHub {
             buffer: config.auctions.live_client_buffer.max(1),
             topics: Arc::new(Mutex::new(HashMap::new())),
             cmds: OnceLock::new(),
+            handles,
         })
     }
 
@@ -267,11 +299,12 @@ async fn coalesce(
         let Some(state) = latest.borrow_and_update().clone() else {
             continue;
         };
-        let text = state.message().to_string();
         let msg = Arc::new(LiveMsg {
             price: state.current_price,
             closed: state.closed,
-            text: Utf8Bytes::from(text),
+            leader: state.leader.clone(),
+            text: Utf8Bytes::from(state.message(&hub.handles, false).to_string()),
+            text_for_leader: Utf8Bytes::from(state.message(&hub.handles, true).to_string()),
         });
         // Never blocks: a receiver that falls `buffer` messages behind gets `Lagged`.
         let _ = topic.tx.send(msg);
@@ -448,14 +481,17 @@ pub async fn upgrade(
             .inc();
         return Err(ApiError::admission_required().with("reason", "missing"));
     };
-    if let Err(e) = state.tokens.verify(tok) {
-        state
-            .metrics
-            .token_failures
-            .with_label_values(&[e.reason()])
-            .inc();
-        return Err(ApiError::admission_required().with("reason", e.reason()));
-    }
+    let viewer = match state.tokens.verify(tok) {
+        Ok(claims) => claims.sub,
+        Err(e) => {
+            state
+                .metrics
+                .token_failures
+                .with_label_values(&[e.reason()])
+                .inc();
+            return Err(ApiError::admission_required().with("reason", e.reason()));
+        }
+    };
     let ws = ws.map_err(|_| {
         ApiError::bad_request(
             shared::error::codes::INVALID_REQUEST,
@@ -467,10 +503,11 @@ pub async fn upgrade(
     }
     Ok(ws
         .max_message_size(4096)
-        .on_upgrade(move |socket| session(state, id, socket)))
+        .on_upgrade(move |socket| session(state, id, viewer, socket)))
 }
 
-async fn session(state: AppState, id: String, mut socket: WebSocket) {
+/// One client; `viewer` is its account (to tell it when it is the leader, never sent).
+async fn session(state: AppState, id: String, viewer: String, mut socket: WebSocket) {
     let hub = state.auctions.live.clone();
     // Subscribe (and wait until Redis confirmed it) before reading the snapshot, so no update
     // can fall between the two. If Redis is unreachable the snapshot still comes from the
@@ -490,7 +527,7 @@ async fn session(state: AppState, id: String, mut socket: WebSocket) {
             return;
         }
     };
-    let mut snapshot = row.view();
+    let mut snapshot = row.view_for(&state.auctions.handles, &viewer);
     snapshot["type"] = "snapshot".into();
     if !send(
         &mut socket,
@@ -511,7 +548,7 @@ async fn session(state: AppState, id: String, mut socket: WebSocket) {
         };
         let _ = send(
             &mut socket,
-            Utf8Bytes::from(closed.message().to_string()),
+            closed.text_for(&state.auctions.handles, &viewer),
             send_timeout,
         )
         .await;
@@ -528,7 +565,7 @@ async fn session(state: AppState, id: String, mut socket: WebSocket) {
                         continue;
                     }
                     last_price = msg.price;
-                    if !send(&mut socket, msg.text.clone(), send_timeout).await {
+                    if !send(&mut socket, msg.text_for(&viewer).clone(), send_timeout).await {
                         return;
                     }
                     if msg.closed {
@@ -606,8 +643,13 @@ mod tests {
             "nothing after the close"
         );
         assert!(cur.closed);
-        assert_eq!(cur.message()["type"], "closed");
-        assert_eq!(cur.message()["final_price"], 1200);
+        let handles = Handles::new(b"test");
+        let msg = cur.message(&handles, false);
+        assert_eq!(msg["type"], "closed");
+        assert_eq!(msg["final_price"], 1200);
+        assert_eq!(msg["winner"], handles.bidder("a", "b"));
+        assert_eq!(msg["you_won"], false);
+        assert_eq!(cur.message(&handles, true)["you_won"], true);
     }
 
     #[tokio::test]
@@ -618,7 +660,9 @@ mod tests {
             let msg = Arc::new(LiveMsg {
                 price: p,
                 closed: false,
+                leader: None,
                 text: Utf8Bytes::from_static("x"),
+                text_for_leader: Utf8Bytes::from_static("y"),
             });
             // Never waits for anyone.
             let _ = tx.send(msg);

@@ -7,7 +7,7 @@
 )]
 
 use crate::auctions::{bid, create_ok, spawn_unlimited};
-use crate::helpers::TestApp;
+use crate::helpers::{TestApp, create_auction, json};
 use booking::auctions::closer;
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -110,7 +110,10 @@ async fn a_viewer_sees_coalesced_prices_the_final_price_and_the_close() {
     let (_, last) = msgs.last().expect("messages");
     assert_eq!(last["type"], "closed", "{msgs:?}");
     assert_eq!(last["final_price"], 2000);
-    assert_eq!(last["winner"], "b100");
+    assert_eq!(
+        last["winner"],
+        app.state.auctions.handles.bidder(&auction, "b100")
+    );
     let prices: Vec<&(Instant, Value)> =
         msgs.iter().filter(|(_, m)| m["type"] == "price").collect();
     assert!(!prices.is_empty());
@@ -229,7 +232,10 @@ async fn a_thousand_viewers_and_a_slow_one_all_see_the_close() {
         let last = &msgs.last().expect("messages").1;
         assert_eq!(last["type"], "closed", "{msgs:?}");
         assert_eq!(last["final_price"], 1500);
-        assert_eq!(last["winner"], "b50");
+        assert_eq!(
+            last["winner"],
+            app.state.auctions.handles.bidder(&auction, "b50")
+        );
     }
     assert!(
         started.elapsed() < Duration::from_secs(10),
@@ -237,5 +243,154 @@ async fn a_thousand_viewers_and_a_slow_one_all_see_the_close() {
         started.elapsed()
     );
     drop(slow);
+    app.stop().await;
+}
+
+/// Ends an auction now (Redis end as well for a hot one) and runs the closer.
+async fn end_now_and_close(app: &TestApp, auction: &str, hot: bool) {
+    if hot {
+        let k = booking::auctions::hot::keys(&app.state, auction);
+        let mut conn = app.state.redis().await.unwrap();
+        let _: () = redis::cmd("HSET")
+            .arg(&k.state)
+            .arg("end")
+            .arg(0)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    end_and_close(app, auction).await;
+}
+
+#[tokio::test]
+async fn other_fans_see_the_leader_as_a_stable_handle_never_as_an_account_id() {
+    const LEADER: &str = "leader@example.com";
+    const RIVAL: &str = "rival@example.com";
+    const SELLER: &str = "seller@example.com";
+    let app = spawn_unlimited().await;
+    let mut handles = Vec::new();
+    for hot in [false, true] {
+        let auction = create_auction(&app, SELLER, hot, 3600).await;
+        let mut rival_ws = connect(&app, &auction, RIVAL).await;
+        let mut leader_ws = connect(&app, &auction, LEADER).await;
+        for ws in [&mut rival_ws, &mut leader_ws] {
+            let snap = ws.next().await.unwrap().unwrap();
+            assert!(!snap.to_text().unwrap().contains("example.com"), "{snap}");
+        }
+        let t0 = Instant::now();
+        while subscribers(&app, &auction).await < 1 {
+            assert!(t0.elapsed() < Duration::from_secs(5), "never subscribed");
+            tokio::task::yield_now().await;
+        }
+
+        let (s, placed) = bid(&app, &auction, LEADER, "k1", json!(1500)).await;
+        assert_eq!(s, 201, "{placed}");
+        let handle = placed["leader"].as_str().unwrap().to_owned();
+        assert!(
+            handle.starts_with("bidder-") && handle.len() == 15,
+            "{placed}"
+        );
+        assert_eq!(
+            (&placed["bidder"], &placed["you_lead"]),
+            (&json!(handle), &json!(true))
+        );
+        // A retry replays the stored answer: the same body, still no account id.
+        let (s, replay) = bid(&app, &auction, LEADER, "k1", json!(1500)).await;
+        assert_eq!((s, &replay), (200, &placed));
+
+        // The rival's view, refusal and (below) live frames name the handle, never the account.
+        let rival = app.admission(RIVAL, "auction-day");
+        for _ in 0..2 {
+            let resp = app.get(&format!("/api/auctions/{auction}"), &rival).await;
+            let text = resp.text().await.unwrap();
+            assert!(!text.contains(LEADER) && !text.contains(SELLER), "{text}");
+            let view: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(
+                (&view["leader"], &view["you_lead"]),
+                (&json!(handle), &json!(false))
+            );
+            assert!(
+                view["seller"].as_str().unwrap().starts_with("seller-"),
+                "{view}"
+            );
+            assert_eq!(view["you_sell"], false);
+
+            let resp = app
+                .client
+                .post(app.url(&format!("/api/auctions/{auction}/bids")))
+                .bearer_auth(&rival)
+                .header("Idempotency-Key", "low")
+                .json(&json!({"amount": 1200}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), 409);
+            let text = resp.text().await.unwrap();
+            assert!(!text.contains(LEADER), "{text}");
+            let low: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(low["code"], "BID_TOO_LOW");
+            assert_eq!(
+                (&low["leader"], &low["you_lead"]),
+                (&json!(handle), &json!(false))
+            );
+        }
+        // The leader sees that it is them.
+        let leader = app.admission(LEADER, "auction-day");
+        let (_, view) = json(app.get(&format!("/api/auctions/{auction}"), &leader).await).await;
+        assert_eq!(
+            (&view["leader"], &view["you_lead"]),
+            (&json!(handle), &json!(true))
+        );
+
+        // Live frames: each client sees the price under the handle, the leader as theirs.
+        for (ws, you) in [(&mut rival_ws, false), (&mut leader_ws, true)] {
+            let price = loop {
+                let m = tokio::time::timeout(Duration::from_secs(10), ws.next())
+                    .await
+                    .expect("a price frame within 10 s")
+                    .unwrap()
+                    .unwrap();
+                let text = m.to_text().unwrap();
+                assert!(!text.contains("example.com"), "{text}");
+                let v: Value = serde_json::from_str(text).unwrap();
+                if v["type"] == "price" && v["current_price"] == 1500 {
+                    break v;
+                }
+            };
+            assert_eq!(
+                (&price["leader"], &price["you_lead"]),
+                (&json!(handle), &json!(you))
+            );
+        }
+
+        end_now_and_close(&app, &auction, hot).await;
+        let (s, closed) = bid(&app, &auction, RIVAL, "late", json!(9000)).await;
+        assert_eq!(
+            (s, closed["code"].as_str()),
+            (409, Some("AUCTION_CLOSED")),
+            "{closed}"
+        );
+        assert!(!closed.to_string().contains(LEADER), "{closed}");
+        assert_eq!(
+            (&closed["leader"], &closed["you_lead"]),
+            (&json!(handle), &json!(false))
+        );
+
+        for (ws, you) in [(&mut rival_ws, false), (&mut leader_ws, true)] {
+            let msgs = read_all(ws, Duration::from_secs(20)).await;
+            for (_, m) in &msgs {
+                assert!(!m.to_string().contains("example.com"), "{m}");
+            }
+            let last = &msgs.last().expect("the closed frame").1;
+            assert_eq!(last["type"], "closed", "{msgs:?}");
+            assert_eq!(
+                (&last["winner"], &last["you_won"]),
+                (&json!(handle), &json!(you))
+            );
+        }
+        handles.push(handle);
+    }
+    // Stable within an auction, unlinkable across auctions.
+    assert_ne!(handles[0], handles[1]);
     app.stop().await;
 }

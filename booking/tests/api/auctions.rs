@@ -137,10 +137,15 @@ async fn create_returns_an_open_auction_and_get_shows_it() {
     assert_eq!(body["current_price"], 1000);
     assert_eq!(body["leader"], Value::Null);
     assert_eq!(body["status"], "OPEN");
-    assert_eq!(body["seller"], "seller-1");
+    // Item 9: fans appear as handles; the creator is told the auction is theirs.
+    let id = body["id"].as_str().unwrap();
+    assert_eq!(
+        body["seller"],
+        app.state.auctions.handles.seller(id, "seller-1")
+    );
+    assert_eq!(body["you_sell"], true);
     assert_eq!(body["max_extensions"], 30);
     assert_eq!(body["min_next_bid"], 1000);
-    let id = body["id"].as_str().unwrap();
     let token = app.admission("viewer", "auction-day");
     let (status, got) = json(app.get(&format!("/api/auctions/{id}"), &token).await).await;
     assert_eq!(status, 200);
@@ -254,7 +259,11 @@ async fn first_bid_may_equal_start_price_later_ones_need_the_increment() {
     let (s, b) = bid(&app, &auction, "a", "k2", json!(1000)).await;
     assert_eq!(s, 201, "{b}");
     assert_eq!(b["current_price"], 1000);
-    assert_eq!(b["leader"], "a");
+    assert_eq!(
+        b["leader"],
+        app.state.auctions.handles.bidder(&auction, "a")
+    );
+    assert_eq!(b["you_lead"], true);
     let (s, b) = bid(&app, &auction, "b", "k1", json!(1009)).await;
     assert_eq!((s, b["code"].as_str()), (409, Some("BID_TOO_LOW")), "{b}");
     assert_eq!(b["min_next_bid"], 1010);

@@ -124,6 +124,35 @@ impl TestApp {
         }
     }
 
+    /// A second booking instance on the same database and Redis key prefix (another process
+    /// of the same deployment), after letting the test adjust its configuration.
+    pub async fn spawn_peer(&self, adjust: impl FnOnce(&mut BookingConfig)) -> TestApp {
+        let mut config = self.config.clone();
+        // Its own consumer name, as a separate process would pick.
+        config.auctions.consumer_name = String::new();
+        adjust(&mut config);
+        let app = Application::build(config.clone())
+            .await
+            .expect("build peer app");
+        let port = app.port();
+        let state = app.state();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let handle = tokio::spawn(app.run_until_stopped(async move {
+            let _ = rx.await;
+        }));
+        TestApp {
+            addr: format!("http://127.0.0.1:{port}"),
+            port,
+            client: self.client.clone(),
+            pool: state.pool.clone(),
+            state,
+            db_name: self.db_name.clone(),
+            config,
+            shutdown: Some(tx),
+            handle: Some(handle),
+        }
+    }
+
     /// Stops the server gracefully and waits for it.
     pub async fn stop(mut self) {
         if let Some(tx) = self.shutdown.take() {
@@ -197,4 +226,28 @@ pub async fn json(resp: reqwest::Response) -> (u16, Value) {
     let v =
         serde_json::from_str(&text).unwrap_or_else(|_| panic!("non-JSON body ({status}): {text}"));
     (status, v)
+}
+
+/// Creates an auction through the API (seller `seller`, start price 1000, increment 10,
+/// ending `end_in_s` from now) and returns its id. Tests create auctions through this one
+/// function so a change to the creation request is made in one place.
+pub async fn create_auction(app: &TestApp, seller: &str, hot: bool, end_in_s: i64) -> String {
+    let token = app.admission(seller, "auction-day");
+    let end = (chrono::Utc::now() + chrono::Duration::seconds(end_in_s)).to_rfc3339();
+    let (status, body) = json(
+        app.client
+            .post(app.url("/api/auctions"))
+            .bearer_auth(token)
+            .header("Idempotency-Key", shared::ids::new_id())
+            .json(
+                &serde_json::json!({"title": "Antique watch", "start_price": 1000,
+                                      "min_increment": 10, "end_time": end, "hot": hot}),
+            )
+            .send()
+            .await
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    body["id"].as_str().expect("id").to_owned()
 }

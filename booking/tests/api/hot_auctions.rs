@@ -7,7 +7,7 @@
 )]
 
 use crate::auctions::{assert_highest_wins, bid, create_ok, fire_increasing, spawn_unlimited};
-use crate::helpers::{TestApp, json};
+use crate::helpers::{TestApp, create_auction, json};
 use booking::auctions::{closer, hot};
 use futures::future::join_all;
 use serde_json::{Value, json};
@@ -37,6 +37,24 @@ async fn end_now_minus(app: &TestApp, auction: &str, ms: i64) {
         .unwrap();
 }
 
+/// Stream entries delivered to a consumer of the group and not acknowledged.
+async fn pending(app: &TestApp, auction: &str) -> i64 {
+    let k = hot::keys(&app.state, auction);
+    let v: redis::Value = redis::cmd("XPENDING")
+        .arg(&k.stream)
+        .arg(hot::GROUP)
+        .query_async(&mut redis(app).await)
+        .await
+        .unwrap();
+    match v {
+        redis::Value::Array(items) => match items.first() {
+            Some(redis::Value::Int(n)) => *n,
+            other => panic!("{other:?}"),
+        },
+        other => panic!("{other:?}"),
+    }
+}
+
 async fn drain(app: &TestApp, auction: &str) {
     hot::consume_auction(&app.state, auction, "test-consumer")
         .await
@@ -52,7 +70,10 @@ async fn two_hundred_concurrent_increasing_bids_hot() {
     let token = app.admission("viewer", "auction-day");
     let (_, view) = json(app.get(&format!("/api/auctions/{auction}"), &token).await).await;
     assert_eq!(view["current_price"], 3000, "{view}");
-    assert_eq!(view["leader"], "bidder-200");
+    assert_eq!(
+        view["leader"],
+        app.state.auctions.handles.bidder(&auction, "bidder-200")
+    );
     drain(&app, &auction).await;
     assert_highest_wins(&app, &auction, &results).await;
     app.stop().await;
@@ -280,5 +301,234 @@ async fn closing_a_hot_auction_freezes_it_and_records_the_result_once() {
         (409, Some("AUCTION_CLOSED")),
         "{b}"
     );
+    app.stop().await;
+}
+
+/// The raw Redis keys of a hot auction (state, replay records, stream with its group), as
+/// `DUMP` blobs: restoring them is what a Redis that lost its tail looks like.
+async fn dump_hot(app: &TestApp, auction: &str) -> Vec<(String, Vec<u8>)> {
+    let k = hot::keys(&app.state, auction);
+    let mut conn = redis(app).await;
+    let mut out = Vec::new();
+    for key in [k.state, k.reqs, k.stream] {
+        let blob: Vec<u8> = redis::cmd("DUMP")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        out.push((key, blob));
+    }
+    out
+}
+
+async fn restore_hot(app: &TestApp, dumped: &[(String, Vec<u8>)]) {
+    let mut conn = redis(app).await;
+    for (key, blob) in dumped {
+        let _: () = redis::cmd("RESTORE")
+            .arg(key)
+            .arg(0)
+            .arg(blob.as_slice())
+            .arg("REPLACE")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_redis_rollback_below_a_recorded_bid_neither_accepts_a_lower_bid_nor_lowers_the_close() {
+    let app = spawn_unlimited().await;
+    let auction = create_auction(&app, "seller", true, 3600).await;
+    let (s, b) = bid(&app, &auction, "alice", "k", json!(1000)).await;
+    assert_eq!(s, 201, "{b}");
+    let before_bob = dump_hot(&app, &auction).await;
+    let (s, b) = bid(&app, &auction, "bob", "k", json!(2000)).await;
+    assert_eq!(s, 201, "{b}");
+    // The consumer records bob's bid in Postgres; then Redis loses its tail (as after an
+    // `everysec` crash or a failover): its state says alice leads at 1000 again. (The job's
+    // own pass, which also refreshes this instance's copy of Postgres's record.)
+    assert_eq!(hot::consume_all(&app.state).await.unwrap(), 2);
+    restore_hot(&app, &before_bob).await;
+
+    // A bid between the rolled-back price and the recorded one is refused, on this instance
+    // (which recorded bob's bid) and on a fresh one (which only knows Postgres).
+    let peer = app.spawn_peer(|_| {}).await;
+    for (who, inst) in [("carol", &app), ("dave", &peer)] {
+        let (s, b) = bid(inst, &auction, who, "k", json!(1500)).await;
+        assert_eq!((s, b["code"].as_str()), (409, Some("BID_TOO_LOW")), "{b}");
+        assert_eq!(
+            (&b["current_price"], &b["min_next_bid"]),
+            (&json!(2000), &json!(2010))
+        );
+    }
+    let token = app.admission("viewer", "auction-day");
+    let (_, view) = json(app.get(&format!("/api/auctions/{auction}"), &token).await).await;
+    assert_eq!(view["current_price"], 2000, "{view}");
+
+    // Roll Redis back again (nobody bid since) and close: the recorded higher bid wins.
+    restore_hot(&app, &before_bob).await;
+    end_now_minus(&app, &auction, 1).await;
+    let closed = closer::close_due(&app.state).await.unwrap();
+    assert_eq!(closed.len(), 1, "{closed:?}");
+    let (status, price, leader, count, logged): (String, i64, Option<String>, i64, i64) =
+        sqlx::query_as(
+            "SELECT status, current_price, leader_id, bid_count,
+                    (SELECT count(*) FROM bids WHERE auction_id = a.id)
+               FROM auctions a WHERE id = $1",
+        )
+        .bind(&auction)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        (status.as_str(), price, leader.as_deref(), count, logged),
+        ("CLOSED", 2000, Some("bob"), 2, 2)
+    );
+    let winner: Value = sqlx::query_scalar(
+        "SELECT payload FROM outbox WHERE aggregate_id = $1 AND topic = 'auction.closed'",
+    )
+    .bind(&auction)
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (&winner["winner"], &winner["price"]),
+        (&json!("bob"), &json!(2000))
+    );
+    peer.stop().await;
+    app.stop().await;
+}
+
+/// A bid sent from its own task (owned request parts, so hundreds can run at once).
+fn spawn_bid(
+    inst: &TestApp,
+    auction: &str,
+    bidder: String,
+    amount: i64,
+) -> tokio::task::JoinHandle<(u16, Value, String, i64)> {
+    let req = inst
+        .client
+        .post(inst.url(&format!("/api/auctions/{auction}/bids")))
+        .bearer_auth(inst.admission(&bidder, "auction-day"))
+        .header("Idempotency-Key", format!("k-{bidder}"))
+        .json(&json!({ "amount": amount }));
+    tokio::spawn(async move {
+        let (s, b) = json(req.send().await.expect("request")).await;
+        (s, b, bidder, amount)
+    })
+}
+
+/// Bids `from..to` (amounts 1000 + 5·i, so about every other one is high enough), spread over
+/// the instances, each from its own task. Returns the accepted ones: (bid_id, bidder, amount).
+async fn bid_load(
+    insts: &[&TestApp],
+    auction: &str,
+    from: i64,
+    to: i64,
+) -> Vec<(String, String, i64)> {
+    let tasks: Vec<_> = (from..to)
+        .map(|i| {
+            let inst = insts[i as usize % insts.len()];
+            spawn_bid(inst, auction, format!("fan-{i}"), 1000 + 5 * i)
+        })
+        .collect();
+    let mut accepted = Vec::new();
+    for t in tasks {
+        let (s, b, bidder, amount) = t.await.unwrap();
+        match s {
+            201 => accepted.push((b["bid_id"].as_str().unwrap().to_owned(), bidder, amount)),
+            409 => assert_eq!(b["code"], "BID_TOO_LOW", "{b}"),
+            _ => panic!("unexpected answer {s} {b}"),
+        }
+    }
+    accepted
+}
+
+#[tokio::test]
+async fn an_instance_killed_between_reading_and_writing_a_batch_just_before_the_end_loses_no_bid() {
+    let app = spawn_unlimited().await;
+    let peer = app.spawn_peer(|_| {}).await;
+    assert_ne!(
+        app.state.auctions.consumer_name,
+        peer.state.auctions.consumer_name
+    );
+    let auction = create_auction(&app, "seller", true, 3600).await;
+
+    // Both instances take bids and run their consumers while the load runs.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let consumers: Vec<_> = [&app, &peer]
+        .into_iter()
+        .map(|inst| {
+            let (state, stop, id) = (inst.state.clone(), stop.clone(), auction.clone());
+            tokio::spawn(async move {
+                let name = state.auctions.consumer_name.clone();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    hot::consume_auction(&state, &id, &name).await.unwrap();
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                }
+            })
+        })
+        .collect();
+    let mut accepted = bid_load(&[&app, &peer], &auction, 0, 300).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for c in consumers {
+        c.await.unwrap();
+    }
+
+    // The anti-sniping peak: 20 s before the end, another burst, which nobody has read yet.
+    end_now_minus(&app, &auction, -20_000).await;
+    accepted.extend(bid_load(&[&app, &peer], &auction, 300, 500).await);
+    // The peer's consumer reads the whole burst, and the instance dies before writing it.
+    let (read_tx, read_rx) = tokio::sync::oneshot::channel();
+    let (state, id) = (peer.state.clone(), auction.clone());
+    let doomed = tokio::spawn(async move {
+        let name = state.auctions.consumer_name.clone();
+        let batch = hot::read_batch(&state, &id, &name, 10_000).await.unwrap();
+        let _ = read_tx.send(batch.len());
+        std::future::pending::<()>().await;
+        hot::write_batch(&state, &id, &batch).await.unwrap();
+    });
+    let read = read_rx.await.unwrap();
+    assert!(read > 0, "the dying consumer holds unwritten entries");
+    doomed.abort();
+    let _ = doomed.await;
+    peer.stop().await;
+
+    // The end passes; the surviving instance closes.
+    end_now_minus(&app, &auction, 1).await;
+    let closed = closer::close_due(&app.state).await.unwrap();
+    assert_eq!(closed.len(), 1, "{closed:?}");
+
+    let mut want: Vec<String> = accepted.iter().map(|a| a.0.clone()).collect();
+    want.sort();
+    let got: Vec<String> =
+        sqlx::query_scalar("SELECT id FROM bids WHERE auction_id = $1 ORDER BY id")
+            .bind(&auction)
+            .fetch_all(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(got.len(), want.len(), "every accepted bid recorded, once");
+    assert_eq!(got, want);
+    let (status, price, leader, count): (String, i64, Option<String>, i64) = sqlx::query_as(
+        "SELECT status, current_price, leader_id, bid_count FROM auctions WHERE id = $1",
+    )
+    .bind(&auction)
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    let top = accepted.iter().max_by_key(|a| a.2).unwrap();
+    assert_eq!(
+        (status.as_str(), price, leader.as_deref()),
+        ("CLOSED", top.2, Some(top.1.as_str()))
+    );
+    let k = hot::keys(&app.state, &auction);
+    let redis_bids: i64 = redis::cmd("HGET")
+        .arg(&k.state)
+        .arg("bids")
+        .query_async(&mut redis(&app).await)
+        .await
+        .unwrap();
+    assert_eq!((count, redis_bids), (want.len() as i64, want.len() as i64));
+    assert_eq!(pending(&app, &auction).await, 0);
     app.stop().await;
 }
