@@ -198,3 +198,56 @@ pub async fn json(resp: reqwest::Response) -> (u16, Value) {
         serde_json::from_str(&text).unwrap_or_else(|_| panic!("non-JSON body ({status}): {text}"));
     (status, v)
 }
+
+// ---------------------------------------------------------------------------------------------
+// Events, products and orders for payment tests. Create them only through these helpers, so
+// a change of the admin API (an event becoming required on products...) is made here once.
+// ---------------------------------------------------------------------------------------------
+
+/// Creates the small test event (two sections of `rows` × 5 seats, a 10-unit GA tier) with
+/// the given `refund_stock` (`"release"` or `"hold_back"`).
+pub async fn create_refund_event(app: &TestApp, event: &str, refund_stock: &str) {
+    let mut body = crate::events::small_event(event, 2, 5, 10, 2);
+    body["refund_stock"] = serde_json::json!(refund_stock);
+    crate::events::create_event(app, &body).await;
+}
+
+/// Holds `seats` of an existing event for `account` and orders them (`PENDING_PAYMENT`).
+pub async fn order_seats(
+    app: &TestApp,
+    event: &str,
+    account: &str,
+    seats: &[&str],
+) -> crate::payments::SeatOrder {
+    crate::payments::seat_order(app, event, false, account, seats).await
+}
+
+/// Holds `quantity` GA units of tier FLOOR for `account` and orders them. Returns
+/// (admission token, order id).
+pub async fn order_ga(app: &TestApp, event: &str, account: &str, quantity: i32) -> (String, String) {
+    let token = app.admission(account, event);
+    let (status, hold) = json(
+        app.post(
+            &format!("/api/events/{event}/ga-holds"),
+            &token,
+            &serde_json::json!({"tier": "FLOOR", "quantity": quantity}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 201, "{hold}");
+    let (status, order) = json(
+        app.client
+            .post(app.url("/api/orders"))
+            .bearer_auth(&token)
+            .header("Idempotency-Key", format!("ga-order-{account}"))
+            .json(&serde_json::json!({"hold_id": hold["hold_id"]}))
+            .send()
+            .await
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(status, 201, "{order}");
+    let id = order["id"].as_str().expect("order id").to_owned();
+    (token, id)
+}

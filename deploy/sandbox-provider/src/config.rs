@@ -51,6 +51,10 @@ pub struct SandboxSettings {
     /// `pm_card_sandbox_timeout` always behaves this way.
     pub timeout_rate: f64,
     pub timeout_delay_ms: u64,
+    /// Search lag: `GET /v1/payment_intents/search` leaves out intents younger than this.
+    /// Stripe's search index trails writes (under a minute normally, up to an hour during
+    /// incidents), so a merchant must never read "not found by search" as "never charged".
+    pub search_lag_s: u64,
     pub webhooks_enabled: bool,
     pub webhook_mode: WebhookMode,
     /// Delay before the first delivery attempt in `async` mode.
@@ -80,6 +84,7 @@ impl Default for SandboxSettings {
             decline_rate: 0.0,
             timeout_rate: 0.0,
             timeout_delay_ms: 30_000,
+            search_lag_s: 0,
             webhooks_enabled: true,
             webhook_mode: WebhookMode::Async,
             webhook_delay_ms: 0,
