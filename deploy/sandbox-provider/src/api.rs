@@ -244,10 +244,16 @@ fn decide(method: &str, s: &crate::config::SandboxSettings) -> Result<Outcome, A
 }
 
 async fn create_intent(State(inner): Shared, headers: HeaderMap, body: Bytes) -> Response {
-    match create_intent_inner(&inner, &headers, &body).await {
-        Ok(r) => r,
-        Err(r) => *r,
-    }
+    // A real provider finishes what it started when the merchant's client gives up: run the
+    // request in its own task so a client timeout (a dropped connection) does not cancel the
+    // charge halfway through the simulated latency.
+    let run = tokio::spawn(async move {
+        match create_intent_inner(&inner, &headers, &body).await {
+            Ok(r) => r,
+            Err(r) => *r,
+        }
+    });
+    run.await.unwrap_or_else(|_| injected_failure().into_response())
 }
 
 async fn create_intent_inner(
@@ -423,10 +429,14 @@ struct CreateRefund {
 }
 
 async fn create_refund(State(inner): Shared, headers: HeaderMap, body: Bytes) -> Response {
-    match create_refund_inner(&inner, &headers, &body).await {
-        Ok(r) => r,
-        Err(r) => *r,
-    }
+    // As for charges: a client timeout does not cancel the refund at the provider.
+    let run = tokio::spawn(async move {
+        match create_refund_inner(&inner, &headers, &body).await {
+            Ok(r) => r,
+            Err(r) => *r,
+        }
+    });
+    run.await.unwrap_or_else(|_| injected_failure().into_response())
 }
 
 async fn create_refund_inner(

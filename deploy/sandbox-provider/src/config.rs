@@ -38,7 +38,9 @@ pub struct SandboxSettings {
     pub webhook_url: String,
     /// Signing secret for the `Stripe-Signature` header.
     pub webhook_secret: SecretString,
-    /// Added to every API call, plus up to `latency_jitter_ms` at random.
+    /// Added to every API call (before it acts), plus up to `latency_jitter_ms` at random.
+    /// Charges and refunds run to completion even when the client gives up meanwhile, as at
+    /// a real provider: a latency above the merchant's timeout is a charge it never hears of.
     pub latency_ms: u64,
     pub latency_jitter_ms: u64,
     /// Share of create/refund calls answered `500` *before* anything happens (nothing is
