@@ -356,7 +356,9 @@ async fn apply_reversal_event(state: &AppState, event: &Event) -> ApiResult<axum
         Reversed::Partial => {
             tracing::warn!(payment_id = %payment_id, "partial refund at the provider: order kept");
         }
-        other => tracing::info!(payment_id = %payment_id, outcome = ?other, "reversal changed nothing"),
+        other => {
+            tracing::info!(payment_id = %payment_id, outcome = ?other, "reversal changed nothing")
+        }
     }
     Ok(axum::Json(json!({"received": true})))
 }

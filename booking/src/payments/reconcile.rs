@@ -235,5 +235,9 @@ async fn close_failed(state: &AppState, payment_id: &str) -> anyhow::Result<&'st
     .await
     .context("failed to close an attempt")?
     .rows_affected();
-    Ok(if closed == 1 { "abandoned" } else { "unchanged" })
+    Ok(if closed == 1 {
+        "abandoned"
+    } else {
+        "unchanged"
+    })
 }

@@ -219,12 +219,11 @@ async fn reverse_order_tx(
     let mut released_skus = Vec::new();
     let mut event_id = order.event_id.clone();
     if let Some(hold_id) = &order.hold_id {
-        let hold: Option<(String, String, Option<String>, i32)> = sqlx::query_as(
-            "SELECT event_id, kind, ga_tier, quantity FROM holds WHERE id = $1",
-        )
-        .bind(hold_id)
-        .fetch_optional(&mut *conn)
-        .await?;
+        let hold: Option<(String, String, Option<String>, i32)> =
+            sqlx::query_as("SELECT event_id, kind, ga_tier, quantity FROM holds WHERE id = $1")
+                .bind(hold_id)
+                .fetch_optional(&mut *conn)
+                .await?;
         if let Some((hold_event, kind, ga_tier, quantity)) = hold {
             if kind == "seats" {
                 // Seats locked in seat_id order, like every other seat path.

@@ -224,7 +224,12 @@ pub async fn order_seats(
 
 /// Holds `quantity` GA units of tier FLOOR for `account` and orders them. Returns
 /// (admission token, order id).
-pub async fn order_ga(app: &TestApp, event: &str, account: &str, quantity: i32) -> (String, String) {
+pub async fn order_ga(
+    app: &TestApp,
+    event: &str,
+    account: &str,
+    quantity: i32,
+) -> (String, String) {
     let token = app.admission(account, event);
     let (status, hold) = json(
         app.post(

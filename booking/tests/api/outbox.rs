@@ -268,7 +268,9 @@ async fn a_delivery_event_lost_from_the_stream_is_recovered_from_postgres_once()
     let (status, _) = pay(app, &bob.token, &bob.order_id, "k", "pm_card_visa").await;
     assert_eq!(status, 200);
     outbox::relay_all(&app.state).await.unwrap();
-    delivery::consume_once(&app.state, "consumer-a").await.unwrap();
+    delivery::consume_once(&app.state, "consumer-a")
+        .await
+        .unwrap();
     assert_eq!(deliveries_of(app, &bob.order_id).await.len(), 1);
     // Alice's order.paid is published, then the stream loses it before any consumer reads it.
     let alice = crate::helpers::order_seats(app, "ev", "alice", &["S1-R1-1", "S1-R1-2"]).await;
@@ -284,22 +286,31 @@ async fn a_delivery_event_lost_from_the_stream_is_recovered_from_postgres_once()
         .query_async(&mut conn)
         .await
         .expect("XTRIM");
-    assert_eq!(delivery::consume_once(&app.state, "consumer-a").await.unwrap(), 0);
+    assert_eq!(
+        delivery::consume_once(&app.state, "consumer-a")
+            .await
+            .unwrap(),
+        0
+    );
     assert!(deliveries_of(app, &alice.order_id).await.is_empty());
     // Within the grace nothing is republished (a slow consumer is not a lost event).
     assert_eq!(delivery::catch_up_once(&app.state).await.unwrap(), 0);
     age_published(app).await;
     // Several instances run the catch-up at once: the event is handed back once.
-    let handed_back: u64 = futures::future::join_all(
-        (0..5).map(|_| delivery::catch_up_once(&app.state)),
-    )
-    .await
-    .into_iter()
-    .map(|r| r.unwrap())
-    .sum();
+    let handed_back: u64 =
+        futures::future::join_all((0..5).map(|_| delivery::catch_up_once(&app.state)))
+            .await
+            .into_iter()
+            .map(|r| r.unwrap())
+            .sum();
     assert_eq!(handed_back, 1, "only the undelivered order");
     outbox::relay_all(&app.state).await.unwrap();
-    assert_eq!(delivery::consume_once(&app.state, "consumer-a").await.unwrap(), 1);
+    assert_eq!(
+        delivery::consume_once(&app.state, "consumer-a")
+            .await
+            .unwrap(),
+        1
+    );
     let paid_event: String = sqlx::query_scalar(
         "SELECT event_id FROM outbox WHERE aggregate_id = $1 AND topic = 'order.paid'",
     )

@@ -612,7 +612,10 @@ async fn lagging_search_never_lets_a_second_charge_through() {
     // Wait (bounded) until the provider has made the charge booking never heard about.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     while env.charges(&o.order_id) == 0 {
-        assert!(std::time::Instant::now() < deadline, "the sandbox never charged");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sandbox never charged"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     // Search does not show it.
@@ -643,7 +646,13 @@ async fn lagging_search_never_lets_a_second_charge_through() {
     assert_eq!(summary.refunds, 0, "no refund needed");
     let state = payment_state(&env.app, &o.order_id).await;
     assert_eq!(
-        (&state["order"], &state["tickets"], &state["succeeded"], &state["refunds"], &state["events"]),
+        (
+            &state["order"],
+            &state["tickets"],
+            &state["succeeded"],
+            &state["refunds"],
+            &state["events"]
+        ),
         (&json!("PAID"), &json!(2), &json!(1), &json!(0), &json!(1))
     );
     let attempts = scalar(
@@ -684,17 +693,31 @@ async fn no_new_attempt_while_an_earlier_one_is_unknown() {
         .expect("request");
     assert!(resp.headers().contains_key("retry-after"));
     let (status, v) = json(resp).await;
-    assert_eq!((status, v["code"].as_str()), (409, Some("PAYMENT_IN_PROGRESS")), "{v}");
+    assert_eq!(
+        (status, v["code"].as_str()),
+        (409, Some("PAYMENT_IN_PROGRESS")),
+        "{v}"
+    );
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     while env.charges(&o.order_id) == 0 {
-        assert!(std::time::Instant::now() < deadline, "the sandbox never charged");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sandbox never charged"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     make_due(&env.app, &o.order_id).await;
     booking::payments::reconcile::run_once(&env.app.state)
         .await
         .unwrap();
-    let (status, v) = pay(&env.app, &o.token, &o.order_id, "other-card", "pm_card_mastercard").await;
+    let (status, v) = pay(
+        &env.app,
+        &o.token,
+        &o.order_id,
+        "other-card",
+        "pm_card_mastercard",
+    )
+    .await;
     assert_eq!((status, v["status"].as_str()), (200, Some("PAID")), "{v}");
     assert_eq!(v["payment"]["attempt"], 1);
     assert_eq!(env.charges(&o.order_id), 1);

@@ -411,10 +411,17 @@ async fn dashboard_refund_reverses_a_paid_order_once_under_concurrent_duplicates
     // 50 distinct events for the same refund.
     let intent = env.sandbox.order_summary(&o.order_id).intents[0].clone();
     let flushed = env.sandbox.flush_webhooks(false, true).await;
-    assert!(flushed.iter().all(|d| d["acknowledged"] == true), "{flushed:?}");
+    assert!(
+        flushed.iter().all(|d| d["acknowledged"] == true),
+        "{flushed:?}"
+    );
     let bodies: Vec<Vec<u8>> = (0..100)
         .map(|i| {
-            let id = if i % 2 == 0 { "evt_dup".to_owned() } else { format!("evt_refund_{i}") };
+            let id = if i % 2 == 0 {
+                "evt_dup".to_owned()
+            } else {
+                format!("evt_refund_{i}")
+            };
             refunded_event(&id, &intent)
         })
         .collect();
@@ -435,8 +442,15 @@ async fn dashboard_refund_reverses_a_paid_order_once_under_concurrent_duplicates
         json!({"order": "REFUNDED", "tickets": 2, "voided": 2, "sold": 0, "paid_events": 1,
                "refunded_events": 1, "disputed_events": 0})
     );
-    assert_eq!(seat(&env, "ev", "S1-R1-1").await, ("available".to_owned(), None));
-    assert_eq!(usage(&env, "ev", "alice").await, 0, "the fan's tickets no longer count");
+    assert_eq!(
+        seat(&env, "ev", "S1-R1-1").await,
+        ("available".to_owned(), None)
+    );
+    assert_eq!(
+        usage(&env, "ev", "alice").await,
+        0,
+        "the fan's tickets no longer count"
+    );
     let reasons: Vec<String> =
         sqlx::query_scalar("SELECT void_reason FROM tickets WHERE order_id = $1")
             .bind(&o.order_id)
@@ -452,7 +466,11 @@ async fn dashboard_refund_reverses_a_paid_order_once_under_concurrent_duplicates
             .unwrap();
     assert_eq!(payment.0, "refunded");
     assert_eq!(env.charges(&o.order_id), 1);
-    assert_eq!(env.refunds(&o.order_id), 1, "booking issued no refund of its own");
+    assert_eq!(
+        env.refunds(&o.order_id),
+        1,
+        "booking issued no refund of its own"
+    );
     // The released seat can be bought by another fan; the voided ticket stays on record.
     let bob = crate::helpers::order_seats(&env.app, "ev", "bob", &["S1-R1-1"]).await;
     let (status, v) = pay(&env.app, &bob.token, &bob.order_id, "b", "pm_card_visa").await;
@@ -483,14 +501,24 @@ async fn refund_before_the_success_with_stock_held_back() {
     let env = timeout_env().await;
     crate::helpers::create_refund_event(&env.app, "ev", "hold_back").await;
     let o = crate::helpers::order_seats(&env.app, "ev", "alice", &["S2-R1-1"]).await;
-    let (status, _) = pay(&env.app, &o.token, &o.order_id, "k", "pm_card_sandbox_timeout").await;
+    let (status, _) = pay(
+        &env.app,
+        &o.token,
+        &o.order_id,
+        "k",
+        "pm_card_sandbox_timeout",
+    )
+    .await;
     assert_eq!(status, 504);
     let intent_id = env.intents(&o.order_id)[0].clone();
     env.dashboard("refund", &intent_id).await;
     // Newest first, twice each: charge.refunded arrives before payment_intent.succeeded.
     let flushed = env.sandbox.flush_webhooks(true, true).await;
     assert_eq!(flushed[0]["type"], "charge.refunded");
-    assert!(flushed.iter().all(|d| d["acknowledged"] == true), "{flushed:?}");
+    assert!(
+        flushed.iter().all(|d| d["acknowledged"] == true),
+        "{flushed:?}"
+    );
     let state = reversal_state(&env, &o.order_id).await;
     assert_eq!(
         state,
@@ -503,7 +531,10 @@ async fn refund_before_the_success_with_stock_held_back() {
         ("held_back".to_owned(), Some(o.order_id.clone()))
     );
     let (_, counts) = crate::helpers::json(env.app.admin_get("/admin/events/ev").await).await;
-    assert_eq!((counts["held_back"].as_i64(), counts["sold"].as_i64()), (Some(1), Some(0)));
+    assert_eq!(
+        (counts["held_back"].as_i64(), counts["sold"].as_i64()),
+        (Some(1), Some(0))
+    );
     let bob = env.app.admission("bob", "ev");
     let (status, v) = crate::helpers::json(
         env.app
@@ -511,12 +542,29 @@ async fn refund_before_the_success_with_stock_held_back() {
             .await,
     )
     .await;
-    assert_eq!((status, v["code"].as_str()), (409, Some("SEAT_TAKEN")), "{v}");
+    assert_eq!(
+        (status, v["code"].as_str()),
+        (409, Some("SEAT_TAKEN")),
+        "{v}"
+    );
     // The fan's retry and reconciliation find nothing left to do.
-    let (status, v) = pay(&env.app, &o.token, &o.order_id, "k2", "pm_card_sandbox_timeout").await;
-    assert_eq!((status, v["status"].as_str()), (409, Some("REFUNDED")), "{v}");
+    let (status, v) = pay(
+        &env.app,
+        &o.token,
+        &o.order_id,
+        "k2",
+        "pm_card_sandbox_timeout",
+    )
+    .await;
+    assert_eq!(
+        (status, v["status"].as_str()),
+        (409, Some("REFUNDED")),
+        "{v}"
+    );
     crate::payments::make_due(&env.app, &o.order_id).await;
-    booking::payments::reconcile::run_once(&env.app.state).await.unwrap();
+    booking::payments::reconcile::run_once(&env.app.state)
+        .await
+        .unwrap();
     assert_eq!(reversal_state(&env, &o.order_id).await, state);
     assert_eq!((env.charges(&o.order_id), env.refunds(&o.order_id)), (1, 1));
 }
@@ -533,14 +581,21 @@ async fn dispute_before_the_success_then_refund_reverses_a_ga_order_once() {
     // The dispute (whose own metadata names nothing of ours) arrives first, twice.
     let flushed = env.sandbox.flush_webhooks(true, true).await;
     assert_eq!(flushed[0]["type"], "charge.dispute.created");
-    assert!(flushed.iter().all(|d| d["acknowledged"] == true), "{flushed:?}");
+    assert!(
+        flushed.iter().all(|d| d["acknowledged"] == true),
+        "{flushed:?}"
+    );
     let expected = json!({"order": "DISPUTED", "tickets": 3, "voided": 3, "sold": 0,
                           "paid_events": 1, "refunded_events": 0, "disputed_events": 1});
     assert_eq!(reversal_state(&env, &order).await, expected);
     let (_, counts) = crate::helpers::json(env.app.admin_get("/admin/events/ev").await).await;
     let floor = &counts["ga_tiers"][0];
     assert_eq!(
-        (floor["available"].as_i64(), floor["sold"].as_i64(), floor["held"].as_i64()),
+        (
+            floor["available"].as_i64(),
+            floor["sold"].as_i64(),
+            floor["held"].as_i64()
+        ),
         (Some(10), Some(0), Some(0)),
         "{counts}"
     );

@@ -253,7 +253,8 @@ async fn create_intent(State(inner): Shared, headers: HeaderMap, body: Bytes) ->
             Err(r) => *r,
         }
     });
-    run.await.unwrap_or_else(|_| injected_failure().into_response())
+    run.await
+        .unwrap_or_else(|_| injected_failure().into_response())
 }
 
 async fn create_intent_inner(
@@ -436,7 +437,8 @@ async fn create_refund(State(inner): Shared, headers: HeaderMap, body: Bytes) ->
             Err(r) => *r,
         }
     });
-    run.await.unwrap_or_else(|_| injected_failure().into_response())
+    run.await
+        .unwrap_or_else(|_| injected_failure().into_response())
 }
 
 async fn create_refund_inner(

@@ -252,7 +252,12 @@ async fn dashboard_refunds_and_disputes_send_stripe_shaped_webhooks() {
     let http = reqwest::Client::new();
     let (_, a, _) = create(&url, Some("d-1"), &intent("dash", "pm_card_visa")).await;
     let (_, b, _) = create(&url, Some("d-2"), &intent("dash2", "pm_card_visa")).await;
-    let (_, declined, _) = create(&url, Some("d-3"), &intent("dash3", "pm_card_chargeDeclined")).await;
+    let (_, declined, _) = create(
+        &url,
+        Some("d-3"),
+        &intent("dash3", "pm_card_chargeDeclined"),
+    )
+    .await;
     let a_id = a["id"].as_str().expect("id");
     let b_id = b["id"].as_str().expect("id");
     let post = |path: String, body: Option<Value>| {
@@ -271,7 +276,10 @@ async fn dashboard_refunds_and_disputes_send_stripe_shaped_webhooks() {
     assert_eq!(refund["amount"], 1000);
     // Twice is refused: the money went back once.
     let (s, again) = post(format!("/_sandbox/payment_intents/{a_id}/refund"), None).await;
-    assert_eq!((s, again["error"]["code"].as_str()), (400, Some("charge_already_refunded")));
+    assert_eq!(
+        (s, again["error"]["code"].as_str()),
+        (400, Some("charge_already_refunded"))
+    );
     let (s, dispute) = post(
         format!("/_sandbox/payment_intents/{b_id}/dispute"),
         Some(json!({"reason": "product_not_received"})),
@@ -288,7 +296,11 @@ async fn dashboard_refunds_and_disputes_send_stripe_shaped_webhooks() {
     let declined_id = declined["error"]["payment_intent"]["id"]
         .as_str()
         .expect("declined intent id");
-    let (s, _) = post(format!("/_sandbox/payment_intents/{declined_id}/dispute"), None).await;
+    let (s, _) = post(
+        format!("/_sandbox/payment_intents/{declined_id}/dispute"),
+        None,
+    )
+    .await;
     assert_eq!(s, 400);
     let (s, _) = post("/_sandbox/payment_intents/pi_nope/refund".into(), None).await;
     assert_eq!(s, 404);
@@ -326,7 +338,10 @@ async fn dashboard_refunds_and_disputes_send_stripe_shaped_webhooks() {
     tokio::spawn(async move { axum::serve(listener, receiver).await });
     sb.update(|s| s.webhook_url = hook);
     let delivered = sb.flush_webhooks(false, false).await;
-    assert!(delivered.iter().all(|d| d["acknowledged"] == true), "{delivered:?}");
+    assert!(
+        delivered.iter().all(|d| d["acknowledged"] == true),
+        "{delivered:?}"
+    );
     let events = seen.lock().unwrap().clone();
     let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
     assert_eq!(
@@ -347,5 +362,9 @@ async fn dashboard_refunds_and_disputes_send_stripe_shaped_webhooks() {
     let dispute = &events[4]["data"]["object"];
     assert_eq!(dispute["object"], "dispute");
     assert_eq!(dispute["payment_intent"], b_id);
-    assert!(dispute["charge"].as_str().is_some_and(|c| c.starts_with("ch_")));
+    assert!(
+        dispute["charge"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("ch_"))
+    );
 }
