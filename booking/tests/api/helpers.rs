@@ -256,3 +256,43 @@ pub async fn order_ga(
     let id = order["id"].as_str().expect("order id").to_owned();
     (token, id)
 }
+
+/// Creates a product of `event` with `stock` units. (Products belong to an event once the
+/// events work lands: `event` then goes into the body here, and nowhere else.)
+pub async fn create_event_product(
+    app: &TestApp,
+    _event: &str,
+    sku: &str,
+    price: i64,
+    stock: i64,
+    hot: bool,
+) {
+    crate::products::create_product(app, sku, price, stock, hot).await;
+}
+
+/// Puts `quantity` of `sku` in `account`'s cart and orders the cart. Returns (admission
+/// token, order id).
+pub async fn order_cart(
+    app: &TestApp,
+    event: &str,
+    account: &str,
+    sku: &str,
+    quantity: i64,
+) -> (String, String) {
+    let token = app.admission(account, event);
+    let resp = crate::products::put_line(app, &token, sku, serde_json::json!(quantity)).await;
+    assert!(resp.status().is_success(), "{}", resp.status());
+    let (status, order) = json(
+        crate::products::post_order(
+            app,
+            &token,
+            &format!("cart-order-{account}"),
+            &serde_json::json!({"source": "cart"}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 201, "{order}");
+    let id = order["id"].as_str().expect("order id").to_owned();
+    (token, id)
+}

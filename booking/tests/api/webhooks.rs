@@ -607,3 +607,29 @@ async fn dispute_before_the_success_then_refund_reverses_a_ga_order_once() {
     assert_eq!(counts["ga_tiers"][0]["available"], 10);
     assert_eq!(usage(&env, "ev", "alice").await, 0);
 }
+
+#[tokio::test]
+async fn dashboard_refund_of_a_cart_order_returns_its_stock_once() {
+    let env = PayEnv::spawn().await;
+    crate::helpers::create_refund_event(&env.app, "shop", "release").await;
+    crate::helpers::create_event_product(&env.app, "shop", "MUG", 1500, 10, false).await;
+    let (token, order) = crate::helpers::order_cart(&env.app, "shop", "alice", "MUG", 3).await;
+    let (status, v) = pay(&env.app, &token, &order, "k", "pm_card_visa").await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(crate::products::stock(&env.app, "MUG").await, (7, 0, 3));
+    let intent_id = env.intents(&order)[0].clone();
+    env.dashboard("refund", &intent_id).await;
+    env.sandbox.flush_webhooks(true, true).await;
+    env.sandbox.flush_webhooks(false, true).await;
+    let state = reversal_state(&env, &order).await;
+    assert_eq!(
+        (&state["order"], &state["refunded_events"]),
+        (&json!("REFUNDED"), &json!(1))
+    );
+    assert_eq!(crate::products::stock(&env.app, "MUG").await, (10, 0, 0));
+    // Another fan can buy the returned units.
+    let (token, bob) = crate::helpers::order_cart(&env.app, "shop", "bob", "MUG", 10).await;
+    let (status, v) = pay(&env.app, &token, &bob, "k", "pm_card_visa").await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(crate::products::stock(&env.app, "MUG").await, (0, 0, 10));
+}
