@@ -633,3 +633,55 @@ async fn dashboard_refund_of_a_cart_order_returns_its_stock_once() {
     assert_eq!(status, 200, "{v}");
     assert_eq!(crate::products::stock(&env.app, "MUG").await, (0, 0, 10));
 }
+
+#[tokio::test]
+async fn racing_refund_and_dispute_webhooks_reverse_the_order_exactly_once() {
+    let env = PayEnv::spawn().await;
+    crate::helpers::create_refund_event(&env.app, "ev", "release").await;
+    let o = crate::helpers::order_seats(&env.app, "ev", "alice", &["S1-R2-1", "S1-R2-2"]).await;
+    let (status, _) = pay(&env.app, &o.token, &o.order_id, "k", "pm_card_visa").await;
+    assert_eq!(status, 200);
+    let intent = env.sandbox.order_summary(&o.order_id).intents[0].clone();
+    // 100 concurrent deliveries: refunds and disputes of the same charge, each under its own
+    // event id, the way two dashboards (operator and bank) would send them.
+    let bodies: Vec<Vec<u8>> = (0..100)
+        .map(|i| {
+            if i % 2 == 0 {
+                refunded_event(&format!("evt_r{i}"), &intent)
+            } else {
+                serde_json::to_vec(&json!({
+                    "id": format!("evt_d{i}"), "object": "event", "type": "charge.dispute.created",
+                    "data": {"object": {
+                        "id": "dp_race", "object": "dispute", "amount": intent.amount,
+                        "charge": intent.latest_charge, "payment_intent": intent.id,
+                        "reason": "fraudulent", "status": "needs_response", "metadata": {},
+                    }},
+                }))
+                .expect("event")
+            }
+        })
+        .collect();
+    let statuses = futures::future::join_all(bodies.iter().map(|body| {
+        let env = &env;
+        async move {
+            let sig = signature_header(WEBHOOK_SECRET, unix_now(), body);
+            post_webhook(env, Some(sig), body).await.0
+        }
+    }))
+    .await;
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    let state = reversal_state(&env, &o.order_id).await;
+    let order = state["order"].as_str().expect("status");
+    assert!(order == "REFUNDED" || order == "DISPUTED", "{state}");
+    let reversals = state["refunded_events"].as_i64().unwrap_or(0)
+        + state["disputed_events"].as_i64().unwrap_or(0);
+    assert_eq!(reversals, 1, "{state}");
+    assert_eq!((&state["voided"], &state["sold"]), (&json!(2), &json!(0)));
+    assert_eq!(seat(&env, "ev", "S1-R2-1").await.0, "available");
+    assert_eq!(usage(&env, "ev", "alice").await, 0);
+    let recorded: i64 = sqlx::query_scalar("SELECT count(*) FROM payment_webhook_events")
+        .fetch_one(&env.app.pool)
+        .await
+        .unwrap();
+    assert_eq!(recorded, 100, "every event applied (once)");
+}
