@@ -11,6 +11,12 @@
 //!   `delivery_reclaim_idle_ms` (`XAUTOCLAIM`) and processes them again.
 //! - A message that cannot be understood is moved to `<stream>:dead` and acknowledged, so it
 //!   cannot block the group forever.
+//! - An event the stream lost after the relay marked it published (a Redis rollback — AOF
+//!   `everysec`, a failover, a restore — or a trim) is recovered from Postgres: the catch-up
+//!   job ([`catch_up_once`]) finds `order.paid` events of still-paid orders that have no
+//!   delivery row `delivery_catch_up_grace_s` after their publication and hands them back
+//!   to the relay, which publishes them again under the same `event_id`; the delivery row's
+//!   key makes that exactly once even when the original entry was only slow.
 
 use crate::outbox::stream_key;
 use crate::state::AppState;
@@ -227,4 +233,43 @@ pub async fn consume_once(state: &AppState, consumer: &str) -> anyhow::Result<us
         handle(state, consumer, entry).await?;
     }
     Ok(entries.len())
+}
+
+/// Delivery catch-up: `order.paid` outbox rows of orders that are still `PAID`, published
+/// more than `delivery_catch_up_grace_s` ago (and within `delivery_catch_up_window_s`) and
+/// never delivered, are marked unpublished again — one statement, `FOR UPDATE SKIP LOCKED`,
+/// so any number of instances can run it — and the relay publishes them again with their
+/// own `event_id`. Returns how many were handed back. A republished row gets a new
+/// `published_at`, so a consumer that is merely slow sees it again only after another grace.
+pub async fn catch_up_once(state: &AppState) -> anyhow::Result<u64> {
+    let settings = &state.config.outbox;
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "UPDATE outbox o SET published_at = NULL, claimed_until = NULL
+          WHERE o.id IN (
+                SELECT x.id FROM outbox x JOIN orders ord ON ord.id = x.aggregate_id
+                 WHERE x.topic = 'order.paid'
+                   AND x.published_at <= clock_timestamp() - make_interval(secs => $1)
+                   AND x.published_at > clock_timestamp() - make_interval(secs => $2)
+                   AND ord.status = 'PAID'
+                   AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = x.event_id)
+                 ORDER BY x.id
+                 LIMIT $3
+                 FOR UPDATE OF x SKIP LOCKED)
+         RETURNING o.id",
+    )
+    .bind(settings.delivery_catch_up_grace_s as f64)
+    .bind(settings.delivery_catch_up_window_s.max(1) as f64)
+    .bind(settings.relay_batch.max(1))
+    .fetch_all(&state.pool)
+    .await
+    .context("delivery catch-up failed")?;
+    let n = ids.len() as u64;
+    if n > 0 {
+        tracing::warn!(
+            events = n,
+            "order.paid events published but never delivered (stream entries lost?): republishing"
+        );
+        state.metrics.payments.delivery_catch_up.inc_by(n);
+    }
+    Ok(n)
 }

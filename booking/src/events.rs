@@ -51,6 +51,28 @@ pub struct CreateEvent {
     pub seat_map: SeatMap,
     #[serde(default)]
     pub ga_tiers: Vec<GaTierSpec>,
+    /// What a refund or dispute of a paid order does with its seats/units.
+    #[serde(default)]
+    pub refund_stock: RefundStock,
+}
+
+/// `refund_stock`: units of an order refunded or disputed at the provider go back on sale
+/// (`release`, the default) or are held back, neither sold nor on sale (`hold_back`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefundStock {
+    #[default]
+    Release,
+    HoldBack,
+}
+
+impl RefundStock {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RefundStock::Release => "release",
+            RefundStock::HoldBack => "hold_back",
+        }
+    }
 }
 
 fn default_ttl() -> i32 {
@@ -121,6 +143,7 @@ pub struct EventCreated {
     pub seats: u64,
     pub price_tiers: Vec<PriceTier>,
     pub ga_tiers: Vec<GaTierSpec>,
+    pub refund_stock: RefundStock,
 }
 
 /// Section and tier names: 1..=32 ASCII letters, digits, `-`, `_` (they become part of seat ids).
@@ -312,8 +335,9 @@ async fn insert_event(state: &AppState, req: CreateEvent, seats: u64) -> ApiResu
     let result = async {
         let mut tx = state.pool.begin().await?;
         let inserted: Option<String> = sqlx::query_scalar(
-            "INSERT INTO events (id, name, venue, sale_start, hold_ttl_s, max_tickets_per_account)
-             VALUES ($1, $2, $3, $4, $5, $6)
+            "INSERT INTO events (id, name, venue, sale_start, hold_ttl_s, max_tickets_per_account,
+                                 refund_stock)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)
              ON CONFLICT (id) DO NOTHING
              RETURNING id",
         )
@@ -323,6 +347,7 @@ async fn insert_event(state: &AppState, req: CreateEvent, seats: u64) -> ApiResu
         .bind(req.sale_start)
         .bind(req.hold_ttl_s)
         .bind(req.max_tickets_per_account)
+        .bind(req.refund_stock.as_str())
         .fetch_optional(&mut *tx)
         .await?;
         if inserted.is_none() {
@@ -452,6 +477,7 @@ async fn insert_event(state: &AppState, req: CreateEvent, seats: u64) -> ApiResu
         seats,
         price_tiers: req.price_tiers,
         ga_tiers: req.ga_tiers,
+        refund_stock: req.refund_stock,
     })
 }
 
@@ -464,6 +490,8 @@ pub struct GaCounts {
     pub available: i64,
     pub held: i64,
     pub sold: i64,
+    /// Units of refunded/disputed orders held back (`refund_stock = "hold_back"`).
+    pub held_back: i64,
 }
 
 #[derive(Debug, Serialize)]
@@ -478,6 +506,9 @@ pub struct EventCounts {
     pub available: i64,
     pub held: i64,
     pub sold: i64,
+    /// Seats of refunded/disputed orders held back (`refund_stock = "hold_back"`).
+    pub held_back: i64,
+    pub refund_stock: String,
     pub ga_tiers: Vec<GaCounts>,
 }
 
@@ -494,7 +525,7 @@ async fn get_event(
     crate::holds::counted(&state, r).map(ApiJson)
 }
 
-type EventRow = (String, String, String, DateTime<Utc>, i32, i32);
+type EventRow = (String, String, String, DateTime<Utc>, i32, i32, String);
 
 /// Counts from one snapshot (REPEATABLE READ), so seats and GA add up to the same moment.
 /// A seat held past `held_until` counts as available: the next hold takes it. GA `held`
@@ -508,21 +539,24 @@ async fn event_counts(state: &AppState, event: &str) -> ApiResult<EventCounts> {
         .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         .await?;
     let row: Option<EventRow> = sqlx::query_as(
-        "SELECT id, name, venue, sale_start, hold_ttl_s, max_tickets_per_account
+        "SELECT id, name, venue, sale_start, hold_ttl_s, max_tickets_per_account, refund_stock
          FROM events WHERE id = $1",
     )
     .bind(event)
     .fetch_optional(&mut *tx)
     .await?;
-    let Some((id, name, venue, sale_start, hold_ttl_s, max_tickets_per_account)) = row else {
+    let Some((id, name, venue, sale_start, hold_ttl_s, max_tickets_per_account, refund_stock)) =
+        row
+    else {
         return Err(crate::holds::unknown_event());
     };
-    let (seats, available, held, sold): (i64, i64, i64, i64) = sqlx::query_as(
+    let (seats, available, held, sold, held_back): (i64, i64, i64, i64, i64) = sqlx::query_as(
         "SELECT count(*),
                 count(*) FILTER (WHERE status = 'available'
                                  OR (status = 'held' AND held_until <= clock_timestamp())),
                 count(*) FILTER (WHERE status = 'held' AND held_until > clock_timestamp()),
-                count(*) FILTER (WHERE status = 'sold')
+                count(*) FILTER (WHERE status = 'sold'),
+                count(*) FILTER (WHERE status = 'held_back')
          FROM seats WHERE event_id = $1",
     )
     .bind(event)
@@ -531,9 +565,10 @@ async fn event_counts(state: &AppState, event: &str) -> ApiResult<EventCounts> {
     let ga_tiers: Vec<GaCounts> = sqlx::query_as(
         "SELECT t.tier, t.price, t.capacity, t.shards,
                 COALESCE(sum(c.available), 0)::bigint AS available,
-                (t.capacity - COALESCE(sum(c.available), 0) - COALESCE(sum(c.sold), 0))::bigint
-                    AS held,
-                COALESCE(sum(c.sold), 0)::bigint AS sold
+                (t.capacity - COALESCE(sum(c.available), 0) - COALESCE(sum(c.sold), 0)
+                    - COALESCE(sum(c.held_back), 0))::bigint AS held,
+                COALESCE(sum(c.sold), 0)::bigint AS sold,
+                COALESCE(sum(c.held_back), 0)::bigint AS held_back
          FROM ga_tiers t LEFT JOIN ga_counters c USING (event_id, tier)
          WHERE t.event_id = $1
          GROUP BY t.tier, t.price, t.capacity, t.shards
@@ -554,6 +589,8 @@ async fn event_counts(state: &AppState, event: &str) -> ApiResult<EventCounts> {
         available,
         held,
         sold,
+        held_back,
+        refund_stock,
         ga_tiers,
     })
 }

@@ -4,7 +4,7 @@
 //!
 //! # Status transitions
 //! ```text
-//! PENDING_PAYMENT ──pay──────> PAID ──refund──> REFUNDED
+//! PENDING_PAYMENT ──pay──────> PAID ──refund / dispute at the provider──> REFUNDED | DISPUTED
 //!        │ ├──expiry job────> EXPIRED     (units/hold returned)
 //!        │ └──cancel────────> CANCELLED   (units/hold returned)
 //! ```

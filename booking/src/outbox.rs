@@ -39,6 +39,12 @@ pub struct OutboxSettings {
     pub delivery_poll_ms: u64,
     pub delivery_batch: usize,
     pub delivery_reclaim_idle_ms: u64,
+    /// Delivery catch-up (see [`crate::delivery::catch_up_once`]): how often it runs, how
+    /// long after its publication an `order.paid` event may still be undelivered before it
+    /// is published again, and how far back it looks.
+    pub delivery_catch_up_interval_ms: u64,
+    pub delivery_catch_up_grace_s: u64,
+    pub delivery_catch_up_window_s: u64,
 }
 
 impl Default for OutboxSettings {
@@ -51,6 +57,9 @@ impl Default for OutboxSettings {
             delivery_poll_ms: 200,
             delivery_batch: 100,
             delivery_reclaim_idle_ms: 30_000,
+            delivery_catch_up_interval_ms: 60_000,
+            delivery_catch_up_grace_s: 300,
+            delivery_catch_up_window_s: 7 * 86_400,
         }
     }
 }

@@ -8,8 +8,13 @@
 //!   outside any transaction, and the outcome is applied by [`flow::apply_success`] — the
 //!   one conditional transition (`WHERE status = 'PENDING_PAYMENT'`) that the webhook and the
 //!   reconciliation job use too, so whichever arrives first wins and the others are no-ops.
-//! - [`reconcile`]: asks the provider about attempts nobody heard back about, and retries
-//!   pending refunds.
+//! - [`reconcile`]: asks the provider about attempts nobody heard back about — by the
+//!   attempt's own idempotency key, never trusting a search that may lag — and retries
+//!   pending refunds. An attempt whose outcome is unknown stays `pending`, and while it does
+//!   no other attempt of its order can start (one pending attempt per order).
+//! - [`reversal`]: refunds and disputes made on the provider's side (`charge.refunded`,
+//!   `charge.dispute.created`) reverse a paid order once: `REFUNDED`/`DISPUTED`, tickets
+//!   voided, stock back on sale or held back per the event's `refund_stock`.
 //!
 //! Money that arrives for an order that can no longer be fulfilled (expired, cancelled, hold
 //! lost, already paid by another attempt) is refunded with an idempotency key derived from the
@@ -18,6 +23,7 @@
 pub mod flow;
 pub mod provider;
 pub mod reconcile;
+pub mod reversal;
 pub mod stripe;
 
 use secrecy::SecretString;
@@ -50,6 +56,11 @@ pub struct PaymentSettings {
     pub pay_pin_s: u64,
     /// An attempt nobody heard back about is reconciled this long after it started.
     pub reconcile_after_s: u64,
+    /// How long after an attempt started the provider's search is trusted to list it
+    /// (Stripe's search trails writes: under a minute normally, up to an hour during
+    /// incidents). Only then may an attempt that neither search, a webhook nor its own
+    /// idempotency key has shown be closed as never charged.
+    pub search_horizon_s: u64,
     pub reconcile_interval_ms: u64,
     pub reconcile_batch: i64,
 }
@@ -66,6 +77,7 @@ impl Default for PaymentSettings {
             in_progress_wait_ms: 5_000,
             pay_pin_s: 120,
             reconcile_after_s: 60,
+            search_horizon_s: 3_600,
             reconcile_interval_ms: 15_000,
             reconcile_batch: 100,
         }
@@ -80,6 +92,10 @@ pub struct PaymentMetrics {
     pub webhooks: prometheus::IntCounterVec,
     /// Refunds issued for payments that could not be honoured.
     pub refunds: prometheus::IntCounter,
+    /// Paid orders reversed by a provider-side refund or dispute, by resulting status.
+    pub reversals: prometheus::IntCounterVec,
+    /// Paid orders whose lost ticket-delivery event was published again from Postgres.
+    pub delivery_catch_up: prometheus::IntCounter,
     /// Attempts the reconciliation job resolved, by outcome.
     pub reconciled: prometheus::IntCounterVec,
     /// Outbox rows published to streams.
@@ -103,6 +119,17 @@ impl PaymentMetrics {
                 &["result"],
             )?,
             refunds: IntCounter::new("payment_refunds_total", "Refunds issued")?,
+            reversals: IntCounterVec::new(
+                Opts::new(
+                    "payment_reversals_total",
+                    "Paid orders reversed by a provider-side refund or dispute",
+                ),
+                &["status"],
+            )?,
+            delivery_catch_up: IntCounter::new(
+                "ticket_delivery_catch_up_total",
+                "Paid orders whose ticket-delivery event was published again from Postgres",
+            )?,
             reconciled: IntCounterVec::new(
                 Opts::new(
                     "payment_reconciled_total",
@@ -129,6 +156,8 @@ impl PaymentMetrics {
         registry.register(Box::new(m.attempts.clone()))?;
         registry.register(Box::new(m.webhooks.clone()))?;
         registry.register(Box::new(m.refunds.clone()))?;
+        registry.register(Box::new(m.reversals.clone()))?;
+        registry.register(Box::new(m.delivery_catch_up.clone()))?;
         registry.register(Box::new(m.reconciled.clone()))?;
         registry.register(Box::new(m.outbox_published.clone()))?;
         registry.register(Box::new(m.outbox_oldest_s.clone()))?;
@@ -137,8 +166,9 @@ impl PaymentMetrics {
     }
 }
 
-/// The background jobs of this area: payment reconciliation, the outbox relay and the
-/// ticket-delivery consumer. Each is safe on any number of instances.
+/// The background jobs of this area: payment reconciliation, the outbox relay, the
+/// ticket-delivery consumer and its catch-up from Postgres. Each is safe on any number of
+/// instances.
 pub fn spawn_jobs(
     state: &crate::state::AppState,
     stop: &tokio::sync::watch::Receiver<bool>,
@@ -191,7 +221,22 @@ pub fn spawn_jobs(
             },
         )
     };
-    vec![reconcile, relay, delivery]
+    let catch_up = {
+        let state = state.clone();
+        spawn_periodic(
+            "ticket-delivery-catch-up",
+            every(state.config.outbox.delivery_catch_up_interval_ms),
+            stop.clone(),
+            move || {
+                let state = state.clone();
+                async move {
+                    crate::delivery::catch_up_once(&state).await?;
+                    Ok(())
+                }
+            },
+        )
+    };
+    vec![reconcile, relay, delivery, catch_up]
 }
 
 #[cfg(test)]

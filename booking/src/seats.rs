@@ -134,6 +134,8 @@ async fn render(state: &AppState, event: &str) -> ApiResult<Bytes> {
     let seats: Vec<SeatView> = sqlx::query_as(
         "SELECT seat_id, section, row_no, number, tier,
                 CASE WHEN status = 'held' AND held_until <= clock_timestamp() THEN 'available'
+                     -- Held back after a refund: to a fan it is simply not for sale.
+                     WHEN status = 'held_back' THEN 'sold'
                      ELSE status END AS status
          FROM seats WHERE event_id = $1
          ORDER BY section, row_no, number, seat_id",

@@ -14,10 +14,15 @@
 //!   ([`crate::payments::flow`]): whichever of the two arrives first wins, the other changes
 //!   nothing, whatever the order of arrival. A success for an order that can no longer take
 //!   it is refunded, never resurrected.
+//! - `charge.refunded` / `charge.dispute.created` for a paid order reverse it once
+//!   ([`crate::payments::reversal`]): `REFUNDED` / `DISPUTED`, tickets voided, stock back on
+//!   sale or held back, whatever the order and duplication of the events.
 
 use crate::db;
 use crate::error::{ApiError, ApiResult};
 use crate::payments::flow::{self, Success};
+use crate::payments::provider::ProviderError;
+use crate::payments::reversal::{self, Reversal, Reversed};
 use crate::state::AppState;
 use axum::Router;
 use axum::body::Bytes;
@@ -204,6 +209,27 @@ async fn receive(
             "webhook body is not a provider event",
         )
     })?;
+    match event.kind.as_str() {
+        "payment_intent.succeeded" | "payment_intent.payment_failed" => {
+            apply_payment_event(&state, &event).await
+        }
+        "charge.refunded" | "charge.dispute.created" => apply_reversal_event(&state, &event).await,
+        _ => ignored(&state),
+    }
+}
+
+fn ignored(state: &AppState) -> ApiResult<axum::Json<Value>> {
+    count(state, "ignored");
+    Ok(axum::Json(json!({"received": true, "ignored": true})))
+}
+
+fn duplicate(state: &AppState) -> ApiResult<axum::Json<Value>> {
+    count(state, "duplicate");
+    Ok(axum::Json(json!({"received": true, "duplicate": true})))
+}
+
+/// `payment_intent.succeeded` / `payment_intent.payment_failed`: the attempt's outcome.
+async fn apply_payment_event(state: &AppState, event: &Event) -> ApiResult<axum::Json<Value>> {
     let payment_id = meta(&event.data.object, "payment_id").map(str::to_owned);
     let object_id = event
         .data
@@ -212,14 +238,8 @@ async fn receive(
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_owned();
-    let handled = !object_id.is_empty()
-        && matches!(
-            event.kind.as_str(),
-            "payment_intent.succeeded" | "payment_intent.payment_failed" | "charge.refunded"
-        );
-    let (Some(payment_id), true) = (payment_id, handled) else {
-        count(&state, "ignored");
-        return Ok(axum::Json(json!({"received": true, "ignored": true})));
+    let (Some(payment_id), false) = (payment_id, object_id.is_empty()) else {
+        return ignored(state);
     };
     let decline_code = event
         .data
@@ -237,13 +257,8 @@ async fn receive(
             "payment_intent.succeeded" => {
                 flow::apply_success_tx(&mut tx, &payment_id, &object_id).await?
             }
-            "payment_intent.payment_failed" => {
-                flow::apply_decline_tx(&mut tx, &payment_id, &object_id, &decline_code).await?;
-                Success::Unknown
-            }
             _ => {
-                let refund_id = format!("charge:{object_id}");
-                flow::apply_refunded_tx(&mut tx, &payment_id, &refund_id).await?;
+                flow::apply_decline_tx(&mut tx, &payment_id, &object_id, &decline_code).await?;
                 Success::Unknown
             }
         };
@@ -252,19 +267,128 @@ async fn receive(
     })
     .await?;
     let Some(outcome) = applied else {
-        count(&state, "duplicate");
-        return Ok(axum::Json(json!({"received": true, "duplicate": true})));
+        return duplicate(state);
     };
-    count(&state, "applied");
+    count(state, "applied");
     if let Success::RefundNeeded {
         payment_id,
         provider_payment_id,
     } = &outcome
     {
         // A failed refund stays refund_pending for reconciliation; the event itself is applied.
-        let _refunded = flow::refund(&state, payment_id, provider_payment_id).await;
+        let _refunded = flow::refund(state, payment_id, provider_payment_id).await;
     }
     Ok(axum::Json(json!({"received": true})))
+}
+
+/// `charge.refunded` / `charge.dispute.created`: a refund or dispute at the provider
+/// ([`reversal`]). The charge or dispute names its payment intent; the attempt is found by
+/// the payment's metadata, by the intent id we recorded, or — when this event overtook the
+/// success that would have recorded it — by asking the provider for the intent.
+async fn apply_reversal_event(state: &AppState, event: &Event) -> ApiResult<axum::Json<Value>> {
+    let object = &event.data.object;
+    let Some(intent_id) = object
+        .get("payment_intent")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty() && s.len() <= 255)
+        .map(str::to_owned)
+    else {
+        return ignored(state);
+    };
+    let object_id = object
+        .get("id")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let reversal = if event.kind == "charge.refunded" {
+        let amount = object.get("amount").and_then(Value::as_i64);
+        let refunded = object.get("amount_refunded").and_then(Value::as_i64);
+        let full = object.get("refunded").and_then(Value::as_bool) == Some(true)
+            || matches!((amount, refunded), (Some(a), Some(r)) if r >= a);
+        Reversal::Refund {
+            reference: format!("charge:{object_id}"),
+            full,
+        }
+    } else {
+        Reversal::Dispute {
+            reference: object_id,
+        }
+    };
+    let Some(payment_id) = find_payment(state, object, &intent_id).await? else {
+        return ignored(state);
+    };
+    let applied = db::retry(3, || async {
+        let mut tx = state.pool.begin().await?;
+        if !record_event(&mut tx, &event.id, &event.kind, &payment_id).await? {
+            return Ok::<_, sqlx::Error>(None);
+        }
+        let outcome = reversal::apply_tx(&mut tx, &payment_id, &intent_id, &reversal).await?;
+        tx.commit().await?;
+        Ok(Some(outcome))
+    })
+    .await?;
+    let Some(outcome) = applied else {
+        return duplicate(state);
+    };
+    count(state, "applied");
+    match &outcome {
+        Reversed::Order {
+            order_id,
+            status,
+            tickets_voided,
+            released_skus,
+        } => {
+            tracing::info!(order_id = %order_id, payment_id = %payment_id, status, tickets_voided,
+                "paid order reversed at the provider");
+            state
+                .metrics
+                .payments
+                .reversals
+                .with_label_values(&[*status])
+                .inc();
+            // Returned units of hot SKUs: let the flash gate admit them again.
+            for sku in released_skus {
+                if let Err(e) = crate::flash::reconcile(state, sku).await {
+                    tracing::warn!(error = ?e, sku, "flash gate reconcile after a refund failed");
+                }
+            }
+        }
+        Reversed::Partial => {
+            tracing::warn!(payment_id = %payment_id, "partial refund at the provider: order kept");
+        }
+        other => {
+            tracing::info!(payment_id = %payment_id, outcome = ?other, "reversal changed nothing")
+        }
+    }
+    Ok(axum::Json(json!({"received": true})))
+}
+
+/// Our attempt behind a provider payment intent, or `None` when it is not ours.
+async fn find_payment(
+    state: &AppState,
+    object: &Value,
+    intent_id: &str,
+) -> ApiResult<Option<String>> {
+    if let Some(id) = meta(object, "payment_id") {
+        return Ok(Some(id.to_owned()));
+    }
+    let known: Option<String> =
+        sqlx::query_scalar("SELECT id FROM payments WHERE provider_payment_id = $1")
+            .bind(intent_id)
+            .fetch_optional(&state.pool)
+            .await?;
+    if known.is_some() {
+        return Ok(known);
+    }
+    // Not recorded yet (this event overtook the success): the intent carries our metadata.
+    match state.payments.retrieve(intent_id).await {
+        Ok(p) => Ok(p.meta("payment_id").map(str::to_owned)),
+        Err(ProviderError::Rejected { status: 404, .. }) => Ok(None),
+        // Answer non-2xx: the provider retries the event later.
+        Err(e) => Err(ApiError::Unavailable(
+            anyhow::Error::new(e).context("could not look up the disputed/refunded payment"),
+        )),
+    }
 }
 
 /// Inserts the event id; false when it was applied before.

@@ -411,8 +411,13 @@ async fn settle_open_attempt(
 }
 
 /// Calls the provider, waiting out a concurrent request with the same key (another click of
-/// the same attempt) for up to `in_progress_wait_ms`.
-async fn call_provider(state: &AppState, a: &Attempt) -> Result<ProviderPayment, ProviderError> {
+/// the same attempt) for up to `in_progress_wait_ms`. Every call for one attempt sends the
+/// same key and parameters, so a repeat replays the provider's first outcome (reconciliation
+/// asks about an attempt this way).
+pub(crate) async fn call_provider(
+    state: &AppState,
+    a: &Attempt,
+) -> Result<ProviderPayment, ProviderError> {
     let req = CreatePayment {
         idempotency_key: a.provider_key.clone(),
         amount: a.amount,

@@ -22,6 +22,8 @@ pub const OLD_WEBHOOK_SECRET: &str = "whsec_test_previous_secret";
 pub struct PayEnv {
     pub app: TestApp,
     pub sandbox: Sandbox,
+    /// The sandbox's base URL (its API and "dashboard" endpoints).
+    pub provider_url: String,
 }
 
 impl PayEnv {
@@ -48,6 +50,7 @@ impl PayEnv {
         let handle = sb.sandbox();
         tokio::spawn(sb.run_until_stopped(std::future::pending()));
         let url = format!("http://127.0.0.1:{port}");
+        let provider_url = url.clone();
         let app = TestApp::spawn_with(move |c| {
             c.payments.provider_url = url;
             c.payments.api_key = SecretString::from(API_KEY);
@@ -64,7 +67,38 @@ impl PayEnv {
         PayEnv {
             app,
             sandbox: handle,
+            provider_url,
         }
+    }
+
+    /// The provider's payment intent ids for `order`, oldest first.
+    pub fn intents(&self, order: &str) -> Vec<String> {
+        self.sandbox
+            .order_summary(order)
+            .intents
+            .into_iter()
+            .map(|i| i.id)
+            .collect()
+    }
+
+    /// A refund (`"refund"`) or dispute (`"dispute"`) of a payment made in the provider's
+    /// dashboard; its webhook is queued or sent per the sandbox's webhook mode.
+    pub async fn dashboard(&self, action: &str, intent: &str) -> Value {
+        let (status, v) = json(
+            self.app
+                .client
+                .post(format!(
+                    "{}/_sandbox/payment_intents/{intent}/{action}",
+                    self.provider_url
+                ))
+                .bearer_auth(API_KEY)
+                .send()
+                .await
+                .expect("dashboard request"),
+        )
+        .await;
+        assert_eq!(status, 200, "{v}");
+        v
     }
 
     /// Charges the provider recorded for `order`.
@@ -488,32 +522,204 @@ async fn reconciliation_completes_an_order_whose_answer_was_lost() {
     assert_eq!(payment_state(&env.app, &o.order_id).await, state);
 }
 
-#[tokio::test]
-async fn reconciliation_closes_an_attempt_the_provider_never_saw() {
-    let env = PayEnv::spawn().await;
-    let o = seat_order(&env.app, "ev", true, "alice", &["S2-R2-1"]).await;
-    // An attempt recorded, then the process died before calling the provider.
+/// Inserts an attempt recorded just before the process died, before the provider was called.
+async fn insert_lost_attempt(app: &TestApp, order: &str) {
     sqlx::query(
         "INSERT INTO payments (id, order_id, account_id, attempt, provider_key, amount, currency,
                                payment_method, next_check_at)
          VALUES ('p-lost', $1, 'alice', 1, $1 || '-1', 8000, 'JPY', 'pm_card_visa',
                  clock_timestamp() - interval '1 second')",
     )
-    .bind(&o.order_id)
+    .bind(order)
+    .execute(&app.pool)
+    .await
+    .expect("insert attempt");
+}
+
+async fn attempt_status(app: &TestApp, payment: &str) -> String {
+    sqlx::query_scalar("SELECT status FROM payments WHERE id = $1")
+        .bind(payment)
+        .fetch_one(&app.pool)
+        .await
+        .expect("attempt")
+}
+
+/// Contract change (issue 14 item 6): an attempt the provider's search does not show is no
+/// longer closed as failed. While its order is payable it is settled by its own key: the
+/// replay makes the charge the fan asked for, once, and the order is paid by attempt 1.
+#[tokio::test]
+async fn reconciliation_settles_an_attempt_search_does_not_show_by_its_own_key() {
+    let env = PayEnv::spawn().await;
+    let o = seat_order(&env.app, "ev", true, "alice", &["S2-R2-1"]).await;
+    insert_lost_attempt(&env.app, &o.order_id).await;
+    booking::payments::reconcile::run_once(&env.app.state)
+        .await
+        .unwrap();
+    assert_eq!(attempt_status(&env.app, "p-lost").await, "succeeded");
+    assert_eq!(order_status(&env.app, &o.order_id).await, "PAID");
+    let (status, v) = pay(&env.app, &o.token, &o.order_id, "k", "pm_card_visa").await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["payment"]["attempt"], 1);
+    assert_eq!(env.charges(&o.order_id), 1);
+    assert_eq!(env.refunds(&o.order_id), 0);
+}
+
+/// An attempt of an order that can no longer be paid is never replayed (that could charge
+/// for nothing); it is closed only once the provider's search can be trusted to list it.
+#[tokio::test]
+async fn an_unseen_attempt_of_an_unpayable_order_is_closed_only_after_the_search_horizon() {
+    let env = PayEnv::spawn().await;
+    let o = seat_order(&env.app, "ev", true, "alice", &["S2-R2-1"]).await;
+    insert_lost_attempt(&env.app, &o.order_id).await;
+    expire_order_in_db(&env.app, &o.order_id).await;
+    booking::payments::reconcile::run_once(&env.app.state)
+        .await
+        .unwrap();
+    assert_eq!(attempt_status(&env.app, "p-lost").await, "pending");
+    sqlx::query(
+        "UPDATE payments SET created_at = clock_timestamp() - interval '2 hours',
+                             next_check_at = clock_timestamp() - interval '1 second'
+          WHERE id = 'p-lost'",
+    )
     .execute(&env.app.pool)
     .await
     .unwrap();
     booking::payments::reconcile::run_once(&env.app.state)
         .await
         .unwrap();
-    let st: String = sqlx::query_scalar("SELECT status FROM payments WHERE id = 'p-lost'")
-        .fetch_one(&env.app.pool)
+    assert_eq!(attempt_status(&env.app, "p-lost").await, "failed");
+    assert_eq!(env.sandbox.order_summary(&o.order_id).intents.len(), 0);
+}
+
+/// Issue 14 item 6: the provider's search lags (the sandbox hides intents younger than an
+/// hour), the first attempt times out at booking although the provider charged it, and
+/// reconciliation runs before the fan pays again. Exactly one charge, no refund, paid once.
+#[tokio::test]
+async fn lagging_search_never_lets_a_second_charge_through() {
+    // The provider takes 2.5 s, booking gives up after 1.5 s.
+    let env = PayEnv::spawn_with(
+        |c| c.payments.request_timeout_ms = 1_500,
+        |s| {
+            s.latency_ms = 2_500;
+            s.search_lag_s = 3_600;
+        },
+    )
+    .await;
+    let o = seat_order(&env.app, "ev", true, "alice", &["S1-R1-1", "S1-R1-2"]).await;
+    let (status, v) = pay(&env.app, &o.token, &o.order_id, "first", "pm_card_visa").await;
+    assert_eq!(status, 504, "{v}");
+    env.sandbox.update(|s| s.latency_ms = 0);
+    // Wait (bounded) until the provider has made the charge booking never heard about.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while env.charges(&o.order_id) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sandbox never charged"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // Search does not show it.
+    let found = env
+        .app
+        .state
+        .payments
+        .find_by_order(&o.order_id)
         .await
         .unwrap();
-    assert_eq!(st, "failed");
-    let (status, v) = pay(&env.app, &o.token, &o.order_id, "k", "pm_card_visa").await;
+    assert!(found.is_empty());
+    // Reconciliation comes round before the fan does.
+    make_due(&env.app, &o.order_id).await;
+    assert_eq!(
+        booking::payments::reconcile::run_once(&env.app.state)
+            .await
+            .unwrap(),
+        1
+    );
+    // The fan pays again, with a new key and even another card.
+    let (status, v) = pay(&env.app, &o.token, &o.order_id, "second", "pm_card_visa").await;
     assert_eq!(status, 200, "{v}");
-    assert_eq!(v["payment"]["attempt"], 2);
+    assert_eq!(v["status"], "PAID");
+    let (status, v) = pay(&env.app, &o.token, &o.order_id, "third", "pm_card_amex").await;
+    assert_eq!((status, v["status"].as_str()), (200, Some("PAID")), "{v}");
+    let summary = env.sandbox.order_summary(&o.order_id);
+    assert_eq!(summary.charges, 1, "exactly one charge at the provider");
+    assert_eq!(summary.refunds, 0, "no refund needed");
+    let state = payment_state(&env.app, &o.order_id).await;
+    assert_eq!(
+        (
+            &state["order"],
+            &state["tickets"],
+            &state["succeeded"],
+            &state["refunds"],
+            &state["events"]
+        ),
+        (&json!("PAID"), &json!(2), &json!(1), &json!(0), &json!(1))
+    );
+    let attempts = scalar(
+        &env.app,
+        "SELECT count(*) FROM payments WHERE order_id = $1",
+        &o.order_id,
+    )
+    .await;
+    assert_eq!(attempts, 1, "no second attempt was ever started");
+}
+
+/// While an attempt's outcome is unknown, no other attempt starts: a pay with another card
+/// is told to wait (`409 PAYMENT_IN_PROGRESS`, `Retry-After`), and once the attempt is settled
+/// by its key the order is paid by it, once.
+#[tokio::test]
+async fn no_new_attempt_while_an_earlier_one_is_unknown() {
+    let env = PayEnv::spawn_with(
+        |c| c.payments.request_timeout_ms = 1_500,
+        |s| {
+            s.latency_ms = 2_500;
+            s.search_lag_s = 3_600;
+        },
+    )
+    .await;
+    let o = seat_order(&env.app, "ev", true, "alice", &["S1-R2-1"]).await;
+    let (status, _) = pay(&env.app, &o.token, &o.order_id, "first", "pm_card_visa").await;
+    assert_eq!(status, 504);
+    env.sandbox.update(|s| s.latency_ms = 0);
+    let resp = env
+        .app
+        .client
+        .post(env.app.url(&format!("/api/orders/{}/pay", o.order_id)))
+        .bearer_auth(&o.token)
+        .header("Idempotency-Key", "other-card")
+        .json(&json!({"payment_method": "pm_card_mastercard"}))
+        .send()
+        .await
+        .expect("request");
+    assert!(resp.headers().contains_key("retry-after"));
+    let (status, v) = json(resp).await;
+    assert_eq!(
+        (status, v["code"].as_str()),
+        (409, Some("PAYMENT_IN_PROGRESS")),
+        "{v}"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while env.charges(&o.order_id) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sandbox never charged"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    make_due(&env.app, &o.order_id).await;
+    booking::payments::reconcile::run_once(&env.app.state)
+        .await
+        .unwrap();
+    let (status, v) = pay(
+        &env.app,
+        &o.token,
+        &o.order_id,
+        "other-card",
+        "pm_card_mastercard",
+    )
+    .await;
+    assert_eq!((status, v["status"].as_str()), (200, Some("PAID")), "{v}");
+    assert_eq!(v["payment"]["attempt"], 1);
     assert_eq!(env.charges(&o.order_id), 1);
 }
 

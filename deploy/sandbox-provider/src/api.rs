@@ -9,9 +9,16 @@
 //! - `pm_card_sandbox_timeout`: the charge succeeds but the response is held back
 //!   `timeout_delay_ms` (a client timeout after the money moved);
 //! - `pm_card_sandbox_error`: `500` before anything happens.
+//!
+//! "Dashboard" actions (what an operator or the card network does on the provider's side,
+//! outside the merchant's API calls), each announced by its Stripe-shaped webhook:
+//! - `POST /_sandbox/payment_intents/{id}/refund` (`{"amount": n}` optional, default the
+//!   rest) → `charge.refunded` with the charge as `data.object`;
+//! - `POST /_sandbox/payment_intents/{id}/dispute` (`{"reason": "..."}` optional) →
+//!   `charge.dispute.created` with the dispute (`charge`, `payment_intent`) as `data.object`.
 
 use crate::SandboxInner;
-use crate::store::{IdemBegin, Intent, Refund, RefundError};
+use crate::store::{Dispute, DisputeError, IdemBegin, Intent, Refund, RefundError};
 use crate::webhooks;
 use axum::Router;
 use axum::body::Bytes;
@@ -40,6 +47,14 @@ pub fn router(inner: Arc<SandboxInner>) -> Router {
         .route("/v1/payment_intents/{id}", get(get_intent))
         .route("/v1/refunds", post(create_refund))
         .route("/_sandbox/orders/{order_id}", get(order_summary))
+        .route(
+            "/_sandbox/payment_intents/{id}/refund",
+            post(dashboard_refund),
+        )
+        .route(
+            "/_sandbox/payment_intents/{id}/dispute",
+            post(dashboard_dispute),
+        )
         .route("/_sandbox/stats", get(stats))
         .route("/_sandbox/webhooks", get(deliveries))
         .route("/_sandbox/webhooks/flush", post(flush))
@@ -229,10 +244,17 @@ fn decide(method: &str, s: &crate::config::SandboxSettings) -> Result<Outcome, A
 }
 
 async fn create_intent(State(inner): Shared, headers: HeaderMap, body: Bytes) -> Response {
-    match create_intent_inner(&inner, &headers, &body).await {
-        Ok(r) => r,
-        Err(r) => *r,
-    }
+    // A real provider finishes what it started when the merchant's client gives up: run the
+    // request in its own task so a client timeout (a dropped connection) does not cancel the
+    // charge halfway through the simulated latency.
+    let run = tokio::spawn(async move {
+        match create_intent_inner(&inner, &headers, &body).await {
+            Ok(r) => r,
+            Err(r) => *r,
+        }
+    });
+    run.await
+        .unwrap_or_else(|_| injected_failure().into_response())
 }
 
 async fn create_intent_inner(
@@ -382,7 +404,15 @@ async fn search_intents(
         )
         .into_response();
     };
-    let data = inner.store.search_metadata(key, value);
+    // The search index lags behind writes (see `search_lag_s`).
+    let lag = i64::try_from(inner.settings().search_lag_s).unwrap_or(i64::MAX);
+    let indexed_before = webhooks::unix_now().saturating_sub(lag);
+    let data: Vec<Intent> = inner
+        .store
+        .search_metadata(key, value)
+        .into_iter()
+        .filter(|i| lag == 0 || i.created <= indexed_before)
+        .collect();
     axum::Json(json!({"object": "search_result", "data": data, "has_more": false})).into_response()
 }
 
@@ -400,10 +430,15 @@ struct CreateRefund {
 }
 
 async fn create_refund(State(inner): Shared, headers: HeaderMap, body: Bytes) -> Response {
-    match create_refund_inner(&inner, &headers, &body).await {
-        Ok(r) => r,
-        Err(r) => *r,
-    }
+    // As for charges: a client timeout does not cancel the refund at the provider.
+    let run = tokio::spawn(async move {
+        match create_refund_inner(&inner, &headers, &body).await {
+            Ok(r) => r,
+            Err(r) => *r,
+        }
+    });
+    run.await
+        .unwrap_or_else(|_| injected_failure().into_response())
 }
 
 async fn create_refund_inner(
@@ -444,34 +479,16 @@ async fn create_refund_inner(
         Ok((mut refund, intent)) => {
             refund.currency = intent.currency.clone();
             refund.charge = intent.latest_charge.clone();
-            let charge = json!({
-                "id": intent.latest_charge,
-                "object": "charge",
-                "amount": intent.amount,
-                "amount_refunded": intent.amount_refunded,
-                "currency": intent.currency,
-                "payment_intent": intent.id,
-                "refunded": intent.amount_refunded >= intent.amount,
-                "metadata": intent.metadata,
-            });
             let body = serde_json::to_value(&refund).unwrap_or(Value::Null);
             (
                 StatusCode::OK,
                 body,
-                Some(webhooks::event("charge.refunded", charge)),
+                Some(webhooks::event("charge.refunded", charge_object(&intent))),
             )
         }
         Err(e) => {
-            let (status, code) = match e {
-                RefundError::NoSuchIntent => (StatusCode::NOT_FOUND, "resource_missing"),
-                RefundError::NotCharged => (StatusCode::BAD_REQUEST, "charge_not_succeeded"),
-                RefundError::AlreadyRefunded => {
-                    (StatusCode::BAD_REQUEST, "charge_already_refunded")
-                }
-                RefundError::TooMuch => (StatusCode::BAD_REQUEST, "amount_too_large"),
-            };
-            let err = ApiErr::new(status, "invalid_request_error", code, &e.to_string());
-            (status, err.body, None)
+            let err = refund_error(&e);
+            (err.status, err.body, None)
         }
     };
     if let Some(k) = &key {
@@ -481,6 +498,143 @@ async fn create_refund_inner(
         webhooks::emit(inner, ev).await;
     }
     Ok((status, axum::Json(body)).into_response())
+}
+
+/// The charge behind a succeeded intent, as `charge.*` events carry it.
+fn charge_object(intent: &Intent) -> Value {
+    json!({
+        "id": intent.latest_charge,
+        "object": "charge",
+        "amount": intent.amount,
+        "amount_refunded": intent.amount_refunded,
+        "currency": intent.currency,
+        "payment_intent": intent.id,
+        "refunded": intent.amount_refunded >= intent.amount,
+        "metadata": intent.metadata,
+    })
+}
+
+fn refund_error(e: &RefundError) -> ApiErr {
+    let (status, code) = match e {
+        RefundError::NoSuchIntent => (StatusCode::NOT_FOUND, "resource_missing"),
+        RefundError::NotCharged => (StatusCode::BAD_REQUEST, "charge_not_succeeded"),
+        RefundError::AlreadyRefunded => (StatusCode::BAD_REQUEST, "charge_already_refunded"),
+        RefundError::TooMuch => (StatusCode::BAD_REQUEST, "amount_too_large"),
+    };
+    ApiErr::new(status, "invalid_request_error", code, &e.to_string())
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct DashboardRefund {
+    /// Minor units; the whole remaining amount when absent.
+    amount: Option<i64>,
+}
+
+/// A refund made by an operator in the provider's dashboard (no merchant API call, no
+/// idempotency key): refunds the intent and sends `charge.refunded`.
+async fn dashboard_refund(
+    State(inner): Shared,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    if let Err(e) = authorize(&inner, &headers) {
+        return e.into_response();
+    }
+    let params: DashboardRefund = if body.is_empty() {
+        DashboardRefund::default()
+    } else {
+        match parse_body(&body) {
+            Ok((p, _)) => p,
+            Err(e) => return e.into_response(),
+        }
+    };
+    if matches!(params.amount, Some(a) if a < 1) {
+        return ApiErr::invalid("parameter_invalid_integer", "amount must be at least 1")
+            .into_response();
+    }
+    let refund = Refund {
+        id: format!("re_{}", shared::ids::new_id()),
+        object: "refund",
+        amount: params.amount.unwrap_or(0),
+        currency: String::new(),
+        payment_intent: id.clone(),
+        charge: None,
+        status: "succeeded",
+        created: webhooks::unix_now(),
+        metadata: BTreeMap::from([("source".to_owned(), "dashboard".to_owned())]),
+    };
+    match inner.store.refund(&id, refund) {
+        Ok((mut refund, intent)) => {
+            refund.currency = intent.currency.clone();
+            refund.charge = intent.latest_charge.clone();
+            webhooks::emit(
+                &inner,
+                webhooks::event("charge.refunded", charge_object(&intent)),
+            )
+            .await;
+            axum::Json(refund).into_response()
+        }
+        Err(e) => refund_error(&e).into_response(),
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct DashboardDispute {
+    reason: Option<String>,
+}
+
+/// A chargeback opened by the card holder's bank: records the dispute and sends
+/// `charge.dispute.created` whose `data.object` is the dispute (it names the charge and the
+/// payment intent; like Stripe's, its metadata is its own, not the payment's).
+async fn dashboard_dispute(
+    State(inner): Shared,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    if let Err(e) = authorize(&inner, &headers) {
+        return e.into_response();
+    }
+    let params: DashboardDispute = if body.is_empty() {
+        DashboardDispute::default()
+    } else {
+        match parse_body(&body) {
+            Ok((p, _)) => p,
+            Err(e) => return e.into_response(),
+        }
+    };
+    let dispute = Dispute {
+        id: format!("dp_{}", shared::ids::new_id()),
+        object: "dispute",
+        amount: 0,
+        currency: String::new(),
+        charge: None,
+        payment_intent: id.clone(),
+        reason: params.reason.unwrap_or_else(|| "fraudulent".into()),
+        status: "needs_response",
+        created: webhooks::unix_now(),
+        metadata: BTreeMap::new(),
+    };
+    match inner.store.dispute(&id, dispute) {
+        Ok(d) => {
+            let object = serde_json::to_value(&d).unwrap_or(Value::Null);
+            webhooks::emit(&inner, webhooks::event("charge.dispute.created", object)).await;
+            axum::Json(d).into_response()
+        }
+        Err(e) => {
+            let (status, code) = match e {
+                DisputeError::NoSuchIntent => (StatusCode::NOT_FOUND, "resource_missing"),
+                DisputeError::NotCharged => (StatusCode::BAD_REQUEST, "charge_not_succeeded"),
+                DisputeError::AlreadyDisputed => {
+                    (StatusCode::BAD_REQUEST, "charge_already_disputed")
+                }
+            };
+            ApiErr::new(status, "invalid_request_error", code, &e.to_string()).into_response()
+        }
+    }
 }
 
 async fn order_summary(

@@ -61,7 +61,9 @@ pub struct SandboxSettings {
     pub webhook_url: String,
     /// Signing secret for the `Stripe-Signature` header.
     pub webhook_secret: SecretString,
-    /// Added to every API call, plus up to `latency_jitter_ms` at random.
+    /// Added to every API call (before it acts), plus up to `latency_jitter_ms` at random.
+    /// Charges and refunds run to completion even when the client gives up meanwhile, as at
+    /// a real provider: a latency above the merchant's timeout is a charge it never hears of.
     pub latency_ms: u64,
     pub latency_jitter_ms: u64,
     /// Share of create/refund calls answered `500` *before* anything happens (nothing is
@@ -74,6 +76,10 @@ pub struct SandboxSettings {
     /// `pm_card_sandbox_timeout` always behaves this way.
     pub timeout_rate: f64,
     pub timeout_delay_ms: u64,
+    /// Search lag: `GET /v1/payment_intents/search` leaves out intents younger than this.
+    /// Stripe's search index trails writes (under a minute normally, up to an hour during
+    /// incidents), so a merchant must never read "not found by search" as "never charged".
+    pub search_lag_s: u64,
     pub webhooks_enabled: bool,
     pub webhook_mode: WebhookMode,
     /// Delay before the first delivery attempt in `async` mode.
@@ -103,6 +109,7 @@ impl Default for SandboxSettings {
             decline_rate: 0.0,
             timeout_rate: 0.0,
             timeout_delay_ms: 30_000,
+            search_lag_s: 0,
             webhooks_enabled: true,
             webhook_mode: WebhookMode::Async,
             webhook_delay_ms: 0,

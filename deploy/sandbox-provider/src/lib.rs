@@ -8,7 +8,10 @@
 //!   a concurrent repeat is `409 idempotency_key_in_use`;
 //! - a refund happens at most once per key and never exceeds the charge;
 //! - every state change emits a signed webhook (`payment_intent.succeeded`,
-//!   `payment_intent.payment_failed`, `charge.refunded`), retried until acknowledged.
+//!   `payment_intent.payment_failed`, `charge.refunded`, `charge.dispute.created`), retried
+//!   until acknowledged;
+//! - refunds and disputes can also come from the "dashboard" (`/_sandbox/payment_intents/
+//!   {id}/refund|dispute`), as they do at a real provider, behind the merchant's back.
 //!
 //! Faults are configurable ([`config::SandboxSettings`]) and adjustable at run time through
 //! [`Sandbox::update`]. Start it like the services: [`Application::build`] → `port()` →

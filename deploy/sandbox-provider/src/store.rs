@@ -28,6 +28,21 @@ pub struct Intent {
     pub last_payment_error: Option<Value>,
 }
 
+/// A dispute (chargeback) opened by the card holder's bank, Stripe-shaped.
+#[derive(Debug, Clone, Serialize)]
+pub struct Dispute {
+    pub id: String,
+    pub object: &'static str,
+    pub amount: i64,
+    pub currency: String,
+    pub charge: Option<String>,
+    pub payment_intent: String,
+    pub reason: String,
+    pub status: &'static str,
+    pub created: i64,
+    pub metadata: BTreeMap<String, String>,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Refund {
     pub id: String,
@@ -74,6 +89,8 @@ struct Inner {
     /// Creation order, for listing and search.
     intent_ids: Vec<String>,
     refunds: HashMap<String, Refund>,
+    /// Disputes by payment intent id (at most one per charge, as with card networks).
+    disputes: HashMap<String, Dispute>,
     idem: HashMap<String, IdemEntry>,
 }
 
@@ -90,6 +107,7 @@ pub struct OrderSummary {
     pub charges: usize,
     pub declines: usize,
     pub refunds: usize,
+    pub disputes: usize,
     pub amount_charged: i64,
     pub amount_refunded: i64,
     pub intents: Vec<Intent>,
@@ -201,6 +219,30 @@ impl Store {
         Ok((refund, intent))
     }
 
+    /// Opens a dispute on a succeeded intent (at most one per intent).
+    pub fn dispute(&self, intent_id: &str, dispute: Dispute) -> Result<Dispute, DisputeError> {
+        let mut inner = self.lock();
+        let intent = inner
+            .intents
+            .get(intent_id)
+            .ok_or(DisputeError::NoSuchIntent)?;
+        if intent.status != "succeeded" {
+            return Err(DisputeError::NotCharged);
+        }
+        let dispute = Dispute {
+            amount: intent.amount,
+            currency: intent.currency.clone(),
+            charge: intent.latest_charge.clone(),
+            payment_intent: intent.id.clone(),
+            ..dispute
+        };
+        if inner.disputes.contains_key(intent_id) {
+            return Err(DisputeError::AlreadyDisputed);
+        }
+        inner.disputes.insert(intent_id.to_owned(), dispute.clone());
+        Ok(dispute)
+    }
+
     pub fn order_summary(&self, order_id: &str) -> OrderSummary {
         let intents = self.search_metadata("order_id", order_id);
         let inner = self.lock();
@@ -210,8 +252,13 @@ impl Store {
             .values()
             .filter(|r| ids.contains(&r.payment_intent.as_str()))
             .count();
+        let disputes = ids
+            .iter()
+            .filter(|id| inner.disputes.contains_key(**id))
+            .count();
         OrderSummary {
             order_id: order_id.to_owned(),
+            disputes,
             charges: intents.iter().filter(|i| i.status == "succeeded").count(),
             declines: intents
                 .iter()
@@ -241,6 +288,7 @@ impl Store {
             "charges": charges,
             "declines": inner.intents.len() - charges,
             "refunds": inner.refunds.len(),
+            "disputes": inner.disputes.len(),
             "idempotency_keys": inner.idem.len(),
         })
     }
@@ -256,6 +304,16 @@ pub enum RefundError {
     AlreadyRefunded,
     #[error("refund amount exceeds the charge")]
     TooMuch,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DisputeError {
+    #[error("no such payment intent")]
+    NoSuchIntent,
+    #[error("the payment intent has not been charged")]
+    NotCharged,
+    #[error("the charge is already disputed")]
+    AlreadyDisputed,
 }
 
 #[cfg(test)]

@@ -199,3 +199,172 @@ async fn webhooks_are_signed_and_retried_until_acknowledged() {
     let attempts: Vec<Option<u16>> = sb.deliveries().iter().map(|d| d.status).collect();
     assert_eq!(attempts, [Some(500), Some(200)]);
 }
+
+async fn search(url: &str, order: &str) -> Vec<Value> {
+    let v: Value = reqwest::Client::new()
+        .get(format!("{url}/v1/payment_intents/search"))
+        .bearer_auth(KEY)
+        .query(&[("query", format!("metadata['order_id']:'{order}'"))])
+        .send()
+        .await
+        .expect("request")
+        .json()
+        .await
+        .expect("json");
+    v["data"].as_array().cloned().unwrap_or_default()
+}
+
+#[tokio::test]
+async fn search_lag_hides_young_intents_but_retrieve_and_replay_find_them() {
+    let (url, sb) = start(|s| s.search_lag_s = 3_600).await;
+    let (s, created, _) = create(&url, Some("lag-1"), &intent("lagging", "pm_card_visa")).await;
+    assert_eq!(s, 200);
+    // Charged, yet search does not return it (the index trails writes).
+    assert_eq!(sb.order_summary("lagging").charges, 1);
+    assert!(search(&url, "lagging").await.is_empty());
+    // Asking about the attempt's own key (a replay) or the intent id finds it, no new charge.
+    let (s, replayed, was_replay) =
+        create(&url, Some("lag-1"), &intent("lagging", "pm_card_visa")).await;
+    assert_eq!((s, was_replay), (200, true));
+    assert_eq!(replayed["id"], created["id"]);
+    let got: Value = reqwest::Client::new()
+        .get(format!(
+            "{url}/v1/payment_intents/{}",
+            created["id"].as_str().expect("id")
+        ))
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .expect("request")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(got["status"], "succeeded");
+    assert_eq!(sb.order_summary("lagging").charges, 1);
+    // Without the lag the same search finds it.
+    sb.update(|s| s.search_lag_s = 0);
+    assert_eq!(search(&url, "lagging").await.len(), 1);
+}
+
+#[tokio::test]
+async fn dashboard_refunds_and_disputes_send_stripe_shaped_webhooks() {
+    let (url, sb) = start(|_| {}).await;
+    let http = reqwest::Client::new();
+    let (_, a, _) = create(&url, Some("d-1"), &intent("dash", "pm_card_visa")).await;
+    let (_, b, _) = create(&url, Some("d-2"), &intent("dash2", "pm_card_visa")).await;
+    let (_, declined, _) = create(
+        &url,
+        Some("d-3"),
+        &intent("dash3", "pm_card_chargeDeclined"),
+    )
+    .await;
+    let a_id = a["id"].as_str().expect("id");
+    let b_id = b["id"].as_str().expect("id");
+    let post = |path: String, body: Option<Value>| {
+        let mut req = http.post(format!("{url}{path}")).bearer_auth(KEY);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        async move {
+            let resp = req.send().await.expect("request");
+            let status = resp.status().as_u16();
+            (status, resp.json::<Value>().await.expect("json"))
+        }
+    };
+    let (s, refund) = post(format!("/_sandbox/payment_intents/{a_id}/refund"), None).await;
+    assert_eq!(s, 200, "{refund}");
+    assert_eq!(refund["amount"], 1000);
+    // Twice is refused: the money went back once.
+    let (s, again) = post(format!("/_sandbox/payment_intents/{a_id}/refund"), None).await;
+    assert_eq!(
+        (s, again["error"]["code"].as_str()),
+        (400, Some("charge_already_refunded"))
+    );
+    let (s, dispute) = post(
+        format!("/_sandbox/payment_intents/{b_id}/dispute"),
+        Some(json!({"reason": "product_not_received"})),
+    )
+    .await;
+    assert_eq!(s, 200, "{dispute}");
+    assert_eq!(dispute["object"], "dispute");
+    assert_eq!(dispute["payment_intent"], b_id);
+    assert_eq!(dispute["amount"], 1000);
+    let (s, _) = post(format!("/_sandbox/payment_intents/{b_id}/dispute"), None).await;
+    assert_eq!(s, 400);
+    // Nothing to refund or dispute on a declined intent or an unknown one; bad input is a
+    // clear error.
+    let declined_id = declined["error"]["payment_intent"]["id"]
+        .as_str()
+        .expect("declined intent id");
+    let (s, _) = post(
+        format!("/_sandbox/payment_intents/{declined_id}/dispute"),
+        None,
+    )
+    .await;
+    assert_eq!(s, 400);
+    let (s, _) = post("/_sandbox/payment_intents/pi_nope/refund".into(), None).await;
+    assert_eq!(s, 404);
+    let (s, _) = post(
+        format!("/_sandbox/payment_intents/{b_id}/refund"),
+        Some(json!({"amount": -5})),
+    )
+    .await;
+    assert_eq!(s, 400);
+    let summary = sb.order_summary("dash");
+    assert_eq!((summary.refunds, summary.amount_refunded), (1, 1000));
+    assert_eq!(sb.order_summary("dash2").disputes, 1);
+    // The queued webhooks reach the merchant in order: charge.refunded (the charge, with the
+    // payment's metadata), then charge.dispute.created (the dispute naming charge and intent).
+    use axum::routing::post as route_post;
+    use std::sync::{Arc, Mutex};
+    let seen: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let receiver = {
+        let seen = seen.clone();
+        axum::Router::new().route(
+            "/hook",
+            route_post(move |body: String| {
+                let seen = seen.clone();
+                async move {
+                    if let Ok(v) = serde_json::from_str::<Value>(&body) {
+                        seen.lock().unwrap().push(v);
+                    }
+                    axum::http::StatusCode::OK
+                }
+            }),
+        )
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hook = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, receiver).await });
+    sb.update(|s| s.webhook_url = hook);
+    let delivered = sb.flush_webhooks(false, false).await;
+    assert!(
+        delivered.iter().all(|d| d["acknowledged"] == true),
+        "{delivered:?}"
+    );
+    let events = seen.lock().unwrap().clone();
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "payment_intent.succeeded",
+            "payment_intent.succeeded",
+            "payment_intent.payment_failed",
+            "charge.refunded",
+            "charge.dispute.created"
+        ]
+    );
+    let charge = &events[3]["data"]["object"];
+    assert_eq!(charge["object"], "charge");
+    assert_eq!(charge["payment_intent"], a_id);
+    assert_eq!(charge["amount_refunded"], 1000);
+    assert_eq!(charge["metadata"]["order_id"], "dash");
+    let dispute = &events[4]["data"]["object"];
+    assert_eq!(dispute["object"], "dispute");
+    assert_eq!(dispute["payment_intent"], b_id);
+    assert!(
+        dispute["charge"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("ch_"))
+    );
+}

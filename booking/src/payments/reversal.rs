@@ -1,0 +1,351 @@
+//! Refunds and disputes made on the provider's side (an operator in the dashboard, a card
+//! holder's bank), announced by `charge.refunded` / `charge.dispute.created`.
+//!
+//! Guarantees:
+//! - A paid order is reversed **once**: `PAID → REFUNDED | DISPUTED` is one conditional
+//!   `UPDATE ... WHERE status = 'PAID'`, taken under the order's row lock, and everything
+//!   else happens in that same transaction: its tickets are voided (kept, marked, never
+//!   deleted), the account's per-event usage is given back, its seats/GA units/SKU stock go
+//!   back on sale or are held back per the event's `refund_stock`, and `order.refunded` /
+//!   `order.disputed` goes to the outbox. A second refund, a dispute after a refund, a refund
+//!   after a dispute, or any duplicate finds the order no longer `PAID` and changes nothing.
+//! - Arrival order does not matter. The order row is locked first (as every payment
+//!   transition does), so a success and a reversal of the same order serialise; a reversal
+//!   that arrives before its payment's success (the `succeeded` webhook or the pay answer still
+//!   on its way) first applies that success — a refund or dispute proves the money was taken —
+//!   and then reverses it, and the late success finds nothing left to do.
+//! - Only the payment that paid the order reverses it. A refund of money the order could not
+//!   take (a second attempt, an expired order: `refund_pending`) is recorded as such
+//!   ([`super::flow::apply_refunded_tx`]) and leaves the order alone.
+//! - A partial refund is recorded by the provider but changes no order here (per-line
+//!   refunds are an ops feature); only a full refund reverses the order.
+
+use super::flow::{self, Success};
+use crate::outbox;
+use serde_json::json;
+use sqlx::PgConnection;
+
+/// What the provider reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reversal {
+    /// `charge.refunded`; `full` when nothing of the charge is left.
+    Refund { reference: String, full: bool },
+    /// `charge.dispute.created`; `reference` is the dispute id.
+    Dispute { reference: String },
+}
+
+impl Reversal {
+    fn order_status(&self) -> &'static str {
+        match self {
+            Reversal::Refund { .. } => "REFUNDED",
+            Reversal::Dispute { .. } => "DISPUTED",
+        }
+    }
+
+    fn void_reason(&self) -> &'static str {
+        match self {
+            Reversal::Refund { .. } => "refunded",
+            Reversal::Dispute { .. } => "disputed",
+        }
+    }
+
+    fn topic(&self) -> &'static str {
+        match self {
+            Reversal::Refund { .. } => "order.refunded",
+            Reversal::Dispute { .. } => "order.disputed",
+        }
+    }
+
+    fn reference(&self) -> &str {
+        match self {
+            Reversal::Refund { reference, .. } | Reversal::Dispute { reference } => reference,
+        }
+    }
+}
+
+/// What applying a reversal did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reversed {
+    /// This transaction reversed the paid order. `released_skus`: SKUs whose stock went back
+    /// on sale (their flash gates are reconciled after the commit).
+    Order {
+        order_id: String,
+        status: &'static str,
+        tickets_voided: usize,
+        released_skus: Vec<String>,
+    },
+    /// A refund of money the order never kept, recorded (`refund_pending → refunded`).
+    RefundRecorded,
+    /// A partial refund: nothing changes here.
+    Partial,
+    /// Applied before, or nothing to reverse (a dispute of refunded money...).
+    Unchanged,
+    /// Not one of our payments.
+    Unknown,
+}
+
+/// Applies a provider-side refund/dispute of attempt `payment_id` inside the caller's
+/// transaction (see the module docs).
+pub async fn apply_tx(
+    conn: &mut PgConnection,
+    payment_id: &str,
+    provider_payment_id: &str,
+    reversal: &Reversal,
+) -> sqlx::Result<Reversed> {
+    // order_id never changes: reading it unlocked is safe.
+    let order_id: Option<String> =
+        sqlx::query_scalar("SELECT order_id FROM payments WHERE id = $1")
+            .bind(payment_id)
+            .fetch_optional(&mut *conn)
+            .await?;
+    let Some(order_id) = order_id else {
+        return Ok(Reversed::Unknown);
+    };
+    // The order's lock first, like every payment transition: from here on this
+    // transaction sees the latest committed state of the order and its payments.
+    sqlx::query("SELECT 1 FROM orders WHERE id = $1 FOR UPDATE")
+        .bind(&order_id)
+        .execute(&mut *conn)
+        .await?;
+    let mut status = payment_status(conn, payment_id).await?;
+    if matches!(status.as_str(), "pending" | "failed" | "declined") {
+        // The reversal overtook the success: the money was taken, apply that first.
+        if let Success::Unknown =
+            flow::apply_success_tx(conn, payment_id, provider_payment_id).await?
+        {
+            return Ok(Reversed::Unknown);
+        }
+        status = payment_status(conn, payment_id).await?;
+    }
+    match (status.as_str(), reversal) {
+        ("refund_pending", Reversal::Refund { .. }) => {
+            let recorded = flow::apply_refunded_tx(conn, payment_id, reversal.reference()).await?;
+            Ok(if recorded {
+                Reversed::RefundRecorded
+            } else {
+                Reversed::Unchanged
+            })
+        }
+        ("refund_pending", Reversal::Dispute { reference }) => {
+            // The bank takes this money back itself: a refund of ours would return it twice.
+            // Reconciliation leaves disputed refund_pending payments alone.
+            sqlx::query(
+                "UPDATE payments SET dispute_id = COALESCE(dispute_id, $2),
+                                     updated_at = clock_timestamp()
+                  WHERE id = $1",
+            )
+            .bind(payment_id)
+            .bind(reference)
+            .execute(&mut *conn)
+            .await?;
+            Ok(Reversed::Unchanged)
+        }
+        ("succeeded", Reversal::Refund { full: false, .. }) => Ok(Reversed::Partial),
+        ("succeeded", _) => {
+            match reversal {
+                Reversal::Refund { reference, .. } => {
+                    sqlx::query(
+                        "UPDATE payments
+                            SET status = 'refunded', refund_id = $2,
+                                updated_at = clock_timestamp()
+                          WHERE id = $1 AND status = 'succeeded'",
+                    )
+                    .bind(payment_id)
+                    .bind(reference)
+                    .execute(&mut *conn)
+                    .await?;
+                }
+                Reversal::Dispute { reference } => {
+                    sqlx::query(
+                        "UPDATE payments
+                            SET dispute_id = COALESCE(dispute_id, $2),
+                                updated_at = clock_timestamp()
+                          WHERE id = $1",
+                    )
+                    .bind(payment_id)
+                    .bind(reference)
+                    .execute(&mut *conn)
+                    .await?;
+                }
+            }
+            reverse_order_tx(conn, &order_id, payment_id, provider_payment_id, reversal).await
+        }
+        _ => Ok(Reversed::Unchanged),
+    }
+}
+
+async fn payment_status(conn: &mut PgConnection, payment_id: &str) -> sqlx::Result<String> {
+    sqlx::query_scalar("SELECT status FROM payments WHERE id = $1")
+        .bind(payment_id)
+        .fetch_one(&mut *conn)
+        .await
+}
+
+#[derive(sqlx::FromRow)]
+struct ReversedOrder {
+    account_id: String,
+    source: String,
+    hold_id: Option<String>,
+    event_id: Option<String>,
+    total: i64,
+    refund_stock: String,
+}
+
+/// `PAID → REFUNDED | DISPUTED` once, and everything that goes with it (module docs).
+async fn reverse_order_tx(
+    conn: &mut PgConnection,
+    order_id: &str,
+    payment_id: &str,
+    provider_payment_id: &str,
+    reversal: &Reversal,
+) -> sqlx::Result<Reversed> {
+    let order: Option<ReversedOrder> = sqlx::query_as(
+        "UPDATE orders o
+            SET status = $2, reversed_at = clock_timestamp(), updated_at = clock_timestamp()
+          WHERE o.id = $1 AND o.status = 'PAID'
+         RETURNING o.account_id, o.source, o.hold_id, o.event_id, o.total,
+                   COALESCE((SELECT e.refund_stock FROM events e WHERE e.id = o.event_id),
+                            'release') AS refund_stock",
+    )
+    .bind(order_id)
+    .bind(reversal.order_status())
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(order) = order else {
+        // Reversed before (a refund after a dispute, a duplicate under another event id).
+        return Ok(Reversed::Unchanged);
+    };
+    let release = order.refund_stock == "release";
+    let mut released_skus = Vec::new();
+    let mut event_id = order.event_id.clone();
+    if let Some(hold_id) = &order.hold_id {
+        let hold: Option<(String, String, Option<String>, i32)> =
+            sqlx::query_as("SELECT event_id, kind, ga_tier, quantity FROM holds WHERE id = $1")
+                .bind(hold_id)
+                .fetch_optional(&mut *conn)
+                .await?;
+        if let Some((hold_event, kind, ga_tier, quantity)) = hold {
+            if kind == "seats" {
+                // Seats locked in seat_id order, like every other seat path.
+                sqlx::query(
+                    "WITH mine AS (
+                         SELECT seat_id FROM seats
+                          WHERE event_id = $1 AND order_id = $2 AND status = 'sold'
+                          ORDER BY seat_id
+                          FOR UPDATE)
+                     UPDATE seats s
+                        SET status = CASE WHEN $3 THEN 'available' ELSE 'held_back' END,
+                            order_id = CASE WHEN $3 THEN NULL ELSE s.order_id END,
+                            hold_id = NULL, held_until = NULL
+                       FROM mine m
+                      WHERE s.event_id = $1 AND s.seat_id = m.seat_id",
+                )
+                .bind(&hold_event)
+                .bind(order_id)
+                .bind(release)
+                .execute(&mut *conn)
+                .await?;
+            } else {
+                sqlx::query(
+                    "WITH items AS (SELECT shard, quantity FROM hold_ga_items WHERE hold_id = $1),
+                     locked AS (
+                         SELECT c.shard, items.quantity
+                           FROM ga_counters c JOIN items USING (shard)
+                          WHERE c.event_id = $2 AND c.tier = $3
+                          ORDER BY c.shard
+                          FOR UPDATE OF c)
+                     UPDATE ga_counters c
+                        SET sold = c.sold - l.quantity,
+                            available = c.available + CASE WHEN $4 THEN l.quantity ELSE 0 END,
+                            held_back = c.held_back + CASE WHEN $4 THEN 0 ELSE l.quantity END
+                       FROM locked l
+                      WHERE c.event_id = $2 AND c.tier = $3 AND c.shard = l.shard",
+                )
+                .bind(hold_id)
+                .bind(&hold_event)
+                .bind(&ga_tier)
+                .bind(release)
+                .execute(&mut *conn)
+                .await?;
+            }
+            // The fan no longer holds these tickets: they count against the limit no more.
+            sqlx::query(
+                "UPDATE account_event_usage SET tickets = tickets - $3
+                  WHERE event_id = $1 AND account_id = $2",
+            )
+            .bind(&hold_event)
+            .bind(&order.account_id)
+            .bind(quantity)
+            .execute(&mut *conn)
+            .await?;
+            event_id = Some(hold_event);
+        }
+    }
+    if order.source == "cart" {
+        let lines: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT sku, SUM(quantity)::bigint FROM order_items
+              WHERE order_id = $1 AND kind = 'sku'
+              GROUP BY sku ORDER BY sku",
+        )
+        .bind(order_id)
+        .fetch_all(&mut *conn)
+        .await?;
+        if !lines.is_empty() {
+            let (skus, qs): (Vec<String>, Vec<i64>) = lines.into_iter().unzip();
+            sqlx::query("SELECT sku FROM inventory WHERE sku = ANY($1) ORDER BY sku FOR UPDATE")
+                .bind(&skus)
+                .execute(&mut *conn)
+                .await?;
+            sqlx::query(
+                "UPDATE inventory i
+                    SET sold = i.sold - l.q,
+                        available = i.available + CASE WHEN $3 THEN l.q ELSE 0 END,
+                        held_back = i.held_back + CASE WHEN $3 THEN 0 ELSE l.q END
+                   FROM unnest($1::text[], $2::bigint[]) AS l(sku, q)
+                  WHERE i.sku = l.sku",
+            )
+            .bind(&skus)
+            .bind(&qs)
+            .bind(release)
+            .execute(&mut *conn)
+            .await?;
+            if release {
+                released_skus = skus;
+            }
+        }
+    }
+    let voided: Vec<String> = sqlx::query_scalar(
+        "UPDATE tickets SET voided_at = clock_timestamp(), void_reason = $2
+          WHERE order_id = $1 AND voided_at IS NULL
+         RETURNING id",
+    )
+    .bind(order_id)
+    .bind(reversal.void_reason())
+    .fetch_all(&mut *conn)
+    .await?;
+    outbox::write_tx(
+        conn,
+        reversal.topic(),
+        order_id,
+        &json!({
+            "order_id": order_id,
+            "account_id": order.account_id,
+            "event": event_id,
+            "status": reversal.order_status(),
+            "origin": "provider",
+            "payment_id": payment_id,
+            "provider_payment_id": provider_payment_id,
+            "reference": reversal.reference(),
+            "amount": order.total,
+            "tickets_voided": voided,
+            "refund_stock": order.refund_stock,
+        }),
+    )
+    .await?;
+    Ok(Reversed::Order {
+        order_id: order_id.to_owned(),
+        status: reversal.order_status(),
+        tickets_voided: voided.len(),
+        released_skus,
+    })
+}
