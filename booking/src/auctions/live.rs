@@ -448,23 +448,28 @@ pub async fn upgrade(
             .inc();
         return Err(ApiError::admission_required().with("reason", "missing"));
     };
-    if let Err(e) = state.tokens.verify(tok) {
-        state
-            .metrics
-            .token_failures
-            .with_label_values(&[e.reason()])
-            .inc();
-        return Err(ApiError::admission_required().with("reason", e.reason()));
-    }
+    let claims = match state.tokens.verify(tok) {
+        Ok(claims) => claims,
+        Err(e) => {
+            state
+                .metrics
+                .token_failures
+                .with_label_values(&[e.reason()])
+                .inc();
+            return Err(ApiError::admission_required().with("reason", e.reason()));
+        }
+    };
     let ws = ws.map_err(|_| {
         ApiError::bad_request(
             shared::error::codes::INVALID_REQUEST,
             "this endpoint needs a WebSocket upgrade",
         )
     })?;
-    if super::meta(&state, &id).await?.is_none() {
-        return Err(super::unknown_auction());
-    }
+    let meta = super::meta(&state, &id)
+        .await?
+        .ok_or_else(super::unknown_auction)?;
+    // One admission, one event: refused before the upgrade, so no socket is opened.
+    crate::auth::Admitted(claims).opens(meta.event.as_deref())?;
     Ok(ws
         .max_message_size(4096)
         .on_upgrade(move |socket| session(state, id, socket)))

@@ -198,3 +198,83 @@ pub async fn json(resp: reqwest::Response) -> (u16, Value) {
         serde_json::from_str(&text).unwrap_or_else(|_| panic!("non-JSON body ({status}): {text}"));
     (status, v)
 }
+
+/// Creates event `event` in booking unless it exists: the smallest event (no seats, no GA) a
+/// product or an auction can belong to.
+pub async fn ensure_event(app: &TestApp, event: &str) {
+    let (status, body) = json(
+        app.admin_post(
+            "/admin/events",
+            &serde_json::json!({"id": event, "name": format!("Event {event}"),
+                                "sale_start": "2026-01-01T00:00:00Z"}),
+        )
+        .await,
+    )
+    .await;
+    assert!(
+        status == 201 || (status == 409 && body["code"] == "EVENT_EXISTS"),
+        "creating event {event}: {status} {body}"
+    );
+}
+
+/// Creates a product of `event` (creating the event if needed) through the admin API and
+/// asserts `201`.
+pub async fn create_product(
+    app: &TestApp,
+    event: &str,
+    sku: &str,
+    price: i64,
+    stock: i64,
+    hot: bool,
+) {
+    ensure_event(app, event).await;
+    let (status, body) = json(
+        app.admin_post(
+            "/admin/products",
+            &serde_json::json!({"sku": sku, "event": event, "name": format!("Product {sku}"),
+                                "price": price, "stock": stock, "hot": hot}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+}
+
+/// `POST /api/auctions` by `seller` with an admission of `event` (created if needed); `body`
+/// gets `"event": event` unless it names one itself. Returns status and body.
+pub async fn create_auction(app: &TestApp, event: &str, seller: &str, body: Value) -> (u16, Value) {
+    ensure_event(app, event).await;
+    let mut body = body;
+    if let Some(obj) = body.as_object_mut() {
+        obj.entry("event").or_insert_with(|| event.into());
+    }
+    let token = app.admission(seller, event);
+    json(
+        app.client
+            .post(app.url("/api/auctions"))
+            .bearer_auth(token)
+            .header("Idempotency-Key", shared::ids::new_id())
+            .json(&body)
+            .send()
+            .await
+            .expect("request"),
+    )
+    .await
+}
+
+/// `PUT /api/events/{event}/cart/items/{sku}` with `token`.
+pub async fn put_cart_line(
+    app: &TestApp,
+    token: &str,
+    event: &str,
+    sku: &str,
+    quantity: i64,
+) -> reqwest::Response {
+    app.client
+        .put(app.url(&format!("/api/events/{event}/cart/items/{sku}")))
+        .bearer_auth(token)
+        .json(&serde_json::json!({ "quantity": quantity }))
+        .send()
+        .await
+        .expect("request")
+}
