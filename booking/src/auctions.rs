@@ -14,6 +14,10 @@
 //!   moves the end to `now + SNIPING_WINDOW_S`, at most `max_extensions` times.
 //! - **Closing** happens once ([`closer`]) with an `auction.closed` outbox row in the same
 //!   statement; no bid is accepted after the end, whether or not the closer has run yet.
+//! - **One admission, one event**: an auction belongs to an event (`event`, required on
+//!   creation, which needs a token of that event). Reading it, bidding on it and its live
+//!   WebSocket need an admission token of its event (`403 WRONG_EVENT`, nothing changed);
+//!   an auction created before events were required opens for no token.
 //! - **Idempotent bids**: a bid's request id is the bidder-scoped `Idempotency-Key`; the first
 //!   accepted result is replayed (`200`, same body) and the key cannot be reused for another
 //!   amount (`422`).
@@ -115,7 +119,7 @@ impl Default for AuctionSettings {
 /// price floors (for early rejection only), and the live-price hub.
 pub struct AuctionRuntime {
     limiter: DefaultKeyedRateLimiter<String>,
-    /// Auction id -> (hot, seller). Both never change after creation.
+    /// Auction id -> (hot, seller, event). None of them changes after creation.
     meta: Mutex<HashMap<String, Meta>>,
     /// Auction id -> a known lower bound of the minimum next bid. Prices only rise, so any
     /// value once observed stays a lower bound forever: a bid below it is certainly too low.
@@ -135,6 +139,8 @@ pub struct AuctionRuntime {
 pub struct Meta {
     pub hot: bool,
     pub seller: String,
+    /// `None` only for an auction created before events were required.
+    pub event: Option<String>,
 }
 
 /// Caches are bounded: past this many entries they are simply cleared (they only save work).
@@ -254,6 +260,7 @@ pub fn rfc3339(t: &DateTime<Utc>) -> String {
 #[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 pub struct AuctionRow {
     pub id: String,
+    pub event_id: Option<String>,
     pub seller_id: String,
     pub title: String,
     pub start_price: i64,
@@ -270,7 +277,7 @@ pub struct AuctionRow {
     pub closed_at: Option<DateTime<Utc>>,
 }
 
-pub const AUCTION_COLUMNS: &str = "id, seller_id, title, start_price, min_increment, \
+pub const AUCTION_COLUMNS: &str = "id, event_id, seller_id, title, start_price, min_increment, \
     current_price, leader_id, bid_count, hot, status, end_time, extensions, max_extensions, \
     created_at, closed_at";
 
@@ -290,6 +297,7 @@ impl AuctionRow {
         let (leader, you_lead) = handles.leader(&self.id, self.leader_id.as_deref(), viewer);
         serde_json::json!({
             "id": self.id,
+            "event": self.event_id,
             "seller": handles.seller(&self.id, &self.seller_id),
             "you_sell": self.seller_id == viewer,
             "title": self.title,
@@ -323,6 +331,8 @@ pub fn min_next_bid(current_price: i64, min_increment: i64, has_leader: bool) ->
 #[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreateAuction {
+    /// The event this auction belongs to; the seller's token must be for it.
+    pub event: String,
     pub title: String,
     pub start_price: i64,
     pub min_increment: i64,
@@ -335,6 +345,7 @@ pub struct CreateAuction {
 
 /// Validated creation input.
 struct NewAuction {
+    event: String,
     title: String,
     start_price: i64,
     min_increment: i64,
@@ -376,6 +387,7 @@ fn validate(req: CreateAuction, settings: &AuctionSettings) -> ApiResult<NewAuct
         .with("field", "max_extensions"));
     }
     Ok(NewAuction {
+        event: req.event,
         title,
         start_price: req.start_price,
         min_increment: req.min_increment,
@@ -401,6 +413,11 @@ async fn create(
     );
     // Bad input is refused before a key is claimed: it changes nothing, not even the key.
     let new = validate(req, &state.config.auctions)?;
+    who.for_event(&new.event)?;
+    // Events are never deleted while an auction refers to them (foreign key).
+    if !crate::products::event_exists(&state.pool, &new.event).await? {
+        return Err(crate::products::unknown_event_field(&new.event));
+    }
     let claim = match idempotency::begin(&state, who.account(), &key, &fingerprint).await? {
         Begin::Replay(stored) => return Ok(stored.into_response()),
         Begin::Started(claim) => claim,
@@ -427,8 +444,8 @@ async fn create_auction(
 ) -> ApiResult<(AuctionRow, Vec<u8>)> {
     let sql = format!(
         "INSERT INTO auctions (id, seller_id, title, start_price, min_increment, current_price, \
-                               hot, end_time, max_extensions)
-         SELECT $1, $2, $3, $4, $5, $4, $6, $7, $8
+                               hot, end_time, max_extensions, event_id)
+         SELECT $1, $2, $3, $4, $5, $4, $6, $7, $8, $10
           WHERE $7 > clock_timestamp() AND $7 <= clock_timestamp() + make_interval(days => $9)
          RETURNING {AUCTION_COLUMNS}"
     );
@@ -445,6 +462,7 @@ async fn create_auction(
             .bind(new.end_time)
             .bind(new.max_extensions)
             .bind(max_days)
+            .bind(&new.event)
             .fetch_optional(&mut *tx)
             .await?;
         let Some(row) = row else {
@@ -474,6 +492,7 @@ async fn after_create(state: &AppState, row: &AuctionRow) {
         Meta {
             hot: row.hot,
             seller: row.seller_id.clone(),
+            event: row.event_id.clone(),
         },
     );
     if row.hot {
@@ -511,29 +530,34 @@ pub async fn current(state: &AppState, id: &str) -> ApiResult<Option<AuctionRow>
     Ok(Some(row))
 }
 
-/// `GET /api/auctions/{id}`.
+/// `GET /api/auctions/{id}` (an admission of the auction's event).
 async fn show(
     State(state): State<AppState>,
     who: Admitted,
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
+    let meta = meta(&state, &id).await?.ok_or_else(unknown_auction)?;
+    who.opens(meta.event.as_deref())?;
     let row = current(&state, &id).await?.ok_or_else(unknown_auction)?;
     Ok(axum::Json(row.view_for(&state.auctions.handles, who.account())).into_response())
 }
 
-/// Immutable facts about an auction (hot flag, seller), cached per process.
+/// Immutable facts about an auction (hot flag, seller, event), cached per process. An auction
+/// without an event is not cached: ops may still assign it one.
 pub async fn meta(state: &AppState, id: &str) -> ApiResult<Option<Meta>> {
     if let Some(m) = state.auctions.cached_meta(id) {
         return Ok(Some(m));
     }
-    let row: Option<(bool, String)> =
-        sqlx::query_as("SELECT hot, seller_id FROM auctions WHERE id = $1")
+    let row: Option<(bool, String, Option<String>)> =
+        sqlx::query_as("SELECT hot, seller_id, event_id FROM auctions WHERE id = $1")
             .bind(id)
             .fetch_optional(&state.pool)
             .await?;
-    Ok(row.map(|(hot, seller)| {
-        let m = Meta { hot, seller };
-        state.auctions.remember_meta(id, m.clone());
+    Ok(row.map(|(hot, seller, event)| {
+        let m = Meta { hot, seller, event };
+        if m.event.is_some() {
+            state.auctions.remember_meta(id, m.clone());
+        }
         m
     }))
 }

@@ -10,8 +10,9 @@ use axum::http::request::Parts;
 use shared::headers::ADMISSION_COOKIE;
 use shared::token::{AdmissionClaims, bearer, cookie};
 
-/// A caller holding a valid admission token (any event). Use [`Admitted::for_event`] on
-/// event-scoped paths.
+/// A caller holding a valid admission token (any event). Every admitted path checks the
+/// token's event against the resource's: [`Admitted::for_event`] on event-scoped paths,
+/// [`Admitted::opens`] for a resource (product, auction) whose event comes from the database.
 #[derive(Debug, Clone)]
 pub struct Admitted(pub AdmissionClaims);
 
@@ -24,12 +25,22 @@ impl Admitted {
         &self.0.evt
     }
 
-    /// Refuses a token issued for another event.
+    /// Refuses a token issued for another event (`403 WRONG_EVENT`).
     pub fn for_event(&self, event: &str) -> Result<&Self, ApiError> {
         if self.0.evt == event {
             Ok(self)
         } else {
-            Err(ApiError::admission_required().with("reason", "wrong_event"))
+            Err(ApiError::wrong_event())
+        }
+    }
+
+    /// Refuses a token that does not open a resource of `event`. A resource without an event
+    /// (a product or auction created before events were required) opens for no token: it
+    /// fails closed until ops assign it an event.
+    pub fn opens(&self, event: Option<&str>) -> Result<(), ApiError> {
+        match event {
+            Some(e) if e == self.0.evt => Ok(()),
+            _ => Err(ApiError::wrong_event()),
         }
     }
 }

@@ -1,14 +1,18 @@
-//! The cart: one Redis hash per account (`cart:{account}`, SKU → quantity), TTL 30 days
-//! refreshed on every write.
+//! The cart: one Redis hash per account and event (`cart:{account}:{event}`, SKU → quantity),
+//! TTL 30 days refreshed on every write, at `/api/events/{event}/cart`.
 //!
 //! Guarantees:
+//! - One admission, one event: every cart path needs an admission token of the path's event
+//!   (`403 WRONG_EVENT` otherwise), and a SKU of another event (or of none) never enters the
+//!   cart (`403 WRONG_EVENT`, nothing written). `/api/cart…` is an alias for the cart of the
+//!   token's own event.
 //! - Writes are absolute (`PUT` sets the quantity, `0` or `DELETE` removes the line), so every
 //!   write is idempotent; two devices editing different SKUs never overwrite each other (each
 //!   write touches only its own hash field).
 //! - The line limit (default 100) is checked and applied in one Lua script, so concurrent adds
 //!   cannot exceed it; the 101st line is `422 CART_FULL`.
-//! - Prices are never stored in the cart: `GET /api/cart` reads current prices from Postgres
-//!   and checkout recomputes them.
+//! - Prices are never stored in the cart: `GET` reads current prices from Postgres and
+//!   checkout recomputes them (and checks every SKU's event again, in its transaction).
 //! - An unknown SKU is `404 UNKNOWN_SKU`; a quantity that is not an integer in
 //!   `1..=max_line_quantity` (or 0 to remove) is `422`.
 
@@ -31,6 +35,12 @@ pub const CART_TTL_S: i64 = 30 * 24 * 3600;
 
 pub fn router() -> Router<AppState> {
     Router::new()
+        .route("/api/events/{event}/cart", get(get_event_cart))
+        .route(
+            "/api/events/{event}/cart/items/{sku}",
+            put(put_event_item).delete(delete_event_item),
+        )
+        // Alias kept for clients of the first release: the cart of the token's own event.
         .route("/api/cart", get(get_cart))
         .route("/api/cart/items/{sku}", put(put_item).delete(delete_item))
 }
@@ -73,16 +83,22 @@ return removed
     )
 });
 
-pub fn cart_key(state: &AppState, account: &str) -> String {
-    state.key(&format!("cart:{{{account}}}"))
+/// The cart of `account` in `event` (hash tag on the account, so one fan's carts share a
+/// slot; event ids are slugs, so the key is unambiguous).
+pub fn cart_key(state: &AppState, account: &str, event: &str) -> String {
+    state.key(&format!("cart:{{{account}}}:{event}"))
 }
 
-/// The cart's lines in SKU order. Fields that are not a positive quantity (never written by
-/// this module) are ignored.
-pub async fn lines(state: &AppState, account: &str) -> ApiResult<BTreeMap<String, i64>> {
+/// The lines of `account`'s cart in `event`, in SKU order. Fields that are not a positive
+/// quantity (never written by this module) are ignored.
+pub async fn lines(
+    state: &AppState,
+    account: &str,
+    event: &str,
+) -> ApiResult<BTreeMap<String, i64>> {
     let mut conn = state.redis().await?;
     let raw: Vec<(String, String)> = redis::cmd("HGETALL")
-        .arg(cart_key(state, account))
+        .arg(cart_key(state, account, event))
         .query_async(&mut conn)
         .await?;
     Ok(raw
@@ -92,13 +108,18 @@ pub async fn lines(state: &AppState, account: &str) -> ApiResult<BTreeMap<String
 }
 
 /// Best-effort removal of ordered lines after an order committed.
-pub async fn clear_ordered(state: &AppState, account: &str, ordered: &BTreeMap<String, i64>) {
+pub async fn clear_ordered(
+    state: &AppState,
+    account: &str,
+    event: &str,
+    ordered: &BTreeMap<String, i64>,
+) {
     if ordered.is_empty() {
         return;
     }
     let res: ApiResult<i64> = async {
         let mut conn = state.redis().await?;
-        let mut inv = CLEAR_ORDERED.key(cart_key(state, account));
+        let mut inv = CLEAR_ORDERED.key(cart_key(state, account, event));
         for (sku, q) in ordered {
             inv.arg(sku).arg(q.to_string());
         }
@@ -141,11 +162,31 @@ pub struct CartView {
     pub currency: String,
 }
 
+async fn put_event_item(
+    State(state): State<AppState>,
+    admitted: Admitted,
+    Path((event, sku)): Path<(String, String)>,
+    ApiJson(req): ApiJson<SetQuantity>,
+) -> ApiResult<ApiJson<LineSet>> {
+    admitted.for_event(&event)?;
+    set_line(&state, &admitted, sku, req).await
+}
+
 async fn put_item(
     State(state): State<AppState>,
     admitted: Admitted,
     Path(sku): Path<String>,
     ApiJson(req): ApiJson<SetQuantity>,
+) -> ApiResult<ApiJson<LineSet>> {
+    set_line(&state, &admitted, sku, req).await
+}
+
+/// Sets a line of the cart of the token's event (the caller has checked the path's event).
+async fn set_line(
+    state: &AppState,
+    admitted: &Admitted,
+    sku: String,
+    req: SetQuantity,
 ) -> ApiResult<ApiJson<LineSet>> {
     let settings = &state.config.orders;
     let max_q = i64::from(settings.max_line_quantity);
@@ -156,12 +197,17 @@ async fn put_item(
         .with("field", "quantity")
         .with("max", max_q));
     }
-    if !crate::products::exists(&state, &sku).await? {
-        return Err(crate::products::unknown_sku(&sku));
+    // A product's event never changes once set, so this check cannot go stale; checkout
+    // checks it again in its transaction anyway.
+    match crate::products::event_of(state, &sku).await? {
+        None => return Err(crate::products::unknown_sku(&sku)),
+        Some(event) => admitted
+            .opens(event.as_deref())
+            .map_err(|e| e.with("sku", sku.as_str()))?,
     }
     let mut conn = state.redis().await?;
     let lines: i64 = SET_LINE
-        .key(cart_key(&state, admitted.account()))
+        .key(cart_key(state, admitted.account(), admitted.event()))
         .arg(&sku)
         .arg(req.quantity)
         .arg(settings.max_cart_lines)
@@ -192,16 +238,29 @@ async fn put_item(
     }))
 }
 
+async fn delete_event_item(
+    State(state): State<AppState>,
+    admitted: Admitted,
+    Path((event, sku)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    admitted.for_event(&event)?;
+    remove_line(&state, &admitted, &sku).await
+}
+
 async fn delete_item(
     State(state): State<AppState>,
     admitted: Admitted,
     Path(sku): Path<String>,
 ) -> ApiResult<StatusCode> {
+    remove_line(&state, &admitted, &sku).await
+}
+
+async fn remove_line(state: &AppState, admitted: &Admitted, sku: &str) -> ApiResult<StatusCode> {
     // Removing a line that is not there is fine (idempotent); no product lookup needed.
     let mut conn = state.redis().await?;
     redis::cmd("HDEL")
-        .arg(cart_key(&state, admitted.account()))
-        .arg(&sku)
+        .arg(cart_key(state, admitted.account(), admitted.event()))
+        .arg(sku)
         .query_async::<()>(&mut conn)
         .await?;
     state
@@ -220,11 +279,24 @@ struct PriceRow {
     price: i64,
 }
 
+async fn get_event_cart(
+    State(state): State<AppState>,
+    admitted: Admitted,
+    Path(event): Path<String>,
+) -> ApiResult<ApiJson<CartView>> {
+    admitted.for_event(&event)?;
+    show_cart(&state, &admitted).await
+}
+
 async fn get_cart(
     State(state): State<AppState>,
     admitted: Admitted,
 ) -> ApiResult<ApiJson<CartView>> {
-    let lines = lines(&state, admitted.account()).await?;
+    show_cart(&state, &admitted).await
+}
+
+async fn show_cart(state: &AppState, admitted: &Admitted) -> ApiResult<ApiJson<CartView>> {
+    let lines = lines(state, admitted.account(), admitted.event()).await?;
     state
         .metrics
         .commerce
@@ -235,10 +307,15 @@ async fn get_cart(
     let prices: Vec<PriceRow> = if skus.is_empty() {
         Vec::new()
     } else {
-        sqlx::query_as("SELECT sku, name, price FROM products WHERE sku = ANY($1) ORDER BY sku")
-            .bind(&skus)
-            .fetch_all(&state.pool)
-            .await?
+        // Only this event's products (a line of another event could only come from a bug).
+        sqlx::query_as(
+            "SELECT sku, name, price FROM products
+              WHERE sku = ANY($1) AND event_id = $2 ORDER BY sku",
+        )
+        .bind(&skus)
+        .bind(admitted.event())
+        .fetch_all(&state.pool)
+        .await?
     };
     let mut view = CartView {
         lines: Vec::with_capacity(prices.len()),

@@ -77,6 +77,16 @@ impl ApiError {
         )
     }
 
+    /// A valid admission token, but for another event than the resource's: one admission
+    /// opens one event (DESIGN.md section 8).
+    pub fn wrong_event() -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            codes::WRONG_EVENT,
+            "this admission is for another event; join that event's waiting room",
+        )
+    }
+
     pub fn unauthorized() -> Self {
         Self::new(
             StatusCode::UNAUTHORIZED,

@@ -297,9 +297,8 @@ fn validate(req: &CreateEvent) -> ApiResult<u64> {
             .with("tier", t.tier.clone()));
         }
     }
-    if total == 0 && req.ga_tiers.is_empty() {
-        return Err(invalid("seat_map", "an event needs seats or GA tiers"));
-    }
+    // An event without seats or GA tiers is fine: a flash sale of products or an auction day
+    // is an event too (its products and auctions belong to it).
     Ok(total)
 }
 

@@ -24,6 +24,10 @@
 //!   after the commit, best effort, and only the lines that were ordered, unchanged.
 //! - Orders from a hold pin the hold (`holds::pin_hold_tx`): the hold becomes `ordered` and its
 //!   seats stay held until the order expires; one hold becomes at most one order.
+//! - One admission, one event: a cart order takes the cart of the token's event and every
+//!   SKU in it must belong to that event (checked before the flash gate from the catalogue,
+//!   and again by the transaction's own price read); a hold order needs the hold's event. The
+//!   order records its event. A mismatch is `403 WRONG_EVENT` and changes nothing.
 //! - Only the owner can read an order (`404` for anyone else, never `403`).
 //! - Money is integer minor units; totals are computed in Rust from the snapshotted prices
 //!   with checked arithmetic.
@@ -267,11 +271,19 @@ fn overflow() -> ApiError {
 /// inventory row locks are therefore held for one statement plus the commit. On a shortage it
 /// returns `409 INSUFFICIENT_STOCK` (or `SOLD_OUT`) with earlier lines already reserved: the
 /// caller must roll back (dropping the transaction does), which undoes everything.
+///
+/// `event` is the event of the caller's admission: every SKU must belong to it (`403
+/// WRONG_EVENT` before anything is written), and the order records it.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one order's whole input, each a distinct borrowed value"
+)]
 pub async fn create_cart_order_tx(
     conn: &mut PgConnection,
     settings: &crate::orders::OrderSettings,
     order_id: &str,
     account: &str,
+    event: &str,
     idempotency_key: &str,
     lines: &BTreeMap<String, i64>,
     claim: Option<&idempotency::Claim>,
@@ -280,21 +292,25 @@ pub async fn create_cart_order_tx(
         return Err(cart_empty().into());
     }
     let skus: Vec<&str> = lines.keys().map(String::as_str).collect();
-    let prices: Vec<(String, String, i64)> =
-        sqlx::query_as("SELECT sku, name, price FROM products WHERE sku = ANY($1) ORDER BY sku")
-            .bind(&skus)
-            .fetch_all(&mut *conn)
-            .await?;
-    let prices: BTreeMap<String, (String, i64)> = prices
+    let prices: Vec<(String, String, i64, Option<String>)> = sqlx::query_as(
+        "SELECT sku, name, price, event_id FROM products WHERE sku = ANY($1) ORDER BY sku",
+    )
+    .bind(&skus)
+    .fetch_all(&mut *conn)
+    .await?;
+    let prices: BTreeMap<String, (String, i64, Option<String>)> = prices
         .into_iter()
-        .map(|(sku, name, price)| (sku, (name, price)))
+        .map(|(sku, name, price, evt)| (sku, (name, price, evt)))
         .collect();
     let mut items = Vec::with_capacity(lines.len());
     let mut total: i64 = 0;
     for (sku, &q) in lines {
-        let Some((name, price)) = prices.get(sku) else {
+        let Some((name, price, sku_event)) = prices.get(sku) else {
             return Err(crate::products::unknown_sku(sku).into());
         };
+        if sku_event.as_deref() != Some(event) {
+            return Err(ApiError::wrong_event().with("sku", sku.as_str()).into());
+        }
         let amount = price.checked_mul(q).ok_or_else(overflow)?;
         total = total.checked_add(amount).ok_or_else(overflow)?;
         items.push(OrderItemView {
@@ -314,7 +330,7 @@ pub async fn create_cart_order_tx(
         idempotency_key,
         source: "cart",
         hold_id: None,
-        event_id: None,
+        event_id: Some(event),
         total,
         currency: &settings.currency,
         expires_at: None,
@@ -377,9 +393,7 @@ pub async fn create_hold_order_tx(
         && evt != pinned.event_id
     {
         // Dropping the transaction undoes the pin.
-        return Err(ApiError::admission_required()
-            .with("reason", "wrong_event")
-            .into());
+        return Err(ApiError::wrong_event().into());
     }
     let mut items = Vec::new();
     if pinned.kind == "seats" {
@@ -925,7 +939,18 @@ async fn create_from_cart(
     fingerprint: &Fingerprint,
 ) -> ApiResult<Response> {
     let account = admitted.account();
-    let lines = cart::lines(state, account).await?;
+    let event = admitted.event();
+    let lines = cart::lines(state, account, event).await?;
+    // One admission, one event, before the flash gate: a SKU of another event neither takes
+    // nor is refused a gate slot. Cached, so no query on the hot path; the transaction checks
+    // it again from the rows it reads.
+    for sku in lines.keys() {
+        if let Some(sku_event) = crate::products::event_of(state, sku).await? {
+            admitted
+                .opens(sku_event.as_deref())
+                .map_err(|e| e.with("sku", sku.as_str()))?;
+        }
+    }
     let admission = format!("{account}\u{1f}{}", key.as_str());
     // 1. The flash gate (Redis only), so a sold-out rush never reaches Postgres.
     let taken = gate_lines(state, account, key, &admission, &lines).await?;
@@ -965,6 +990,7 @@ async fn create_from_cart(
             settings,
             &order_id,
             account,
+            event,
             key.as_str(),
             &lines,
             Some(&claim),
@@ -987,7 +1013,7 @@ async fn create_from_cart(
             for sku in &taken {
                 flash::settle(state, sku, &admission).await;
             }
-            cart::clear_ordered(state, account, &lines).await;
+            cart::clear_ordered(state, account, event, &lines).await;
             // Lets a later retry with this key through a gate that has since hit zero (only
             // consulted on a refusal), even if this order had no hot line.
             set_done_marker(state, account, key).await;

@@ -2,6 +2,10 @@
 //! /admin/products/{sku}`) and a per-process catalogue cache for the cart.
 //!
 //! Guarantees:
+//! - Every product belongs to one event (`event`, required on creation, `422 UNKNOWN_EVENT`
+//!   when booking has no such event). Carts and orders only take it with an admission token
+//!   of that event. A product's event never changes once set; a product created before
+//!   events were required has none (no token opens it) until `PUT` assigns one.
 //! - Stock lives in `inventory` (available/reserved/sold) with `CHECK (available >= 0)`; every
 //!   change is one conditional statement on the row, never read-then-write in Rust.
 //! - `stock` is the **total** number of units (available + reserved + sold). Setting it is an
@@ -23,7 +27,7 @@ use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 use shared::error::codes;
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::RwLock;
 
 /// Largest accepted price (minor units) and stock, to keep sums far from overflow.
@@ -56,43 +60,69 @@ pub fn valid_sku(sku: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'))
 }
 
-/// SKUs known to exist (products are never deleted, so a positive entry never goes stale;
-/// misses always ask Postgres).
+/// SKU -> event of the products known to exist. Products are never deleted and a product's
+/// event never changes once set, so an entry never goes stale; products without an event and
+/// misses are not cached (they always ask Postgres).
 #[derive(Default)]
 pub struct Catalog {
-    known: RwLock<HashSet<String>>,
+    known: RwLock<HashMap<String, String>>,
 }
 
 impl Catalog {
-    fn contains(&self, sku: &str) -> bool {
-        self.known.read().map(|s| s.contains(sku)).unwrap_or(false)
+    fn event_of(&self, sku: &str) -> Option<String> {
+        self.known.read().ok()?.get(sku).cloned()
     }
 
-    fn insert(&self, sku: &str) {
+    fn insert(&self, sku: &str, event: &str) {
         if let Ok(mut s) = self.known.write() {
             if s.len() >= CATALOG_CACHE_MAX {
                 s.clear();
             }
-            s.insert(sku.to_owned());
+            s.insert(sku.to_owned(), event.to_owned());
         }
     }
 }
 
-/// True when `sku` is a product (cached).
-pub async fn exists(state: &AppState, sku: &str) -> ApiResult<bool> {
+/// The event of product `sku` (cached): `None` when there is no such product, `Some(None)`
+/// for a product that has no event yet.
+pub async fn event_of(state: &AppState, sku: &str) -> ApiResult<Option<Option<String>>> {
     if !valid_sku(sku) {
+        return Ok(None);
+    }
+    if let Some(event) = state.catalog.event_of(sku) {
+        return Ok(Some(Some(event)));
+    }
+    let found: Option<Option<String>> =
+        sqlx::query_scalar("SELECT event_id FROM products WHERE sku = $1")
+            .bind(sku)
+            .fetch_optional(&state.pool)
+            .await?;
+    if let Some(Some(event)) = &found {
+        state.catalog.insert(sku, event);
+    }
+    Ok(found)
+}
+
+/// `422 UNKNOWN_EVENT` for an `event` field naming no event booking knows.
+pub fn unknown_event_field(event: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        codes::UNKNOWN_EVENT,
+        "no such event; create it with POST /admin/events first",
+    )
+    .with("field", "event")
+    .with("event", event)
+}
+
+/// True when booking has event `event` (for the `event` field of a new product or auction).
+pub async fn event_exists<'c>(conn: impl sqlx::PgExecutor<'c>, event: &str) -> ApiResult<bool> {
+    if !shared::ids::is_valid_slug(event) {
         return Ok(false);
     }
-    if state.catalog.contains(sku) {
-        return Ok(true);
-    }
-    let found: Option<i32> = sqlx::query_scalar("SELECT 1 FROM products WHERE sku = $1")
-        .bind(sku)
-        .fetch_optional(&state.pool)
+    let found: Option<i32> = sqlx::query_scalar("SELECT 1 FROM events WHERE id = $1")
+        .bind(event)
+        .fetch_optional(conn)
         .await?;
-    if found.is_some() {
-        state.catalog.insert(sku);
-    }
     Ok(found.is_some())
 }
 
@@ -104,6 +134,8 @@ pub fn unknown_sku(sku: &str) -> ApiError {
 #[serde(deny_unknown_fields)]
 pub struct NewProduct {
     pub sku: String,
+    /// The event this product is sold in (must exist).
+    pub event: String,
     pub name: String,
     pub price: i64,
     pub stock: i64,
@@ -120,11 +152,16 @@ pub struct ProductUpdate {
     /// Total units (available + reserved + sold).
     pub stock: Option<i64>,
     pub hot: Option<bool>,
+    /// Assigns the event of a product that has none (created before events were required);
+    /// the same event again is a no-op, another event `409`.
+    pub event: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 pub struct ProductView {
     pub sku: String,
+    /// `null` only for a product created before events were required.
+    pub event: Option<String>,
     pub name: String,
     pub price: i64,
     pub hot: bool,
@@ -161,7 +198,7 @@ fn validate_stock(stock: i64) -> ApiResult<()> {
     Ok(())
 }
 
-const VIEW_SQL: &str = "SELECT p.sku, p.name, p.price, p.hot,
+const VIEW_SQL: &str = "SELECT p.sku, p.event_id AS event, p.name, p.price, p.hot,
         i.available + i.reserved + i.sold AS stock, i.available, i.reserved, i.sold
    FROM products p JOIN inventory i USING (sku) WHERE p.sku = $1";
 
@@ -188,14 +225,20 @@ async fn create_product(
     validate_price(req.price)?;
     validate_stock(req.stock)?;
     let mut tx = state.pool.begin().await?;
+    // Events are never deleted while a product refers to them (foreign key), so the check
+    // cannot go stale before the insert.
+    if !event_exists(&mut *tx, &req.event).await? {
+        return Err(unknown_event_field(&req.event));
+    }
     let inserted = sqlx::query(
-        "INSERT INTO products (sku, name, price, hot) VALUES ($1, $2, $3, $4)
+        "INSERT INTO products (sku, name, price, hot, event_id) VALUES ($1, $2, $3, $4, $5)
          ON CONFLICT (sku) DO NOTHING",
     )
     .bind(&req.sku)
     .bind(req.name.trim())
     .bind(req.price)
     .bind(req.hot)
+    .bind(&req.event)
     .execute(&mut *tx)
     .await?
     .rows_affected();
@@ -212,7 +255,7 @@ async fn create_product(
         .execute(&mut *tx)
         .await?;
     tx.commit().await?;
-    state.catalog.insert(&req.sku);
+    state.catalog.insert(&req.sku, &req.event);
     if req.hot {
         crate::flash::reconcile(&state, &req.sku).await?;
     }
@@ -242,6 +285,33 @@ async fn update_product(
         return Err(unknown_sku(&sku));
     }
     let mut tx = state.pool.begin().await?;
+    if let Some(event) = &req.event {
+        if !event_exists(&mut *tx, event).await? {
+            return Err(unknown_event_field(event));
+        }
+        // Set once: a product moved to another event would let carts and orders of the old
+        // event keep buying it.
+        let assigned: Option<Option<String>> = sqlx::query_scalar(
+            "UPDATE products SET event_id = COALESCE(event_id, $2) WHERE sku = $1
+             RETURNING event_id",
+        )
+        .bind(&sku)
+        .bind(event)
+        .fetch_optional(&mut *tx)
+        .await?;
+        match assigned {
+            None => return Err(unknown_sku(&sku)),
+            Some(Some(current)) if current != *event => {
+                return Err(ApiError::conflict(
+                    codes::CONFLICT,
+                    "a product's event cannot be changed once set",
+                )
+                .with("field", "event")
+                .with("event", current));
+            }
+            Some(_) => {}
+        }
+    }
     // Catalogue fields: one statement, only the given fields change.
     let found = sqlx::query(
         "UPDATE products

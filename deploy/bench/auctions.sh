@@ -83,14 +83,20 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 curl -fsS "$URL/readyz" >/dev/null 2>&1 || die "booking not ready on $URL"
+# The auctions' event (booking takes bids only with an admission of the auction's event;
+# loadgen's tokens and auctions use `--event`, default auction-day). Booking has migrated the
+# database by the time it is ready.
+EVENT="auction-day"
+psql_q -d "$DB" -c "INSERT INTO events (id, name, sale_start, hold_ttl_s, max_tickets_per_account)
+  VALUES ('$EVENT', 'bench auctions', clock_timestamp(), 600, 4)" >/dev/null
 
 json_num() { grep -m1 "\"$2\"" "$1" | sed -E 's/.*: *([0-9.eE+-]+).*/\1/'; }
 json_str() { grep -m1 "\"$2\"" "$1" | sed -E 's/.*: *"([^"]*)".*/\1/'; }
 
 run_loadgen() {
   local json="$1"; shift
-  "$LOADGEN_BIN" auctions --booking "$URL" --clients "$CLIENTS" --duration-s "$DUR" \
-    --json "$json" "$@" >&2
+  "$LOADGEN_BIN" auctions --booking "$URL" --event "$EVENT" --clients "$CLIENTS" \
+    --duration-s "$DUR" --json "$json" "$@" >&2
 }
 
 LOAD_BEFORE="$(cut -d' ' -f1-3 /proc/loadavg)"
@@ -100,7 +106,7 @@ log "hot auction: $CLIENTS bidders x ${DUR}s"
 run_loadgen "$WORK/hot.json" --hot
 HALF=$(( CLIENTS / 2 > 1 ? CLIENTS / 2 : 1 ))
 log "hot auction: $HALF bidders x ${DUR}s"
-"$LOADGEN_BIN" auctions --booking "$URL" --clients "$HALF" --duration-s "$DUR" \
+"$LOADGEN_BIN" auctions --booking "$URL" --event "$EVENT" --clients "$HALF" --duration-s "$DUR" \
   --json "$WORK/hot-half.json" --hot >&2
 
 # check AUCTION ACCEPTED: Postgres has every accepted bid once, the price is the max bid, the
@@ -135,8 +141,8 @@ stop_booking
 
 log "pgbench: the cold bid statement, $POOL connections"
 psql_q -d "$DB" -c "INSERT INTO auctions (id, seller_id, title, start_price, min_increment,
-    current_price, end_time, max_extensions)
-  VALUES ('pgbench', 'pg-seller', 'pgbench', 1000, 10, 1000, clock_timestamp() + interval '1 day', 30)" >/dev/null
+    current_price, end_time, max_extensions, event_id)
+  VALUES ('pgbench', 'pg-seller', 'pgbench', 1000, 10, 1000, clock_timestamp() + interval '1 day', 30, '$EVENT')" >/dev/null
 {
   echo '\set r random(1, 9000000000000000)'
   echo "SELECT CASE WHEN leader_id IS NULL THEN current_price ELSE current_price + min_increment END AS amt FROM auctions WHERE id = :auction \\gset"

@@ -103,9 +103,18 @@ start_booking() {
   die "booking not ready on $URL"
 }
 
+# The products' event: booking sells a product only with an admission of its event, and
+# loadgen's tokens and carts use `--event` (default shop).
+EVENT=shop
+event() {
+  curl -fsS -o /dev/null -H "authorization: Bearer $ADMIN" -H 'content-type: application/json' \
+    -d "{\"id\":\"$EVENT\",\"name\":\"bench shop\",\"sale_start\":\"2026-01-01T00:00:00Z\"}" \
+    "$URL/admin/events" || die "creating event $EVENT failed"
+}
+
 product() { # SKU STOCK HOT
   curl -fsS -o /dev/null -H "authorization: Bearer $ADMIN" -H 'content-type: application/json' \
-    -d "{\"sku\":\"$1\",\"name\":\"bench $1\",\"price\":1000,\"stock\":$2,\"hot\":$3}" \
+    -d "{\"sku\":\"$1\",\"event\":\"$EVENT\",\"name\":\"bench $1\",\"price\":1000,\"stock\":$2,\"hot\":$3}" \
     "$URL/admin/products" || die "creating product $1 failed"
 }
 
@@ -115,7 +124,7 @@ db_txs() {
 
 loadgen_orders() { # JSON ARGS...
   local json="$1"; shift
-  "$LOADGEN_BIN" orders --booking "$URL" --clients "$CLIENTS" --json "$json" "$@" >&2
+  "$LOADGEN_BIN" orders --booking "$URL" --event "$EVENT" --clients "$CLIENTS" --json "$json" "$@" >&2
 }
 
 pgbench_tps() { # SKU ASYNC
@@ -132,6 +141,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.0f%%", 100 * a /
 LOAD_AT_START="$(cut -d' ' -f1-3 /proc/loadavg)"
 log "starting booking on $URL (database $DB)"
 start_booking false
+event
 for i in $(seq 0 19); do product "SKU-$i" "$BIG" false; done
 product HOT-GATED "$BIG" true
 product HOT-PLAIN "$BIG" false

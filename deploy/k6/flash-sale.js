@@ -1,8 +1,9 @@
 // Flash sale: one hot SKU, tens of thousands of buyers, STOCK (default 1,000) units.
-// setup() creates the product (hot: the Redis stock gate answers the surplus without a
-// query) and the waiting room's config. Each buyer (one iteration):
+// setup() creates the event in booking, the product in it (hot: the Redis stock gate answers
+// the surplus without a query; only an admission of the product's event may buy it) and the
+// waiting room's config. Each buyer (one iteration):
 //   login -> join -> poll until admitted
-//   -> PUT /api/cart/items/{sku} {"quantity": QTY}
+//   -> PUT /api/events/{event}/cart/items/{sku} {"quantity": QTY}
 //   -> POST /api/orders {"source": "cart"} with Idempotency-Key
 //        201 PENDING_PAYMENT | 409 SOLD_OUT (counted: the expected answer for most buyers)
 //   -> POST /api/orders/{id}/pay {"payment_method": "pm_card_visa"} with Idempotency-Key
@@ -14,7 +15,8 @@ import { Counter, Trend } from 'k6/metrics';
 import exec from 'k6/execution';
 import {
   BASE_URL, BOOKING_ADMIN_URL, QUICK, env, num, flag, jsonHeaders, body, code, unexpectedResponse,
-  newKey, runId, perEndpoint, login, waitForAdmission, putGatewayConfig, adminRequest, isoAgo,
+  newKey, runId, perEndpoint, login, waitForAdmission, putGatewayConfig, adminRequest, ensureEvent,
+  isoAgo,
 } from './lib/floodgate.js';
 
 const EVENT = env('EVENT', 'flash');
@@ -84,8 +86,9 @@ export function setup() {
   const run = runId();
   const sku = env('SKU', `flash-${run}`);
   if (SETUP) {
+    ensureEvent({ id: EVENT, name: `Flash sale ${EVENT}`, venue: 'k6', sale_start: isoAgo(60) });
     const res = adminRequest('POST', `${BOOKING_ADMIN_URL}/admin/products`, {
-      sku, name: `Flash sale item ${run}`, price: PRICE, stock: STOCK, hot: true,
+      sku, event: EVENT, name: `Flash sale item ${run}`, price: PRICE, stock: STOCK, hot: true,
     }, 'admin_product');
     if (res.status !== 201 && res.status !== 200) throw new Error(`creating product ${sku}: ${res.status} ${res.body}`);
     putGatewayConfig(EVENT, { sale_start: isoAgo(60), admit_per_minute: ADMIT_PER_MINUTE, mode: env('MODE', 'queue'), max_active: num('MAX_ACTIVE', 0) });
@@ -106,7 +109,7 @@ export default function (data) {
   if (adm.state !== 'admitted') return;
   const token = adm.token;
 
-  let res = http.put(`${BASE_URL}/api/cart/items/${data.sku}`, JSON.stringify({ quantity: QTY }), {
+  let res = http.put(`${BASE_URL}/api/events/${EVENT}/cart/items/${data.sku}`, JSON.stringify({ quantity: QTY }), {
     headers: jsonHeaders(token),
     tags: { name: 'cart' },
   });

@@ -1,5 +1,7 @@
 // Hot auction: thousands of bidders in the last minute of one auction. setup() creates the
-// auction (ending DURATION_S from now) through the public API with a seller's admission;
+// event in booking (an auction belongs to an event, and only an admission of that event may
+// create it, bid on it or watch it) and the auction (ending DURATION_S from now) through the
+// public API with a seller's admission;
 // every VU is one bidder who gets admitted once, then bids increasing amounts until the
 // auction closes:
 //   POST /api/auctions/{id}/bids {"amount"} with a fresh Idempotency-Key per bid
@@ -16,10 +18,10 @@ import { Counter, Trend } from 'k6/metrics';
 import exec from 'k6/execution';
 import {
   BASE_URL, QUICK, env, num, flag, jsonHeaders, body, code, unexpectedResponse, newKey, runId, perEndpoint,
-  login, waitForAdmission, putGatewayConfig, isoAgo, isoIn,
+  login, waitForAdmission, putGatewayConfig, ensureEvent, isoAgo, isoIn,
 } from './lib/floodgate.js';
 
-const EVENT = env('EVENT', 'auction-day'); // the waiting room bidders pass through
+const EVENT = env('EVENT', 'auction-day'); // the auction's event and the waiting room bidders pass through
 const BIDDERS = num('BIDDERS', 200);
 const DURATION_S = num('DURATION_S', 60); // the auction ends this long after setup
 const HOT = flag('HOT', '1'); // Redis Lua path (hot) or the Postgres conditional UPDATE (cold)
@@ -79,6 +81,7 @@ function admit(account) {
 export function setup() {
   const run = runId();
   if (SETUP) {
+    ensureEvent({ id: EVENT, name: `Auction day ${EVENT}`, venue: 'k6', sale_start: isoAgo(60) });
     // Bidders are admitted at once: this scenario measures bidding, not queueing.
     putGatewayConfig(EVENT, { sale_start: isoAgo(60), admit_per_minute: 100000, mode: env('MODE', 'passthrough'), max_active: 0 });
   }
@@ -93,6 +96,7 @@ export function setup() {
     const res = http.post(
       `${BASE_URL}/api/auctions`,
       JSON.stringify({
+        event: EVENT,
         title: `k6 hot auction ${run}`,
         start_price: START_PRICE,
         min_increment: MIN_INCREMENT,

@@ -124,13 +124,23 @@ fn wants_html(h: &HeaderMap) -> bool {
 }
 
 /// The answer to a refused admission: browsers go back to the waiting room, API clients get
-/// `401 ADMISSION_REQUIRED`.
+/// `401 ADMISSION_REQUIRED`, or `403 WRONG_EVENT` for a valid token of another event than the
+/// path's (one admission, one event: DESIGN.md section 8, booking answers the same).
 pub fn refusal(e: &TokenError, html: bool, event: Option<&str>) -> Reply {
     if html {
         return match event {
             Some(ev) if shared::ids::is_valid_slug(ev) => Reply::redirect(&format!("/e/{ev}")),
             _ => Reply::redirect("/"),
         };
+    }
+    if *e == TokenError::WrongEvent {
+        return Reply::from_error(
+            403,
+            ErrorBody::new(
+                codes::WRONG_EVENT,
+                "this admission is for another event; join that event's waiting room",
+            ),
+        );
     }
     Reply::from_error(
         401,
@@ -660,6 +670,31 @@ mod tests {
         let long = "x".repeat(200);
         let id = RequestId::new(&long, 1);
         assert!(id.as_str().ends_with("x-1"));
+    }
+
+    #[test]
+    fn wrong_event_is_403_for_api_clients_and_the_waiting_room_for_browsers() {
+        use super::refusal;
+        use shared::token::TokenError;
+        let api = refusal(&TokenError::WrongEvent, false, Some("b"));
+        assert_eq!(api.status, 403);
+        let body: serde_json::Value = serde_json::from_slice(&api.body).expect("json");
+        assert_eq!(body["code"], "WRONG_EVENT");
+        let page = refusal(&TokenError::WrongEvent, true, Some("b"));
+        assert!(
+            page.headers
+                .iter()
+                .any(|(k, v)| k.eq_ignore_ascii_case("location") && v == "/e/b"),
+            "{:?}",
+            page.headers
+        );
+        for e in [
+            TokenError::Expired,
+            TokenError::BadSignature,
+            TokenError::Revoked,
+        ] {
+            assert_eq!(refusal(&e, false, Some("b")).status, 401);
+        }
     }
 
     #[test]

@@ -42,6 +42,8 @@ pub mod codes {
     pub const BID_TOO_LOW: &str = "BID_TOO_LOW";
     pub const AUCTION_CLOSED: &str = "AUCTION_CLOSED";
     pub const FORBIDDEN: &str = "FORBIDDEN";
+    /// A valid admission token for another event than the resource's (`403`).
+    pub const WRONG_EVENT: &str = "WRONG_EVENT";
     // Gateway (waiting room).
     pub const EVENT_CLOSED: &str = "EVENT_CLOSED";
     pub const NOT_IN_QUEUE: &str = "NOT_IN_QUEUE";

@@ -140,7 +140,7 @@ pub async fn place(
     headers: HeaderMap,
     ApiJson(req): ApiJson<PlaceBid>,
 ) -> ApiResult<Response> {
-    let result = place_inner(&state, who.account(), &id, &headers, req.amount).await;
+    let result = place_inner(&state, &who, &id, &headers, req.amount).await;
     match result {
         Ok(BidOutcome::Accepted(bid)) => Ok((
             StatusCode::CREATED,
@@ -163,11 +163,12 @@ pub async fn place(
 
 async fn place_inner(
     state: &AppState,
-    bidder: &str,
+    who: &Admitted,
     id: &str,
     headers: &HeaderMap,
     amount: i64,
 ) -> ApiResult<BidOutcome> {
+    let bidder = who.account();
     let key = idempotency_key(headers)?;
     if !(1..=MAX_MONEY).contains(&amount) {
         return Err(ApiError::validation(format!(
@@ -184,6 +185,9 @@ async fn place_inner(
         .retry_after(secs.max(1)));
     }
     let meta = meta(state, id).await?.ok_or_else(super::unknown_auction)?;
+    // One admission, one event. The auction's event never changes, so checking it before the
+    // decision is not a read-then-write race.
+    who.opens(meta.event.as_deref())?;
     // The seller never changes, so refusing here is not a read-then-write race; the bid
     // statement and the Lua script check it again anyway.
     if meta.seller == bidder {

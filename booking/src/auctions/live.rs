@@ -481,8 +481,8 @@ pub async fn upgrade(
             .inc();
         return Err(ApiError::admission_required().with("reason", "missing"));
     };
-    let viewer = match state.tokens.verify(tok) {
-        Ok(claims) => claims.sub,
+    let claims = match state.tokens.verify(tok) {
+        Ok(claims) => claims,
         Err(e) => {
             state
                 .metrics
@@ -498,9 +498,12 @@ pub async fn upgrade(
             "this endpoint needs a WebSocket upgrade",
         )
     })?;
-    if super::meta(&state, &id).await?.is_none() {
-        return Err(super::unknown_auction());
-    }
+    let meta = super::meta(&state, &id)
+        .await?
+        .ok_or_else(super::unknown_auction)?;
+    // One admission, one event: refused before the upgrade, so no socket is opened.
+    let viewer = claims.sub.clone();
+    crate::auth::Admitted(claims).opens(meta.event.as_deref())?;
     Ok(ws
         .max_message_size(4096)
         .on_upgrade(move |socket| session(state, id, viewer, socket)))

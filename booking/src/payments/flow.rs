@@ -114,6 +114,7 @@ async fn pay(
         return Err(ApiError::not_found(codes::NOT_FOUND, "no such order"));
     }
     let account = admitted.account().to_owned();
+    check_order_event(&state, &admitted, &order_id).await?;
     let body = serde_json::to_value(&req).map_err(ApiError::unexpected)?;
     let path = format!("/api/orders/{order_id}/pay");
     let fp = Fingerprint::of_json(&Method::POST, &path, &body);
@@ -129,6 +130,24 @@ async fn pay(
             record(&state, outcome_label(&e));
             Err(e)
         }
+    }
+}
+
+/// One admission, one event: an order is paid only with an admission token of its event
+/// (`403 WRONG_EVENT` before anything is claimed or charged). An order's event never changes,
+/// so reading it first is not a race. Orders without an event (cart orders created before
+/// orders recorded one) are their owner's to pay; someone else's order or a missing one is
+/// left to the pay flow's `404`.
+async fn check_order_event(state: &AppState, admitted: &Admitted, order_id: &str) -> ApiResult<()> {
+    let event: Option<Option<String>> =
+        sqlx::query_scalar("SELECT event_id FROM orders WHERE id = $1 AND account_id = $2")
+            .bind(order_id)
+            .bind(admitted.account())
+            .fetch_optional(&state.pool)
+            .await?;
+    match event {
+        Some(Some(event)) => admitted.opens(Some(&event)),
+        _ => Ok(()),
     }
 }
 

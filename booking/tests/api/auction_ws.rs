@@ -7,7 +7,7 @@
 )]
 
 use crate::auctions::{bid, create_ok, spawn_unlimited};
-use crate::helpers::{TestApp, create_auction, json};
+use crate::helpers::{TestApp, json, open_auction};
 use booking::auctions::closer;
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -270,7 +270,7 @@ async fn other_fans_see_the_leader_as_a_stable_handle_never_as_an_account_id() {
     let app = spawn_unlimited().await;
     let mut handles = Vec::new();
     for hot in [false, true] {
-        let auction = create_auction(&app, SELLER, hot, 3600).await;
+        let auction = open_auction(&app, SELLER, hot, 3600).await;
         let mut rival_ws = connect(&app, &auction, RIVAL).await;
         let mut leader_ws = connect(&app, &auction, LEADER).await;
         for ws in [&mut rival_ws, &mut leader_ws] {

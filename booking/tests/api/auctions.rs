@@ -24,19 +24,9 @@ pub async fn spawn_unlimited() -> TestApp {
     .await
 }
 
+/// `POST /api/auctions` in the `auction-day` event (the event of these tests' tokens).
 pub async fn create(app: &TestApp, seller: &str, body: Value) -> (u16, Value) {
-    let token = app.admission(seller, "auction-day");
-    json(
-        app.client
-            .post(app.url("/api/auctions"))
-            .bearer_auth(token)
-            .header("Idempotency-Key", shared::ids::new_id())
-            .json(&body)
-            .send()
-            .await
-            .expect("request"),
-    )
-    .await
+    crate::helpers::create_auction(app, "auction-day", seller, body).await
 }
 
 pub async fn create_ok(app: &TestApp, hot: bool, end_in_s: i64) -> String {
@@ -206,7 +196,7 @@ async fn create_refuses_bad_input_and_changes_nothing() {
         .header("Idempotency-Key", "k0")
         .header("content-type", "application/json")
         .body(format!(
-            r#"{{"title":"x","start_price":100000000000000000000,"min_increment":1,"end_time":"{}"}}"#,
+            r#"{{"event":"auction-day","title":"x","start_price":100000000000000000000,"min_increment":1,"end_time":"{}"}}"#,
             in_secs(3600)
         ))
         .send()
@@ -617,9 +607,10 @@ async fn racing_closers_close_each_auction_once_with_one_outbox_event() {
 #[tokio::test]
 async fn create_is_idempotent_per_seller_key() {
     let app = TestApp::spawn().await;
+    crate::helpers::ensure_event(&app, "auction-day").await;
     let token = app.admission("seller-9", "auction-day");
-    let body = json!({"title": "Vase", "start_price": 500, "min_increment": 5,
-                      "end_time": in_secs(3600)});
+    let body = json!({"event": "auction-day", "title": "Vase", "start_price": 500,
+                      "min_increment": 5, "end_time": in_secs(3600)});
     let post = |body: Value| {
         app.client
             .post(app.url("/api/auctions"))

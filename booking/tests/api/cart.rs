@@ -1,14 +1,15 @@
 //! The Redis cart over HTTP.
 
+use crate::helpers::create_product;
 use crate::helpers::{TestApp, json};
-use crate::products::{admin_put, create_product, put_line};
+use crate::products::{admin_put, put_line};
 use serde_json::json;
 
 #[tokio::test]
 async fn put_get_delete_with_current_prices() {
     let app = TestApp::spawn().await;
-    create_product(&app, "MUG", 1200, 50, false).await;
-    create_product(&app, "CAP", 2500, 50, false).await;
+    create_product(&app, "shop", "MUG", 1200, 50, false).await;
+    create_product(&app, "shop", "CAP", 2500, 50, false).await;
     let token = app.admission("alice", "shop");
 
     let (status, v) = json(put_line(&app, &token, "MUG", json!(2)).await).await;
@@ -65,7 +66,7 @@ async fn put_get_delete_with_current_prices() {
     // The TTL is refreshed on write (30 days).
     let mut conn = app.state.redis().await.expect("redis");
     let ttl: i64 = redis::cmd("TTL")
-        .arg(booking::cart::cart_key(&app.state, "bob"))
+        .arg(booking::cart::cart_key(&app.state, "bob", "shop"))
         .query_async(&mut conn)
         .await
         .expect("ttl");
@@ -76,7 +77,7 @@ async fn put_get_delete_with_current_prices() {
 #[tokio::test]
 async fn bad_input_is_refused_and_changes_nothing() {
     let app = TestApp::spawn().await;
-    create_product(&app, "MUG", 1200, 50, false).await;
+    create_product(&app, "shop", "MUG", 1200, 50, false).await;
     let token = app.admission("alice", "shop");
     json(put_line(&app, &token, "MUG", json!(3)).await).await;
 
@@ -132,7 +133,7 @@ async fn bad_input_is_refused_and_changes_nothing() {
 async fn line_limit_holds_under_concurrency() {
     let app = TestApp::spawn().await;
     for i in 0..120 {
-        create_product(&app, &format!("SKU-{i:03}"), 100, 10, false).await;
+        create_product(&app, "shop", &format!("SKU-{i:03}"), 100, 10, false).await;
     }
     let token = app.admission("alice", "shop");
     let skus: Vec<String> = (0..120).map(|i| format!("SKU-{i:03}")).collect();
@@ -161,8 +162,8 @@ async fn line_limit_holds_under_concurrency() {
 #[tokio::test]
 async fn devices_editing_different_skus_do_not_collide() {
     let app = TestApp::spawn().await;
-    create_product(&app, "A", 100, 10, false).await;
-    create_product(&app, "B", 100, 10, false).await;
+    create_product(&app, "shop", "A", 100, 10, false).await;
+    create_product(&app, "shop", "B", 100, 10, false).await;
     let token = app.admission("alice", "shop");
     let mut futs = Vec::new();
     for q in 1..=50 {

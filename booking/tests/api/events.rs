@@ -336,11 +336,8 @@ async fn invalid_event_definitions_are_refused_and_change_nothing() {
             422,
         ),
         ("unknown field", with(&["colour"], json!("red")), 422),
-        (
-            "nothing to sell",
-            json!({"name": "x", "sale_start": "2020-01-01T00:00:00Z"}),
-            422,
-        ),
+        // An event with neither seats nor GA tiers is valid since issue 14: a flash sale of
+        // products or an auction day is an event too.
     ];
     for (what, body, want) in cases {
         let (status, err) = json(app.admin_post("/admin/events", &body).await).await;

@@ -1,8 +1,9 @@
 //! The flash-sale gate: at most the remaining stock reaches Postgres, the rest is `409
 //! SOLD_OUT` without a query; failures release slots; reconcile; retries are never "sold out".
 
+use crate::helpers::create_product;
 use crate::helpers::{TestApp, json};
-use crate::products::{admin_put, create_product, post_order, put_line, stock};
+use crate::products::{admin_put, post_order, put_line, stock};
 use futures::StreamExt;
 use serde_json::json;
 
@@ -14,7 +15,7 @@ static CART: std::sync::LazyLock<serde_json::Value> =
 async fn fill_cart(app: &TestApp, account: &str, sku: &str, qty: i64) {
     let mut conn = app.state.redis().await.expect("redis");
     redis::cmd("HSET")
-        .arg(booking::cart::cart_key(&app.state, account))
+        .arg(booking::cart::cart_key(&app.state, account, "drop"))
         .arg(sku)
         .arg(qty)
         .query_async::<()>(&mut conn)
@@ -34,7 +35,7 @@ async fn thousand_units_thousands_of_buyers_through_the_gate() {
     // debug build that queue can outlast the default 3 s pool wait (a 503, load shedding).
     // This test is about the counts; speed is measured by the benchmark on a release build.
     let app = TestApp::spawn_with(|c| c.database.acquire_timeout_ms = 60_000).await;
-    create_product(&app, "DROP-1", 15000, 1000, true).await;
+    create_product(&app, "drop", "DROP-1", 15000, 1000, true).await;
     assert_eq!(
         booking::flash::current(&app.state, "DROP-1")
             .await
@@ -46,7 +47,7 @@ async fn thousand_units_thousands_of_buyers_through_the_gate() {
     let mut pipe = redis::pipe();
     for a in &accounts {
         pipe.cmd("HSET")
-            .arg(booking::cart::cart_key(&app.state, a))
+            .arg(booking::cart::cart_key(&app.state, a, "drop"))
             .arg("DROP-1")
             .arg(1)
             .ignore();
@@ -99,12 +100,12 @@ async fn thousand_units_thousands_of_buyers_through_the_gate() {
 #[tokio::test]
 async fn without_the_gate_postgres_decides_alone() {
     let app = TestApp::spawn().await;
-    create_product(&app, "COLD", 100, 50, false).await;
+    create_product(&app, "drop", "COLD", 100, 50, false).await;
     for i in 0..200 {
         fill_cart(&app, &format!("fan{i}"), "COLD", 1).await;
     }
     let tokens: Vec<String> = (0..200)
-        .map(|i| app.admission(&format!("fan{i}"), "x"))
+        .map(|i| app.admission(&format!("fan{i}"), "drop"))
         .collect();
     let before = db_transactions(&app);
     let results =
@@ -121,7 +122,7 @@ async fn without_the_gate_postgres_decides_alone() {
 #[tokio::test]
 async fn retries_are_replayed_not_sold_out() {
     let app = TestApp::spawn().await;
-    create_product(&app, "ONE", 100, 1, true).await;
+    create_product(&app, "drop", "ONE", 100, 1, true).await;
     let alice = app.admission("alice", "drop");
     fill_cart(&app, "alice", "ONE", 1).await;
     let first = post_order(&app, &alice, "k", &json!({"source": "cart"})).await;
@@ -162,8 +163,8 @@ async fn retries_are_replayed_not_sold_out() {
 #[tokio::test]
 async fn failures_release_slots_and_reconcile_fixes_the_gate() {
     let app = TestApp::spawn().await;
-    create_product(&app, "HOT", 100, 5, true).await;
-    create_product(&app, "NONE-LEFT", 100, 0, false).await;
+    create_product(&app, "drop", "HOT", 100, 5, true).await;
+    create_product(&app, "drop", "NONE-LEFT", 100, 0, false).await;
     let alice = app.admission("alice", "drop");
     fill_cart(&app, "alice", "HOT", 2).await;
     fill_cart(&app, "alice", "NONE-LEFT", 1).await;
@@ -274,7 +275,7 @@ async fn failures_release_slots_and_reconcile_fixes_the_gate() {
 async fn reconcile_keeps_in_flight_admissions_out_of_the_gate() {
     use booking::flash::{self, Gate};
     let app = TestApp::spawn().await;
-    create_product(&app, "INFL", 100, 10, true).await;
+    create_product(&app, "drop", "INFL", 100, 10, true).await;
     let current = || async { flash::current(&app.state, "INFL").await.expect("gate") };
     let reconcile = || async {
         flash::reconcile(&app.state, "INFL")
@@ -335,7 +336,7 @@ async fn reconcile_racing_a_rush_sells_exactly_the_stock_and_settles_every_slot(
     let app = TestApp::spawn_with(|c| c.database.acquire_timeout_ms = 60_000).await;
     let stock_units = 200;
     let buyers = 800;
-    create_product(&app, "RACE", 100, stock_units, true).await;
+    create_product(&app, "drop", "RACE", 100, stock_units, true).await;
     let accounts: Vec<String> = (0..buyers).map(|i| format!("racer{i}")).collect();
     for a in &accounts {
         fill_cart(&app, a, "RACE", 1).await;

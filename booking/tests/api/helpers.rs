@@ -228,33 +228,105 @@ pub async fn json(resp: reqwest::Response) -> (u16, Value) {
     (status, v)
 }
 
-/// Creates an auction through the API (seller `seller`, start price 1000, increment 10,
-/// ending `end_in_s` from now) and returns its id. Tests create auctions through this one
-/// function so a change to the creation request is made in one place.
-pub async fn create_auction(app: &TestApp, seller: &str, hot: bool, end_in_s: i64) -> String {
-    let token = app.admission(seller, "auction-day");
+/// Creates an auction of event `auction-day` through the API (seller `seller`, start price
+/// 1000, increment 10, ending `end_in_s` from now), asserts `201` and returns its id.
+pub async fn open_auction(app: &TestApp, seller: &str, hot: bool, end_in_s: i64) -> String {
     let end = (chrono::Utc::now() + chrono::Duration::seconds(end_in_s)).to_rfc3339();
-    let (status, body) = json(
-        app.client
-            .post(app.url("/api/auctions"))
-            .bearer_auth(token)
-            .header("Idempotency-Key", shared::ids::new_id())
-            .json(
-                &serde_json::json!({"title": "Antique watch", "start_price": 1000,
-                                      "min_increment": 10, "end_time": end, "hot": hot}),
-            )
-            .send()
-            .await
-            .expect("request"),
+    let (status, body) = create_auction(
+        app,
+        "auction-day",
+        seller,
+        serde_json::json!({"title": "Antique watch", "start_price": 1000,
+                           "min_increment": 10, "end_time": end, "hot": hot}),
     )
     .await;
     assert_eq!(status, 201, "{body}");
     body["id"].as_str().expect("id").to_owned()
 }
 
+/// Creates event `event` in booking unless it exists: the smallest event (no seats, no GA) a
+/// product or an auction can belong to.
+pub async fn ensure_event(app: &TestApp, event: &str) {
+    let (status, body) = json(
+        app.admin_post(
+            "/admin/events",
+            &serde_json::json!({"id": event, "name": format!("Event {event}"),
+                                "sale_start": "2026-01-01T00:00:00Z"}),
+        )
+        .await,
+    )
+    .await;
+    assert!(
+        status == 201 || (status == 409 && body["code"] == "EVENT_EXISTS"),
+        "creating event {event}: {status} {body}"
+    );
+}
+
+/// Creates a product of `event` (creating the event if needed) through the admin API and
+/// asserts `201`.
+pub async fn create_product(
+    app: &TestApp,
+    event: &str,
+    sku: &str,
+    price: i64,
+    stock: i64,
+    hot: bool,
+) {
+    ensure_event(app, event).await;
+    let (status, body) = json(
+        app.admin_post(
+            "/admin/products",
+            &serde_json::json!({"sku": sku, "event": event, "name": format!("Product {sku}"),
+                                "price": price, "stock": stock, "hot": hot}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+}
+
+/// `POST /api/auctions` by `seller` with an admission of `event` (created if needed); `body`
+/// gets `"event": event` unless it names one itself. Returns status and body.
+pub async fn create_auction(app: &TestApp, event: &str, seller: &str, body: Value) -> (u16, Value) {
+    ensure_event(app, event).await;
+    let mut body = body;
+    if let Some(obj) = body.as_object_mut() {
+        obj.entry("event").or_insert_with(|| event.into());
+    }
+    let token = app.admission(seller, event);
+    json(
+        app.client
+            .post(app.url("/api/auctions"))
+            .bearer_auth(token)
+            .header("Idempotency-Key", shared::ids::new_id())
+            .json(&body)
+            .send()
+            .await
+            .expect("request"),
+    )
+    .await
+}
+
+/// `PUT /api/events/{event}/cart/items/{sku}` with `token`.
+pub async fn put_cart_line(
+    app: &TestApp,
+    token: &str,
+    event: &str,
+    sku: &str,
+    quantity: i64,
+) -> reqwest::Response {
+    app.client
+        .put(app.url(&format!("/api/events/{event}/cart/items/{sku}")))
+        .bearer_auth(token)
+        .json(&serde_json::json!({ "quantity": quantity }))
+        .send()
+        .await
+        .expect("request")
+}
+
 // ---------------------------------------------------------------------------------------------
 // Events, products and orders for payment tests. Create them only through these helpers, so
-// a change of the admin API (an event becoming required on products...) is made here once.
+// a change of the admin API is made here once.
 // ---------------------------------------------------------------------------------------------
 
 /// Creates the small test event (two sections of `rows` × 5 seats, a 10-unit GA tier) with
@@ -310,21 +382,20 @@ pub async fn order_ga(
     (token, id)
 }
 
-/// Creates a product of `event` with `stock` units. (Products belong to an event once the
-/// events work lands: `event` then goes into the body here, and nowhere else.)
+/// Creates a product of `event` with `stock` units.
 pub async fn create_event_product(
     app: &TestApp,
-    _event: &str,
+    event: &str,
     sku: &str,
     price: i64,
     stock: i64,
     hot: bool,
 ) {
-    crate::products::create_product(app, sku, price, stock, hot).await;
+    create_product(app, event, sku, price, stock, hot).await;
 }
 
-/// Puts `quantity` of `sku` in `account`'s cart and orders the cart. Returns (admission
-/// token, order id).
+/// Puts `quantity` of `sku` in `account`'s cart of `event` and orders the cart. Returns
+/// (admission token, order id).
 pub async fn order_cart(
     app: &TestApp,
     event: &str,
@@ -333,7 +404,7 @@ pub async fn order_cart(
     quantity: i64,
 ) -> (String, String) {
     let token = app.admission(account, event);
-    let resp = crate::products::put_line(app, &token, sku, serde_json::json!(quantity)).await;
+    let resp = put_cart_line(app, &token, event, sku, quantity).await;
     assert!(resp.status().is_success(), "{}", resp.status());
     let (status, order) = json(
         crate::products::post_order(

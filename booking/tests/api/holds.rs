@@ -392,10 +392,7 @@ async fn the_seat_map_shows_availability_and_is_cacheable_for_a_second() {
     let (status, err) = json(app.get("/api/events/nope/seats", &other).await).await;
     assert_eq!((status, err["code"].as_str()), (404, Some("UNKNOWN_EVENT")));
     let (status, err) = json(app.get("/api/events/map/seats", &other).await).await;
-    assert_eq!(
-        (status, err["code"].as_str()),
-        (401, Some("ADMISSION_REQUIRED"))
-    );
+    assert_eq!((status, err["code"].as_str()), (403, Some("WRONG_EVENT")));
     app.stop().await;
 
     // With the default one-second cache: the header says so and the body is shared.

@@ -7,7 +7,7 @@
 )]
 
 use crate::auctions::{assert_highest_wins, bid, create_ok, fire_increasing, spawn_unlimited};
-use crate::helpers::{TestApp, create_auction, json};
+use crate::helpers::{TestApp, json, open_auction};
 use booking::auctions::{closer, hot};
 use futures::future::join_all;
 use serde_json::{Value, json};
@@ -338,7 +338,7 @@ async fn restore_hot(app: &TestApp, dumped: &[(String, Vec<u8>)]) {
 #[tokio::test]
 async fn a_redis_rollback_below_a_recorded_bid_neither_accepts_a_lower_bid_nor_lowers_the_close() {
     let app = spawn_unlimited().await;
-    let auction = create_auction(&app, "seller", true, 3600).await;
+    let auction = open_auction(&app, "seller", true, 3600).await;
     let (s, b) = bid(&app, &auction, "alice", "k", json!(1000)).await;
     assert_eq!(s, 201, "{b}");
     let before_bob = dump_hot(&app, &auction).await;
@@ -452,7 +452,7 @@ async fn an_instance_killed_between_reading_and_writing_a_batch_just_before_the_
         app.state.auctions.consumer_name,
         peer.state.auctions.consumer_name
     );
-    let auction = create_auction(&app, "seller", true, 3600).await;
+    let auction = open_auction(&app, "seller", true, 3600).await;
 
     // Both instances take bids and run their consumers while the load runs.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

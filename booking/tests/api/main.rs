@@ -8,6 +8,7 @@ mod auction_ws;
 mod auctions;
 mod bad_input;
 mod cart;
+mod event_scope;
 mod events;
 mod flash;
 mod ga;

@@ -1,8 +1,9 @@
 //! Orders: stock under concurrency, idempotency over HTTP, rollback, deadlock-freedom,
 //! expiry (and its race with a late payment), hold orders, bad input.
 
+use crate::helpers::create_product;
 use crate::helpers::{TestApp, json};
-use crate::products::{create_product, post_order, put_line, stock};
+use crate::products::{post_order, put_line, stock};
 use booking::idempotency::{self, Begin, Fingerprint, IdempotencyKey};
 use reqwest::header::HeaderValue;
 use serde_json::json;
@@ -22,7 +23,7 @@ async fn count(app: &TestApp, sql: &str) -> i64 {
 #[tokio::test]
 async fn stock_of_five_twenty_concurrent_buyers() {
     let app = TestApp::spawn().await;
-    create_product(&app, "LIMITED", 9900, 5, false).await;
+    create_product(&app, "shop", "LIMITED", 9900, 5, false).await;
     let tokens: Vec<String> = (0..20)
         .map(|i| app.admission(&format!("fan{i}"), "shop"))
         .collect();
@@ -80,7 +81,7 @@ async fn stock_of_five_twenty_concurrent_buyers() {
 #[tokio::test]
 async fn concurrent_same_key_retries_create_one_order() {
     let app = TestApp::spawn().await;
-    create_product(&app, "MUG", 1200, 100, false).await;
+    create_product(&app, "shop", "MUG", 1200, 100, false).await;
     let token = app.admission("alice", "shop");
     put_line(&app, &token, "MUG", json!(2)).await;
     let body = json!({"source": "cart"});
@@ -139,7 +140,7 @@ async fn concurrent_same_key_retries_create_one_order() {
 #[tokio::test]
 async fn in_flight_repeat_is_409() {
     let app = TestApp::spawn().await;
-    create_product(&app, "MUG", 1200, 10, false).await;
+    create_product(&app, "shop", "MUG", 1200, 10, false).await;
     let token = app.admission("alice", "shop");
     put_line(&app, &token, "MUG", json!(1)).await;
     let body = json!({"source": "cart"});
@@ -172,8 +173,8 @@ async fn in_flight_repeat_is_409() {
 #[tokio::test]
 async fn multi_line_shortage_rolls_back_earlier_lines() {
     let app = TestApp::spawn().await;
-    create_product(&app, "A-FIRST", 100, 10, false).await;
-    create_product(&app, "B-SECOND", 200, 2, false).await;
+    create_product(&app, "shop", "A-FIRST", 100, 10, false).await;
+    create_product(&app, "shop", "B-SECOND", 200, 2, false).await;
     let lines = BTreeMap::from([("A-FIRST".to_owned(), 3), ("B-SECOND".to_owned(), 5)]);
     let mut tx = app.pool.begin().await.expect("tx");
     let err = booking::orders::create_cart_order_tx(
@@ -181,6 +182,7 @@ async fn multi_line_shortage_rolls_back_earlier_lines() {
         &app.config.orders,
         "order-x",
         "alice",
+        "shop",
         "k",
         &lines,
         None,
@@ -235,8 +237,8 @@ async fn multi_line_shortage_rolls_back_earlier_lines() {
 #[tokio::test]
 async fn opposite_orders_never_surface_a_deadlock() {
     let app = TestApp::spawn().await;
-    create_product(&app, "X", 100, 10_000, false).await;
-    create_product(&app, "Y", 100, 10_000, false).await;
+    create_product(&app, "shop", "X", 100, 10_000, false).await;
+    create_product(&app, "shop", "Y", 100, 10_000, false).await;
     let n = 200;
     let tokens: Vec<String> = (0..n)
         .map(|i| app.admission(&format!("fan{i}"), "shop"))
@@ -263,7 +265,7 @@ async fn opposite_orders_never_surface_a_deadlock() {
 #[tokio::test]
 async fn orders_are_private_and_expire_once() {
     let app = TestApp::spawn().await;
-    create_product(&app, "MUG", 1200, 10, false).await;
+    create_product(&app, "shop", "MUG", 1200, 10, false).await;
     let alice = app.admission("alice", "shop");
     put_line(&app, &alice, "MUG", json!(4)).await;
     let (status, order) =
@@ -333,7 +335,7 @@ async fn orders_are_private_and_expire_once() {
 #[tokio::test]
 async fn expiry_racing_late_payments_returns_stock_exactly_once() {
     let app = TestApp::spawn().await;
-    create_product(&app, "HOTDOG", 500, 1000, false).await;
+    create_product(&app, "shop", "HOTDOG", 500, 1000, false).await;
     let n = 60;
     let mut ids = Vec::new();
     for i in 0..n {
@@ -391,7 +393,7 @@ async fn expiry_racing_late_payments_returns_stock_exactly_once() {
 #[tokio::test]
 async fn bad_order_requests_change_nothing() {
     let app = TestApp::spawn().await;
-    create_product(&app, "MUG", 1200, 10, false).await;
+    create_product(&app, "shop", "MUG", 1200, 10, false).await;
     let token = app.admission("alice", "shop");
     put_line(&app, &token, "MUG", json!(1)).await;
     let body = json!({"source": "cart"});
@@ -510,9 +512,9 @@ async fn order_from_a_seat_hold_and_its_expiry() {
 
     // A token for another event cannot order this hold.
     let other = app.admission("alice", "other-event");
-    let (status, _) =
+    let (status, v) =
         json(post_order(&app, &other, "o0", &json!({"hold_id": hold_id})).await).await;
-    assert_eq!(status, 401);
+    assert_eq!((status, v["code"].as_str()), (403, Some("WRONG_EVENT")));
 
     let (status, order) =
         json(post_order(&app, &token, "o1", &json!({"hold_id": hold_id})).await).await;

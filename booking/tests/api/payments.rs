@@ -860,9 +860,10 @@ async fn bad_pay_requests_change_nothing() {
 
 #[tokio::test]
 async fn paying_a_cart_order_moves_reserved_stock_to_sold() {
-    use crate::products::{create_product, post_order, put_line, stock};
+    use crate::helpers::create_product;
+    use crate::products::{post_order, put_line, stock};
     let env = PayEnv::spawn().await;
-    create_product(&env.app, "MUG", 1500, 10, false).await;
+    create_product(&env.app, "shop", "MUG", 1500, 10, false).await;
     let token = env.app.admission("alice", "shop");
     let resp = put_line(&env.app, &token, "MUG", json!(3)).await;
     assert!(resp.status().is_success());

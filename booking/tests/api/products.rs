@@ -1,21 +1,7 @@
 //! Admin product API, plus the helpers the cart/order/flash tests share.
 
-use crate::helpers::{ADMIN_TOKEN, TestApp, json};
+use crate::helpers::{ADMIN_TOKEN, TestApp, create_product, json};
 use serde_json::{Value, json};
-
-/// Creates a product through the admin API and asserts `201`.
-pub async fn create_product(app: &TestApp, sku: &str, price: i64, stock: i64, hot: bool) {
-    let (status, body) = json(
-        app.admin_post(
-            "/admin/products",
-            &json!({"sku": sku, "name": format!("Product {sku}"), "price": price,
-                    "stock": stock, "hot": hot}),
-        )
-        .await,
-    )
-    .await;
-    assert_eq!(status, 201, "{body}");
-}
 
 pub async fn admin_put(app: &TestApp, path: &str, body: &Value) -> reqwest::Response {
     app.client
@@ -62,7 +48,7 @@ pub async fn post_order(app: &TestApp, token: &str, key: &str, body: &Value) -> 
 #[tokio::test]
 async fn create_get_and_update_products() {
     let app = TestApp::spawn().await;
-    create_product(&app, "TSHIRT-L", 3500, 10, false).await;
+    create_product(&app, "shop", "TSHIRT-L", 3500, 10, false).await;
     let (status, v) = json(app.admin_get("/admin/products/TSHIRT-L").await).await;
     assert_eq!(status, 200);
     assert_eq!(
@@ -79,7 +65,7 @@ async fn create_get_and_update_products() {
     let (status, v) = json(
         app.admin_post(
             "/admin/products",
-            &json!({"sku": "TSHIRT-L", "name": "x", "price": 1, "stock": 1}),
+            &json!({"sku": "TSHIRT-L", "event": "shop", "name": "x", "price": 1, "stock": 1}),
         )
         .await,
     )
@@ -118,12 +104,12 @@ async fn create_get_and_update_products() {
         json(admin_put(&app, "/admin/products/NOPE", &json!({"price": 1})).await).await;
     assert_eq!((status, v["code"].as_str()), (404, Some("UNKNOWN_SKU")));
     for bad in [
-        json!({"sku": "bad sku", "name": "x", "price": 1, "stock": 1}),
-        json!({"sku": "OK", "name": "", "price": 1, "stock": 1}),
-        json!({"sku": "OK", "name": "x", "price": -1, "stock": 1}),
-        json!({"sku": "OK", "name": "x", "price": 1, "stock": -5}),
-        json!({"sku": "OK", "name": "x", "price": 1.5, "stock": 1}),
-        json!({"sku": "OK", "name": "x", "price": 1, "stock": 1, "colour": "red"}),
+        json!({"event": "shop", "sku": "bad sku", "name": "x", "price": 1, "stock": 1}),
+        json!({"event": "shop", "sku": "OK", "name": "", "price": 1, "stock": 1}),
+        json!({"event": "shop", "sku": "OK", "name": "x", "price": -1, "stock": 1}),
+        json!({"event": "shop", "sku": "OK", "name": "x", "price": 1, "stock": -5}),
+        json!({"event": "shop", "sku": "OK", "name": "x", "price": 1.5, "stock": 1}),
+        json!({"event": "shop", "sku": "OK", "name": "x", "price": 1, "stock": 1, "colour": "red"}),
     ] {
         let (status, v) = json(app.admin_post("/admin/products", &bad).await).await;
         assert_eq!(status, 422, "{bad} -> {v}");

@@ -78,8 +78,8 @@ async fn event_info_needs_an_admission_for_that_event() {
 
     let wrong = app.admission("fan-1", "other");
     let (status, body) = json(app.get("/api/events/info", &wrong).await).await;
-    assert_eq!(status, 401, "{body}");
-    assert_eq!(body["code"], "ADMISSION_REQUIRED");
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(body["code"], "WRONG_EVENT");
 
     let token = app.admission("fan-1", "nope");
     let (status, body) = json(app.get("/api/events/nope", &token).await).await;

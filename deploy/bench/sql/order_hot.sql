@@ -15,10 +15,11 @@ BEGIN;
 \if :async
 SET LOCAL synchronous_commit = off;
 \endif
-SELECT sku, name, price FROM products WHERE sku = ANY(ARRAY[:sku]);
-INSERT INTO orders (id, account_id, idempotency_key, source, total, currency, expires_at)
-VALUES ('pg-' || :client_id || '-' || :r, 'pg-' || :client_id || '-' || :r, 'k', 'cart', 100,
-        'JPY', clock_timestamp() + interval '900 seconds')
+SELECT sku, name, price, event_id FROM products WHERE sku = ANY(ARRAY[:sku]);
+INSERT INTO orders (id, account_id, idempotency_key, source, event_id, total, currency,
+                    expires_at)
+VALUES ('pg-' || :client_id || '-' || :r, 'pg-' || :client_id || '-' || :r, 'k', 'cart', 'shop',
+        100, 'JPY', clock_timestamp() + interval '900 seconds')
 ON CONFLICT DO NOTHING;
 INSERT INTO order_items (order_id, line, kind, sku, name, quantity, unit_price)
 VALUES ('pg-' || :client_id || '-' || :r, 1, 'sku', :sku, 'x', 1, 100)

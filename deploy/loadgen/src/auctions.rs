@@ -1,7 +1,8 @@
 //! The `auctions` scenario: hundreds of concurrent bidders on ONE auction (cold or hot),
 //! straight against booking, for a fixed time.
 //!
-//! The scenario creates the auction itself (seller `loadgen-seller`), then every client
+//! The scenario creates the auction itself (seller `loadgen-seller`, in `--event`, which
+//! booking must know: `deploy/bench/auctions.sh` creates it), then every client
 //! loops: take the highest price any client has seen (from the answers: a `201` means the
 //! amount was accepted, a `409 BID_TOO_LOW` carries the minimum next bid), bid the
 //! minimum next amount plus a small random step, as a fresh bidder account per bid (so the
@@ -42,7 +43,8 @@ pub struct AuctionsArgs {
     pub start_price: i64,
     #[arg(long, default_value_t = 10)]
     pub min_increment: i64,
-    /// Event claim in the admission tokens (auctions accept any event).
+    /// The auction's event (it must exist in booking), and the `evt` claim of every minted
+    /// admission token: booking takes bids only with an admission of the auction's event.
     #[arg(long, default_value = "auction-day")]
     pub event: String,
     /// Admission-token signing key shared with booking (`[tokens]`); defaults to the dev key.
@@ -157,6 +159,7 @@ async fn create_auction(
         .context("mint token")?;
     let end = now + chrono::Duration::seconds(args.duration_s as i64 + 3600);
     let body = serde_json::json!({
+        "event": args.event,
         "title": format!("loadgen {} auction", if args.hot { "hot" } else { "cold" }),
         "start_price": args.start_price,
         "min_increment": args.min_increment,

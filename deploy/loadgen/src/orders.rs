@@ -1,9 +1,10 @@
 //! The `orders` scenario: carts and orders straight against booking, as fast as possible, for a
 //! fixed time.
 //!
-//! - `--mode cart`: each client is one account editing its cart: 90 % absolute `PUT
-//!   /api/cart/items/{sku}` (a random one of `--skus` products `SKU-0..`, quantity 1-5), 10 %
-//!   `GET /api/cart` (which reads current prices from Postgres). Reports cart operations/s.
+//! - `--mode cart`: each client is one account editing its cart of `--event`: 90 % absolute
+//!   `PUT /api/events/{event}/cart/items/{sku}` (a random one of `--skus` products `SKU-0..`,
+//!   quantity 1-5), 10 % `GET /api/events/{event}/cart` (which reads current prices from
+//!   Postgres). Reports cart operations/s.
 //! - `--mode order`: each iteration is a fresh account that puts 1 unit of `--sku` into its
 //!   cart and `POST`s `/api/orders` with a new `Idempotency-Key`. Reports successful orders/s
 //!   and the latency of the order request; refusals (`409 SOLD_OUT`) are counted, so with a
@@ -49,7 +50,8 @@ pub struct OrdersArgs {
     /// Run time in seconds.
     #[arg(long, default_value_t = 20)]
     pub duration_s: u64,
-    /// The `evt` claim of the minted admission tokens.
+    /// The event of the products (`evt` claim of the minted admission tokens, and the cart's
+    /// event): booking sells a product only with an admission of its event.
     #[arg(long, default_value = "shop")]
     pub event: String,
     /// Admission-token signing key shared with booking (`[tokens]`); defaults to the dev key.
@@ -199,7 +201,7 @@ async fn cart_loop(
         put.record(Duration::ZERO, "mint failed");
         return (put, get, Recorder::new());
     };
-    let cart_url = format!("{}/api/cart", args.booking);
+    let cart_url = format!("{}/api/events/{}/cart", args.booking, args.event);
     while Instant::now() < deadline {
         let (roll, sku, qty) = {
             let mut rng = rand::rng();
@@ -212,7 +214,10 @@ async fn cart_loop(
         if roll == 0 {
             send(&mut get, http.get(&cart_url).bearer_auth(&token)).await;
         } else {
-            let url = format!("{}/api/cart/items/SKU-{sku}", args.booking);
+            let url = format!(
+                "{}/api/events/{}/cart/items/SKU-{sku}",
+                args.booking, args.event
+            );
             let body = serde_json::json!({ "quantity": qty });
             send(&mut put, http.put(url).bearer_auth(&token).json(&body)).await;
         }
@@ -228,7 +233,10 @@ async fn order_loop(
     deadline: Instant,
 ) -> (Recorder, Recorder, Recorder) {
     let (mut put, mut order) = (Recorder::new(), Recorder::new());
-    let put_url = format!("{}/api/cart/items/{}", args.booking, args.sku);
+    let put_url = format!(
+        "{}/api/events/{}/cart/items/{}",
+        args.booking, args.event, args.sku
+    );
     let order_url = format!("{}/api/orders", args.booking);
     let line = serde_json::json!({ "quantity": 1 });
     let body = serde_json::json!({ "source": "cart" });

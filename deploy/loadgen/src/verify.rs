@@ -8,6 +8,7 @@
 //!   statement work), reported per event;
 //! - GA stock conserved: available + sold + units in live holds = capacity, per tier;
 //! - SKU stock conserved: sold = units in paid orders, reserved = units in pending orders;
+//! - one admission, one event: every line of a cart order is a product of the order's event;
 //! - no order charged twice: per order, successful charges minus refunds ≤ 1 at the sandbox,
 //!   and a paid order was charged;
 //! - auctions: the price is the highest recorded bid and its bidder leads, the bid count
@@ -231,6 +232,16 @@ WITH bad AS (
 SELECT (SELECT count(*) FROM inventory), bad.id
 FROM (SELECT 1) one LEFT JOIN bad ON true";
 
+/// Cart orders (that record an event) holding a product of another event.
+const ORDER_EVENT: &str = "
+WITH scope AS (SELECT * FROM orders
+               WHERE source = 'cart' AND event_id IS NOT NULL AND ($1::text IS NULL OR event_id = $1)),
+     bad AS (
+  SELECT DISTINCT o.id FROM scope o JOIN order_items i ON i.order_id = o.id AND i.kind = 'sku'
+  JOIN products p ON p.sku = i.sku
+  WHERE p.event_id IS DISTINCT FROM o.event_id)
+SELECT (SELECT count(*) FROM scope), bad.id FROM (SELECT 1) one LEFT JOIN bad ON true";
+
 const AUCTIONS: &str = "
 WITH scope AS (SELECT * FROM auctions WHERE status = 'CLOSED'),
      top AS (SELECT DISTINCT ON (auction_id) auction_id, amount, bidder_id FROM bids
@@ -390,6 +401,14 @@ async fn run_once(pool: &PgPool, a: &VerifyArgs) -> anyhow::Result<Vec<Check>> {
             "SKU stock conserved",
             &["inventory", "order_items"],
             SKU_CONSERVED,
+            ev,
+        )
+        .await?,
+        sql_check(
+            pool,
+            "cart orders sell their own event's products",
+            &["orders", "order_items", "products"],
+            ORDER_EVENT,
             ev,
         )
         .await?,

@@ -40,6 +40,52 @@ async fn refused(r: reqwest::Response, reason: &str) {
     assert_eq!(v["reason"], reason, "{v}");
 }
 
+/// One admission, one event: a token for event A never reaches booking on event B's cart
+/// paths (`403 WRONG_EVENT`), while B's own token does.
+#[tokio::test]
+async fn a_token_for_one_event_is_refused_on_another_events_cart() {
+    let app = TestApp::spawn().await;
+    let tokens = AdmissionTokens::new(&token_settings(&["k1"], "k1")).unwrap();
+    let (for_a, _) = tokens.mint("fan-1", "s1", "event-a", now(), 60).unwrap();
+    let (for_b, _) = tokens.mint("fan-1", "s2", "event-b", now(), 60).unwrap();
+    let before = app.echo.hits.load(Ordering::SeqCst);
+    let put = |token: &str| {
+        app.http
+            .put(app.url("/api/events/event-b/cart/items/SKU-1"))
+            .bearer_auth(token)
+            .json(&json!({"quantity": 1}))
+            .send()
+    };
+    for r in [
+        api(&app, &for_a, "/api/events/event-b/cart").await,
+        put(&for_a).await.unwrap(),
+        app.http
+            .delete(app.url("/api/events/event-b/cart/items/SKU-1"))
+            .bearer_auth(&for_a)
+            .send()
+            .await
+            .unwrap(),
+    ] {
+        assert_eq!(r.status(), StatusCode::FORBIDDEN);
+        let v = json(r).await;
+        assert_eq!(v["code"], "WRONG_EVENT", "{v}");
+    }
+    assert_eq!(
+        app.echo.hits.load(Ordering::SeqCst),
+        before,
+        "a refused request reached booking"
+    );
+    // The right event's token passes (to the echo upstream), with its identity.
+    let r = api(&app, &for_b, "/api/events/event-b/cart").await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let v = json(r).await;
+    assert_eq!(v["path"], "/api/events/event-b/cart");
+    assert_eq!(v["event"], "event-b");
+    let r = put(&for_b).await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(app.echo.hits.load(Ordering::SeqCst), before + 2);
+}
+
 #[tokio::test]
 async fn token_attacks_never_reach_booking() {
     let app = TestApp::spawn().await;
@@ -79,12 +125,11 @@ async fn token_attacks_never_reach_booking() {
         let r = api(&app, &t, "/api/events/ev/seats").await;
         assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
     }
-    // Another event's token on an event-scoped path.
-    refused(
-        api(&app, &good, "/api/events/other/seats").await,
-        "wrong_event",
-    )
-    .await;
+    // Another event's token on an event-scoped path: a valid admission, for another event
+    // (one admission, one event: `403 WRONG_EVENT`, DESIGN.md section 8).
+    let r = api(&app, &good, "/api/events/other/seats").await;
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    assert_eq!(json(r).await["code"], "WRONG_EVENT");
     // Tampered claims (event swapped, signature kept).
     let mut c: Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).unwrap()).unwrap();
     c["evt"] = "other".into();
