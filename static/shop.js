@@ -219,7 +219,9 @@
   function handleCommon(r) {
     var code = r.data && r.data.code;
     if (r.status === 0) { showAlert(t("msg.network")); return true; }
-    if (r.status === 401 || code === "ADMISSION_REQUIRED") { backToWaitingRoom(); return true; }
+    // WRONG_EVENT (403): the admission is for another event; this event's waiting room
+    // gives one for this event.
+    if (r.status === 401 || code === "ADMISSION_REQUIRED" || code === "WRONG_EVENT") { backToWaitingRoom(); return true; }
     if (r.status === 429) {
       var s = r.retryAfter || 5;
       showAlert(t("msg.rate_limited", { s: s }));
@@ -370,7 +372,7 @@
       var ri = rs[1];
       if (!r.ok) return r;
       if (ri && ri.ok) S.info = ri.data;
-      else if (ri && (ri.status === 401 || ri.status === 429 || ri.status >= 500)) return ri;
+      else if (ri && (ri.status === 401 || ri.status === 403 || ri.status === 429 || ri.status >= 500)) return ri;
       var prev = S.map;
       var next = normalise(r.data, S.info || {});
       S.map = next;
@@ -422,7 +424,7 @@
       loadMap().then(function (r) {
         if (!r.ok) {
           S.pollFailures++;
-          if (r.status === 401 || (r.data && r.data.code === "ADMISSION_REQUIRED")) { backToWaitingRoom(); return; }
+          if (r.status === 401 || (r.data && (r.data.code === "ADMISSION_REQUIRED" || r.data.code === "WRONG_EVENT"))) { backToWaitingRoom(); return; }
           if (S.pollFailures === 2) notice(t("msg.stale_map"));
         }
         schedulePoll();
