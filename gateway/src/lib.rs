@@ -30,6 +30,7 @@ pub mod proxy;
 pub mod queue;
 pub mod respond;
 pub mod routes;
+pub mod session;
 pub mod state;
 pub mod store;
 pub mod upstream;

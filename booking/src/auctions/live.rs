@@ -28,7 +28,7 @@ use redis::aio::PubSubSink;
 use secrecy::ExposeSecret;
 use serde::Deserialize;
 use shared::headers::ADMISSION_COOKIE;
-use shared::token::{bearer, cookie};
+use shared::token::{AdmissionClaims, bearer, cookie};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -448,14 +448,25 @@ pub async fn upgrade(
             .inc();
         return Err(ApiError::admission_required().with("reason", "missing"));
     };
-    if let Err(e) = state.tokens.verify(tok) {
-        state
-            .metrics
-            .token_failures
-            .with_label_values(&[e.reason()])
-            .inc();
-        return Err(ApiError::admission_required().with("reason", e.reason()));
-    }
+    let claims = match state.tokens.verify(tok) {
+        Ok(c) if state.revocations.refuses(&c) => {
+            state
+                .metrics
+                .token_failures
+                .with_label_values(&["revoked"])
+                .inc();
+            return Err(ApiError::admission_required().with("reason", "revoked"));
+        }
+        Ok(c) => c,
+        Err(e) => {
+            state
+                .metrics
+                .token_failures
+                .with_label_values(&[e.reason()])
+                .inc();
+            return Err(ApiError::admission_required().with("reason", e.reason()));
+        }
+    };
     let ws = ws.map_err(|_| {
         ApiError::bad_request(
             shared::error::codes::INVALID_REQUEST,
@@ -467,11 +478,13 @@ pub async fn upgrade(
     }
     Ok(ws
         .max_message_size(4096)
-        .on_upgrade(move |socket| session(state, id, socket)))
+        .on_upgrade(move |socket| session(state, id, claims, socket)))
 }
 
-async fn session(state: AppState, id: String, mut socket: WebSocket) {
+async fn session(state: AppState, id: String, claims: AdmissionClaims, mut socket: WebSocket) {
     let hub = state.auctions.live.clone();
+    // A revocation closes the socket within one refresh of the list (`revocation.rs`).
+    let mut revocations = state.revocations.subscribe();
     // Subscribe (and wait until Redis confirmed it) before reading the snapshot, so no update
     // can fall between the two. If Redis is unreachable the snapshot still comes from the
     // source of truth; updates resume once the dispatcher reconnects.
@@ -520,7 +533,18 @@ async fn session(state: AppState, id: String, mut socket: WebSocket) {
     }
     let mut last_price = row.current_price;
     loop {
+        if state.revocations.refuses(&claims) {
+            let _ = tokio::time::timeout(
+                send_timeout,
+                socket.send(close_frame(1008, "admission revoked")),
+            )
+            .await;
+            return;
+        }
         tokio::select! {
+            // Re-checked at the top of the loop; a closed channel (never: the list lives as
+            // long as the state) just disables this branch.
+            Ok(()) = revocations.changed() => {}
             m = rx.recv() => match m {
                 Ok(msg) => {
                     // The snapshot may be newer than an update that was already queued.

@@ -20,6 +20,7 @@ mod orders;
 mod outbox;
 mod payments;
 mod products;
+mod session;
 mod storefront;
 mod sweeper;
 mod webhooks;
