@@ -41,9 +41,7 @@ fn token_from_parts(parts: &Parts) -> Option<&str> {
 
 /// The admission token of a request: `Authorization: Bearer` first, then the cookie.
 pub fn token_from_headers(headers: &HeaderMap) -> Option<&str> {
-    if let Some(v) = headers
-        .get(AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
+    if let Some(v) = headers.get(AUTHORIZATION).and_then(|v| v.to_str().ok())
         && let Some(t) = bearer(v)
     {
         return Some(t);

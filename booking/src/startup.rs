@@ -59,7 +59,10 @@ impl Application {
             Vec::new()
         };
         // Not a batch job: every instance enforces revocations.
-        jobs.push(crate::revocation::spawn(self.state.clone(), stop_rx.clone()));
+        jobs.push(crate::revocation::spawn(
+            self.state.clone(),
+            stop_rx.clone(),
+        ));
         let app = crate::routes::router(self.state.clone());
         tracing::info!(port = self.port, "booking listening");
         axum::serve(self.listener, app)

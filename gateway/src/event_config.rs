@@ -279,7 +279,10 @@ mod tests {
         let long = input(&format!(r#"{{{base},"token_ttl_s":3600}}"#))
             .validate(600, 120)
             .unwrap();
-        assert_eq!(long.max_session_s, 3600, "the default never undercuts the token");
+        assert_eq!(
+            long.max_session_s, 3600,
+            "the default never undercuts the token"
+        );
         let errs = input(&format!(
             r#"{{{base},"token_ttl_s":600,"max_session_s":599}}"#
         ))

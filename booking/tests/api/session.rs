@@ -98,12 +98,19 @@ async fn checkout_writes_say_when_the_callers_checkout_ends() {
     create_event(&app, &small_event("ses2", 1, 2, 10, 1)).await;
     let elsewhere = app.admission("ses-fan", "ses2");
     let resp = app
-        .post("/api/events/ses2/holds", &elsewhere, &json!({"seats": ["S1-R1-1"]}))
+        .post(
+            "/api/events/ses2/holds",
+            &elsewhere,
+            &json!({"seats": ["S1-R1-1"]}),
+        )
         .await;
     let u = until(&resp);
     let (status, body) = json(resp).await;
     assert_eq!(status, 201, "{body}");
-    assert_eq!(u, Some(end_ms(&app, "holds", body["hold_id"].as_str().expect("id")).await));
+    assert_eq!(
+        u,
+        Some(end_ms(&app, "holds", body["hold_id"].as_str().expect("id")).await)
+    );
     app.stop().await;
 }
 
@@ -153,7 +160,10 @@ async fn booking_refuses_tokens_the_gateway_revoked() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // Other fans, and the same fan admitted again later, are not affected.
-    assert_eq!(app.get("/api/events/rev/seats", &bystander).await.status(), 200);
+    assert_eq!(
+        app.get("/api/events/rev/seats", &bystander).await.status(),
+        200
+    );
     let later = app
         .tokens()
         .mint("rev-fan", "sess-2", "rev", now + 1, 600)

@@ -27,7 +27,9 @@ fn claims(token: &str) -> Value {
 }
 
 fn token_of(cookie: &str) -> &str {
-    cookie.strip_prefix("fg_admission=").expect("admission cookie")
+    cookie
+        .strip_prefix("fg_admission=")
+        .expect("admission cookie")
 }
 
 /// A checkout write through the gateway, as a browser sends it: the cookie goes out, and a
@@ -67,7 +69,11 @@ async fn write(
         .map(str::to_owned);
     if let Some(t) = &refreshed {
         let c = cookie.expect("a refreshed token comes with its cookie");
-        assert_eq!(token_of(&c), t, "the cookie and the header carry the same token");
+        assert_eq!(
+            token_of(&c),
+            t,
+            "the cookie and the header carry the same token"
+        );
         fan.cookie = c;
     }
     let status = resp.status().as_u16();
@@ -107,7 +113,10 @@ async fn hold(stack: &Stack, fan: &mut Fan, event: &str, seat: &str) -> (String,
     .await;
     assert_eq!(status, 201, "{hold}");
     let refreshed = refreshed.expect("a hold outliving the token refreshes the admission");
-    (hold["hold_id"].as_str().expect("hold id").to_owned(), refreshed)
+    (
+        hold["hold_id"].as_str().expect("hold id").to_owned(),
+        refreshed,
+    )
 }
 
 async fn order(stack: &Stack, fan: &mut Fan, hold_id: &str) -> String {
@@ -163,11 +172,7 @@ async fn slot(
 /// paid; a fan who does not pay is refused (`401`) once the order has expired.
 #[tokio::test]
 async fn a_fan_in_checkout_stays_admitted_past_the_token_until_the_order_ends() {
-    let stack = Stack::start_with(
-        |b| b.orders.ttl_s = 60,
-        |g| g.gateway.session_slack_s = 4,
-    )
-    .await;
+    let stack = Stack::start_with(|b| b.orders.ttl_s = 60, |g| g.gateway.session_slack_s = 4).await;
     let mut ev = demo_event("e2e-checkout");
     ev["hold_ttl_s"] = 30.into();
     let event = stack
@@ -224,14 +229,18 @@ async fn a_fan_in_checkout_stays_admitted_past_the_token_until_the_order_ends() 
     assert_eq!(paid["status"], "PAID");
 
     // The other fan never pays: the order expires, and the admission ends with it.
-    eventually(Duration::from_secs(90), "the unpaid order to expire", || async {
-        let s: String = sqlx::query_scalar("SELECT status FROM orders WHERE id = $1")
-            .bind(&order_l)
-            .fetch_one(&stack.pool)
-            .await
-            .expect("order status");
-        (s == "EXPIRED").then_some(())
-    })
+    eventually(
+        Duration::from_secs(90),
+        "the unpaid order to expire",
+        || async {
+            let s: String = sqlx::query_scalar("SELECT status FROM orders WHERE id = $1")
+                .bind(&order_l)
+                .fetch_one(&stack.pool)
+                .await
+                .expect("order status");
+            (s == "EXPIRED").then_some(())
+        },
+    )
     .await;
     // Slack (4 s) and the verifiers' leeway (5 s) after the order's end.
     let (status, body) = eventually(Duration::from_secs(30), "the lapsed fan's 401", || async {
@@ -266,14 +275,18 @@ async fn the_max_active_slot_lasts_with_the_hold_and_is_freed_when_it_is_release
     let hold_end = ends_ms(&stack, "holds", &hold_id).await;
     // The slot now lasts until the hold ends (plus slack), not the 30 s token lifetime.
     let (st, ev) = (&stack, event.as_str());
-    let deadline = eventually(Duration::from_secs(5), "the slot extended to the hold", || {
-        let mut c = conn.clone();
-        async move {
-            slot(st, &mut c, ev, "slot-first")
-                .await
-                .filter(|d| *d >= hold_end)
-        }
-    })
+    let deadline = eventually(
+        Duration::from_secs(5),
+        "the slot extended to the hold",
+        || {
+            let mut c = conn.clone();
+            async move {
+                slot(st, &mut c, ev, "slot-first")
+                    .await
+                    .filter(|d| *d >= hold_end)
+            }
+        },
+    )
     .await;
     assert!(deadline <= hold_end + 5_000, "{deadline} vs {hold_end}");
 
@@ -374,8 +387,10 @@ async fn a_revocation_reaches_booking_and_closes_open_websockets() {
             .post(format!("{}/api/auctions", stack.booking_url))
             .bearer_auth(&token)
             .header("Idempotency-Key", shared::ids::new_id())
-            .json(&json!({"title": "Signed poster", "start_price": 1000, "min_increment": 100,
-                          "end_time": end_time}))
+            .json(
+                &json!({"title": "Signed poster", "start_price": 1000, "min_increment": 100,
+                          "end_time": end_time}),
+            )
             .send()
             .await
             .expect("create auction"),
