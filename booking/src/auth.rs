@@ -5,6 +5,7 @@
 use crate::error::ApiError;
 use crate::state::AppState;
 use axum::extract::FromRequestParts;
+use axum::http::HeaderMap;
 use axum::http::header::{AUTHORIZATION, COOKIE};
 use axum::http::request::Parts;
 use shared::headers::ADMISSION_COOKIE;
@@ -46,16 +47,17 @@ impl Admitted {
 }
 
 fn token_from_parts(parts: &Parts) -> Option<&str> {
-    if let Some(v) = parts
-        .headers
-        .get(AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
+    token_from_headers(&parts.headers)
+}
+
+/// The admission token of a request: `Authorization: Bearer` first, then the cookie.
+pub fn token_from_headers(headers: &HeaderMap) -> Option<&str> {
+    if let Some(v) = headers.get(AUTHORIZATION).and_then(|v| v.to_str().ok())
         && let Some(t) = bearer(v)
     {
         return Some(t);
     }
-    parts
-        .headers
+    headers
         .get_all(COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
@@ -75,6 +77,14 @@ impl FromRequestParts<AppState> for Admitted {
             ApiError::admission_required().with("reason", "missing")
         })?;
         match state.tokens.verify(token) {
+            Ok(claims) if state.revocations.refuses(&claims) => {
+                state
+                    .metrics
+                    .token_failures
+                    .with_label_values(&["revoked"])
+                    .inc();
+                Err(ApiError::admission_required().with("reason", "revoked"))
+            }
             Ok(claims) => Ok(Admitted(claims)),
             Err(e) => {
                 state

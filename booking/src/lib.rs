@@ -11,7 +11,9 @@ pub mod health;
 pub mod jobs;
 pub mod json;
 pub mod metrics;
+pub mod revocation;
 pub mod routes;
+pub mod session;
 pub mod startup;
 pub mod state;
 

@@ -28,6 +28,10 @@ pub fn router(state: AppState) -> Router {
         .merge(crate::payments::router())
         .merge(crate::webhooks::router())
         .fallback(fallback)
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::session::until,
+        ))
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(middleware::from_fn_with_state(state.clone(), observe))
         .with_state(state)

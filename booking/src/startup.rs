@@ -53,11 +53,16 @@ impl Application {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let (stop_tx, stop_rx) = watch::channel(false);
-        let jobs = if self.state.config.booking.jobs_enabled {
+        let mut jobs = if self.state.config.booking.jobs_enabled {
             crate::jobs::spawn_all(self.state.clone(), stop_rx.clone())
         } else {
             Vec::new()
         };
+        // Not a batch job: every instance enforces revocations.
+        jobs.push(crate::revocation::spawn(
+            self.state.clone(),
+            stop_rx.clone(),
+        ));
         let app = crate::routes::router(self.state.clone());
         tracing::info!(port = self.port, "booking listening");
         axum::serve(self.listener, app)

@@ -31,6 +31,8 @@ pub struct Inner {
     pub auctions: crate::auctions::AuctionRuntime,
     /// The payment provider (the Stripe-style HTTP adapter).
     pub payments: Arc<dyn crate::payments::provider::PaymentProvider>,
+    /// Revoked admissions, re-read from Redis (`revocation.rs`).
+    pub revocations: crate::revocation::RevocationList,
 }
 
 impl std::ops::Deref for AppState {
@@ -59,6 +61,7 @@ impl AppState {
                 crate::payments::stripe::HttpProvider::new(&config.payments)
                     .context("failed to set up the payment provider")?,
             ),
+            revocations: Default::default(),
             pool,
             config,
         })))

@@ -97,6 +97,10 @@ pub struct GatewaySettings {
     pub identity_cache_entries: usize,
     /// Also serve `GET /metrics` on the public listener (it is always on the admin one).
     pub public_metrics: bool,
+    /// Seconds a checkout refresh keeps the admission past the end of the fan's last hold or
+    /// pending order (covers a fan paying in its last moments and clock skew); a token is
+    /// re-minted only when this moves its expiry by more than half of it.
+    pub session_slack_s: u64,
 }
 
 impl Default for GatewaySettings {
@@ -127,6 +131,7 @@ impl Default for GatewaySettings {
             trusted_proxies: Vec::new(),
             identity_cache_entries: 262_144,
             public_metrics: false,
+            session_slack_s: 30,
         }
     }
 }

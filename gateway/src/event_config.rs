@@ -77,11 +77,21 @@ pub struct EventConfigInput {
     #[serde(default)]
     pub max_active: i64,
     pub token_ttl_s: Option<i64>,
+    /// Longest an admission can be kept alive by checkout refreshes, counted from the
+    /// admission (default 1800, at least `token_ttl_s`).
+    pub max_session_s: Option<i64>,
     #[serde(default)]
     pub auto: Option<AutoBounds>,
     pub claim_deadline_s: Option<i64>,
     #[serde(default)]
     pub pow_difficulty: i64,
+}
+
+/// Default `max_session_s`: half an hour from admission.
+pub const DEFAULT_MAX_SESSION_S: u64 = 1800;
+
+fn default_max_session_s() -> u64 {
+    DEFAULT_MAX_SESSION_S
 }
 
 fn default_mode() -> Mode {
@@ -96,6 +106,9 @@ pub struct EventConfig {
     pub mode: Mode,
     pub max_active: u64,
     pub token_ttl_s: u64,
+    /// Stored configs written before this field existed read as the default.
+    #[serde(default = "default_max_session_s")]
+    pub max_session_s: u64,
     pub auto: Option<AutoBounds>,
     pub claim_deadline_s: u64,
     pub pow_difficulty: u32,
@@ -141,6 +154,18 @@ impl EventConfigInput {
             .unwrap_or_else(|| i64::try_from(default_ttl_s).unwrap_or(600));
         if !(30..=86_400).contains(&ttl) {
             bad("token_ttl_s", "must be between 30 and 86400".into());
+        }
+        // The default never undercuts a long token lifetime (a session is at least one token).
+        let max_session = self.max_session_s.unwrap_or_else(|| {
+            i64::try_from(DEFAULT_MAX_SESSION_S)
+                .unwrap_or(1800)
+                .max(ttl)
+        });
+        if !(ttl..=86_400).contains(&max_session) {
+            bad(
+                "max_session_s",
+                "must be between token_ttl_s and 86400".into(),
+            );
         }
         let claim = self
             .claim_deadline_s
@@ -189,6 +214,7 @@ impl EventConfigInput {
             mode: self.mode,
             max_active: u(self.max_active),
             token_ttl_s: u(ttl),
+            max_session_s: u(max_session),
             auto: self.auto,
             claim_deadline_s: u(claim),
             pow_difficulty: u32::try_from(self.pow_difficulty).unwrap_or(0),
@@ -218,6 +244,7 @@ mod tests {
         assert_eq!(c.mode, Mode::Queue);
         assert_eq!(c.max_active, 0);
         assert_eq!(c.token_ttl_s, 600);
+        assert_eq!(c.max_session_s, 1800);
         assert_eq!(c.claim_deadline_s, 120);
         assert_eq!(c.pow_difficulty, 0);
         assert_eq!(c.sale_start_ms(), 1_799_542_800_000);
@@ -244,6 +271,28 @@ mod tests {
         ] {
             assert!(fields.contains(&f), "{f} not reported in {fields:?}");
         }
+    }
+
+    #[test]
+    fn max_session_is_at_least_one_token_and_old_configs_read_the_default() {
+        let base = r#""sale_start":"2027-01-10T10:00:00Z","admit_per_minute":1"#;
+        let long = input(&format!(r#"{{{base},"token_ttl_s":3600}}"#))
+            .validate(600, 120)
+            .unwrap();
+        assert_eq!(
+            long.max_session_s, 3600,
+            "the default never undercuts the token"
+        );
+        let errs = input(&format!(
+            r#"{{{base},"token_ttl_s":600,"max_session_s":599}}"#
+        ))
+        .validate(600, 120)
+        .unwrap_err();
+        assert_eq!(errs[0].field, "max_session_s");
+        let mut stored = serde_json::to_value(&long).unwrap();
+        stored.as_object_mut().unwrap().remove("max_session_s");
+        let old: EventConfig = serde_json::from_value(stored).unwrap();
+        assert_eq!(old.max_session_s, DEFAULT_MAX_SESSION_S);
     }
 
     #[test]

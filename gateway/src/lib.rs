@@ -31,6 +31,7 @@ pub mod proxy;
 pub mod queue;
 pub mod respond;
 pub mod routes;
+pub mod session;
 pub mod signing;
 pub mod size;
 pub mod state;

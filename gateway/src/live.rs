@@ -56,13 +56,14 @@ impl Live {
         *self.events.write().unwrap_or_else(|p| p.into_inner()) = map;
     }
 
-    /// True when ops revoked this token's account or session after it was issued.
+    /// True when ops revoked this token's account or session after its admission (a token
+    /// re-minted during checkout carries the admission time, so it is refused too).
     pub fn is_revoked(&self, c: &AdmissionClaims) -> bool {
         let guard = self.events.read().unwrap_or_else(|p| p.into_inner());
         let Some(s) = guard.get(&c.evt) else {
             return false;
         };
-        let hit = |at: Option<&i64>| at.is_some_and(|at| c.iat <= *at);
+        let hit = |at: Option<&i64>| at.is_some_and(|at| c.revoked_by(*at));
         hit(s.revoked_accounts.get(&c.sub)) || hit(s.revoked_sessions.get(&c.sid))
     }
 }

@@ -27,6 +27,7 @@ pub struct Metrics {
     pub upstream_unavailable: IntCounter,
     pub redis_errors: IntCounter,
     pub proxied: IntCounter,
+    pub session_refreshed: IntCounter,
 }
 
 impl Metrics {
@@ -99,6 +100,10 @@ impl Metrics {
             )?,
             redis_errors: counter("fg_redis_errors_total", "Failed Redis calls")?,
             proxied: counter("fg_proxied_total", "Requests forwarded to booking")?,
+            session_refreshed: counter(
+                "fg_admission_refreshed_total",
+                "Admission tokens re-minted because the fan's checkout lasts longer",
+            )?,
             registry,
         };
         m.registry.register(Box::new(m.joins.clone()))?;
@@ -118,6 +123,7 @@ impl Metrics {
             .register(Box::new(m.upstream_unavailable.clone()))?;
         m.registry.register(Box::new(m.redis_errors.clone()))?;
         m.registry.register(Box::new(m.proxied.clone()))?;
+        m.registry.register(Box::new(m.session_refreshed.clone()))?;
         Ok(m)
     }
 

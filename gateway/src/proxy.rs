@@ -18,6 +18,7 @@ use crate::live::Live;
 use crate::queue;
 use crate::respond::{Reply, read_body, send};
 use crate::routes::{self, Route};
+use crate::session::{self, Decision};
 use crate::size::{self, BodyBudget};
 use crate::state::Shared;
 use crate::store::Store;
@@ -60,6 +61,15 @@ pub struct Ctx {
     body: Option<BodyBudget>,
     /// The fan's body was cut at the limit: booking's health is not what failed.
     body_refused: bool,
+    /// Booking said how long the fan's checkout lasts (`x-floodgate-session-until`); that
+    /// decides the slot instead of the payment rule.
+    session_said: bool,
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
 /// How long the gateway keeps reading (and dropping) a refused body after its `413`: closing
@@ -211,6 +221,7 @@ impl PublicProxy {
         };
         ctx.status = answer.head.status.as_u16();
         let mut head = answer.head;
+        self.checkout_session(&mut head, ctx);
         let empty = answer.body.is_empty();
         if !head_only && ctx.status != 204 && ctx.status != 304 {
             head.insert_header(http::header::CONTENT_LENGTH, answer.body.len())?;
@@ -246,6 +257,69 @@ impl PublicProxy {
         }
         ctx.body = Some(BodyBudget::new(limit));
         Ok(false)
+    }
+
+    /// Applies booking's `x-floodgate-session-until` to the caller's admission (see
+    /// `session.rs`) and takes the header off the answer, on either proxy path. Redis work is
+    /// spawned off the request path; a failure only shortens the slot, never the token.
+    fn checkout_session(&self, head: &mut ResponseHeader, ctx: &mut Ctx) {
+        let Some(v) = head.headers.get(headers::SESSION_UNTIL) else {
+            return;
+        };
+        let until = session::parse_until(v.as_bytes());
+        head.remove_header(headers::SESSION_UNTIL);
+        let (Some(until), Some(c)) = (until, ctx.claims.clone()) else {
+            return;
+        };
+        ctx.session_said = true;
+        let s = &self.shared;
+        let now = unix_now();
+        let max_session_s = s
+            .live
+            .get(&c.evt)
+            .and_then(|snap| snap.config.as_ref().map(|cfg| cfg.max_session_s))
+            .unwrap_or(crate::event_config::DEFAULT_MAX_SESSION_S);
+        let slack_s = s.config.gateway.session_slack_s;
+        let as_i64 = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        let store = self.store.clone();
+        match session::decide(&c, until, now, as_i64(slack_s), as_i64(max_session_s)) {
+            Decision::Keep => {}
+            Decision::Release => {
+                tokio::spawn(async move {
+                    if let Err(e) = store.release_active(&c.evt, &c.sub).await {
+                        tracing::debug!(error = %e, "releasing a finished fan's admission slot failed");
+                    }
+                });
+            }
+            Decision::Extend { exp } => {
+                let minted =
+                    s.tokens
+                        .mint_session(&c.sub, &c.sid, &c.evt, c.admitted_at(), now, exp);
+                let token = match minted {
+                    Ok((token, _)) => token,
+                    Err(e) => {
+                        tracing::error!(error = %e, "minting a refreshed admission token failed");
+                        return;
+                    }
+                };
+                let max_age = u64::try_from(exp - now).unwrap_or(0);
+                let cookie = queue::admission_cookie(&token, max_age);
+                if let Err(e) = head
+                    .append_header(http::header::SET_COOKIE, cookie)
+                    .and_then(|_| head.insert_header(headers::ADMISSION_TOKEN, token))
+                {
+                    tracing::error!(error = %e, "adding the refreshed admission token failed");
+                    return;
+                }
+                s.metrics.session_refreshed.inc();
+                tokio::spawn(async move {
+                    let until_ms = exp.saturating_mul(1000);
+                    if let Err(e) = store.extend_active(&c.evt, &c.sub, until_ms).await {
+                        tracing::debug!(error = %e, "extending an admission slot failed");
+                    }
+                });
+            }
+        }
     }
 
     /// The fan's answer when booking could not be used, on either proxy path.
@@ -301,9 +375,7 @@ impl PublicProxy {
             .check_ip(Scope::Api, queue::client_ip(s, session))
             .map_err(|w| rate_limited(s, w))?;
         let h = &session.req_header().headers;
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        let now = unix_now();
         let claims = check_admission(&s.fast_tokens, &s.live, h, event, now).map_err(|e| {
             s.metrics.token_rejected(&e);
             refusal(&e, wants_html(h), event)
@@ -561,6 +633,7 @@ impl ProxyHttp for PublicProxy {
     ) -> Result<()> {
         ctx.status = resp.status.as_u16();
         ctx.latency = ctx.sent_at.map(|t| t.elapsed());
+        self.checkout_session(resp, ctx);
         Ok(())
     }
 
@@ -619,10 +692,12 @@ impl ProxyHttp for PublicProxy {
         }
         if ctx.pays
             && ctx.status == 200
+            && !ctx.session_said
             && let Some(c) = ctx.claims.take()
         {
-            // Paid: the fan is done, so their slot goes back to the `max_active` budget now
-            // rather than when the token expires (the token itself stays valid: receipts,
+            // Paid (and booking did not say more, see `checkout_session`): the fan is done,
+            // so their slot goes back to the `max_active` budget now rather than when the
+            // token expires (the token itself stays valid: receipts,
             // order pages). Off the request path; a failure only delays the slot.
             let store = self.store.clone();
             tokio::spawn(async move {

@@ -376,15 +376,16 @@ fn admitted(
     let ttl_s = u64::try_from((expires_ms - now_ms) / 1000)
         .unwrap_or(0)
         .max(1);
+    // A repeat poll of a fan already admitted (and maybe refreshed through checkout) gets a
+    // token of the same admission: it keeps the admission time.
+    let admitted_s = place.admitted_ms.map_or(now_s, |ms| ms / 1000);
+    let exp_s = now_s.saturating_add(i64::try_from(ttl_s).unwrap_or(i64::MAX));
     match shared
         .tokens
-        .mint(account, &place.session, event, now_s, ttl_s)
+        .mint_session(account, &place.session, event, admitted_s, now_s, exp_s)
     {
         Ok((token, claims)) => {
-            let cookie = format!(
-                "{}={token}; Max-Age={ttl_s}; Path=/; HttpOnly; Secure; SameSite=Lax",
-                shared::headers::ADMISSION_COOKIE
-            );
+            let cookie = admission_cookie(&token, ttl_s);
             Reply::json(
                 200,
                 &json!({
@@ -404,6 +405,14 @@ fn admitted(
             Reply::error(500, codes::INTERNAL, "could not issue the admission")
         }
     }
+}
+
+/// The `Set-Cookie` value carrying an admission token for browsers.
+pub fn admission_cookie(token: &str, max_age_s: u64) -> String {
+    format!(
+        "{}={token}; Max-Age={max_age_s}; Path=/; HttpOnly; Secure; SameSite=Lax",
+        shared::headers::ADMISSION_COOKIE
+    )
 }
 
 /// `GET /queue/{event}/draw`: the seed commitment, and the seed once the sale has started.

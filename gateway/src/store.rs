@@ -81,6 +81,9 @@ pub struct Place {
     pub joined_ms: i64,
     /// `draw` (arrived before the sale start) or `fifo`.
     pub kind: String,
+    /// When the admission was claimed (passthrough: the join), unix ms; absent until then.
+    /// Every token of the admission carries it (`adm`), so the session bound counts from it.
+    pub admitted_ms: Option<i64>,
 }
 
 impl Place {
@@ -90,11 +93,13 @@ impl Place {
         let score = it.next()?.to_owned();
         let joined_ms = it.next()?.parse().ok()?;
         let kind = it.next()?.to_owned();
+        let admitted_ms = it.next().and_then(|v| v.parse().ok());
         Some(Place {
             session,
             score,
             joined_ms,
             kind,
+            admitted_ms,
         })
     }
 }
@@ -196,6 +201,7 @@ else
   kind = 'fifo'
 end
 place = ARGV[3] .. '|' .. score .. '|' .. now_str .. '|' .. kind
+if mode == 'passthrough' then place = place .. '|' .. now_str end
 redis.call('HSET', KEYS[3], ARGV[1], place)
 if mode == 'passthrough' then
   redis.call('ZADD', KEYS[6], now_ms + tonumber(ARGV[4]), ARGV[1])
@@ -217,6 +223,9 @@ if dl and tonumber(dl) > now_ms then
   local exp = now_ms + tonumber(ARGV[2]) * 1000
   redis.call('ZREM', KEYS[3], ARGV[1])
   redis.call('ZADD', KEYS[4], exp, ARGV[1])
+  -- The claim is the admission: its time goes on the place, for every later token.
+  place = place .. '|' .. string.format('%d', now_ms)
+  redis.call('HSET', KEYS[1], ARGV[1], place)
   return {'admitted', place, exp, 0, now_ms}
 end
 local act = redis.call('ZSCORE', KEYS[4], ARGV[1])
@@ -490,11 +499,12 @@ impl Store {
 
     /// `fg:{event}:suffix` with the deployment prefix.
     pub fn key(&self, event: &str, suffix: &str) -> String {
-        format!("{}fg:{{{event}}}:{suffix}", self.prefix)
+        // Booking reads the revocations through the same layout.
+        shared::revocation::event_key(&self.prefix, event, suffix)
     }
 
     fn events_key(&self) -> String {
-        format!("{}fg:events", self.prefix)
+        shared::revocation::events_key(&self.prefix)
     }
 
     fn upstream_key(&self) -> String {
@@ -749,6 +759,31 @@ impl Store {
         .map(|_| ())
     }
 
+    /// Keeps an admitted fan's `max_active` slot until `until_ms` (a refreshed token's
+    /// expiry): only ever later, and only while the fan still holds the slot (`XX`), so a
+    /// late extension cannot bring back a slot that was released, revoked or lapsed.
+    pub async fn extend_active(
+        &self,
+        event: &str,
+        account: &str,
+        until_ms: i64,
+    ) -> Result<(), StoreError> {
+        let key = self.key(event, "active");
+        let account = account.to_owned();
+        self.with(|mut c| async move {
+            redis::cmd("ZADD")
+                .arg(key)
+                .arg("XX")
+                .arg("GT")
+                .arg(until_ms)
+                .arg(account)
+                .query_async::<i64>(&mut c)
+                .await
+        })
+        .await
+        .map(|_| ())
+    }
+
     /// The draw commitment; reveals the seed once Redis time is past the sale start.
     pub async fn draw(&self, event: &str) -> Result<Option<Draw>, StoreError> {
         let mut inv = SCRIPTS.draw.prepare_invoke();
@@ -887,6 +922,9 @@ mod tests {
         assert_eq!(p.score, "-4503599627370000");
         assert_eq!(p.joined_ms, 1_732_961_234_567);
         assert_eq!(p.kind, "draw");
+        assert_eq!(p.admitted_ms, None);
+        let p = Place::parse("sess|1732961234567.123|1732961234567|fifo|1732961299000").unwrap();
+        assert_eq!(p.admitted_ms, Some(1_732_961_299_000));
         assert!(Place::parse("garbage").is_none());
     }
 }

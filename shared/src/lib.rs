@@ -9,6 +9,7 @@ pub mod error;
 pub mod identity;
 pub mod ids;
 pub mod net;
+pub mod revocation;
 pub mod telemetry;
 pub mod token;
 
@@ -21,4 +22,12 @@ pub mod headers {
     pub const INTERNAL_PREFIX: &str = "x-floodgate-";
     /// Cookie carrying the admission token for browsers.
     pub const ADMISSION_COOKIE: &str = "fg_admission";
+    /// Booking → gateway, on answers to checkout writes (holds, orders, payment): when the
+    /// caller's last live hold or `PENDING_PAYMENT` order in the token's event ends (unix ms),
+    /// `0` when none is left. The gateway removes it from the answer (docs/decisions.md,
+    /// "Admission lasts through checkout").
+    pub const SESSION_UNTIL: &str = "x-floodgate-session-until";
+    /// Gateway → fan: a refreshed admission token (same admission, later `exp`) for clients
+    /// that send it as `Authorization: Bearer`; browsers get the cookie as well.
+    pub const ADMISSION_TOKEN: &str = "x-floodgate-admission-token";
 }

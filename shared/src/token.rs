@@ -29,6 +29,24 @@ pub struct AdmissionClaims {
     pub jti: String,
     pub iss: String,
     pub aud: String,
+    /// When the fan was admitted (unix s). A token re-minted during checkout keeps it, so the
+    /// session bound (`max_session_s`) and revocation count from the admission, not from the
+    /// refresh. Absent in tokens minted before it existed: then `iat` is the admission.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adm: Option<i64>,
+}
+
+impl AdmissionClaims {
+    /// When the fan was admitted (unix s).
+    pub fn admitted_at(&self) -> i64 {
+        self.adm.unwrap_or(self.iat)
+    }
+
+    /// Whether a revocation recorded at `revoked_at` (unix s) refuses this token: it does for
+    /// every token of an admission made up to that time, refreshed ones included.
+    pub fn revoked_by(&self, revoked_at: i64) -> bool {
+        self.admitted_at() <= revoked_at
+    }
 }
 
 /// Why a token was refused. `reason()` is the metrics label.
@@ -163,15 +181,32 @@ impl AdmissionTokens {
         now: i64,
         ttl_s: u64,
     ) -> Result<(String, AdmissionClaims), jsonwebtoken::errors::Error> {
+        let exp = now.saturating_add(i64::try_from(ttl_s).unwrap_or(i64::MAX));
+        self.mint_session(account, session, event, now, now, exp)
+    }
+
+    /// Mints a token of an admission made at `admitted_at`, issued at `now` and valid until
+    /// `exp` (all unix seconds): a later token of the same admission (checkout refresh, a
+    /// repeat status poll).
+    pub fn mint_session(
+        &self,
+        account: &str,
+        session: &str,
+        event: &str,
+        admitted_at: i64,
+        now: i64,
+        exp: i64,
+    ) -> Result<(String, AdmissionClaims), jsonwebtoken::errors::Error> {
         let claims = AdmissionClaims {
             sub: account.to_owned(),
             sid: session.to_owned(),
             evt: event.to_owned(),
             iat: now,
-            exp: now.saturating_add(i64::try_from(ttl_s).unwrap_or(i64::MAX)),
+            exp,
             jti: crate::ids::new_id(),
             iss: self.issuer.clone(),
             aud: self.audience.clone(),
+            adm: Some(admitted_at),
         };
         let token = self.sign(&claims)?;
         Ok((token, claims))

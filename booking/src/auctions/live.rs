@@ -32,7 +32,7 @@ use redis::aio::PubSubSink;
 use secrecy::ExposeSecret;
 use serde::Deserialize;
 use shared::headers::ADMISSION_COOKIE;
-use shared::token::{bearer, cookie};
+use shared::token::{AdmissionClaims, bearer, cookie};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -482,7 +482,15 @@ pub async fn upgrade(
         return Err(ApiError::admission_required().with("reason", "missing"));
     };
     let claims = match state.tokens.verify(tok) {
-        Ok(claims) => claims,
+        Ok(c) if state.revocations.refuses(&c) => {
+            state
+                .metrics
+                .token_failures
+                .with_label_values(&["revoked"])
+                .inc();
+            return Err(ApiError::admission_required().with("reason", "revoked"));
+        }
+        Ok(c) => c,
         Err(e) => {
             state
                 .metrics
@@ -502,16 +510,21 @@ pub async fn upgrade(
         .await?
         .ok_or_else(super::unknown_auction)?;
     // One admission, one event: refused before the upgrade, so no socket is opened.
-    let viewer = claims.sub.clone();
-    crate::auth::Admitted(claims).opens(meta.event.as_deref())?;
+    let admitted = crate::auth::Admitted(claims);
+    admitted.opens(meta.event.as_deref())?;
+    let claims = admitted.0;
     Ok(ws
         .max_message_size(4096)
-        .on_upgrade(move |socket| session(state, id, viewer, socket)))
+        .on_upgrade(move |socket| session(state, id, claims, socket)))
 }
 
-/// One client; `viewer` is its account (to tell it when it is the leader, never sent).
-async fn session(state: AppState, id: String, viewer: String, mut socket: WebSocket) {
+/// One client. `claims` are its admission: the account tells it when it is the leader (never
+/// sent), and a revocation of the account or session closes the socket.
+async fn session(state: AppState, id: String, claims: AdmissionClaims, mut socket: WebSocket) {
+    let viewer = claims.sub.clone();
     let hub = state.auctions.live.clone();
+    // A revocation closes the socket within one refresh of the list (`revocation.rs`).
+    let mut revocations = state.revocations.subscribe();
     // Subscribe (and wait until Redis confirmed it) before reading the snapshot, so no update
     // can fall between the two. If Redis is unreachable the snapshot still comes from the
     // source of truth; updates resume once the dispatcher reconnects.
@@ -560,7 +573,18 @@ async fn session(state: AppState, id: String, viewer: String, mut socket: WebSoc
     }
     let mut last_price = row.current_price;
     loop {
+        if state.revocations.refuses(&claims) {
+            let _ = tokio::time::timeout(
+                send_timeout,
+                socket.send(close_frame(1008, "admission revoked")),
+            )
+            .await;
+            return;
+        }
         tokio::select! {
+            // Re-checked at the top of the loop; a closed channel (never: the list lives as
+            // long as the state) just disables this branch.
+            Ok(()) = revocations.changed() => {}
             m = rx.recv() => match m {
                 Ok(msg) => {
                     // The snapshot may be newer than an update that was already queued.

@@ -21,6 +21,7 @@ mod orders;
 mod outbox;
 mod payments;
 mod products;
+mod session;
 mod startup_config;
 mod storefront;
 mod sweeper;

@@ -9,4 +9,5 @@
 mod cdp;
 mod journey_api;
 mod journey_browser;
+mod session;
 mod stack;

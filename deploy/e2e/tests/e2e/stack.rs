@@ -83,6 +83,14 @@ pub struct Stack {
 
 impl Stack {
     pub async fn start() -> Stack {
+        Self::start_with(|_| {}, |_| {}).await
+    }
+
+    /// `start` with settings changed by the test (e.g. short order lifetimes).
+    pub async fn start_with(
+        tune_booking: impl FnOnce(&mut BookingConfig),
+        tune_gateway: impl FnOnce(&mut GatewayConfig),
+    ) -> Stack {
         shared::telemetry::init_for_tests();
         let prefix = format!("e2e{}:", shared::ids::new_id());
         let gateway_port = free_port();
@@ -125,6 +133,7 @@ impl Stack {
         config.payments.provider_url = sandbox_url.clone();
         config.payments.api_key = SecretString::from(API_KEY);
         config.payments.webhook_secrets = vec![SecretString::from(WEBHOOK_SECRET)];
+        tune_booking(&mut config);
         let app = booking::startup::Application::build(config)
             .await
             .expect("build booking");
@@ -151,6 +160,7 @@ impl Stack {
         g.redis.url = SecretString::from(redis_url());
         g.redis.key_prefix = prefix.clone();
         g.admin_token = Some(SecretString::from(ADMIN));
+        tune_gateway(&mut g);
         // Booking and the gateway share the admission key set (`[tokens]` defaults).
         let gw = tokio::task::spawn_blocking(move || {
             Gateway::build(g)

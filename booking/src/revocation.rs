@@ -1,0 +1,129 @@
+//! Revoked admissions, enforced by booking as well as the gateway.
+//!
+//! Booking verifies admission tokens itself (defence in depth), so a fan revoked by ops
+//! (`POST /admin/events/{event}/revoke` on the gateway) must not keep using booking directly.
+//! Every instance re-reads the gateway's revocation entries from Redis every 250 ms (the same
+//! layout and rule, `shared::revocation`: an entry refuses every token of an admission made
+//! up to its time, refreshed ones included) and keeps the last known list while Redis is
+//! unreachable. Each change bumps a version that open auction WebSockets watch, so a revoked
+//! fan's sockets close within a refresh (well under a second).
+
+use crate::jobs::spawn_periodic;
+use crate::state::AppState;
+use anyhow::Context;
+use redis::Value;
+use shared::revocation::{EventRevocations, Revocations, event_key, events_key};
+use shared::token::AdmissionClaims;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// How often the list is re-read (the gateway's default `refresh_ms`).
+pub const REFRESH_EVERY: Duration = Duration::from_millis(250);
+
+/// The revocations in force on this instance.
+pub struct RevocationList {
+    current: RwLock<Arc<Revocations>>,
+    version: watch::Sender<u64>,
+}
+
+impl Default for RevocationList {
+    fn default() -> Self {
+        Self {
+            current: RwLock::default(),
+            version: watch::channel(0).0,
+        }
+    }
+}
+
+impl RevocationList {
+    /// True when ops revoked this token's account or session after its admission.
+    pub fn refuses(&self, c: &AdmissionClaims) -> bool {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .refuses(c)
+    }
+
+    /// Changes whenever the list does (open connections re-check their caller on it).
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.version.subscribe()
+    }
+
+    /// Puts `next` in force; wakes the watchers only when something changed.
+    pub fn replace(&self, next: Revocations) {
+        let mut cur = self.current.write().unwrap_or_else(|p| p.into_inner());
+        if **cur == next {
+            return;
+        }
+        *cur = Arc::new(next);
+        drop(cur);
+        self.version.send_modify(|v| *v = v.wrapping_add(1));
+    }
+}
+
+/// Reads every configured event's revocations: one `SMEMBERS` and one pipelined round trip.
+pub async fn load(state: &AppState) -> anyhow::Result<Revocations> {
+    let prefix = &state.config.redis.key_prefix;
+    let mut conn = state
+        .redis()
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .context("failed to connect to redis")?;
+    let events: Vec<String> = redis::cmd("SMEMBERS")
+        .arg(events_key(prefix))
+        .query_async(&mut conn)
+        .await
+        .context("failed to list events")?;
+    if events.is_empty() {
+        return Ok(Revocations::default());
+    }
+    let mut pipe = redis::pipe();
+    for e in &events {
+        pipe.cmd("HGETALL").arg(event_key(prefix, e, "revoked"));
+    }
+    let rows: Vec<Value> = pipe
+        .query_async(&mut conn)
+        .await
+        .context("failed to read revocations")?;
+    let mut all = Revocations::default();
+    for (event, row) in events.into_iter().zip(rows) {
+        let fields: HashMap<String, i64> =
+            redis::from_redis_value(row).context("malformed revocation entry")?;
+        let entries = EventRevocations::from_fields(fields);
+        if !entries.is_empty() {
+            all.events.insert(event, entries);
+        }
+    }
+    Ok(all)
+}
+
+/// Keeps `state.revocations` current until `stop` flips (every instance runs it, jobs or not).
+/// While Redis is unreachable the last known list stays in force (logged once, not every
+/// 250 ms).
+pub fn spawn(state: AppState, stop: watch::Receiver<bool>) -> JoinHandle<()> {
+    let failing = Arc::new(AtomicBool::new(false));
+    spawn_periodic("revocations", REFRESH_EVERY, stop, move || {
+        let state = state.clone();
+        let failing = failing.clone();
+        async move {
+            match load(&state).await {
+                Ok(next) => {
+                    if failing.swap(false, Ordering::Relaxed) {
+                        tracing::info!("revocations readable again");
+                    }
+                    state.revocations.replace(next);
+                }
+                Err(e) => {
+                    if !failing.swap(true, Ordering::Relaxed) {
+                        tracing::warn!(error = ?e, "reading revocations failed; keeping the last known list");
+                    }
+                }
+            }
+            Ok(())
+        }
+    })
+}

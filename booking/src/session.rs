@@ -1,0 +1,111 @@
+//! Admission lasts through checkout (booking's half; the gateway's is `gateway/src/session.rs`).
+//!
+//! The admission token is short-lived, but a fan's holds and pending orders live longer. On
+//! every successful checkout write (creating or releasing a hold, creating or paying an
+//! order) booking tells the gateway how long the fan's checkout still lasts:
+//! `x-floodgate-session-until: <unix ms>`, the latest end of the caller's live holds and
+//! `PENDING_PAYMENT` orders in the token's event, `0` when none is left. The gateway then
+//! re-mints the token and keeps the `max_active` slot until then, or frees the slot at once.
+//! Reads and failed writes say nothing (no header), so the extra query runs on checkout
+//! writes only. The answer is measured after the write committed, from Postgres.
+
+use crate::auth::token_from_headers;
+use crate::state::AppState;
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{HeaderValue, Method};
+use axum::middleware::Next;
+use axum::response::Response;
+use shared::headers::SESSION_UNTIL;
+
+/// Whether a request (method, matched route template) is a checkout write: holds, GA holds,
+/// orders and payments.
+pub fn is_checkout_write(method: &Method, route: &str) -> bool {
+    if matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
+        return false;
+    }
+    route.starts_with("/api/") && (route.contains("holds") || route.contains("/orders"))
+}
+
+/// Middleware: adds `x-floodgate-session-until` to successful checkout writes.
+pub async fn until(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let checkout = req
+        .extensions()
+        .get::<MatchedPath>()
+        .is_some_and(|p| is_checkout_write(req.method(), p.as_str()));
+    if !checkout {
+        return next.run(req).await;
+    }
+    // The handler verified the token too; a refused one gets its refusal, with no header.
+    let caller = token_from_headers(req.headers())
+        .and_then(|t| state.tokens.verify(t).ok())
+        .map(|c| (c.sub, c.evt));
+    let mut resp = next.run(req).await;
+    let Some((account, event)) = caller else {
+        return resp;
+    };
+    if !resp.status().is_success() {
+        return resp;
+    }
+    match live_until_ms(&state, &account, &event).await {
+        Ok(ms) => {
+            resp.headers_mut()
+                .insert(SESSION_UNTIL, HeaderValue::from(ms));
+        }
+        // Without the header the admission simply is not extended by this answer.
+        Err(e) => tracing::warn!(error = %e, "reading the checkout's end failed"),
+    }
+    resp
+}
+
+/// The latest end (unix ms, rounded up) of `account`'s live holds and `PENDING_PAYMENT`
+/// orders in `event`; 0 when there is none. Cart orders made before orders carried an event
+/// count for every event.
+pub async fn live_until_ms(
+    state: &AppState,
+    account: &str,
+    event: &str,
+) -> Result<i64, sqlx::Error> {
+    let ms: Option<i64> = sqlx::query_scalar(
+        "SELECT ceil(extract(epoch FROM GREATEST(
+             (SELECT max(expires_at) FROM holds
+               WHERE account_id = $1 AND event_id = $2 AND status = 'active'
+                 AND expires_at > now()),
+             (SELECT max(expires_at) FROM orders
+               WHERE account_id = $1 AND (event_id = $2 OR event_id IS NULL)
+                 AND status = 'PENDING_PAYMENT' AND expires_at > now())
+         )) * 1000)::bigint",
+    )
+    .bind(account)
+    .bind(event)
+    .fetch_one(&state.pool)
+    .await?;
+    Ok(ms.unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_checkout_write;
+    use axum::http::Method;
+
+    #[test]
+    fn checkout_writes() {
+        for (m, r) in [
+            (Method::POST, "/api/events/{event}/holds"),
+            (Method::POST, "/api/events/{event}/ga-holds"),
+            (Method::DELETE, "/api/holds/{hold}"),
+            (Method::POST, "/api/orders"),
+            (Method::POST, "/api/orders/{id}/pay"),
+        ] {
+            assert!(is_checkout_write(&m, r), "{m} {r}");
+        }
+        for (m, r) in [
+            (Method::GET, "/api/orders/{id}"),
+            (Method::GET, "/api/events/{event}/seats"),
+            (Method::PUT, "/api/cart/items/{sku}"),
+            (Method::POST, "/api/auctions/{id}/bids"),
+            (Method::POST, "/admin/orders"),
+        ] {
+            assert!(!is_checkout_write(&m, r), "{m} {r}");
+        }
+    }
+}
