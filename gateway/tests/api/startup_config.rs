@@ -251,3 +251,18 @@ fn every_section_the_gateway_reads_is_known() {
         );
     }
 }
+
+/// The configs the project ships (the local stack's and the Kubernetes one) hold only keys
+/// the gateway knows: with unknown keys refused, a stale key there would stop every pod.
+#[test]
+fn shipped_config_files_have_no_unknown_keys() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for file in ["deploy/local.toml", "deploy/k8s/floodgate.toml"] {
+        let path = root.join(file);
+        let loaded =
+            shared::config::load::<gateway::config::GatewayConfig>(Some(&path), std::iter::empty());
+        if let Err(e) = loaded {
+            panic!("{file}: {e}");
+        }
+    }
+}
