@@ -137,6 +137,14 @@ fn parse_body<T: DeserializeOwned>(body: &Bytes) -> Result<(T, String), ApiErr> 
     Ok((parsed, fingerprint))
 }
 
+/// A body that may be left out: empty means every parameter takes its default.
+fn parse_optional_body<T: DeserializeOwned + Default>(body: &Bytes) -> Result<T, ApiErr> {
+    if body.is_empty() {
+        return Ok(T::default());
+    }
+    parse_body(body).map(|(parsed, _)| parsed)
+}
+
 fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiErr> {
     match headers.get("idempotency-key") {
         None => Ok(None),
@@ -542,13 +550,9 @@ async fn dashboard_refund(
     if let Err(e) = authorize(&inner, &headers) {
         return e.into_response();
     }
-    let params: DashboardRefund = if body.is_empty() {
-        DashboardRefund::default()
-    } else {
-        match parse_body(&body) {
-            Ok((p, _)) => p,
-            Err(e) => return e.into_response(),
-        }
+    let params: DashboardRefund = match parse_optional_body(&body) {
+        Ok(parsed) => parsed,
+        Err(e) => return e.into_response(),
     };
     if matches!(params.amount, Some(a) if a < 1) {
         return ApiErr::invalid("parameter_invalid_integer", "amount must be at least 1")
@@ -598,13 +602,9 @@ async fn dashboard_dispute(
     if let Err(e) = authorize(&inner, &headers) {
         return e.into_response();
     }
-    let params: DashboardDispute = if body.is_empty() {
-        DashboardDispute::default()
-    } else {
-        match parse_body(&body) {
-            Ok((p, _)) => p,
-            Err(e) => return e.into_response(),
-        }
+    let params: DashboardDispute = match parse_optional_body(&body) {
+        Ok(parsed) => parsed,
+        Err(e) => return e.into_response(),
     };
     let dispute = Dispute {
         id: format!("dp_{}", shared::ids::new_id()),
@@ -675,13 +675,9 @@ async fn flush(State(inner): Shared, headers: HeaderMap, body: Bytes) -> Respons
     if let Err(e) = authorize(&inner, &headers) {
         return e.into_response();
     }
-    let opts: FlushOptions = if body.is_empty() {
-        FlushOptions::default()
-    } else {
-        match parse_body(&body) {
-            Ok((o, _)) => o,
-            Err(e) => return e.into_response(),
-        }
+    let opts: FlushOptions = match parse_optional_body(&body) {
+        Ok(parsed) => parsed,
+        Err(e) => return e.into_response(),
     };
     let delivered = crate::flush_webhooks(&inner, &opts).await;
     axum::Json(json!({"delivered": delivered})).into_response()
