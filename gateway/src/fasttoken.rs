@@ -26,6 +26,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use subtle::ConstantTimeEq;
 
 /// Slots of the verified-token cache: a token is ~370 bytes, so a full table is ~2.5 MB.
 /// Direct-mapped: a new token simply replaces whatever shared its slot.
@@ -54,8 +55,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// Equal bytes, compared without stopping at the first difference: how far a guess matches a
 /// stored (valid) token must not show in the time taken.
+/// (Lengths may differ in time: a token's length is public.)
 fn same_bytes(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    bool::from(a.ct_eq(b))
 }
 
 #[derive(Deserialize)]
@@ -368,6 +370,18 @@ mod tests {
         assert!(same_bytes(b"abc", b"abc"));
         assert!(!same_bytes(b"abc", b"abd"));
         assert!(!same_bytes(b"abc", b"ab"));
+        assert!(!same_bytes(b"ab", b"abc"));
+        assert!(!same_bytes(b"", b"a"));
         assert!(!same_bytes(b"xbc", b"abc"));
+        // Every single-bit difference, anywhere in a token-sized input, is seen.
+        let token = [0x5au8; 300];
+        assert!(same_bytes(&token, &token.clone()));
+        for i in [0, 1, 150, 298, 299] {
+            for bit in 0..8 {
+                let mut other = token;
+                other[i] ^= 1 << bit;
+                assert!(!same_bytes(&token, &other), "byte {i} bit {bit}");
+            }
+        }
     }
 }

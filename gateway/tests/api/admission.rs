@@ -1,4 +1,8 @@
 //! The admission ticker: rate, `max_active`, claim deadlines, lease failover.
+//!
+//! Tests that show somebody is *not* admitted step admission themselves ([`Stepper`] holds
+//! the event's lease, so the gateway's own ticker stays a follower): "nobody got in" then
+//! means "over ticks that certainly ran", never "within some sleep".
 
 use crate::helpers::*;
 use reqwest::StatusCode;
@@ -30,10 +34,22 @@ async fn admission_never_exceeds_the_rate_over_several_ticks() {
         json!({"sale_start": "2020-01-01T00:00:00Z", "admit_per_minute": 600}),
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(3500)).await;
-    let adm = app.admissions("rate").await;
+    // Enough admissions to judge the rate (~3 s at 10/s); the bounds below are checked on
+    // their timestamps (Redis time), so a slow machine cannot make them pass or fail.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let adm = loop {
+        let adm = app.admissions("rate").await;
+        if adm.len() >= 30 {
+            break adm;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "admission too slow: {}",
+            adm.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     let times: Vec<u64> = adm.iter().map(|(_, _, ms)| *ms).collect();
-    assert!(times.len() >= 20, "admission too slow: {}", times.len());
     // Any 1-second window: at most rate·1s (10) plus one batch (1).
     for (i, t0) in times.iter().enumerate() {
         let in_window = times[i..].iter().take_while(|t| **t < t0 + 1000).count();
@@ -59,6 +75,7 @@ async fn admission_never_exceeds_the_rate_over_several_ticks() {
 #[tokio::test]
 async fn max_active_is_honoured_and_unclaimed_admissions_return_to_the_budget() {
     let app = TestApp::spawn().await;
+    let mut stepper = Stepper::take_lease(&app, "cap").await;
     app.put_config(
         "cap",
         json!({"sale_start": "2020-01-01T00:00:00Z", "admit_per_minute": 60000,
@@ -71,6 +88,7 @@ async fn max_active_is_honoured_and_unclaimed_admissions_return_to_the_budget() 
         json!({"sale_start": "2020-01-01T00:00:00Z", "admit_per_minute": 60000, "max_active": 5}),
     )
     .await;
+    stepper.watch("cap").await;
     let mut c = app.redis.clone();
     let count = |c: &mut redis::aio::MultiplexedConnection| {
         let adm = app.key("cap", "adm");
@@ -90,12 +108,23 @@ async fn max_active_is_honoured_and_unclaimed_admissions_return_to_the_budget() 
             (a, b)
         }
     };
-    // Several ticks at a rate that would admit everyone: the cap holds.
+    // Ticks at a rate that would admit everyone: the cap fills, then holds tick after tick.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while app.admissions("cap").await.len() < 5 {
+        stepper.lead("cap").await;
+        let (a, b) = count(&mut c).await;
+        assert!(a + b <= 5, "{a} unclaimed + {b} active > 5");
+        assert!(Instant::now() < deadline, "the cap never filled");
+        pace().await;
+    }
     for _ in 0..10 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        pace().await;
+        assert_eq!(stepper.lead("cap").await.admitted, 0);
         let (a, b) = count(&mut c).await;
         assert!(a + b <= 5, "{a} unclaimed + {b} active > 5");
     }
+    // The bucket had tokens all along: the cap, not the rate, held the other fans back.
+    assert!(stepper.bucket_tokens("cap").await >= 3.0);
     assert_eq!(app.admissions("cap").await.len(), 5);
     // Two fans claim (their status returns a token); still 5 in total.
     let first: Vec<String> = app
@@ -109,7 +138,11 @@ async fn max_active_is_honoured_and_unclaimed_admissions_return_to_the_budget() 
         let v = json(app.status("cap", &tokens[idx(a)]).await).await;
         assert_eq!(v["state"], "admitted");
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Claiming frees no slot: more ticks admit nobody.
+    for _ in 0..3 {
+        pace().await;
+        assert_eq!(stepper.lead("cap").await.admitted, 0);
+    }
     assert_eq!(count(&mut c).await, (3, 2));
     // The other three miss their claim deadline (set explicitly rather than waiting).
     for a in &first[2..] {
@@ -121,11 +154,13 @@ async fn max_active_is_honoured_and_unclaimed_admissions_return_to_the_budget() 
             .await
             .unwrap();
     }
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while app.admissions("cap").await.len() < 8 {
-        assert!(Instant::now() < deadline, "expired slots were not reused");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    // The next tick expires them and reuses their slots (the bucket holds ≥ 3 tokens).
+    let l = stepper.lead("cap").await;
+    assert_eq!(
+        (l.expired_unclaimed, l.admitted),
+        (3, 3),
+        "expired slots were not reused"
+    );
     let (a, b) = count(&mut c).await;
     assert!(a + b <= 5);
     assert_eq!(app.admissions("cap").await.len(), 8);
@@ -311,11 +346,23 @@ async fn auto_mode_backs_off_when_booking_fails() {
 }
 
 /// One `max_active` slot: fan A is admitted and holds it, fan B waits behind the cap.
+/// Admission is stepped by `stepper`.
 struct OneSlot {
     a: String,
     a_session: String,
     a_admission: String,
     b: String,
+    stepper: Stepper,
+}
+
+/// Paced ticks: nobody is admitted to `event`, though the bucket has tokens (the cap holds).
+async fn ticks_admit_nobody(stepper: &mut Stepper, event: &str) {
+    for _ in 0..5 {
+        pace().await;
+        let l = stepper.lead(event).await;
+        assert_eq!((l.admitted, l.active, l.queue_len), (0, 1, 1));
+    }
+    assert!(stepper.bucket_tokens(event).await >= 1.0);
 }
 
 async fn one_slot_two_fans(app: &TestApp, event: &str) -> OneSlot {
@@ -323,6 +370,7 @@ async fn one_slot_two_fans(app: &TestApp, event: &str) -> OneSlot {
         json!({"sale_start": "2020-01-01T00:00:00Z", "admit_per_minute": 60000,
                "max_active": 1, "mode": mode})
     };
+    let mut stepper = Stepper::take_lease(app, event).await;
     app.put_config(event, cfg("paused")).await;
     let a = app.login(&format!("fan-{event}-a")).await;
     let a_session = json(app.join(event, &a).await).await["session"]
@@ -332,25 +380,31 @@ async fn one_slot_two_fans(app: &TestApp, event: &str) -> OneSlot {
     let b = app.login(&format!("fan-{event}-b")).await;
     assert!(app.join(event, &b).await.status().is_success());
     app.put_config(event, cfg("queue")).await;
+    stepper.watch(event).await;
+    let first = stepper
+        .lead_until_admitted(event, Duration::from_secs(5))
+        .await;
+    assert_eq!((first.admitted, first.queue_len), (1, 1));
     let a_admission = app.wait_admitted(event, &a, Duration::from_secs(5)).await["token"]
         .as_str()
         .expect("an admission token")
         .to_owned();
     // A holds the only slot (token lifetime: minutes); B waits behind the cap.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    ticks_admit_nobody(&mut stepper, event).await;
     assert_eq!(json(app.status(event, &b).await).await["state"], "waiting");
     OneSlot {
         a,
         a_session,
         a_admission,
         b,
+        stepper,
     }
 }
 
 #[tokio::test]
 async fn revoking_a_session_frees_its_slot_at_once() {
     let app = TestApp::spawn().await;
-    let f = one_slot_two_fans(&app, "rvs").await;
+    let mut f = one_slot_two_fans(&app, "rvs").await;
     let r = app
         .http
         .post(app.admin_url("/admin/events/rvs/revoke"))
@@ -360,7 +414,9 @@ async fn revoking_a_session_frees_its_slot_at_once() {
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::OK);
-    // The slot returns to the budget now, not when A's token would have expired.
+    // The slot returns to the budget now, not when A's token would have expired: the very
+    // next tick admits B.
+    assert_eq!(f.stepper.lead("rvs").await.admitted, 1);
     let v = app.wait_admitted("rvs", &f.b, Duration::from_secs(5)).await;
     assert_eq!(v["state"], "admitted");
     // A's place is gone: asking again says so (the waiting page then rejoins at the back).
@@ -373,7 +429,7 @@ async fn revoking_a_session_frees_its_slot_at_once() {
 #[tokio::test]
 async fn a_paid_order_returns_the_fans_slot_to_the_budget() {
     let app = TestApp::spawn().await;
-    let f = one_slot_two_fans(&app, "paid").await;
+    let mut f = one_slot_two_fans(&app, "paid").await;
     let post = |path: &str| {
         app.http
             .post(app.url(path))
@@ -382,16 +438,22 @@ async fn a_paid_order_returns_the_fans_slot_to_the_budget() {
     };
     // Shopping (anything but a successful payment) keeps the slot.
     assert_eq!(post("/api/orders").await.unwrap().status(), StatusCode::OK);
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    ticks_admit_nobody(&mut f.stepper, "paid").await;
     assert_eq!(
         json(app.status("paid", &f.b).await).await["state"],
         "waiting"
     );
-    // Paid (the upstream answers 200): the slot is free for the next fan at once.
+    // Paid (the upstream answers 200): the slot is free for the next fan at once (the
+    // release runs just after the answer, so tick until it has landed).
     assert_eq!(
         post("/api/orders/ord_1/pay").await.unwrap().status(),
         StatusCode::OK
     );
+    let l = f
+        .stepper
+        .lead_until_admitted("paid", Duration::from_secs(5))
+        .await;
+    assert_eq!((l.admitted, l.queue_len), (1, 0));
     let v = app
         .wait_admitted("paid", &f.b, Duration::from_secs(5))
         .await;

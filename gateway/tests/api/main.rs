@@ -18,3 +18,4 @@ mod proxy;
 mod queue;
 mod redis_outage;
 mod startup_config;
+mod ticker;

@@ -383,7 +383,8 @@ async fn non_idempotent_request_is_not_retried_after_it_was_sent() {
     let r = api_post(&app, &tok, "/api/orders", "{}".into()).await;
     assert_eq!(r.status(), StatusCode::BAD_GATEWAY);
     assert_eq!(json(r).await["code"], "UPSTREAM_UNAVAILABLE");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // No waiting needed: the upstream counts a request before it hangs up, and the gateway
+    // answers only once its last attempt saw that hang-up, so a retry is already counted.
     assert_eq!(
         seen.load(Ordering::SeqCst),
         1,
@@ -555,6 +556,10 @@ async fn raw_status(addr: std::net::SocketAddr, request: &str) -> u16 {
 struct Scripted {
     addr: std::net::SocketAddr,
     api_connections: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// Health checks answered.
+    health_checks: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// Connections closed by `/api/then-close`.
+    closed: std::sync::Arc<std::sync::atomic::AtomicU64>,
     posts: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
     /// `false` stops taking connections off the accept queue (a stalled or swamped upstream).
     accepting: tokio::sync::watch::Sender<bool>,
@@ -580,8 +585,11 @@ async fn scripted_upstream_with(backlog: u32) -> Scripted {
     let listener = socket.listen(backlog).unwrap();
     let addr = listener.local_addr().unwrap();
     let api_connections = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let health_checks = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let closed = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let posts = Arc::new(Mutex::new(Vec::new()));
     let (conns, bodies) = (api_connections.clone(), posts.clone());
+    let (checks, closes) = (health_checks.clone(), closed.clone());
     let (accepting, mut open) = tokio::sync::watch::channel(true);
     let task = tokio::spawn(async move {
         loop {
@@ -592,6 +600,7 @@ async fn scripted_upstream_with(backlog: u32) -> Scripted {
                 return;
             };
             let (conns, bodies) = (conns.clone(), bodies.clone());
+            let (checks, closes) = (checks.clone(), closes.clone());
             tokio::spawn(async move {
                 let mut buf = Vec::new();
                 let mut counted = false;
@@ -647,12 +656,17 @@ async fn scripted_upstream_with(backlog: u32) -> Scripted {
                             // Answers, stays quiet, then closes the idle keep-alive connection.
                             let _ = sock.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nbye!").await;
                             tokio::time::sleep(Duration::from_millis(50)).await;
+                            drop(sock);
+                            closes.fetch_add(1, Ordering::SeqCst);
                             return;
                         }
                         _ => format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{target}", target.len()).into_bytes(),
                     };
                     if sock.write_all(&answer).await.is_err() {
                         return;
+                    }
+                    if target == "/healthz" {
+                        checks.fetch_add(1, Ordering::SeqCst);
                     }
                 }
             });
@@ -661,6 +675,8 @@ async fn scripted_upstream_with(backlog: u32) -> Scripted {
     Scripted {
         addr,
         api_connections,
+        health_checks,
+        closed,
         posts,
         accepting,
         task,
@@ -740,7 +756,14 @@ async fn a_pooled_connection_the_upstream_closed_is_never_used() {
         // The answer leaves a keep-alive connection in the pool that the upstream then closes.
         let r = api(&app, &tok, "/api/then-close").await;
         assert_eq!(r.text().await.unwrap(), "bye!");
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while up.closed.load(Ordering::SeqCst) <= round {
+            assert!(Instant::now() < deadline, "the upstream never closed");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // Closed a little while ago, as by an idle keep-alive timeout (the gateway learns of
+        // it from its event loop; a request racing the close itself is HTTP's own race).
+        tokio::time::sleep(Duration::from_millis(100)).await;
         // A POST (never retried once sent) must not be sent on the dead connection.
         let body = format!("{{\"round\":{round}}}");
         let r = api_post(&app, &tok, "/api/echo", body.clone()).await;
@@ -819,7 +842,14 @@ async fn a_connect_timeout_does_not_take_out_the_only_upstream() {
         })
         .await;
         // The start-up health check has run (it saw a healthy upstream) before we stall it.
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while up.health_checks.load(Ordering::SeqCst) == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "no health check reached the upstream"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
 
         // Stall the upstream and fill its accept queue until a connect times out.
         up.accepting.send_replace(false);
