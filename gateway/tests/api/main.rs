@@ -17,5 +17,8 @@ mod helpers;
 mod proxy;
 mod queue;
 mod redis_outage;
+mod slots;
 mod startup_config;
+mod stepper;
 mod ticker;
+mod upstream_leg;

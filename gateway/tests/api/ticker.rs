@@ -3,6 +3,7 @@
 //! assertion is about ticks that certainly ran.
 
 use crate::helpers::*;
+use crate::stepper::{Stepper, led, pace};
 use gateway::admission::{AUTO_ADJUST_EVERY, TickerState};
 use gateway::event_config::EventConfigInput;
 use gateway::store::{EventSnapshot, Store, TickOutcome};
