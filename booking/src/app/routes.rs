@@ -152,3 +152,28 @@ async fn observe(State(state): State<AppState>, req: Request, next: Next) -> Res
     }
     resp
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panic_becomes_the_standard_500_body() {
+        for payload in [
+            Box::new("static str") as Box<dyn Any + Send>,
+            Box::new(String::from("formatted")),
+            Box::new(42_u8),
+        ] {
+            let resp = panicked(payload);
+            assert_eq!(resp.status(), StatusCode::INTERNAL_SERVER_ERROR);
+            assert_eq!(resp.headers()[header::CONTENT_TYPE], "application/json");
+            let bytes = axum::body::to_bytes(resp.into_body(), 4096)
+                .await
+                .expect("body");
+            let body: serde_json::Value = serde_json::from_slice(&bytes).expect("json");
+            assert_eq!(body["code"], codes::INTERNAL);
+            // Internal detail never reaches the client.
+            assert!(!body.to_string().contains("formatted"));
+        }
+    }
+}
