@@ -28,12 +28,27 @@ pub mod handles;
 pub mod hot;
 pub mod live;
 
-use crate::auth::Admitted;
-use crate::db::TxError;
-use crate::error::{ApiError, ApiResult};
-use crate::idempotency::{self, Begin, Fingerprint, IdempotencyKey};
-use crate::json::ApiJson;
-use crate::state::AppState;
+/// Everything the auctions domain's handlers and jobs use; the app layer builds it and handlers take
+/// it with `State<AuctionsState>` (axum `FromRef`). Cheap to clone.
+#[derive(Clone)]
+pub struct AuctionsState {
+    pub pool: sqlx::PgPool,
+    pub redis: crate::platform::redis::Redis,
+    pub auth: crate::platform::auth::Auth,
+}
+
+impl axum::extract::FromRef<AuctionsState> for crate::platform::auth::Auth {
+    fn from_ref(state: &AuctionsState) -> Self {
+        state.auth.clone()
+    }
+}
+
+use crate::app::state::AppState;
+use crate::platform::auth::Admitted;
+use crate::platform::db::TxError;
+use crate::platform::error::{ApiError, ApiResult};
+use crate::platform::idempotency::{self, Begin, Fingerprint, IdempotencyKey};
+use crate::platform::json::ApiJson;
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::{Method, StatusCode};
@@ -147,7 +162,7 @@ pub struct Meta {
 const CACHE_LIMIT: usize = 100_000;
 
 impl AuctionRuntime {
-    pub fn new(config: &crate::config::BookingConfig) -> anyhow::Result<Self> {
+    pub fn new(config: &crate::app::config::BookingConfig) -> anyhow::Result<Self> {
         let settings = &config.auctions;
         let rate = NonZeroU32::new(settings.bids_per_second.max(1)).unwrap_or(NonZeroU32::MIN);
         let burst = NonZeroU32::new(settings.bid_burst.max(1)).unwrap_or(NonZeroU32::MIN);
@@ -398,7 +413,7 @@ fn validate(req: CreateAuction, settings: &AuctionSettings) -> ApiResult<NewAuct
 }
 
 /// `POST /api/auctions` (Idempotency-Key): the seller is the token's account. The key is
-/// handled by the shared layer ([`crate::idempotency`]): the stored `201` body commits in the
+/// handled by the shared layer ([`crate::platform::idempotency`]): the stored `201` body commits in the
 /// same transaction as the auction row, so a retry replays exactly it.
 async fn create(
     State(state): State<AppState>,
@@ -415,13 +430,14 @@ async fn create(
     let new = validate(req, &state.config.auctions)?;
     who.for_event(&new.event)?;
     // Events are never deleted while an auction refers to them (foreign key).
-    if !crate::products::event_exists(&state.pool, &new.event).await? {
-        return Err(crate::products::unknown_event_field(&new.event));
+    if !crate::orders::products::event_exists(&state.pool, &new.event).await? {
+        return Err(crate::orders::products::unknown_event_field(&new.event));
     }
-    let claim = match idempotency::begin(&state, who.account(), &key, &fingerprint).await? {
-        Begin::Replay(stored) => return Ok(stored.into_response()),
-        Begin::Started(claim) => claim,
-    };
+    let claim =
+        match idempotency::begin(&state.idempotency, who.account(), &key, &fingerprint).await? {
+            Begin::Replay(stored) => return Ok(stored.into_response()),
+            Begin::Started(claim) => claim,
+        };
     match create_auction(&state, who.account(), new, &claim).await {
         Ok((row, body)) => {
             after_create(&state, &row).await;
@@ -450,7 +466,7 @@ async fn create_auction(
          RETURNING {AUCTION_COLUMNS}"
     );
     let max_days = i32::try_from(state.config.auctions.max_duration_days).unwrap_or(i32::MAX);
-    let result = crate::db::retry(2, || async {
+    let result = crate::platform::db::retry(2, || async {
         let mut tx = state.pool.begin().await?;
         let row: Option<AuctionRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
             .bind(shared::ids::new_id())
@@ -571,7 +587,7 @@ pub fn spawn_jobs(
     let closer_every = std::time::Duration::from_millis(s.closer_interval_ms.max(50));
     let consumer_every = std::time::Duration::from_millis(s.consumer_interval_ms.max(5));
     vec![
-        crate::jobs::spawn_periodic("auction-closer", closer_every, stop.clone(), {
+        crate::platform::jobs::spawn_periodic("auction-closer", closer_every, stop.clone(), {
             let state = state.clone();
             move || {
                 let state = state.clone();
@@ -582,7 +598,7 @@ pub fn spawn_jobs(
                 }
             }
         }),
-        crate::jobs::spawn_periodic("hot-bid-consumer", consumer_every, stop.clone(), {
+        crate::platform::jobs::spawn_periodic("hot-bid-consumer", consumer_every, stop.clone(), {
             let state = state.clone();
             move || {
                 let state = state.clone();

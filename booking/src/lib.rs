@@ -1,44 +1,37 @@
 //! Floodgate booking core: the source of truth behind the gateway.
 //!
 //! Postgres decides every sale with one conditional statement per check-and-write; Redis is a
-//! filter or a fast path. Start it with [`startup::Application`].
+//! filter or a fast path. Start it with [`app::startup::Application`].
+//!
+//! Dependencies point one way (see `docs/code-map.md`):
+//!
+//! ```text
+//! app  ──►  auctions ─┐
+//!      ──►  payments ─┼─►  orders  ──►  inventory ──►  platform
+//!      ──►  outbox  ◄─┘                                  ▲
+//!                                   (every domain) ───────┘
+//! ```
+//!
+//! `platform` (database, Redis, errors, JSON, auth, idempotency, the job runner) imports no
+//! domain; a domain imports the platform and the small public functions of the domains below
+//! it; `app` alone assembles state, routes, config, metrics and jobs.
 
-pub mod auth;
-pub mod config;
-pub mod db;
-pub mod error;
-pub mod health;
-pub mod jobs;
-pub mod json;
-pub mod metrics;
-pub mod revocation;
-pub mod routes;
-pub mod session;
-pub mod startup;
-pub mod state;
+pub mod platform;
 
-// Seat booking (events, seat map, holds, general admission, sweeper).
-pub mod events;
-pub mod ga;
-pub mod holds;
-pub mod seats;
-pub mod sweeper;
+// Seat booking: events, seat map, holds, general admission, sweeper, storefront.
+pub mod inventory;
 
-// Carts, orders, inventory, idempotency keys, flash-sale gate.
-pub mod cart;
-pub mod flash;
-pub mod idempotency;
+// Carts, products, the flash-sale gate and orders.
 pub mod orders;
-pub mod products;
+
+// Outbox relay and ticket delivery.
+pub mod outbox;
+
+// Payments, the provider adapter, reconciliation, reversals and provider webhooks.
+pub mod payments;
 
 // Auctions: cold (Postgres) and hot (Redis Lua) bids, closer, live prices.
 pub mod auctions;
 
-// Storefront: event details for the shop page.
-pub mod storefront;
-
-// Payments, provider webhooks, outbox relay and ticket delivery.
-pub mod delivery;
-pub mod outbox;
-pub mod payments;
-pub mod webhooks;
+// Assembles state, routes, config, metrics and jobs; starts the service.
+pub mod app;

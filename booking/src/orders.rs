@@ -32,15 +32,34 @@
 //! - Money is integer minor units; totals are computed in Rust from the snapshotted prices
 //!   with checked arithmetic.
 
-use crate::auth::Admitted;
-use crate::cart;
-use crate::db::{self, TxError};
-use crate::error::{ApiError, ApiResult};
-use crate::flash::{self, Gate};
-use crate::holds;
-use crate::idempotency::{self, Begin, Fingerprint, IdempotencyKey};
-use crate::json::ApiJson;
-use crate::state::AppState;
+pub mod cart;
+pub mod flash;
+pub mod products;
+
+/// Everything the orders domain's handlers and jobs use; the app layer builds it and handlers take
+/// it with `State<OrdersState>` (axum `FromRef`). Cheap to clone.
+#[derive(Clone)]
+pub struct OrdersState {
+    pub pool: sqlx::PgPool,
+    pub redis: crate::platform::redis::Redis,
+    pub auth: crate::platform::auth::Auth,
+}
+
+impl axum::extract::FromRef<OrdersState> for crate::platform::auth::Auth {
+    fn from_ref(state: &OrdersState) -> Self {
+        state.auth.clone()
+    }
+}
+
+use crate::platform::auth::Admitted;
+
+use crate::app::state::AppState;
+use crate::inventory::holds;
+use crate::orders::flash::Gate;
+use crate::platform::db::{self, TxError};
+use crate::platform::error::{ApiError, ApiResult};
+use crate::platform::idempotency::{self, Begin, Fingerprint, IdempotencyKey};
+use crate::platform::json::ApiJson;
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::{Method, StatusCode};
@@ -306,7 +325,7 @@ pub async fn create_cart_order_tx(
     let mut total: i64 = 0;
     for (sku, &q) in lines {
         let Some((name, price, sku_event)) = prices.get(sku) else {
-            return Err(crate::products::unknown_sku(sku).into());
+            return Err(crate::orders::products::unknown_sku(sku).into());
         };
         if sku_event.as_deref() != Some(event) {
             return Err(ApiError::wrong_event().with("sku", sku.as_str()).into());
@@ -360,7 +379,7 @@ pub async fn create_cart_order_tx(
                     .await?;
             return Err(match available {
                 Some(a) => insufficient(sku, q, a),
-                None => crate::products::unknown_sku(sku),
+                None => crate::orders::products::unknown_sku(sku),
             }
             .into());
         }
@@ -945,7 +964,7 @@ async fn create_from_cart(
     // nor is refused a gate slot. Cached, so no query on the hot path; the transaction checks
     // it again from the rows it reads.
     for sku in lines.keys() {
-        if let Some(sku_event) = crate::products::event_of(state, sku).await? {
+        if let Some(sku_event) = crate::orders::products::event_of(state, sku).await? {
             admitted
                 .opens(sku_event.as_deref())
                 .map_err(|e| e.with("sku", sku.as_str()))?;
@@ -955,7 +974,7 @@ async fn create_from_cart(
     // 1. The flash gate (Redis only), so a sold-out rush never reaches Postgres.
     let taken = gate_lines(state, account, key, &admission, &lines).await?;
     // 2. The idempotency claim, before any inventory is touched.
-    let claim = match idempotency::begin(state, account, key, fingerprint).await {
+    let claim = match idempotency::begin(&state.idempotency, account, key, fingerprint).await {
         Ok(Begin::Started(claim)) => claim,
         Ok(Begin::Replay(stored)) => {
             release_slots(state, &taken, &admission).await;
@@ -1046,7 +1065,7 @@ async fn create_from_hold(
     hold_id: &str,
 ) -> ApiResult<Response> {
     let account = admitted.account();
-    let claim = match idempotency::begin(state, account, key, fingerprint).await? {
+    let claim = match idempotency::begin(&state.idempotency, account, key, fingerprint).await? {
         Begin::Started(claim) => claim,
         Begin::Replay(stored) => return Ok(stored.into_response()),
     };
@@ -1106,16 +1125,15 @@ async fn get_order(
     }
 }
 
-/// Background jobs of this area: order expiry, flash-gate reconcile, idempotency-key purge.
+/// Background jobs of this area: order expiry and the flash-gate reconcile.
 /// Each is safe on many instances (`FOR UPDATE SKIP LOCKED`, or idempotent `SET`s).
 pub fn spawn_jobs(
     state: &AppState,
     stop: &tokio::sync::watch::Receiver<bool>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
-    use crate::jobs::spawn_periodic;
+    use crate::platform::jobs::spawn_periodic;
     use std::time::Duration;
     let settings = &state.config.orders;
-    let purge = &state.config.idempotency;
     vec![
         spawn_periodic(
             "order-expiry",
@@ -1138,22 +1156,6 @@ pub fn spawn_jobs(
                 move || {
                     let state = state.clone();
                     async move { flash::reconcile_all(&state).await.map(|_| ()) }
-                }
-            },
-        ),
-        spawn_periodic(
-            "idempotency-purge",
-            Duration::from_millis(purge.purge_interval_ms.max(1000)),
-            stop.clone(),
-            {
-                let state = state.clone();
-                move || {
-                    let state = state.clone();
-                    async move {
-                        idempotency::purge_expired(&state.pool, &state.config.idempotency)
-                            .await
-                            .map(|_| ())
-                    }
                 }
             },
         ),

@@ -10,13 +10,30 @@
 //!   until its lease runs out.
 //! - A relay that dies between `XADD` and the mark leaves the lease to expire; the row is
 //!   published again. Delivery is therefore at least once, and consumers dedupe by the
-//!   `event_id` field (see [`crate::delivery`]).
+//!   `event_id` field (see [`crate::outbox::delivery`]).
 //!
 //! Each topic has its own stream, `<prefix>stream:<topic>`, entries carrying `event_id`,
 //! `topic`, `aggregate_id`, `payload` (JSON) and `outbox_id`. Streams are trimmed
 //! approximately to `stream_maxlen`.
 
-use crate::state::AppState;
+pub mod delivery;
+
+/// Everything the outbox domain's handlers and jobs use; the app layer builds it and handlers take
+/// it with `State<OutboxState>` (axum `FromRef`). Cheap to clone.
+#[derive(Clone)]
+pub struct OutboxState {
+    pub pool: sqlx::PgPool,
+    pub redis: crate::platform::redis::Redis,
+    pub auth: crate::platform::auth::Auth,
+}
+
+impl axum::extract::FromRef<OutboxState> for crate::platform::auth::Auth {
+    fn from_ref(state: &OutboxState) -> Self {
+        state.auth.clone()
+    }
+}
+
+use crate::app::state::AppState;
 use anyhow::Context;
 use serde::Deserialize;
 use sqlx::{PgConnection, PgPool};
@@ -39,7 +56,7 @@ pub struct OutboxSettings {
     pub delivery_poll_ms: u64,
     pub delivery_batch: usize,
     pub delivery_reclaim_idle_ms: u64,
-    /// Delivery catch-up (see [`crate::delivery::catch_up_once`]): how often it runs, how
+    /// Delivery catch-up (see [`crate::outbox::delivery::catch_up_once`]): how often it runs, how
     /// long after its publication an `order.paid` event may still be undelivered before it
     /// is published again, and how far back it looks.
     pub delivery_catch_up_interval_ms: u64,

@@ -25,6 +25,22 @@ pub mod provider;
 pub mod reconcile;
 pub mod reversal;
 pub mod stripe;
+pub mod webhooks;
+
+/// Everything the payments domain's handlers and jobs use; the app layer builds it and handlers take
+/// it with `State<PaymentsState>` (axum `FromRef`). Cheap to clone.
+#[derive(Clone)]
+pub struct PaymentsState {
+    pub pool: sqlx::PgPool,
+    pub redis: crate::platform::redis::Redis,
+    pub auth: crate::platform::auth::Auth,
+}
+
+impl axum::extract::FromRef<PaymentsState> for crate::platform::auth::Auth {
+    fn from_ref(state: &PaymentsState) -> Self {
+        state.auth.clone()
+    }
+}
 
 use secrecy::SecretString;
 use serde::Deserialize;
@@ -84,7 +100,7 @@ impl Default for PaymentSettings {
     }
 }
 
-/// Payment, webhook, outbox and delivery metrics (registered by [`crate::metrics::Metrics`]).
+/// Payment, webhook, outbox and delivery metrics (registered by [`crate::app::metrics::Metrics`]).
 pub struct PaymentMetrics {
     /// Pay attempts by outcome (`paid`, `declined`, `timeout`, `provider_error`, ...).
     pub attempts: prometheus::IntCounterVec,
@@ -170,10 +186,10 @@ impl PaymentMetrics {
 /// ticket-delivery consumer and its catch-up from Postgres. Each is safe on any number of
 /// instances.
 pub fn spawn_jobs(
-    state: &crate::state::AppState,
+    state: &crate::app::state::AppState,
     stop: &tokio::sync::watch::Receiver<bool>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
-    use crate::jobs::spawn_periodic;
+    use crate::platform::jobs::spawn_periodic;
     use std::time::Duration;
     let every = |ms: u64| Duration::from_millis(ms.max(10));
     let reconcile = {
@@ -215,7 +231,11 @@ pub fn spawn_jobs(
             move || {
                 let state = state.clone();
                 async move {
-                    crate::delivery::consume_once(&state, crate::delivery::consumer_name()).await?;
+                    crate::outbox::delivery::consume_once(
+                        &state,
+                        crate::outbox::delivery::consumer_name(),
+                    )
+                    .await?;
                     Ok(())
                 }
             },
@@ -230,7 +250,7 @@ pub fn spawn_jobs(
             move || {
                 let state = state.clone();
                 async move {
-                    crate::delivery::catch_up_once(&state).await?;
+                    crate::outbox::delivery::catch_up_once(&state).await?;
                     Ok(())
                 }
             },
@@ -241,7 +261,7 @@ pub fn spawn_jobs(
 
 #[cfg(test)]
 mod tests {
-    use crate::config::BookingConfig;
+    use crate::app::config::BookingConfig;
     use secrecy::ExposeSecret;
 
     /// The local stack passes the webhook secrets as a TOML array in one variable.

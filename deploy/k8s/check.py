@@ -48,12 +48,12 @@ SECTIONS = {  # [section] -> the struct that deserializes it
     "redis": (SHARED, "RedisSettings"),
     "database": (SHARED, "DatabaseSettings"),
     "gateway": ("gateway/src/config.rs", "GatewaySettings"),
-    "booking": ("booking/src/config.rs", "BookingSettings"),
+    "booking": ("booking/src/app/config.rs", "BookingSettings"),
     "payments": ("booking/src/payments.rs", "PaymentSettings"),
 }
 PROCESSES = {  # container name -> its top-level config struct
     "gateway": struct_fields("gateway/src/config.rs", "GatewayConfig"),
-    "booking": struct_fields("booking/src/config.rs", "BookingConfig"),
+    "booking": struct_fields("booking/src/app/config.rs", "BookingConfig"),
 }
 # Names the loader maps specially (shared/src/config.rs), checked against its source text.
 ALIASES = {

@@ -15,11 +15,11 @@
 //! prices only rise and ends only pass, so re-deciding a refused bid refuses it again.
 
 use super::{MAX_MONEY, SNIPING_WINDOW_S, hot, meta, min_next_bid, rfc3339};
-use crate::auth::Admitted;
-use crate::error::{ApiError, ApiResult};
-use crate::idempotency::IdempotencyKey;
-use crate::json::ApiJson;
-use crate::state::AppState;
+use crate::app::state::AppState;
+use crate::platform::auth::Admitted;
+use crate::platform::error::{ApiError, ApiResult};
+use crate::platform::idempotency::IdempotencyKey;
+use crate::platform::json::ApiJson;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -27,7 +27,7 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use shared::error::codes;
 
-pub use crate::idempotency::HEADER as IDEMPOTENCY_KEY;
+pub use crate::platform::idempotency::HEADER as IDEMPOTENCY_KEY;
 /// Stable code for a seller bidding on their own auction (`403`).
 pub const SELLER_CANNOT_BID: &str = "SELLER_CANNOT_BID";
 

@@ -14,7 +14,7 @@
 //! Redis's frozen state and Postgres's record, so a Redis that lost writes cannot lower it.
 
 use super::hot;
-use crate::state::AppState;
+use crate::app::state::AppState;
 use anyhow::Context;
 use chrono::{DateTime, Utc};
 

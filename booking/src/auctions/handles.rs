@@ -34,7 +34,7 @@ impl Handles {
 
     /// `[auctions] handle_secret`, or when it is empty a key derived from the current
     /// admission-token signing key (a separate purpose, so the two never share a MAC).
-    pub fn from_config(config: &crate::config::BookingConfig) -> anyhow::Result<Self> {
+    pub fn from_config(config: &crate::app::config::BookingConfig) -> anyhow::Result<Self> {
         let own = config.auctions.handle_secret.expose_secret();
         if !own.is_empty() {
             return Ok(Self::new(own.as_bytes()));

@@ -28,8 +28,8 @@ use super::bids::{
     AcceptedBid, BidOutcome, auction_closed, bid_too_low, key_reused, seller_cannot_bid,
 };
 use super::{AuctionRow, SNIPING_WINDOW_S, min_next_bid, rfc3339};
-use crate::error::{ApiError, ApiResult};
-use crate::state::AppState;
+use crate::app::state::AppState;
+use crate::platform::error::{ApiError, ApiResult};
 use anyhow::Context;
 use chrono::{DateTime, TimeZone, Utc};
 use redis::Script;

@@ -19,8 +19,8 @@
 use super::closer::Closed;
 use super::handles::Handles;
 use super::{AuctionRow, rfc3339};
-use crate::error::{ApiError, ApiResult};
-use crate::state::AppState;
+use crate::app::state::AppState;
+use crate::platform::error::{ApiError, ApiResult};
 use anyhow::Context;
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, Query, State};
@@ -169,7 +169,10 @@ pub struct LiveHub {
 }
 
 impl LiveHub {
-    pub fn new(config: &crate::config::BookingConfig, handles: Handles) -> anyhow::Result<Self> {
+    pub fn new(
+        config: &crate::app::config::BookingConfig,
+        handles: Handles,
+    ) -> anyhow::Result<Self> {
         Ok(Self {
             client: redis::Client::open(config.redis.url.expose_secret())
                 .context("invalid redis url")?,
@@ -474,32 +477,9 @@ pub async fn upgrade(
     ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> ApiResult<Response> {
     let Some(tok) = token(&headers, &query) else {
-        state
-            .metrics
-            .token_failures
-            .with_label_values(&["missing"])
-            .inc();
-        return Err(ApiError::admission_required().with("reason", "missing"));
+        return Err(state.auth.refuse("missing"));
     };
-    let claims = match state.tokens.verify(tok) {
-        Ok(c) if state.revocations.refuses(&c) => {
-            state
-                .metrics
-                .token_failures
-                .with_label_values(&["revoked"])
-                .inc();
-            return Err(ApiError::admission_required().with("reason", "revoked"));
-        }
-        Ok(c) => c,
-        Err(e) => {
-            state
-                .metrics
-                .token_failures
-                .with_label_values(&[e.reason()])
-                .inc();
-            return Err(ApiError::admission_required().with("reason", e.reason()));
-        }
-    };
+    let claims = state.auth.admit(tok)?;
     let ws = ws.map_err(|_| {
         ApiError::bad_request(
             shared::error::codes::INVALID_REQUEST,
@@ -510,7 +490,7 @@ pub async fn upgrade(
         .await?
         .ok_or_else(super::unknown_auction)?;
     // One admission, one event: refused before the upgrade, so no socket is opened.
-    let admitted = crate::auth::Admitted(claims);
+    let admitted = crate::platform::auth::Admitted(claims);
     admitted.opens(meta.event.as_deref())?;
     let claims = admitted.0;
     Ok(ws
@@ -524,7 +504,7 @@ async fn session(state: AppState, id: String, claims: AdmissionClaims, mut socke
     let viewer = claims.sub.clone();
     let hub = state.auctions.live.clone();
     // A revocation closes the socket within one refresh of the list (`revocation.rs`).
-    let mut revocations = state.revocations.subscribe();
+    let mut revocations = state.revocations().subscribe();
     // Subscribe (and wait until Redis confirmed it) before reading the snapshot, so no update
     // can fall between the two. If Redis is unreachable the snapshot still comes from the
     // source of truth; updates resume once the dispatcher reconnects.
@@ -573,7 +553,7 @@ async fn session(state: AppState, id: String, claims: AdmissionClaims, mut socke
     }
     let mut last_price = row.current_price;
     loop {
-        if state.revocations.refuses(&claims) {
+        if state.revocations().refuses(&claims) {
             let _ = tokio::time::timeout(
                 send_timeout,
                 socket.send(close_frame(1008, "admission revoked")),

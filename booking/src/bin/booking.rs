@@ -1,7 +1,7 @@
 //! The booking binary: load config, set up telemetry, migrate, serve until SIGTERM.
 
-use booking::config::BookingConfig;
-use booking::startup::{Application, shutdown_signal};
+use booking::app::config::BookingConfig;
+use booking::app::startup::{Application, shutdown_signal};
 
 // mimalloc, as in the gateway: many small per-request allocations (JSON, rows) on a
 // multi-threaded runtime, where glibc malloc's arenas cost measurably more.
@@ -14,6 +14,6 @@ async fn main() -> anyhow::Result<()> {
     let config: BookingConfig = shared::config::load_or_exit();
     shared::telemetry::init(&config.log);
     let app = Application::build(config).await?;
-    booking::db::migrate(&app.state().pool).await?;
+    booking::platform::db::migrate(&app.state().pool).await?;
     app.run_until_stopped(shutdown_signal()).await
 }

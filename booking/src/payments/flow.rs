@@ -24,16 +24,16 @@
 //! `order.refunded`. The order is never resurrected; a refund that fails is retried by
 //! reconciliation.
 
-use crate::auth::Admitted;
-use crate::db::{self, TxError};
-use crate::error::{ApiError, ApiResult};
-use crate::holds::{self, SellOutcome};
-use crate::idempotency::{self, Begin, Claim, Fingerprint, IdempotencyKey};
-use crate::json::ApiJson;
+use crate::app::state::AppState;
+use crate::inventory::holds::{self, SellOutcome};
 use crate::orders;
 use crate::outbox;
 use crate::payments::provider::{CreatePayment, PaymentStatus, ProviderError, ProviderPayment};
-use crate::state::AppState;
+use crate::platform::auth::Admitted;
+use crate::platform::db::{self, TxError};
+use crate::platform::error::{ApiError, ApiResult};
+use crate::platform::idempotency::{self, Begin, Claim, Fingerprint, IdempotencyKey};
+use crate::platform::json::ApiJson;
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::{Method, StatusCode};
@@ -118,7 +118,7 @@ async fn pay(
     let body = serde_json::to_value(&req).map_err(ApiError::unexpected)?;
     let path = format!("/api/orders/{order_id}/pay");
     let fp = Fingerprint::of_json(&Method::POST, &path, &body);
-    let claim = match idempotency::begin(&state, &account, &key, &fp).await? {
+    let claim = match idempotency::begin(&state.idempotency, &account, &key, &fp).await? {
         Begin::Replay(stored) => return Ok(axum::response::IntoResponse::into_response(stored)),
         Begin::Started(claim) => claim,
     };

@@ -20,8 +20,8 @@
 
 use super::flow::{self, Attempt, Success};
 use super::provider::{PaymentStatus, ProviderError, ProviderPayment};
-use crate::db;
-use crate::state::AppState;
+use crate::app::state::AppState;
+use crate::platform::db;
 use anyhow::Context;
 
 #[derive(Debug, Clone, sqlx::FromRow)]

@@ -33,8 +33,8 @@ async fn cart_lines(app: &TestApp, account: &str) -> i64 {
     let mut conn = app.state.redis().await.unwrap();
     let mut n = 0;
     for key in [
-        booking::cart::cart_key(&app.state, account, FLASH),
-        booking::cart::cart_key(&app.state, account, WALKIN),
+        booking::orders::cart::cart_key(&app.state, account, FLASH),
+        booking::orders::cart::cart_key(&app.state, account, WALKIN),
         app.state.key(&format!("cart:{{{account}}}")),
     ] {
         n += redis::cmd("HLEN")
@@ -128,7 +128,7 @@ async fn a_token_of_another_event_cannot_cart_order_pay_or_bid() {
     // carts were per event, or any bug above), the order is refused and changes nothing.
     let mut conn = app.state.redis().await.unwrap();
     redis::cmd("HSET")
-        .arg(booking::cart::cart_key(&app.state, "fan", WALKIN))
+        .arg(booking::orders::cart::cart_key(&app.state, "fan", WALKIN))
         .arg("FLASH-1")
         .arg(2)
         .query_async::<()>(&mut conn)
@@ -139,7 +139,7 @@ async fn a_token_of_another_event_cannot_cart_order_pay_or_bid() {
     wrong_event(s, &v, "order from a cart holding another event's SKU");
     assert_eq!(stock(app, "FLASH-1").await, (10, 0, 0));
     assert_eq!(
-        booking::flash::current(&app.state, "FLASH-1")
+        booking::orders::flash::current(&app.state, "FLASH-1")
             .await
             .unwrap(),
         Some(10),
@@ -163,7 +163,10 @@ async fn a_token_of_another_event_cannot_cart_order_pay_or_bid() {
     .await
     .expect_err("another event's SKU");
     drop(tx);
-    assert_eq!(booking::error::ApiError::from(err).code(), "WRONG_EVENT");
+    assert_eq!(
+        booking::platform::error::ApiError::from(err).code(),
+        "WRONG_EVENT"
+    );
     assert_eq!(stock(app, "FLASH-1").await, (10, 0, 0));
 
     // The right admission: cart, order (the order records its event).

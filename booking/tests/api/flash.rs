@@ -15,7 +15,7 @@ static CART: std::sync::LazyLock<serde_json::Value> =
 async fn fill_cart(app: &TestApp, account: &str, sku: &str, qty: i64) {
     let mut conn = app.state.redis().await.expect("redis");
     redis::cmd("HSET")
-        .arg(booking::cart::cart_key(&app.state, account, "drop"))
+        .arg(booking::orders::cart::cart_key(&app.state, account, "drop"))
         .arg(sku)
         .arg(qty)
         .query_async::<()>(&mut conn)
@@ -37,7 +37,7 @@ async fn thousand_units_thousands_of_buyers_through_the_gate() {
     let app = TestApp::spawn_with(|c| c.database.acquire_timeout_ms = 60_000).await;
     create_product(&app, "drop", "DROP-1", 15000, 1000, true).await;
     assert_eq!(
-        booking::flash::current(&app.state, "DROP-1")
+        booking::orders::flash::current(&app.state, "DROP-1")
             .await
             .expect("gate"),
         Some(1000)
@@ -47,7 +47,7 @@ async fn thousand_units_thousands_of_buyers_through_the_gate() {
     let mut pipe = redis::pipe();
     for a in &accounts {
         pipe.cmd("HSET")
-            .arg(booking::cart::cart_key(&app.state, a, "drop"))
+            .arg(booking::orders::cart::cart_key(&app.state, a, "drop"))
             .arg("DROP-1")
             .arg(1)
             .ignore();
@@ -87,7 +87,7 @@ async fn thousand_units_thousands_of_buyers_through_the_gate() {
         "{txs} order transactions reached Postgres"
     );
     assert_eq!(
-        booking::flash::current(&app.state, "DROP-1")
+        booking::orders::flash::current(&app.state, "DROP-1")
             .await
             .expect("gate"),
         Some(0)
@@ -171,7 +171,7 @@ async fn failures_release_slots_and_reconcile_fixes_the_gate() {
     let (status, v) = json(post_order(&app, &alice, "k", &json!({"source": "cart"})).await).await;
     assert_eq!((status, v["sku"].as_str()), (409, Some("NONE-LEFT")));
     assert_eq!(
-        booking::flash::current(&app.state, "HOT")
+        booking::orders::flash::current(&app.state, "HOT")
             .await
             .expect("gate"),
         Some(5)
@@ -189,7 +189,7 @@ async fn failures_release_slots_and_reconcile_fixes_the_gate() {
     // A restock through the admin API moves the gate.
     admin_put(&app, "/admin/products/HOT", &json!({"stock": 8})).await;
     assert_eq!(
-        booking::flash::current(&app.state, "HOT")
+        booking::orders::flash::current(&app.state, "HOT")
             .await
             .expect("gate"),
         Some(8)
@@ -233,7 +233,7 @@ async fn failures_release_slots_and_reconcile_fixes_the_gate() {
         8
     );
     assert_eq!(
-        booking::flash::current(&app.state, "HOT")
+        booking::orders::flash::current(&app.state, "HOT")
             .await
             .expect("gate"),
         Some(8)
@@ -258,7 +258,7 @@ async fn failures_release_slots_and_reconcile_fixes_the_gate() {
     // Clearing the hot flag removes the gate.
     admin_put(&app, "/admin/products/HOT", &json!({"hot": false})).await;
     assert_eq!(
-        booking::flash::current(&app.state, "HOT")
+        booking::orders::flash::current(&app.state, "HOT")
             .await
             .expect("gate"),
         None
@@ -273,7 +273,7 @@ async fn failures_release_slots_and_reconcile_fixes_the_gate() {
 /// (a process that died mid-order) stops holding units back.
 #[tokio::test]
 async fn reconcile_keeps_in_flight_admissions_out_of_the_gate() {
-    use booking::flash::{self, Gate};
+    use booking::orders::flash::{self, Gate};
     let app = TestApp::spawn().await;
     create_product(&app, "drop", "INFL", 100, 10, true).await;
     let current = || async { flash::current(&app.state, "INFL").await.expect("gate") };
@@ -348,7 +348,7 @@ async fn reconcile_racing_a_rush_sells_exactly_the_stock_and_settles_every_slot(
         tokio::spawn(async move {
             let mut runs = 0u32;
             while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                booking::flash::reconcile(&state, "RACE")
+                booking::orders::flash::reconcile(&state, "RACE")
                     .await
                     .expect("reconcile");
                 runs += 1;
@@ -402,7 +402,7 @@ async fn reconcile_racing_a_rush_sells_exactly_the_stock_and_settles_every_slot(
             .collect::<Vec<_>>()
     );
     assert_eq!(
-        booking::flash::reconcile(&app.state, "RACE")
+        booking::orders::flash::reconcile(&app.state, "RACE")
             .await
             .expect("reconcile"),
         Some(0)

@@ -2,9 +2,9 @@
 
 #![allow(dead_code)]
 
-use booking::config::BookingConfig;
-use booking::startup::Application;
-use booking::state::AppState;
+use booking::app::config::BookingConfig;
+use booking::app::startup::Application;
+use booking::app::state::AppState;
 use secrecy::SecretString;
 use serde_json::Value;
 use shared::token::AdmissionTokens;
@@ -54,7 +54,7 @@ pub async fn fresh_database() -> (String, String) {
         .connect(&url)
         .await
         .expect("connect test database");
-    booking::db::MIGRATOR
+    booking::platform::db::MIGRATOR
         .run(&pool)
         .await
         .expect("migrate test database");
@@ -79,7 +79,7 @@ pub fn test_config(db_url: &str) -> BookingConfig {
             // As for the pool: a loaded machine must not turn a slow reply into a 503.
             response_timeout_ms: 10_000,
         },
-        booking: booking::config::BookingSettings {
+        booking: booking::app::config::BookingSettings {
             listen: "127.0.0.1:0".into(),
             jobs_enabled: false,
             ..defaults.booking.clone()
@@ -168,7 +168,7 @@ impl TestApp {
     }
 
     pub fn tokens(&self) -> &AdmissionTokens {
-        &self.state.tokens
+        self.state.auth.tokens()
     }
 
     /// A valid admission token for `account` on `event`.

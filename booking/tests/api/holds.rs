@@ -3,7 +3,7 @@
 
 use crate::events::{create_event, db_state, small_event};
 use crate::helpers::{TestApp, json};
-use booking::holds::{SellOutcome, pin_hold_tx, release_hold_tx, sell_hold_tx};
+use booking::inventory::holds::{SellOutcome, pin_hold_tx, release_hold_tx, sell_hold_tx};
 use futures::future::join_all;
 use rand::seq::SliceRandom;
 use serde_json::{Value, json};
@@ -508,7 +508,12 @@ async fn pin_sell_and_release_helpers_for_orders() {
     .execute(&app.pool)
     .await
     .unwrap();
-    assert_eq!(booking::sweeper::sweep_all(&app.state).await.unwrap(), 0);
+    assert_eq!(
+        booking::inventory::sweeper::sweep_all(&app.state)
+            .await
+            .unwrap(),
+        0
+    );
 
     match sell_hold_tx(&mut conn, &hold_id, "order-1", "buyer")
         .await

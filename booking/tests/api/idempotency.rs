@@ -2,7 +2,7 @@
 
 use crate::helpers::TestApp;
 use axum::http::{HeaderValue, Method, StatusCode};
-use booking::idempotency::{self, Begin, Fingerprint, IdempotencyKey};
+use booking::platform::idempotency::{self, Begin, Fingerprint, IdempotencyKey};
 
 fn key(s: &str) -> IdempotencyKey {
     IdempotencyKey::parse(Some(&HeaderValue::from_str(s).expect("header"))).expect("key")
@@ -20,7 +20,7 @@ fn fp(body: &str) -> Fingerprint {
 async fn claim_complete_replay_reuse_and_in_flight() {
     let app = TestApp::spawn().await;
     let k = key("k-1");
-    let claim = match idempotency::begin(&app.state, "alice", &k, &fp(r#"{"a":1}"#))
+    let claim = match idempotency::begin(&app.state.idempotency, "alice", &k, &fp(r#"{"a":1}"#))
         .await
         .expect("begin")
     {
@@ -28,19 +28,19 @@ async fn claim_complete_replay_reuse_and_in_flight() {
         Begin::Replay(_) => panic!("fresh key replayed"),
     };
     // While in flight: the same request is 409, a different one 422.
-    let err = idempotency::begin(&app.state, "alice", &k, &fp(r#"{"a":1}"#))
+    let err = idempotency::begin(&app.state.idempotency, "alice", &k, &fp(r#"{"a":1}"#))
         .await
         .expect_err("in flight");
     assert_eq!(err.status(), StatusCode::CONFLICT);
     assert_eq!(err.code(), "IDEMPOTENCY_IN_FLIGHT");
-    let err = idempotency::begin(&app.state, "alice", &k, &fp(r#"{"a":2}"#))
+    let err = idempotency::begin(&app.state.idempotency, "alice", &k, &fp(r#"{"a":2}"#))
         .await
         .expect_err("reused");
     assert_eq!(err.status(), StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(err.code(), "IDEMPOTENCY_KEY_REUSED");
     // Another account may use the same key string.
     assert!(matches!(
-        idempotency::begin(&app.state, "bob", &k, &fp(r#"{"a":1}"#))
+        idempotency::begin(&app.state.idempotency, "bob", &k, &fp(r#"{"a":1}"#))
             .await
             .expect("bob"),
         Begin::Started(_)
@@ -54,7 +54,7 @@ async fn claim_complete_replay_reuse_and_in_flight() {
         .expect("complete");
     tx.rollback().await.expect("rollback");
     assert!(
-        idempotency::begin(&app.state, "alice", &k, &fp(r#"{"a":1}"#))
+        idempotency::begin(&app.state.idempotency, "alice", &k, &fp(r#"{"a":1}"#))
             .await
             .is_err()
     );
@@ -66,7 +66,7 @@ async fn claim_complete_replay_reuse_and_in_flight() {
         .await
         .expect("complete");
     tx.commit().await.expect("commit");
-    match idempotency::begin(&app.state, "alice", &k, &fp(r#"{ "a" : 1 }"#))
+    match idempotency::begin(&app.state.idempotency, "alice", &k, &fp(r#"{ "a" : 1 }"#))
         .await
         .expect("replay")
     {
@@ -84,14 +84,14 @@ async fn release_lets_a_retry_run_and_stale_claims_are_taken_over() {
     let app = TestApp::spawn().await;
     let k = key("k-2");
     let body = fp(r#"{"q":1}"#);
-    let Begin::Started(first) = idempotency::begin(&app.state, "alice", &k, &body)
+    let Begin::Started(first) = idempotency::begin(&app.state.idempotency, "alice", &k, &body)
         .await
         .expect("begin")
     else {
         panic!("fresh key replayed")
     };
     first.release(&app.pool).await;
-    let Begin::Started(second) = idempotency::begin(&app.state, "alice", &k, &body)
+    let Begin::Started(second) = idempotency::begin(&app.state.idempotency, "alice", &k, &body)
         .await
         .expect("after release")
     else {
@@ -106,7 +106,7 @@ async fn release_lets_a_retry_run_and_stale_claims_are_taken_over() {
     .execute(&app.pool)
     .await
     .expect("age claim");
-    let Begin::Started(third) = idempotency::begin(&app.state, "alice", &k, &body)
+    let Begin::Started(third) = idempotency::begin(&app.state.idempotency, "alice", &k, &body)
         .await
         .expect("takeover")
     else {
@@ -119,7 +119,7 @@ async fn release_lets_a_retry_run_and_stale_claims_are_taken_over() {
         .await
         .expect_err("lost claim");
     assert_eq!(
-        booking::error::ApiError::from(err).code(),
+        booking::platform::error::ApiError::from(err).code(),
         "IDEMPOTENCY_IN_FLIGHT"
     );
     tx.rollback().await.expect("rollback");
@@ -131,7 +131,7 @@ async fn release_lets_a_retry_run_and_stale_claims_are_taken_over() {
     .execute(&app.pool)
     .await
     .expect("age claim");
-    let err = idempotency::begin(&app.state, "alice", &k, &fp(r#"{"q":2}"#))
+    let err = idempotency::begin(&app.state.idempotency, "alice", &k, &fp(r#"{"q":2}"#))
         .await
         .expect_err("different body");
     assert_eq!(err.code(), "IDEMPOTENCY_KEY_REUSED");
@@ -167,7 +167,7 @@ async fn concurrent_begins_start_exactly_one() {
     let k = key("k-3");
     let body = fp(r#"{"x":true}"#);
     let results = futures::future::join_all(
-        (0..100).map(|_| idempotency::begin(&app.state, "carol", &k, &body)),
+        (0..100).map(|_| idempotency::begin(&app.state.idempotency, "carol", &k, &body)),
     )
     .await;
     let started = results

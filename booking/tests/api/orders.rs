@@ -4,7 +4,7 @@
 use crate::helpers::create_product;
 use crate::helpers::{TestApp, json};
 use crate::products::{post_order, put_line, stock};
-use booking::idempotency::{self, Begin, Fingerprint, IdempotencyKey};
+use booking::platform::idempotency::{self, Begin, Fingerprint, IdempotencyKey};
 use reqwest::header::HeaderValue;
 use serde_json::json;
 
@@ -146,7 +146,7 @@ async fn in_flight_repeat_is_409() {
     let body = json!({"source": "cart"});
     let key = IdempotencyKey::parse(Some(&HeaderValue::from_static("slow-1"))).expect("key");
     let fp = Fingerprint::of_json(&axum::http::Method::POST, "/api/orders", &body);
-    let Begin::Started(claim) = idempotency::begin(&app.state, "alice", &key, &fp)
+    let Begin::Started(claim) = idempotency::begin(&app.state.idempotency, "alice", &key, &fp)
         .await
         .expect("claim")
     else {
@@ -197,7 +197,7 @@ async fn multi_line_shortage_rolls_back_earlier_lines() {
     assert_eq!(a, 7);
     drop(tx);
     // ...and the rollback undid it.
-    let err = booking::error::ApiError::from(err);
+    let err = booking::platform::error::ApiError::from(err);
     assert_eq!(err.code(), "INSUFFICIENT_STOCK");
     assert_eq!(stock(&app, "A-FIRST").await, (10, 0, 0));
     assert_eq!(stock(&app, "B-SECOND").await, (2, 0, 0));
@@ -353,7 +353,7 @@ async fn expiry_racing_late_payments_returns_stock_exactly_once() {
         let pool = app.pool.clone();
         let id = id.clone();
         tokio::spawn(async move {
-            booking::db::retry(5, || async {
+            booking::platform::db::retry(5, || async {
                 let mut tx = pool.begin().await?;
                 let won = booking::orders::mark_paid_tx(&mut tx, &id).await?;
                 tx.commit().await?;

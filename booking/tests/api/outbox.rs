@@ -4,8 +4,8 @@
 
 use crate::helpers::TestApp;
 use crate::payments::{PayEnv, pay, seat_order};
-use booking::delivery::{self, Handled};
 use booking::outbox;
+use booking::outbox::delivery::{self, Handled};
 use redis::streams::StreamPendingReply;
 
 async fn insert_rows(app: &TestApp, topic: &str, n: i64) {

@@ -5,7 +5,7 @@
 use crate::events::{create_event, small_event};
 use crate::helpers::{TestApp, json};
 use crate::holds::expire_in_db;
-use booking::config::BookingConfig;
+use booking::app::config::BookingConfig;
 use sandbox_provider::config::{SandboxSettings, WebhookMode};
 use sandbox_provider::{Application as SandboxApp, Sandbox};
 use secrecy::SecretString;

@@ -251,7 +251,7 @@ async fn real_secrets_start_outside_dev_mode() {
 
 #[test]
 fn every_section_booking_reads_is_known() {
-    for field in shared::config::fields_of::<booking::config::BookingConfig>() {
+    for field in shared::config::fields_of::<booking::app::config::BookingConfig>() {
         assert!(
             shared::config::SECTIONS.contains(field),
             "[{field}] is missing from shared::config::SECTIONS: other processes reading \
@@ -267,8 +267,10 @@ fn shipped_config_files_have_no_unknown_keys() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     for file in ["deploy/local.toml", "deploy/k8s/floodgate.toml"] {
         let path = root.join(file);
-        let loaded =
-            shared::config::load::<booking::config::BookingConfig>(Some(&path), std::iter::empty());
+        let loaded = shared::config::load::<booking::app::config::BookingConfig>(
+            Some(&path),
+            std::iter::empty(),
+        );
         if let Err(e) = loaded {
             panic!("{file}: {e}");
         }

@@ -51,8 +51,18 @@ async fn the_sweeper_releases_expired_holds_only() {
         .unwrap();
         sqlx::query("UPDATE seats SET held_until = clock_timestamp() - interval '1 second' WHERE hold_id = $1").bind(id).execute(&app.pool).await.unwrap();
     }
-    assert_eq!(booking::sweeper::sweep_all(&app.state).await.unwrap(), 2);
-    assert_eq!(booking::sweeper::sweep_all(&app.state).await.unwrap(), 0);
+    assert_eq!(
+        booking::inventory::sweeper::sweep_all(&app.state)
+            .await
+            .unwrap(),
+        2
+    );
+    assert_eq!(
+        booking::inventory::sweeper::sweep_all(&app.state)
+            .await
+            .unwrap(),
+        0
+    );
     let statuses: Vec<(String, String)> =
         sqlx::query_as("SELECT id, status FROM holds ORDER BY created_at")
             .fetch_all(&app.pool)
@@ -144,7 +154,9 @@ async fn concurrent_sweepers_expire_each_hold_exactly_once() {
         tokio::spawn(async move {
             let mut total = 0;
             loop {
-                let n = booking::sweeper::sweep_once(&pool, 7).await.unwrap();
+                let n = booking::inventory::sweeper::sweep_once(&pool, 7)
+                    .await
+                    .unwrap();
                 if n == 0 {
                     return total;
                 }

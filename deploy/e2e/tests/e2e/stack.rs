@@ -9,7 +9,7 @@
 
 #![allow(dead_code)]
 
-use booking::config::BookingConfig;
+use booking::app::config::BookingConfig;
 use gateway::config::GatewayConfig;
 use gateway::{Gateway, GatewayHandle};
 use sandbox_provider::Sandbox;
@@ -57,7 +57,7 @@ pub async fn fresh_database() -> (String, String) {
         .connect(&url)
         .await
         .expect("connect test database");
-    booking::db::MIGRATOR
+    booking::platform::db::MIGRATOR
         .run(&pool)
         .await
         .expect("migrate test database");
@@ -134,7 +134,7 @@ impl Stack {
         config.payments.api_key = SecretString::from(API_KEY);
         config.payments.webhook_secrets = vec![SecretString::from(WEBHOOK_SECRET)];
         tune_booking(&mut config);
-        let app = booking::startup::Application::build(config)
+        let app = booking::app::startup::Application::build(config)
             .await
             .expect("build booking");
         let booking_port = app.port();

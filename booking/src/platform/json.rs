@@ -1,7 +1,7 @@
 //! `ApiJson<T>`: axum's `Json` extractor with Floodgate's error codes, so malformed JSON,
 //! wrong content types, unknown fields and oversized bodies get a clear JSON `4xx`.
 
-use crate::error::ApiError;
+use crate::platform::error::ApiError;
 use axum::extract::FromRequest;
 use axum::extract::rejection::JsonRejection;
 use axum::http::StatusCode;

@@ -8,9 +8,10 @@
 //! unreachable. Each change bumps a version that open auction WebSockets watch, so a revoked
 //! fan's sockets close within a refresh (well under a second).
 
-use crate::jobs::spawn_periodic;
-use crate::state::AppState;
+use crate::platform::jobs::Job;
+use crate::platform::redis::Redis;
 use anyhow::Context;
+use async_trait::async_trait;
 use redis::Value;
 use shared::revocation::{EventRevocations, Revocations, event_key, events_key};
 use shared::token::AdmissionClaims;
@@ -19,7 +20,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
 /// How often the list is re-read (the gateway's default `refresh_ms`).
 pub const REFRESH_EVERY: Duration = Duration::from_millis(250);
@@ -66,10 +66,10 @@ impl RevocationList {
 }
 
 /// Reads every configured event's revocations: one `SMEMBERS` and one pipelined round trip.
-pub async fn load(state: &AppState) -> anyhow::Result<Revocations> {
-    let prefix = &state.config.redis.key_prefix;
-    let mut conn = state
-        .redis()
+pub async fn load(redis: &Redis) -> anyhow::Result<Revocations> {
+    let prefix = redis.prefix();
+    let mut conn = redis
+        .conn()
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))
         .context("failed to connect to redis")?;
@@ -101,29 +101,48 @@ pub async fn load(state: &AppState) -> anyhow::Result<Revocations> {
     Ok(all)
 }
 
-/// Keeps `state.revocations` current until `stop` flips (every instance runs it, jobs or not).
-/// While Redis is unreachable the last known list stays in force (logged once, not every
-/// 250 ms).
-pub fn spawn(state: AppState, stop: watch::Receiver<bool>) -> JoinHandle<()> {
-    let failing = Arc::new(AtomicBool::new(false));
-    spawn_periodic("revocations", REFRESH_EVERY, stop, move || {
-        let state = state.clone();
-        let failing = failing.clone();
-        async move {
-            match load(&state).await {
-                Ok(next) => {
-                    if failing.swap(false, Ordering::Relaxed) {
-                        tracing::info!("revocations readable again");
-                    }
-                    state.revocations.replace(next);
+/// Keeps the revocation list current (every instance runs it, jobs or not). While Redis is
+/// unreachable the last known list stays in force (logged once, not every 250 ms).
+pub struct RefreshRevocations {
+    pub redis: Redis,
+    pub list: Arc<RevocationList>,
+    failing: AtomicBool,
+}
+
+impl RefreshRevocations {
+    pub fn new(redis: Redis, list: Arc<RevocationList>) -> Self {
+        Self {
+            redis,
+            list,
+            failing: AtomicBool::new(false),
+        }
+    }
+}
+
+#[async_trait]
+impl Job for RefreshRevocations {
+    fn name(&self) -> &'static str {
+        "revocations"
+    }
+
+    fn period(&self) -> Duration {
+        REFRESH_EVERY
+    }
+
+    async fn run_once(&self) -> anyhow::Result<()> {
+        match load(&self.redis).await {
+            Ok(next) => {
+                if self.failing.swap(false, Ordering::Relaxed) {
+                    tracing::info!("revocations readable again");
                 }
-                Err(e) => {
-                    if !failing.swap(true, Ordering::Relaxed) {
-                        tracing::warn!(error = ?e, "reading revocations failed; keeping the last known list");
-                    }
+                self.list.replace(next);
+            }
+            Err(e) => {
+                if !self.failing.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(error = ?e, "reading revocations failed; keeping the last known list");
                 }
             }
-            Ok(())
         }
-    })
+        Ok(())
+    }
 }

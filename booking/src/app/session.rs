@@ -9,8 +9,8 @@
 //! Reads and failed writes say nothing (no header), so the extra query runs on checkout
 //! writes only. The answer is measured after the write committed, from Postgres.
 
-use crate::auth::token_from_headers;
-use crate::state::AppState;
+use crate::app::state::AppState;
+use crate::platform::auth::token_from_headers;
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderValue, Method};
 use axum::middleware::Next;
@@ -37,7 +37,7 @@ pub async fn until(State(state): State<AppState>, req: Request, next: Next) -> R
     }
     // The handler verified the token too; a refused one gets its refusal, with no header.
     let caller = token_from_headers(req.headers())
-        .and_then(|t| state.tokens.verify(t).ok())
+        .and_then(|t| state.auth.verify(t))
         .map(|c| (c.sub, c.evt));
     let mut resp = next.run(req).await;
     let Some((account, event)) = caller else {

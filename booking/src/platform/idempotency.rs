@@ -39,7 +39,7 @@
 //! # Usage
 //! ```ignore
 //! let fp = Fingerprint::of_json(&method, uri.path(), &body);
-//! let claim = match idempotency::begin(&state, account, &key, &fp).await? {
+//! let claim = match idempotency::begin(&state.idempotency, account, &key, &fp).await? {
 //!     Begin::Replay(stored) => return Ok(stored.into_response()),
 //!     Begin::Started(claim) => claim,
 //! };
@@ -57,9 +57,8 @@
 //! }
 //! ```
 
-use crate::db::TxError;
-use crate::error::{ApiError, ApiResult};
-use crate::state::AppState;
+use crate::platform::db::TxError;
+use crate::platform::error::{ApiError, ApiResult};
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, Method, StatusCode, header};
@@ -68,6 +67,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use shared::error::codes;
 use sqlx::{PgConnection, PgPool};
+use std::sync::Arc;
 
 /// Request header carrying the key.
 pub const HEADER: &str = "idempotency-key";
@@ -274,6 +274,42 @@ struct KeyRow {
     response_body: Option<Vec<u8>>,
 }
 
+/// The idempotency-key store: the pool and its settings. Cheap to clone.
+#[derive(Clone)]
+pub struct Idempotency {
+    pub pool: PgPool,
+    pub settings: Arc<IdempotencySettings>,
+}
+
+impl Idempotency {
+    pub fn new(pool: PgPool, settings: IdempotencySettings) -> Self {
+        Self {
+            pool,
+            settings: Arc::new(settings),
+        }
+    }
+}
+
+/// The retention job: deletes keys older than `[idempotency] retention_h`.
+pub struct PurgeKeys(pub Idempotency);
+
+#[async_trait::async_trait]
+impl crate::platform::jobs::Job for PurgeKeys {
+    fn name(&self) -> &'static str {
+        "idempotency-purge"
+    }
+
+    fn period(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.0.settings.purge_interval_ms.max(1000))
+    }
+
+    async fn run_once(&self) -> anyhow::Result<()> {
+        purge_expired(&self.0.pool, &self.0.settings)
+            .await
+            .map(|_| ())
+    }
+}
+
 /// Claims `key` for `account` (one statement in its own, asynchronously committed
 /// transaction), or tells why not.
 ///
@@ -281,12 +317,12 @@ struct KeyRow {
 /// (another attempt is running), `503` when Postgres is unavailable.
 #[tracing::instrument(skip_all, fields(idempotency.outcome))]
 pub async fn begin(
-    state: &AppState,
+    keys: &Idempotency,
     account: &str,
     key: &IdempotencyKey,
     fingerprint: &Fingerprint,
 ) -> ApiResult<Begin> {
-    let settings = &state.config.idempotency;
+    let settings = &keys.settings;
     // The row can vanish between the two statements below (the running attempt released
     // it); then the INSERT simply runs again. Bounded: a key cannot flip forever.
     for _ in 0..3 {
@@ -295,7 +331,7 @@ pub async fn begin(
         // owned it fails to complete and its client retries), and the business transaction's
         // durable commit flushes the WAL up to and including this claim anyway. So a request
         // waits for one disk flush, not two.
-        let mut tx = state
+        let mut tx = keys
             .pool
             .begin_with("BEGIN; SET LOCAL synchronous_commit = off")
             .await?;
@@ -334,7 +370,7 @@ pub async fn begin(
         )
         .bind(account)
         .bind(key.as_str())
-        .fetch_optional(&state.pool)
+        .fetch_optional(&keys.pool)
         .await?;
         let Some(row) = row else { continue };
         if row.fingerprint != fingerprint.as_bytes() {

@@ -5,10 +5,10 @@
 //! inserted in bulk by Postgres itself (`generate_series` per section, `UNNEST` for explicit
 //! lists), so a 60,000-seat event takes well under a second instead of 60,000 round trips.
 
-use crate::auth::Admin;
-use crate::error::{ApiError, ApiResult};
-use crate::json::ApiJson;
-use crate::state::AppState;
+use crate::app::state::AppState;
+use crate::platform::auth::Admin;
+use crate::platform::error::{ApiError, ApiResult};
+use crate::platform::json::ApiJson;
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -238,7 +238,7 @@ fn validate(req: &CreateEvent) -> ApiResult<u64> {
     }
     let mut ids = HashSet::with_capacity(req.seat_map.seats.len());
     for s in &req.seat_map.seats {
-        if !crate::seats::is_valid_seat_id(&s.seat_id) {
+        if !crate::inventory::seats::is_valid_seat_id(&s.seat_id) {
             return Err(invalid("seat_map.seats", "malformed seat id")
                 .with("seat", s.seat_id.chars().take(80).collect::<String>()));
         }
@@ -314,7 +314,7 @@ async fn create_event(
         insert_event(&state, req, seats).await
     }
     .await;
-    let created = crate::holds::counted(&state, r)?;
+    let created = crate::inventory::holds::counted(&state, r)?;
     Ok((StatusCode::CREATED, ApiJson(created)))
 }
 
@@ -521,7 +521,7 @@ async fn get_event(
         event_counts(&state, &event).await
     }
     .await;
-    crate::holds::counted(&state, r).map(ApiJson)
+    crate::inventory::holds::counted(&state, r).map(ApiJson)
 }
 
 type EventRow = (String, String, String, DateTime<Utc>, i32, i32, String);
@@ -531,7 +531,7 @@ type EventRow = (String, String, String, DateTime<Utc>, i32, i32, String);
 /// is what the counters hold (expired GA holds count until the sweeper returns them).
 async fn event_counts(state: &AppState, event: &str) -> ApiResult<EventCounts> {
     if !shared::ids::is_valid_slug(event) {
-        return Err(crate::holds::unknown_event());
+        return Err(crate::inventory::holds::unknown_event());
     }
     let mut tx = state
         .pool
@@ -547,7 +547,7 @@ async fn event_counts(state: &AppState, event: &str) -> ApiResult<EventCounts> {
     let Some((id, name, venue, sale_start, hold_ttl_s, max_tickets_per_account, refund_stock)) =
         row
     else {
-        return Err(crate::holds::unknown_event());
+        return Err(crate::inventory::holds::unknown_event());
     };
     let (seats, available, held, sold, held_back): (i64, i64, i64, i64, i64) = sqlx::query_as(
         "SELECT count(*),

@@ -13,8 +13,8 @@
 //! available to the hold statement. Sweeping keeps the table tidy and returns GA units and
 //! usage, which nothing else reclaims.
 
-use crate::holds::{EndedHold, release_resources};
-use crate::state::AppState;
+use crate::app::state::AppState;
+use crate::inventory::holds::{EndedHold, release_resources};
 use anyhow::Context;
 use sqlx::PgPool;
 
@@ -44,7 +44,7 @@ pub async fn sweep_once(pool: &PgPool, batch: i64) -> anyhow::Result<u64> {
 }
 
 async fn sweep_batch(pool: &PgPool, batch: i64) -> anyhow::Result<Vec<EndedHold>> {
-    crate::db::retry(1, || async {
+    crate::platform::db::retry(1, || async {
         let mut tx = pool.begin().await?;
         let ended: Vec<EndedHold> = sqlx::query_as(
             "WITH expired AS (
@@ -84,7 +84,7 @@ pub(crate) async fn expire_account_holds(
     event: &str,
     account: &str,
 ) -> sqlx::Result<u64> {
-    crate::db::retry(1, || async {
+    crate::platform::db::retry(1, || async {
         let mut tx = pool.begin().await?;
         let ended: Vec<EndedHold> = sqlx::query_as(
             "UPDATE holds h SET status = 'expired'

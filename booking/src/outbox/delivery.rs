@@ -18,8 +18,8 @@
 //!   to the relay, which publishes them again under the same `event_id`; the delivery row's
 //!   key makes that exactly once even when the original entry was only slow.
 
+use crate::app::state::AppState;
 use crate::outbox::stream_key;
-use crate::state::AppState;
 use anyhow::Context;
 use redis::aio::ConnectionManager;
 use redis::streams::{StreamAutoClaimReply, StreamId, StreamReadReply};

@@ -16,10 +16,10 @@
 //! - An unknown SKU is `404 UNKNOWN_SKU`; a quantity that is not an integer in
 //!   `1..=max_line_quantity` (or 0 to remove) is `422`.
 
-use crate::auth::Admitted;
-use crate::error::{ApiError, ApiResult};
-use crate::json::ApiJson;
-use crate::state::AppState;
+use crate::app::state::AppState;
+use crate::platform::auth::Admitted;
+use crate::platform::error::{ApiError, ApiResult};
+use crate::platform::json::ApiJson;
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -199,8 +199,8 @@ async fn set_line(
     }
     // A product's event never changes once set, so this check cannot go stale; checkout
     // checks it again in its transaction anyway.
-    match crate::products::event_of(state, &sku).await? {
-        None => return Err(crate::products::unknown_sku(&sku)),
+    match crate::orders::products::event_of(state, &sku).await? {
+        None => return Err(crate::orders::products::unknown_sku(&sku)),
         Some(event) => admitted
             .opens(event.as_deref())
             .map_err(|e| e.with("sku", sku.as_str()))?,

@@ -16,10 +16,10 @@
 //! - Products are never deleted, so the catalogue cache only ever caches "this SKU exists",
 //!   which cannot go stale.
 
-use crate::auth::Admin;
-use crate::error::{ApiError, ApiResult};
-use crate::json::ApiJson;
-use crate::state::AppState;
+use crate::app::state::AppState;
+use crate::platform::auth::Admin;
+use crate::platform::error::{ApiError, ApiResult};
+use crate::platform::json::ApiJson;
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -257,7 +257,7 @@ async fn create_product(
     tx.commit().await?;
     state.catalog.insert(&req.sku, &req.event);
     if req.hot {
-        crate::flash::reconcile(&state, &req.sku).await?;
+        crate::orders::flash::reconcile(&state, &req.sku).await?;
     }
     let view = load(&state.pool, &req.sku)
         .await?
@@ -360,9 +360,9 @@ async fn update_product(
         .ok_or_else(|| unknown_sku(&sku))?;
     // Keep the gate in step with Postgres (outside the transaction: Redis is not part of it).
     if view.hot && (req.hot == Some(true) || req.stock.is_some()) {
-        crate::flash::reconcile(&state, &sku).await?;
+        crate::orders::flash::reconcile(&state, &sku).await?;
     } else if req.hot == Some(false) {
-        crate::flash::remove(&state, &sku).await?;
+        crate::orders::flash::remove(&state, &sku).await?;
     }
     Ok(ApiJson(view))
 }
@@ -390,6 +390,6 @@ async fn reconcile_gate(
     if !valid_sku(&sku) {
         return Err(unknown_sku(&sku));
     }
-    let gate = crate::flash::reconcile(&state, &sku).await?;
+    let gate = crate::orders::flash::reconcile(&state, &sku).await?;
     Ok(ApiJson(serde_json::json!({"sku": sku, "gate": gate})))
 }

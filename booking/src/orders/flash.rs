@@ -20,8 +20,8 @@
 //!
 //! Keys carry the SKU in a hash tag so one SKU's gate keys share a Redis Cluster slot.
 
-use crate::error::ApiResult;
-use crate::state::AppState;
+use crate::app::state::AppState;
+use crate::platform::error::ApiResult;
 use anyhow::Context;
 use redis::Script;
 use redis::aio::ConnectionManager;
@@ -141,7 +141,7 @@ pub async fn acquire(state: &AppState, sku: &str, quantity: i64, admission: &str
     let ttl = i64::from(state.config.idempotency.retention_h.max(24)) * 3600;
     let result: Result<(i64, i64), _> = async {
         let mut conn = state.redis().await?;
-        Ok::<_, crate::error::ApiError>(
+        Ok::<_, crate::platform::error::ApiError>(
             ACQUIRE
                 .key(counter_key(state, sku))
                 .key(admissions_key(state, sku))

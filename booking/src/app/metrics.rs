@@ -11,7 +11,6 @@ pub struct Metrics {
     pub registry: Registry,
     pub http_requests: IntCounterVec,
     pub http_latency: HistogramVec,
-    pub token_failures: IntCounterVec,
     /// Holds placed, by kind (`seats`/`ga`).
     pub holds: IntCounterVec,
     /// Client-facing refusals (409/422/...), by machine code.
@@ -42,10 +41,6 @@ impl Metrics {
                 ]),
             &["route"],
         )?;
-        let token_failures = IntCounterVec::new(
-            Opts::new("token_failures_total", "Refused admission tokens by reason"),
-            &["reason"],
-        )?;
         let holds = IntCounterVec::new(Opts::new("holds_total", "Holds placed"), &["kind"])?;
         let refusals = IntCounterVec::new(
             Opts::new("refusals_total", "Client errors by code"),
@@ -59,7 +54,6 @@ impl Metrics {
         let bids = IntCounterVec::new(Opts::new("bids_total", "Accepted bids"), &["path"])?;
         registry.register(Box::new(http_requests.clone()))?;
         registry.register(Box::new(http_latency.clone()))?;
-        registry.register(Box::new(token_failures.clone()))?;
         registry.register(Box::new(holds.clone()))?;
         registry.register(Box::new(refusals.clone()))?;
         registry.register(Box::new(holds_expired.clone()))?;
@@ -71,7 +65,6 @@ impl Metrics {
             registry,
             http_requests,
             http_latency,
-            token_failures,
             holds,
             refusals,
             holds_expired,

@@ -26,7 +26,7 @@ pub struct BookingConfig {
     /// `[auctions]`: bid rate limit, closer, hot-bid consumer, live prices.
     pub auctions: crate::auctions::AuctionSettings,
     /// `[idempotency]`: Idempotency-Key retention and stale-claim takeover.
-    pub idempotency: crate::idempotency::IdempotencySettings,
+    pub idempotency: crate::platform::idempotency::IdempotencySettings,
     /// `[orders]`: carts, orders, expiry, flash-sale gate.
     pub orders: crate::orders::OrderSettings,
     /// `[payments]`: provider URL and key, webhook secrets, timeouts, reconciliation.
@@ -76,6 +76,9 @@ pub struct BookingSettings {
     pub async_commit_holds: bool,
     /// Seconds the seat map stays cached in memory (and `Cache-Control: max-age`).
     pub seat_map_cache_s: u64,
+    /// Longest time a request may take before booking answers `503` (a stuck dependency
+    /// must not hold a fan's phone on a spinner). Dependency timeouts are shorter.
+    pub request_timeout_ms: u64,
 }
 
 impl Default for BookingSettings {
@@ -89,6 +92,7 @@ impl Default for BookingSettings {
             max_seats_per_hold: 10,
             async_commit_holds: true,
             seat_map_cache_s: 1,
+            request_timeout_ms: 30_000,
         }
     }
 }

@@ -6,9 +6,9 @@
 //! Postgres). Availability is a hint here: the hold statement decides. A seat whose hold has
 //! expired (by the database clock) is shown as available, as the next hold would take it.
 
-use crate::auth::Admitted;
-use crate::error::{ApiError, ApiResult};
-use crate::state::AppState;
+use crate::app::state::AppState;
+use crate::platform::auth::Admitted;
+use crate::platform::error::{ApiError, ApiResult};
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, header};
@@ -76,11 +76,11 @@ async fn seat_map(
     admitted: Result<Admitted, ApiError>,
 ) -> ApiResult<Response> {
     let r = async {
-        crate::holds::admitted_for(admitted, &event)?;
+        crate::inventory::holds::admitted_for(admitted, &event)?;
         cached_body(&state, &event).await
     }
     .await;
-    let body = crate::holds::counted(&state, r)?;
+    let body = crate::inventory::holds::counted(&state, r)?;
     let max_age = state.config.booking.seat_map_cache_s;
     let cache_control = HeaderValue::from_str(&format!("private, max-age={max_age}"))
         .unwrap_or(HeaderValue::from_static("private, max-age=1"));
@@ -129,7 +129,7 @@ async fn render(state: &AppState, event: &str) -> ApiResult<Bytes> {
         .fetch_optional(&state.pool)
         .await?;
     if exists.is_none() {
-        return Err(crate::holds::unknown_event());
+        return Err(crate::inventory::holds::unknown_event());
     }
     let seats: Vec<SeatView> = sqlx::query_as(
         "SELECT seat_id, section, row_no, number, tier,

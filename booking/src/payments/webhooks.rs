@@ -18,12 +18,12 @@
 //!   ([`crate::payments::reversal`]): `REFUNDED` / `DISPUTED`, tickets voided, stock back on
 //!   sale or held back, whatever the order and duplication of the events.
 
-use crate::db;
-use crate::error::{ApiError, ApiResult};
+use crate::app::state::AppState;
 use crate::payments::flow::{self, Success};
 use crate::payments::provider::ProviderError;
 use crate::payments::reversal::{self, Reversal, Reversed};
-use crate::state::AppState;
+use crate::platform::db;
+use crate::platform::error::{ApiError, ApiResult};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -348,7 +348,7 @@ async fn apply_reversal_event(state: &AppState, event: &Event) -> ApiResult<axum
                 .inc();
             // Returned units of hot SKUs: let the flash gate admit them again.
             for sku in released_skus {
-                if let Err(e) = crate::flash::reconcile(state, sku).await {
+                if let Err(e) = crate::orders::flash::reconcile(state, sku).await {
                     tracing::warn!(error = ?e, sku, "flash gate reconcile after a refund failed");
                 }
             }

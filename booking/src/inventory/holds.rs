@@ -34,11 +34,11 @@
 //!   out and someone reclaimed it): nothing was changed, roll back and refund.
 //!   [`SellOutcome::NotOrdered`] when the hold is not `ordered` for that account.
 
-use crate::auth::Admitted;
-use crate::db;
-use crate::error::{ApiError, ApiResult};
-use crate::json::ApiJson;
-use crate::state::AppState;
+use crate::app::state::AppState;
+use crate::platform::auth::Admitted;
+use crate::platform::db;
+use crate::platform::error::{ApiError, ApiResult};
+use crate::platform::json::ApiJson;
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -678,7 +678,10 @@ fn validate_seat_list(state: &AppState, seats: &[String]) -> ApiResult<()> {
                 .with("max", max),
         );
     }
-    if let Some(bad) = seats.iter().find(|s| !crate::seats::is_valid_seat_id(s)) {
+    if let Some(bad) = seats
+        .iter()
+        .find(|s| !crate::inventory::seats::is_valid_seat_id(s))
+    {
         return Err(ApiError::validation("malformed seat id")
             .with("field", "seats")
             .with("seat", bad.chars().take(80).collect::<String>()));
@@ -736,7 +739,8 @@ async fn hold_seats(
                 healed = true;
                 // Try again even when it ended nothing itself: it may have waited for a
                 // sweeper that was expiring the same hold and has now given the usage back.
-                crate::sweeper::expire_account_holds(&state.pool, event, account).await?;
+                crate::inventory::sweeper::expire_account_holds(&state.pool, event, account)
+                    .await?;
             }
             Attempt::Limit => return Err(limit_refusal(state, event, account, n).await),
             Attempt::NotOnSale => return Err(sale_not_started(state, event).await),

@@ -1,7 +1,7 @@
 //! `/healthz` (the process is alive), `/readyz` (Postgres reachable; Redis reported) and
 //! `/metrics` (Prometheus text format).
 
-use crate::state::AppState;
+use crate::app::state::AppState;
 use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};

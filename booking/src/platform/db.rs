@@ -1,7 +1,7 @@
 //! Postgres plumbing: the pool, the migrator, and bounded retry of transactions that lost a
 //! deadlock or serialization race (retried from the top, never partially).
 
-use crate::error::ApiError;
+use crate::platform::error::ApiError;
 use anyhow::Context;
 use secrecy::ExposeSecret;
 use shared::config::DatabaseSettings;

@@ -1,10 +1,12 @@
 //! Builds and runs the booking service. `main` and the tests both go through
 //! [`Application::build`], so tests exercise exactly what production runs.
 
-use crate::config::BookingConfig;
-use crate::state::AppState;
+use crate::app::config::BookingConfig;
+use crate::app::state::AppState;
+use crate::platform::revocation::RefreshRevocations;
 use anyhow::Context;
 use std::future::Future;
+use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -16,9 +18,9 @@ pub struct Application {
 
 impl Application {
     /// Binds the listener (port 0 picks a free one) and prepares state. Does not migrate:
-    /// call [`crate::db::migrate`] first where wanted (main does, tests use fresh databases).
+    /// call [`crate::platform::db::migrate`] first where wanted (main does, tests use fresh databases).
     pub async fn build(config: BookingConfig) -> anyhow::Result<Self> {
-        let pool = crate::db::pool(&config.database)?;
+        let pool = crate::platform::db::pool(&config.database)?;
         Self::build_with_pool(config, pool).await
     }
 
@@ -54,16 +56,19 @@ impl Application {
     ) -> anyhow::Result<()> {
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut jobs = if self.state.config.booking.jobs_enabled {
-            crate::jobs::spawn_all(self.state.clone(), stop_rx.clone())
+            crate::app::jobs::spawn_all(self.state.clone(), stop_rx.clone())
         } else {
             Vec::new()
         };
         // Not a batch job: every instance enforces revocations.
-        jobs.push(crate::revocation::spawn(
-            self.state.clone(),
+        jobs.push(crate::platform::jobs::spawn(
+            Arc::new(RefreshRevocations::new(
+                self.state.redis.clone(),
+                self.state.revocations().clone(),
+            )),
             stop_rx.clone(),
         ));
-        let app = crate::routes::router(self.state.clone());
+        let app = crate::app::routes::router(self.state.clone());
         tracing::info!(port = self.port, "booking listening");
         axum::serve(self.listener, app)
             .with_graceful_shutdown(async move {

@@ -12,15 +12,15 @@
 //! or the remaining units are spread thinner than the quantity) does the slow path lock all of
 //! the tier's shards in shard order and split the quantity across them.
 
-use crate::auth::Admitted;
-use crate::db;
-use crate::error::{ApiError, ApiResult};
-use crate::holds::{
+use crate::app::state::AppState;
+use crate::inventory::holds::{
     Attempt, admitted_for, begin_hold_tx, counted, insert_hold, limit_refusal, reserve_usage,
     sale_not_started, tx_failed,
 };
-use crate::json::ApiJson;
-use crate::state::AppState;
+use crate::platform::auth::Admitted;
+use crate::platform::db;
+use crate::platform::error::{ApiError, ApiResult};
+use crate::platform::json::ApiJson;
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -124,7 +124,8 @@ async fn hold_ga(
                 healed = true;
                 // Try again even when it ended nothing itself: it may have waited for a
                 // sweeper that was expiring the same hold and has now given the usage back.
-                crate::sweeper::expire_account_holds(&state.pool, event, account).await?;
+                crate::inventory::sweeper::expire_account_holds(&state.pool, event, account)
+                    .await?;
             }
             Attempt::Limit => return Err(limit_refusal(state, event, account, qty).await),
             Attempt::NotOnSale => return Err(sale_not_started(state, event).await),

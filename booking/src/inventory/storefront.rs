@@ -6,9 +6,9 @@
 //! The numbers are a hint for display: the hold statements decide. One query, one round trip:
 //! the tiers are aggregated to JSON by Postgres.
 
-use crate::auth::Admitted;
-use crate::error::{ApiError, ApiResult};
-use crate::state::AppState;
+use crate::app::state::AppState;
+use crate::platform::auth::Admitted;
+use crate::platform::error::{ApiError, ApiResult};
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, header};
@@ -57,11 +57,11 @@ async fn event_info(
     admitted: Result<Admitted, ApiError>,
 ) -> ApiResult<Response> {
     let r = async {
-        crate::holds::admitted_for(admitted, &event)?;
+        crate::inventory::holds::admitted_for(admitted, &event)?;
         load(&state, &event).await
     }
     .await;
-    let info = crate::holds::counted(&state, r)?;
+    let info = crate::inventory::holds::counted(&state, r)?;
     Ok((
         [(
             header::CACHE_CONTROL,
@@ -95,7 +95,7 @@ async fn load(state: &AppState, event: &str) -> ApiResult<EventInfo> {
     .bind(event)
     .fetch_optional(&state.pool)
     .await?;
-    let row = row.ok_or_else(crate::holds::unknown_event)?;
+    let row = row.ok_or_else(crate::inventory::holds::unknown_event)?;
     Ok(EventInfo {
         id: row.id,
         name: row.name,

@@ -1,0 +1,11 @@
+//! The platform layer: what every domain stands on and none of them owns. It imports no
+//! domain module.
+
+pub mod auth;
+pub mod db;
+pub mod error;
+pub mod idempotency;
+pub mod jobs;
+pub mod json;
+pub mod redis;
+pub mod revocation;
