@@ -12,7 +12,7 @@ pub mod repo;
 
 pub use model::{
     CreateEvent, EventCreated, ExplicitSeat, GaTierSpec, MAX_SEATS, PriceTier, RefundStock,
-    Section, SeatMap,
+    SeatMap, Section,
 };
 pub use repo::{EventCounts, GaCounts};
 

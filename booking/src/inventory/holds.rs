@@ -46,6 +46,6 @@ pub(crate) mod take;
 pub use crate::inventory::model::{HoldKind, HoldStatus};
 pub use http::{HoldRequest, HoldResponse, router};
 pub use repo::{
-    IssuedTicket, PinnedHold, PinnedSeat, ReleasedHold, SellOutcome, pin_hold_tx,
-    release_hold_tx, sell_hold_tx,
+    IssuedTicket, PinnedHold, PinnedSeat, ReleasedHold, SellOutcome, pin_hold_tx, release_hold_tx,
+    sell_hold_tx,
 };

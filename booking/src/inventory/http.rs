@@ -69,9 +69,7 @@ impl From<InventoryError> for ApiError {
                 "an order owns this hold; cancel the order instead",
             )
             .with("status", status.as_str()),
-            E::Render(e) => {
-                ApiError::unexpected(anyhow::Error::new(e).context("render seat map"))
-            }
+            E::Render(e) => ApiError::unexpected(anyhow::Error::new(e).context("render seat map")),
             E::Db { statement, source } => db_failure(statement, source),
         }
     }
@@ -112,11 +110,7 @@ pub(crate) fn counted<T>(state: &InventoryState, r: ApiResult<T>) -> ApiResult<T
     if let Err(e) = &r
         && e.status().is_client_error()
     {
-        state
-            .metrics
-            .refusals
-            .with_label_values(&[e.code()])
-            .inc();
+        state.metrics.refusals.with_label_values(&[e.code()]).inc();
     }
     r
 }
@@ -130,7 +124,9 @@ mod tests {
     async fn body(e: InventoryError) -> (StatusCode, serde_json::Value) {
         let resp = ApiError::from(e).into_response();
         let status = resp.status();
-        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 16).await.unwrap();
+        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 16)
+            .await
+            .unwrap();
         (status, serde_json::from_slice(&bytes).unwrap())
     }
 
@@ -145,26 +141,46 @@ mod tests {
         assert_eq!(s, StatusCode::CONFLICT);
         assert_eq!(b["code"], "LIMIT_EXCEEDED");
         assert_eq!(b["message"], "at most 4 tickets per account for this event");
-        assert_eq!((b["limit"].clone(), b["held"].clone(), b["requested"].clone()), (4.into(), 3.into(), 2.into()));
+        assert_eq!(
+            (
+                b["limit"].clone(),
+                b["held"].clone(),
+                b["requested"].clone()
+            ),
+            (4.into(), 3.into(), 2.into())
+        );
 
         let (s, b) = body(InventoryError::HoldOrdered {
             status: HoldStatus::Ordered,
         })
         .await;
-        assert_eq!((s, b["code"].as_str(), b["status"].as_str()), (StatusCode::CONFLICT, Some("HOLD_ORDERED"), Some("ordered")));
+        assert_eq!(
+            (s, b["code"].as_str(), b["status"].as_str()),
+            (StatusCode::CONFLICT, Some("HOLD_ORDERED"), Some("ordered"))
+        );
 
         let (s, b) = body(InventoryError::SoldOut { available: None }).await;
-        assert_eq!((s, b["message"].as_str()), (StatusCode::CONFLICT, Some("this tier is sold out")));
+        assert_eq!(
+            (s, b["message"].as_str()),
+            (StatusCode::CONFLICT, Some("this tier is sold out"))
+        );
         assert!(b.get("available").is_none());
     }
 
     #[tokio::test]
     async fn an_invalid_request_is_a_422_with_its_details() {
-        let (s, b) = body(Invalid::field("seats", "at most 2 seats per hold").with("max", 2).into())
-            .await;
+        let (s, b) = body(
+            Invalid::field("seats", "at most 2 seats per hold")
+                .with("max", 2)
+                .into(),
+        )
+        .await;
         assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
         assert_eq!(b["code"], "VALIDATION_FAILED");
-        assert_eq!((b["field"].as_str(), b["max"].as_i64()), (Some("seats"), Some(2)));
+        assert_eq!(
+            (b["field"].as_str(), b["max"].as_i64()),
+            (Some("seats"), Some(2))
+        );
     }
 
     #[tokio::test]
@@ -180,6 +196,9 @@ mod tests {
             statement: "read the seat map",
             source: sqlx::Error::RowNotFound,
         };
-        assert_eq!(ApiError::from(bug).status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(
+            ApiError::from(bug).status(),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
     }
 }

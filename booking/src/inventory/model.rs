@@ -150,7 +150,9 @@ pub fn check_seat_list(seats: &[String], max: usize) -> Result<i32, Invalid> {
         return Err(Invalid::field("seats", "seats must not be empty"));
     }
     if seats.len() > max {
-        return Err(Invalid::field("seats", format!("at most {max} seats per hold")).with("max", max));
+        return Err(
+            Invalid::field("seats", format!("at most {max} seats per hold")).with("max", max),
+        );
     }
     if let Some(bad) = seats.iter().find(|s| !is_valid_seat_id(s)) {
         return Err(Invalid::field("seats", "malformed seat id").with("seat", quoted(bad)));
@@ -162,10 +164,8 @@ pub fn check_seat_list(seats: &[String], max: usize) -> Result<i32, Invalid> {
         .map(String::as_str)
         .collect();
     if !dups.is_empty() {
-        return Err(
-            Invalid::field("seats", "duplicate seat ids in one request")
-                .with("seats", dups.into_iter().collect::<Vec<_>>()),
-        );
+        return Err(Invalid::field("seats", "duplicate seat ids in one request")
+            .with("seats", dups.into_iter().collect::<Vec<_>>()));
     }
     i32::try_from(seats.len()).map_err(|_| Invalid::new("too many seats"))
 }
@@ -213,10 +213,7 @@ mod tests {
             "must match the CHECK in migrations/0001_core.sql"
         );
         for s in ALL {
-            assert_eq!(
-                serde_json::to_value(s).unwrap(),
-                Value::from(s.as_str())
-            );
+            assert_eq!(serde_json::to_value(s).unwrap(), Value::from(s.as_str()));
         }
     }
 
@@ -225,7 +222,10 @@ mod tests {
         for to in [Released, Expired, Ordered] {
             assert!(Active.can_become(to), "active -> {to:?}");
         }
-        assert!(!Active.can_become(Sold), "a hold is sold only through an order");
+        assert!(
+            !Active.can_become(Sold),
+            "a hold is sold only through an order"
+        );
         assert!(!Active.can_become(Active));
     }
 
@@ -312,10 +312,7 @@ mod tests {
     fn duplicate_seats_are_listed_once_each_in_order() {
         let e = check_seat_list(&seats(&["B-2", "A-1", "B-2", "A-1", "B-2"]), 10).unwrap_err();
         assert_eq!(e.message, "duplicate seat ids in one request");
-        assert_eq!(
-            e.detail("seats"),
-            Some(&serde_json::json!(["A-1", "B-2"]))
-        );
+        assert_eq!(e.detail("seats"), Some(&serde_json::json!(["A-1", "B-2"])));
         assert_eq!(e.details[0], ("field", Value::from("seats")));
     }
 

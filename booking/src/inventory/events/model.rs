@@ -372,7 +372,10 @@ mod tests {
 
     #[test]
     fn refund_stock_reads_and_writes_the_stored_strings() {
-        for (v, s) in [(RefundStock::Release, "release"), (RefundStock::HoldBack, "hold_back")] {
+        for (v, s) in [
+            (RefundStock::Release, "release"),
+            (RefundStock::HoldBack, "hold_back"),
+        ] {
             assert_eq!(v.as_str(), s);
             assert_eq!(serde_json::to_value(v).unwrap(), Value::from(s));
         }

@@ -63,106 +63,106 @@ pub(super) async fn insert_event(
 
 /// The insert transaction; `false` when an event with this id exists (nothing written).
 async fn insert_tx(pool: &PgPool, id: &str, req: &CreateEvent) -> Result<bool> {
-        let mut tx = pool.begin().await.during("begin creating the event")?;
-        let inserted: Option<String> = sqlx::query_scalar(
-            "INSERT INTO events (id, name, venue, sale_start, hold_ttl_s, max_tickets_per_account,
+    let mut tx = pool.begin().await.during("begin creating the event")?;
+    let inserted: Option<String> = sqlx::query_scalar(
+        "INSERT INTO events (id, name, venue, sale_start, hold_ttl_s, max_tickets_per_account,
                                  refund_stock)
              VALUES ($1, $2, $3, $4, $5, $6, $7)
              ON CONFLICT (id) DO NOTHING
              RETURNING id",
-        )
-        .bind(id)
-        .bind(&req.name)
-        .bind(&req.venue)
-        .bind(req.sale_start)
-        .bind(req.hold_ttl_s)
-        .bind(req.max_tickets_per_account)
-        .bind(req.refund_stock)
-        .fetch_optional(&mut *tx)
-        .await
-        .during("insert the event row")?;
-        if inserted.is_none() {
-            return Ok(false);
-        }
-        let tier_names: Vec<&str> = req.price_tiers.iter().map(|t| t.tier.as_str()).collect();
-        let tier_prices: Vec<i64> = req.price_tiers.iter().map(|t| t.price).collect();
-        sqlx::query(
-            "INSERT INTO price_tiers (event_id, tier, price)
+    )
+    .bind(id)
+    .bind(&req.name)
+    .bind(&req.venue)
+    .bind(req.sale_start)
+    .bind(req.hold_ttl_s)
+    .bind(req.max_tickets_per_account)
+    .bind(req.refund_stock)
+    .fetch_optional(&mut *tx)
+    .await
+    .during("insert the event row")?;
+    if inserted.is_none() {
+        return Ok(false);
+    }
+    let tier_names: Vec<&str> = req.price_tiers.iter().map(|t| t.tier.as_str()).collect();
+    let tier_prices: Vec<i64> = req.price_tiers.iter().map(|t| t.price).collect();
+    sqlx::query(
+        "INSERT INTO price_tiers (event_id, tier, price)
              SELECT $1, t, p FROM unnest($2::text[], $3::bigint[]) AS x(t, p)",
-        )
-        .bind(id)
-        .bind(&tier_names)
-        .bind(&tier_prices)
-        .execute(&mut *tx)
-        .await
-        .during("insert the price tiers")?;
-        let sections = &req.seat_map.sections;
-        if !sections.is_empty() {
-            let names: Vec<&str> = sections.iter().map(|s| s.name.as_str()).collect();
-            let rows: Vec<i32> = sections.iter().map(|s| s.rows).collect();
-            let per_row: Vec<i32> = sections.iter().map(|s| s.seats_per_row).collect();
-            let tiers: Vec<&str> = sections.iter().map(|s| s.price_tier.as_str()).collect();
-            sqlx::query(
-                "INSERT INTO seats (event_id, seat_id, section, row_no, number, tier)
+    )
+    .bind(id)
+    .bind(&tier_names)
+    .bind(&tier_prices)
+    .execute(&mut *tx)
+    .await
+    .during("insert the price tiers")?;
+    let sections = &req.seat_map.sections;
+    if !sections.is_empty() {
+        let names: Vec<&str> = sections.iter().map(|s| s.name.as_str()).collect();
+        let rows: Vec<i32> = sections.iter().map(|s| s.rows).collect();
+        let per_row: Vec<i32> = sections.iter().map(|s| s.seats_per_row).collect();
+        let tiers: Vec<&str> = sections.iter().map(|s| s.price_tier.as_str()).collect();
+        sqlx::query(
+            "INSERT INTO seats (event_id, seat_id, section, row_no, number, tier)
                  SELECT $1, s.name || '-R' || r || '-' || n, s.name, r, n, s.tier
                  FROM unnest($2::text[], $3::int[], $4::int[], $5::text[])
                           AS s(name, nrows, per_row, tier),
                       generate_series(1, s.nrows) AS r,
                       generate_series(1, s.per_row) AS n",
-            )
-            .bind(id)
-            .bind(&names)
-            .bind(&rows)
-            .bind(&per_row)
-            .bind(&tiers)
-            .execute(&mut *tx)
-            .await
-            .during("insert the seats of the sections")?;
-        }
-        let explicit = &req.seat_map.seats;
-        if !explicit.is_empty() {
-            let ids: Vec<&str> = explicit.iter().map(|s| s.seat_id.as_str()).collect();
-            let secs: Vec<&str> = explicit.iter().map(|s| s.section.as_str()).collect();
-            let rows: Vec<i32> = explicit.iter().map(|s| s.row).collect();
-            let nums: Vec<i32> = explicit.iter().map(|s| s.number).collect();
-            let tiers: Vec<&str> = explicit.iter().map(|s| s.price_tier.as_str()).collect();
-            sqlx::query(
-                "INSERT INTO seats (event_id, seat_id, section, row_no, number, tier)
+        )
+        .bind(id)
+        .bind(&names)
+        .bind(&rows)
+        .bind(&per_row)
+        .bind(&tiers)
+        .execute(&mut *tx)
+        .await
+        .during("insert the seats of the sections")?;
+    }
+    let explicit = &req.seat_map.seats;
+    if !explicit.is_empty() {
+        let ids: Vec<&str> = explicit.iter().map(|s| s.seat_id.as_str()).collect();
+        let secs: Vec<&str> = explicit.iter().map(|s| s.section.as_str()).collect();
+        let rows: Vec<i32> = explicit.iter().map(|s| s.row).collect();
+        let nums: Vec<i32> = explicit.iter().map(|s| s.number).collect();
+        let tiers: Vec<&str> = explicit.iter().map(|s| s.price_tier.as_str()).collect();
+        sqlx::query(
+            "INSERT INTO seats (event_id, seat_id, section, row_no, number, tier)
                  SELECT $1, x.seat_id, x.section, x.row_no, x.number, x.tier
                  FROM unnest($2::text[], $3::text[], $4::int[], $5::int[], $6::text[])
                           AS x(seat_id, section, row_no, number, tier)",
-            )
-            .bind(id)
-            .bind(&ids)
-            .bind(&secs)
-            .bind(&rows)
-            .bind(&nums)
-            .bind(&tiers)
-            .execute(&mut *tx)
-            .await
-            .during("insert the explicit seats")?;
-        }
-        if !req.ga_tiers.is_empty() {
-            let names: Vec<&str> = req.ga_tiers.iter().map(|t| t.tier.as_str()).collect();
-            let prices: Vec<i64> = req.ga_tiers.iter().map(|t| t.price).collect();
-            let caps: Vec<i32> = req.ga_tiers.iter().map(|t| t.capacity).collect();
-            let shards: Vec<i32> = req.ga_tiers.iter().map(|t| t.shards).collect();
-            sqlx::query(
-                "INSERT INTO ga_tiers (event_id, tier, price, capacity, shards)
+        )
+        .bind(id)
+        .bind(&ids)
+        .bind(&secs)
+        .bind(&rows)
+        .bind(&nums)
+        .bind(&tiers)
+        .execute(&mut *tx)
+        .await
+        .during("insert the explicit seats")?;
+    }
+    if !req.ga_tiers.is_empty() {
+        let names: Vec<&str> = req.ga_tiers.iter().map(|t| t.tier.as_str()).collect();
+        let prices: Vec<i64> = req.ga_tiers.iter().map(|t| t.price).collect();
+        let caps: Vec<i32> = req.ga_tiers.iter().map(|t| t.capacity).collect();
+        let shards: Vec<i32> = req.ga_tiers.iter().map(|t| t.shards).collect();
+        sqlx::query(
+            "INSERT INTO ga_tiers (event_id, tier, price, capacity, shards)
                  SELECT $1, t, p, c, s FROM unnest($2::text[], $3::bigint[], $4::int[], $5::int[])
                      AS x(t, p, c, s)",
-            )
-            .bind(id)
-            .bind(&names)
-            .bind(&prices)
-            .bind(&caps)
-            .bind(&shards)
-            .execute(&mut *tx)
-            .await
-            .during("insert the GA tiers")?;
-            // The capacity is spread evenly: shard i gets capacity / shards, plus one for the
-            // first capacity % shards shards, so the shards add up to exactly the capacity.
-            sqlx::query(
+        )
+        .bind(id)
+        .bind(&names)
+        .bind(&prices)
+        .bind(&caps)
+        .bind(&shards)
+        .execute(&mut *tx)
+        .await
+        .during("insert the GA tiers")?;
+        // The capacity is spread evenly: shard i gets capacity / shards, plus one for the
+        // first capacity % shards shards, so the shards add up to exactly the capacity.
+        sqlx::query(
                 "INSERT INTO ga_counters (event_id, tier, shard, available)
                  SELECT $1, t.tier, g.i,
                         t.capacity / t.shards + CASE WHEN g.i < t.capacity % t.shards THEN 1 ELSE 0 END
@@ -173,9 +173,9 @@ async fn insert_tx(pool: &PgPool, id: &str, req: &CreateEvent) -> Result<bool> {
             .execute(&mut *tx)
             .await
             .during("insert the GA counters")?;
-        }
-        tx.commit().await.during("commit the new event")?;
-        Ok(true)
+    }
+    tx.commit().await.during("commit the new event")?;
+    Ok(true)
 }
 
 #[derive(Debug, Serialize, sqlx::FromRow)]
@@ -264,9 +264,7 @@ pub(super) async fn event_counts(pool: &PgPool, event: &str) -> Result<EventCoun
     .fetch_all(&mut *tx)
     .await
     .during("count the GA units")?;
-    tx.commit()
-        .await
-        .during("finish reading the counts")?;
+    tx.commit().await.during("finish reading the counts")?;
     Ok(EventCounts {
         id,
         name,
@@ -283,4 +281,3 @@ pub(super) async fn event_counts(pool: &PgPool, event: &str) -> Result<EventCoun
         ga_tiers,
     })
 }
-

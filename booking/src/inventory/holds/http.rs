@@ -8,9 +8,7 @@ use crate::inventory::holds::take::{
     seat_refusal, take_seats_tx,
 };
 use crate::inventory::http::{admitted_for, counted};
-use crate::inventory::model::{
-    HoldKind, HoldStatus, check_seat_list, is_plausible_hold_id,
-};
+use crate::inventory::model::{HoldKind, HoldStatus, check_seat_list, is_plausible_hold_id};
 use crate::platform::auth::Admitted;
 use crate::platform::db;
 use crate::platform::error::{ApiError, ApiResult};

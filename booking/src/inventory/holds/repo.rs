@@ -411,4 +411,3 @@ pub async fn sell_hold_tx(
     sp.commit().await?;
     Ok(SellOutcome::Sold { event_id, tickets })
 }
-

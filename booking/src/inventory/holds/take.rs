@@ -325,10 +325,7 @@ pub(crate) async fn expire_account_holds(pool: &PgPool, event: &str, account: &s
 }
 
 /// A hold's status and owner (to explain why a release changed nothing).
-pub(crate) async fn hold_status(
-    pool: &PgPool,
-    hold: &str,
-) -> Result<Option<(HoldStatus, String)>> {
+pub(crate) async fn hold_status(pool: &PgPool, hold: &str) -> Result<Option<(HoldStatus, String)>> {
     sqlx::query_as("SELECT status, account_id FROM holds WHERE id = $1")
         .bind(hold)
         .fetch_optional(pool)
