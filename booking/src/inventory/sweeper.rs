@@ -14,6 +14,7 @@
 //! usage, which nothing else reclaims.
 
 use crate::inventory::InventoryState;
+use crate::inventory::error::{During, InventoryError};
 use crate::inventory::holds::repo::{EndedHold, release_resources};
 use crate::platform::jobs::Job;
 use anyhow::Context;
@@ -86,7 +87,7 @@ pub async fn sweep_once(pool: &PgPool, batch: i64) -> anyhow::Result<u64> {
 
 async fn sweep_batch(pool: &PgPool, batch: i64) -> anyhow::Result<Vec<EndedHold>> {
     crate::platform::db::retry(1, || async {
-        let mut tx = pool.begin().await?;
+        let mut tx = pool.begin().await.during("begin a sweep batch")?;
         let ended: Vec<EndedHold> = sqlx::query_as(
             "WITH expired AS (
                  SELECT id FROM holds
@@ -101,12 +102,15 @@ async fn sweep_batch(pool: &PgPool, batch: i64) -> anyhow::Result<Vec<EndedHold>
         )
         .bind(batch)
         .fetch_all(&mut *tx)
-        .await?;
+        .await
+        .during("expire a batch of expired active holds")?;
         if !ended.is_empty() {
-            release_resources(&mut tx, &ended).await?;
+            release_resources(&mut tx, &ended)
+                .await
+                .during("release what the expired holds held")?;
         }
-        tx.commit().await?;
-        Ok::<_, sqlx::Error>(ended)
+        tx.commit().await.during("commit a sweep batch")?;
+        Ok::<_, InventoryError>(ended)
     })
     .await
     .context("failed to sweep expired holds")
