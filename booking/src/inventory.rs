@@ -1,24 +1,120 @@
 //! Inventory: events and their seat maps, seat holds, general-admission counters, the hold
 //! sweeper and the storefront's event view.
+//!
+//! Layers: [`model`] (hold statuses and kinds, the pure request checks), [`error`]
+//! ([`InventoryError`]), the SQL of each area (`holds/{repo,take}.rs`, `ga/repo.rs`,
+//! `events/repo.rs`, and the read functions of `seats.rs`, `storefront.rs`, `sweeper.rs`), and
+//! the handlers, which alone turn an `InventoryError` into an `ApiError` (`http.rs`).
+//!
+//! Other domains use only the hold helpers [`holds::pin_hold_tx`], [`holds::release_hold_tx`]
+//! and [`holds::sell_hold_tx`] (orders pin and release holds, payments sell them).
 
+pub mod error;
 pub mod events;
 pub mod ga;
 pub mod holds;
+mod http;
+pub mod model;
 pub mod seats;
 pub mod storefront;
 pub mod sweeper;
 
-/// Everything the inventory domain's handlers and jobs use; the app layer builds it and handlers take
+pub use error::InventoryError;
+
+use crate::platform::auth::Auth;
+use crate::platform::jobs::Job;
+use prometheus::{IntCounterVec, Opts, Registry};
+use sqlx::PgPool;
+use std::sync::Arc;
+
+/// Everything the inventory's handlers and jobs use; the app layer builds it and handlers take
 /// it with `State<InventoryState>` (axum `FromRef`). Cheap to clone.
 #[derive(Clone)]
 pub struct InventoryState {
-    pub pool: sqlx::PgPool,
-    pub redis: crate::platform::redis::Redis,
-    pub auth: crate::platform::auth::Auth,
+    pub pool: PgPool,
+    pub auth: Auth,
+    pub settings: Arc<InventorySettings>,
+    pub metrics: InventoryMetrics,
+    /// Rendered seat maps, per event (see [`seats`]).
+    pub seat_maps: Arc<seats::SeatMapCache>,
 }
 
-impl axum::extract::FromRef<InventoryState> for crate::platform::auth::Auth {
+impl InventoryState {
+    pub fn new(
+        pool: PgPool,
+        auth: Auth,
+        settings: InventorySettings,
+        metrics: InventoryMetrics,
+    ) -> Self {
+        Self {
+            pool,
+            auth,
+            settings: Arc::new(settings),
+            metrics,
+            seat_maps: Default::default(),
+        }
+    }
+}
+
+impl axum::extract::FromRef<InventoryState> for Auth {
     fn from_ref(state: &InventoryState) -> Self {
         state.auth.clone()
     }
+}
+
+/// The inventory's settings. They are `[booking]` keys in the configuration file (the app
+/// copies them here), plus the store currency from `[orders]`, shown by the storefront.
+#[derive(Debug, Clone)]
+pub struct InventorySettings {
+    /// How often the hold sweeper runs.
+    pub sweeper_interval_ms: u64,
+    /// Rows per sweeper batch.
+    pub sweeper_batch: i64,
+    /// Largest number of seats one hold request may name.
+    pub max_seats_per_hold: usize,
+    /// Use `synchronous_commit = off` for hold transactions (holds move no money; a crash can
+    /// lose the last few milliseconds of holds, never a sale). See docs/decisions.md.
+    pub async_commit_holds: bool,
+    /// Seconds the seat map stays cached in memory (and `Cache-Control: max-age`).
+    pub seat_map_cache_s: u64,
+    /// The store currency; prices are in its minor units.
+    pub currency: String,
+}
+
+/// The inventory's metrics (names and labels are read by dashboards and tests).
+#[derive(Clone)]
+pub struct InventoryMetrics {
+    /// Holds placed, by kind (`seats`/`ga`): `holds_total`.
+    pub holds: IntCounterVec,
+    /// Holds released on expiry (sweeper and reclaims), by kind: `holds_expired_total`.
+    pub holds_expired: IntCounterVec,
+    /// Client-facing refusals by code (`refusals_total`). One counter for the whole process,
+    /// shared with the other domains' refusals, so the app registers it and hands it in.
+    pub refusals: IntCounterVec,
+}
+
+impl InventoryMetrics {
+    /// Registers the inventory's own metrics; `refusals` is the process-wide refusal counter.
+    pub fn register(
+        registry: &Registry,
+        refusals: IntCounterVec,
+    ) -> Result<Self, prometheus::Error> {
+        let holds = IntCounterVec::new(Opts::new("holds_total", "Holds placed"), &["kind"])?;
+        let holds_expired = IntCounterVec::new(
+            Opts::new("holds_expired_total", "Holds released on expiry"),
+            &["kind"],
+        )?;
+        registry.register(Box::new(holds.clone()))?;
+        registry.register(Box::new(holds_expired.clone()))?;
+        Ok(Self {
+            holds,
+            holds_expired,
+            refusals,
+        })
+    }
+}
+
+/// The inventory's background jobs: the hold sweeper.
+pub fn jobs(state: &InventoryState) -> Vec<Arc<dyn Job>> {
+    vec![Arc::new(sweeper::HoldSweeper::new(state))]
 }

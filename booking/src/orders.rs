@@ -737,14 +737,14 @@ async fn end_orders_tx(
         move_stock_tx(conn, &cart_ids, StockMove::Return).await?;
     }
     let hold_status = if to_status == "EXPIRED" {
-        "expired"
+        holds::HoldStatus::Expired
     } else {
-        "released"
+        holds::HoldStatus::Released
     };
     let mut hold_ids: Vec<&str> = ended.iter().filter_map(|o| o.hold_id.as_deref()).collect();
     hold_ids.sort_unstable();
     for hold_id in hold_ids {
-        holds::release_hold_tx(conn, hold_id, &["ordered"], hold_status).await?;
+        holds::release_hold_tx(conn, hold_id, &[holds::HoldStatus::Ordered], hold_status).await?;
     }
     let topic = format!("order.{}", to_status.to_ascii_lowercase());
     for o in &ended {

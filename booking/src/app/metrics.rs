@@ -11,12 +11,9 @@ pub struct Metrics {
     pub registry: Registry,
     pub http_requests: IntCounterVec,
     pub http_latency: HistogramVec,
-    /// Holds placed, by kind (`seats`/`ga`).
-    pub holds: IntCounterVec,
-    /// Client-facing refusals (409/422/...), by machine code.
+    /// Client-facing refusals (409/422/...), by machine code. Shared by every domain that
+    /// refuses (the inventory gets a handle in its metrics).
     pub refusals: IntCounterVec,
-    /// Holds released by the sweeper.
-    pub holds_expired: IntCounterVec,
     /// Unpublished outbox rows (sampled by the relay).
     pub outbox_lag: IntGauge,
     /// Bids accepted, by path (`cold`/`hot`).
@@ -41,22 +38,15 @@ impl Metrics {
                 ]),
             &["route"],
         )?;
-        let holds = IntCounterVec::new(Opts::new("holds_total", "Holds placed"), &["kind"])?;
         let refusals = IntCounterVec::new(
             Opts::new("refusals_total", "Client errors by code"),
             &["code"],
-        )?;
-        let holds_expired = IntCounterVec::new(
-            Opts::new("holds_expired_total", "Holds released on expiry"),
-            &["kind"],
         )?;
         let outbox_lag = IntGauge::new("outbox_lag", "Unpublished outbox rows")?;
         let bids = IntCounterVec::new(Opts::new("bids_total", "Accepted bids"), &["path"])?;
         registry.register(Box::new(http_requests.clone()))?;
         registry.register(Box::new(http_latency.clone()))?;
-        registry.register(Box::new(holds.clone()))?;
         registry.register(Box::new(refusals.clone()))?;
-        registry.register(Box::new(holds_expired.clone()))?;
         registry.register(Box::new(outbox_lag.clone()))?;
         registry.register(Box::new(bids.clone()))?;
         let commerce = crate::orders::CommerceMetrics::register(&registry)?;
@@ -65,9 +55,7 @@ impl Metrics {
             registry,
             http_requests,
             http_latency,
-            holds,
             refusals,
-            holds_expired,
             outbox_lag,
             bids,
             commerce,

@@ -38,8 +38,6 @@ pub struct Inner {
 
     pub auctions_domain: crate::auctions::AuctionsState,
 
-    /// Per-process caches (seat maps etc.), keyed by whatever the owning module needs.
-    pub seat_map_cache: crate::inventory::seats::SeatMapCache,
     /// SKUs known to exist (cart writes skip the Postgres lookup).
     pub catalog: crate::orders::products::Catalog,
     /// Auction rate limiter, caches and live-price hub.
@@ -86,11 +84,23 @@ impl AppState {
         )
         .context("failed to register auth metrics")?;
         let redis = Redis::new(&config.redis)?;
-        let inventory = crate::inventory::InventoryState {
-            pool: pool.clone(),
-            redis: redis.clone(),
-            auth: auth.clone(),
-        };
+        let inventory = crate::inventory::InventoryState::new(
+            pool.clone(),
+            auth.clone(),
+            crate::inventory::InventorySettings {
+                sweeper_interval_ms: config.booking.sweeper_interval_ms,
+                sweeper_batch: config.booking.sweeper_batch,
+                max_seats_per_hold: config.booking.max_seats_per_hold,
+                async_commit_holds: config.booking.async_commit_holds,
+                seat_map_cache_s: config.booking.seat_map_cache_s,
+                currency: config.orders.currency.clone(),
+            },
+            crate::inventory::InventoryMetrics::register(
+                &metrics.registry,
+                metrics.refusals.clone(),
+            )
+            .context("failed to register inventory metrics")?,
+        );
 
         let orders = crate::orders::OrdersState {
             pool: pool.clone(),
@@ -129,7 +139,6 @@ impl AppState {
             auth,
             metrics,
             redis,
-            seat_map_cache: Default::default(),
             catalog: Default::default(),
             auctions: crate::auctions::AuctionRuntime::new(&config)
                 .context("failed to set up auctions")?,

@@ -6,7 +6,9 @@
 //! Postgres). Availability is a hint here: the hold statement decides. A seat whose hold has
 //! expired (by the database clock) is shown as available, as the next hold would take it.
 
-use crate::app::state::AppState;
+use crate::inventory::InventoryState;
+use crate::inventory::error::{During, InventoryError};
+use crate::inventory::http::{admitted_for, counted};
 use crate::platform::auth::Admitted;
 use crate::platform::error::{ApiError, ApiResult};
 use axum::Router;
@@ -16,20 +18,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use bytes::Bytes;
 use serde::Serialize;
+use sqlx::PgPool;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-pub fn router() -> Router<AppState> {
+pub fn router() -> Router<InventoryState> {
     Router::new().route("/api/events/{event}/seats", get(seat_map))
-}
-
-/// A well-formed seat id: 1..=64 ASCII letters, digits, `-`, `_`, `.`, `:`.
-pub fn is_valid_seat_id(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 64
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
 }
 
 type Slot = Arc<tokio::sync::Mutex<Option<(Instant, Bytes)>>>;
@@ -71,17 +66,17 @@ struct SeatMapView<'a> {
 }
 
 async fn seat_map(
-    State(state): State<AppState>,
+    State(state): State<InventoryState>,
     Path(event): Path<String>,
     admitted: Result<Admitted, ApiError>,
 ) -> ApiResult<Response> {
     let r = async {
-        crate::inventory::holds::admitted_for(admitted, &event)?;
-        cached_body(&state, &event).await
+        admitted_for(admitted, &event)?;
+        Ok(cached_body(&state, &event).await?)
     }
     .await;
-    let body = crate::inventory::holds::counted(&state, r)?;
-    let max_age = state.config.booking.seat_map_cache_s;
+    let body = counted(&state, r)?;
+    let max_age = state.settings.seat_map_cache_s;
     let cache_control = HeaderValue::from_str(&format!("private, max-age={max_age}"))
         .unwrap_or(HeaderValue::from_static("private, max-age=1"));
     Ok((
@@ -97,19 +92,19 @@ async fn seat_map(
         .into_response())
 }
 
-async fn cached_body(state: &AppState, event: &str) -> ApiResult<Bytes> {
-    let ttl = Duration::from_secs(state.config.booking.seat_map_cache_s);
+async fn cached_body(state: &InventoryState, event: &str) -> Result<Bytes, InventoryError> {
+    let ttl = Duration::from_secs(state.settings.seat_map_cache_s);
     if ttl.is_zero() {
-        return render(state, event).await;
+        return render(&state.pool, event).await;
     }
-    let slot = state.seat_map_cache.slot(event);
+    let slot = state.seat_maps.slot(event);
     let mut cached = slot.lock().await;
     if let Some((at, body)) = cached.as_ref()
         && at.elapsed() < ttl
     {
         return Ok(body.clone());
     }
-    match render(state, event).await {
+    match render(&state.pool, event).await {
         Ok(body) => {
             *cached = Some((Instant::now(), body.clone()));
             Ok(body)
@@ -117,19 +112,21 @@ async fn cached_body(state: &AppState, event: &str) -> ApiResult<Bytes> {
         Err(e) => {
             drop(cached);
             // Do not keep slots for events that do not exist.
-            state.seat_map_cache.forget(event);
+            state.seat_maps.forget(event);
             Err(e)
         }
     }
 }
 
-async fn render(state: &AppState, event: &str) -> ApiResult<Bytes> {
+/// The seat map's body, read from Postgres.
+async fn render(pool: &PgPool, event: &str) -> Result<Bytes, InventoryError> {
     let exists: Option<i32> = sqlx::query_scalar("SELECT 1 FROM events WHERE id = $1")
         .bind(event)
-        .fetch_optional(&state.pool)
-        .await?;
+        .fetch_optional(pool)
+        .await
+        .during("check that the event exists")?;
     if exists.is_none() {
-        return Err(crate::inventory::holds::unknown_event());
+        return Err(InventoryError::UnknownEvent);
     }
     let seats: Vec<SeatView> = sqlx::query_as(
         "SELECT seat_id, section, row_no, number, tier,
@@ -141,9 +138,9 @@ async fn render(state: &AppState, event: &str) -> ApiResult<Bytes> {
          ORDER BY section, row_no, number, seat_id",
     )
     .bind(event)
-    .fetch_all(&state.pool)
-    .await?;
-    let body = serde_json::to_vec(&SeatMapView { event, seats })
-        .map_err(|e| ApiError::unexpected(anyhow::Error::new(e).context("render seat map")))?;
+    .fetch_all(pool)
+    .await
+    .during("read the seat map")?;
+    let body = serde_json::to_vec(&SeatMapView { event, seats }).map_err(InventoryError::Render)?;
     Ok(Bytes::from(body))
 }

@@ -6,7 +6,9 @@
 //! The numbers are a hint for display: the hold statements decide. One query, one round trip:
 //! the tiers are aggregated to JSON by Postgres.
 
-use crate::app::state::AppState;
+use crate::inventory::InventoryState;
+use crate::inventory::error::{During, InventoryError};
+use crate::inventory::http::{admitted_for, counted};
 use crate::platform::auth::Admitted;
 use crate::platform::error::{ApiError, ApiResult};
 use axum::Router;
@@ -17,9 +19,10 @@ use axum::routing::get;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
+use sqlx::PgPool;
 use sqlx::types::Json;
 
-pub fn router() -> Router<AppState> {
+pub fn router() -> Router<InventoryState> {
     Router::new().route("/api/events/{event}", get(event_info))
 }
 
@@ -52,16 +55,16 @@ struct EventInfo {
 }
 
 async fn event_info(
-    State(state): State<AppState>,
+    State(state): State<InventoryState>,
     Path(event): Path<String>,
     admitted: Result<Admitted, ApiError>,
 ) -> ApiResult<Response> {
     let r = async {
-        crate::inventory::holds::admitted_for(admitted, &event)?;
-        load(&state, &event).await
+        admitted_for(admitted, &event)?;
+        Ok(load(&state.pool, &event, &state.settings.currency).await?)
     }
     .await;
-    let info = crate::inventory::holds::counted(&state, r)?;
+    let info = counted(&state, r)?;
     Ok((
         [(
             header::CACHE_CONTROL,
@@ -73,7 +76,7 @@ async fn event_info(
         .into_response())
 }
 
-async fn load(state: &AppState, event: &str) -> ApiResult<EventInfo> {
+async fn load(pool: &PgPool, event: &str, currency: &str) -> Result<EventInfo, InventoryError> {
     let row: Option<InfoRow> = sqlx::query_as(
         "SELECT e.id, e.name, e.venue, e.sale_start, e.hold_ttl_s, e.max_tickets_per_account,
                 COALESCE((SELECT json_agg(json_build_object('tier', p.tier, 'price', p.price)
@@ -93,9 +96,10 @@ async fn load(state: &AppState, event: &str) -> ApiResult<EventInfo> {
          FROM events e WHERE e.id = $1",
     )
     .bind(event)
-    .fetch_optional(&state.pool)
-    .await?;
-    let row = row.ok_or_else(crate::inventory::holds::unknown_event)?;
+    .fetch_optional(pool)
+    .await
+    .during("read the event with its tiers")?;
+    let row = row.ok_or(InventoryError::UnknownEvent)?;
     Ok(EventInfo {
         id: row.id,
         name: row.name,
@@ -103,7 +107,7 @@ async fn load(state: &AppState, event: &str) -> ApiResult<EventInfo> {
         sale_start: row.sale_start,
         hold_ttl_s: row.hold_ttl_s,
         max_tickets_per_account: row.max_tickets_per_account,
-        currency: state.config.orders.currency.clone(),
+        currency: currency.to_owned(),
         price_tiers: row.price_tiers.0,
         ga_tiers: row.ga_tiers.0,
     })

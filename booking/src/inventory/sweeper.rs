@@ -7,35 +7,77 @@
 //! sweepers run side by side without waiting on or double-processing each other.
 //!
 //! Only `active` holds are swept: an `ordered` hold belongs to its order, and the order-expiry
-//! job ends it (`holds::release_hold_tx(.., &["ordered"], "expired")`).
+//! job ends it (`holds::release_hold_tx(.., &[HoldStatus::Ordered], HoldStatus::Expired)`).
 //!
 //! Correctness never depends on the sweeper: a seat whose hold has expired is already
 //! available to the hold statement. Sweeping keeps the table tidy and returns GA units and
 //! usage, which nothing else reclaims.
 
-use crate::app::state::AppState;
-use crate::inventory::holds::{EndedHold, release_resources};
+use crate::inventory::InventoryState;
+use crate::inventory::error::{During, InventoryError};
+use crate::inventory::holds::repo::{EndedHold, release_resources};
+use crate::platform::jobs::Job;
 use anyhow::Context;
+use async_trait::async_trait;
+use prometheus::IntCounterVec;
 use sqlx::PgPool;
+use std::time::Duration;
 
-/// Sweeps until no expired active hold is left (or only ones other sweepers hold).
-pub async fn sweep_all(state: &AppState) -> anyhow::Result<u64> {
-    let batch = state.config.booking.sweeper_batch.max(1);
-    let mut total = 0;
-    loop {
-        let ended = sweep_batch(&state.pool, batch).await?;
-        for h in &ended {
-            state
-                .metrics
-                .holds_expired
-                .with_label_values(&[h.kind.as_str()])
-                .inc();
-        }
-        total += ended.len() as u64;
-        if (ended.len() as i64) < batch {
-            return Ok(total);
+/// The sweeper as a [`Job`]: every `sweeper_interval_ms` (at least 100 ms), sweep until no
+/// expired active hold is left.
+pub struct HoldSweeper {
+    pool: PgPool,
+    batch: i64,
+    every: Duration,
+    /// `holds_expired_total`, by kind.
+    expired: IntCounterVec,
+}
+
+impl HoldSweeper {
+    pub fn new(state: &InventoryState) -> Self {
+        Self {
+            pool: state.pool.clone(),
+            batch: state.settings.sweeper_batch.max(1),
+            every: Duration::from_millis(state.settings.sweeper_interval_ms.max(100)),
+            expired: state.metrics.holds_expired.clone(),
         }
     }
+
+    /// Sweeps until no expired active hold is left (or only ones other sweepers hold);
+    /// returns how many holds it expired.
+    pub async fn sweep_all(&self) -> anyhow::Result<u64> {
+        let mut total = 0;
+        loop {
+            let ended = sweep_batch(&self.pool, self.batch).await?;
+            for h in &ended {
+                self.expired.with_label_values(&[h.kind.as_str()]).inc();
+            }
+            total += ended.len() as u64;
+            if (ended.len() as i64) < self.batch {
+                return Ok(total);
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Job for HoldSweeper {
+    fn name(&self) -> &'static str {
+        "hold-sweeper"
+    }
+
+    fn period(&self) -> Duration {
+        self.every
+    }
+
+    async fn run_once(&self) -> anyhow::Result<()> {
+        self.sweep_all().await.map(drop)
+    }
+}
+
+/// Sweeps until no expired active hold is left, with the state's batch size and metrics.
+pub async fn sweep_all(state: &InventoryState) -> anyhow::Result<u64> {
+    HoldSweeper::new(state).sweep_all().await
 }
 
 /// Sweeps ONE batch of at most `batch` holds; returns how many it expired.
@@ -45,7 +87,7 @@ pub async fn sweep_once(pool: &PgPool, batch: i64) -> anyhow::Result<u64> {
 
 async fn sweep_batch(pool: &PgPool, batch: i64) -> anyhow::Result<Vec<EndedHold>> {
     crate::platform::db::retry(1, || async {
-        let mut tx = pool.begin().await?;
+        let mut tx = pool.begin().await.during("begin a sweep batch")?;
         let ended: Vec<EndedHold> = sqlx::query_as(
             "WITH expired AS (
                  SELECT id FROM holds
@@ -60,51 +102,16 @@ async fn sweep_batch(pool: &PgPool, batch: i64) -> anyhow::Result<Vec<EndedHold>
         )
         .bind(batch)
         .fetch_all(&mut *tx)
-        .await?;
+        .await
+        .during("expire a batch of expired active holds")?;
         if !ended.is_empty() {
-            release_resources(&mut tx, &ended).await?;
+            release_resources(&mut tx, &ended)
+                .await
+                .during("release what the expired holds held")?;
         }
-        tx.commit().await?;
-        Ok::<_, sqlx::Error>(ended)
+        tx.commit().await.during("commit a sweep batch")?;
+        Ok::<_, InventoryError>(ended)
     })
     .await
     .context("failed to sweep expired holds")
-}
-
-/// Expires one account's own expired active holds for an event (what the sweeper would do),
-/// so a fan whose earlier hold ran out is not refused by the ticket limit until the next
-/// sweep. Returns how many holds it ended.
-///
-/// Waits (plain `FOR UPDATE`, not `SKIP LOCKED`) when a sweeper is expiring the same hold at
-/// that moment: skipping it would return before the sweeper's commit gave the usage back, and
-/// the fan's retry would be refused `LIMIT_EXCEEDED` for nothing. Locks in the sweeper's order
-/// (`expires_at, id`), so the two never deadlock; the set is one account's few holds.
-pub(crate) async fn expire_account_holds(
-    pool: &PgPool,
-    event: &str,
-    account: &str,
-) -> sqlx::Result<u64> {
-    crate::platform::db::retry(1, || async {
-        let mut tx = pool.begin().await?;
-        let ended: Vec<EndedHold> = sqlx::query_as(
-            "UPDATE holds h SET status = 'expired'
-             WHERE h.id IN (
-                 SELECT id FROM holds
-                 WHERE event_id = $1 AND account_id = $2 AND status = 'active'
-                   AND expires_at <= clock_timestamp()
-                 ORDER BY expires_at, id
-                 FOR UPDATE)
-             RETURNING h.id, h.event_id, h.account_id, h.kind, h.quantity",
-        )
-        .bind(event)
-        .bind(account)
-        .fetch_all(&mut *tx)
-        .await?;
-        if !ended.is_empty() {
-            release_resources(&mut tx, &ended).await?;
-        }
-        tx.commit().await?;
-        Ok(ended.len() as u64)
-    })
-    .await
 }

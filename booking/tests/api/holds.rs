@@ -3,7 +3,9 @@
 
 use crate::events::{create_event, db_state, small_event};
 use crate::helpers::{TestApp, json};
-use booking::inventory::holds::{SellOutcome, pin_hold_tx, release_hold_tx, sell_hold_tx};
+use booking::inventory::holds::{
+    HoldStatus, SellOutcome, pin_hold_tx, release_hold_tx, sell_hold_tx,
+};
 use futures::future::join_all;
 use rand::seq::SliceRandom;
 use serde_json::{Value, json};
@@ -509,7 +511,7 @@ async fn pin_sell_and_release_helpers_for_orders() {
     .await
     .unwrap();
     assert_eq!(
-        booking::inventory::sweeper::sweep_all(&app.state)
+        booking::inventory::sweeper::sweep_all(&app.state.inventory)
             .await
             .unwrap(),
         0
@@ -577,13 +579,13 @@ async fn pin_sell_and_release_helpers_for_orders() {
     ));
     assert_eq!(db_state(&app.pool).await, before);
     // The order expiry job ends it: the remaining seat and the usage come back.
-    let released = release_hold_tx(&mut conn, &h2, &["ordered"], "expired")
+    let released = release_hold_tx(&mut conn, &h2, &[HoldStatus::Ordered], HoldStatus::Expired)
         .await
         .unwrap()
         .unwrap();
     assert_eq!((released.seats_released, released.quantity), (1, 2));
     assert!(
-        release_hold_tx(&mut conn, &h2, &["ordered"], "expired")
+        release_hold_tx(&mut conn, &h2, &[HoldStatus::Ordered], HoldStatus::Expired)
             .await
             .unwrap()
             .is_none()

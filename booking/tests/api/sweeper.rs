@@ -52,13 +52,13 @@ async fn the_sweeper_releases_expired_holds_only() {
         sqlx::query("UPDATE seats SET held_until = clock_timestamp() - interval '1 second' WHERE hold_id = $1").bind(id).execute(&app.pool).await.unwrap();
     }
     assert_eq!(
-        booking::inventory::sweeper::sweep_all(&app.state)
+        booking::inventory::sweeper::sweep_all(&app.state.inventory)
             .await
             .unwrap(),
         2
     );
     assert_eq!(
-        booking::inventory::sweeper::sweep_all(&app.state)
+        booking::inventory::sweeper::sweep_all(&app.state.inventory)
             .await
             .unwrap(),
         0

@@ -1,0 +1,383 @@
+//! An event as the admin API creates it: the request, its defaults, and every check that
+//! needs no database (a bad request is refused before anything is written). Pure, with unit
+//! tests below.
+
+use crate::inventory::model::{Invalid, is_valid_seat_id};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+
+/// Most seats one event may have.
+pub const MAX_SEATS: u64 = 200_000;
+/// Most rows, or seats per row, in one section.
+const MAX_SECTION_DIM: i32 = 10_000;
+/// Largest price (minor units) and GA capacity accepted.
+const MAX_PRICE: i64 = 1_000_000_000_000;
+const MAX_GA_CAPACITY: i32 = 10_000_000;
+const MAX_GA_SHARDS: i32 = 64;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateEvent {
+    pub id: Option<String>,
+    pub name: String,
+    #[serde(default)]
+    pub venue: String,
+    pub sale_start: DateTime<Utc>,
+    #[serde(default = "default_ttl")]
+    pub hold_ttl_s: i32,
+    #[serde(default = "default_limit")]
+    pub max_tickets_per_account: i32,
+    #[serde(default)]
+    pub price_tiers: Vec<PriceTier>,
+    #[serde(default)]
+    pub seat_map: SeatMap,
+    #[serde(default)]
+    pub ga_tiers: Vec<GaTierSpec>,
+    /// What a refund or dispute of a paid order does with its seats/units.
+    #[serde(default)]
+    pub refund_stock: RefundStock,
+}
+
+/// `refund_stock`: units of an order refunded or disputed at the provider go back on sale
+/// (`release`, the default) or are held back, neither sold nor on sale (`hold_back`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, sqlx::Type)]
+#[serde(rename_all = "snake_case")]
+#[sqlx(type_name = "text", rename_all = "snake_case")]
+pub enum RefundStock {
+    #[default]
+    Release,
+    HoldBack,
+}
+
+impl RefundStock {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RefundStock::Release => "release",
+            RefundStock::HoldBack => "hold_back",
+        }
+    }
+}
+
+fn default_ttl() -> i32 {
+    600
+}
+fn default_limit() -> i32 {
+    4
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PriceTier {
+    pub tier: String,
+    pub price: i64,
+}
+
+/// Sections (rows × seats per row, ids `"{section}-R{row}-{n}"`) and/or explicit seats.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SeatMap {
+    #[serde(default)]
+    pub sections: Vec<Section>,
+    #[serde(default)]
+    pub seats: Vec<ExplicitSeat>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Section {
+    pub name: String,
+    pub rows: i32,
+    pub seats_per_row: i32,
+    pub price_tier: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExplicitSeat {
+    pub seat_id: String,
+    pub section: String,
+    pub row: i32,
+    pub number: i32,
+    pub price_tier: String,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct GaTierSpec {
+    pub tier: String,
+    pub price: i64,
+    pub capacity: i32,
+    #[serde(default = "one")]
+    pub shards: i32,
+}
+
+fn one() -> i32 {
+    1
+}
+
+#[derive(Debug, Serialize)]
+pub struct EventCreated {
+    pub id: String,
+    pub name: String,
+    pub venue: String,
+    pub sale_start: DateTime<Utc>,
+    pub hold_ttl_s: i32,
+    pub max_tickets_per_account: i32,
+    pub seats: u64,
+    pub price_tiers: Vec<PriceTier>,
+    pub ga_tiers: Vec<GaTierSpec>,
+    pub refund_stock: RefundStock,
+}
+
+/// Section and tier names: 1..=32 ASCII letters, digits, `-`, `_` (they become part of seat ids).
+fn is_valid_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 32
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+fn invalid(field: &'static str, message: impl Into<String>) -> Invalid {
+    Invalid::field(field, message)
+}
+
+/// Checks everything that can be checked without the database; returns the seat count.
+pub fn validate(req: &CreateEvent) -> Result<u64, Invalid> {
+    if let Some(id) = &req.id
+        && !shared::ids::is_valid_slug(id)
+    {
+        return Err(invalid(
+            "id",
+            "id must be 1-64 characters of a-z, 0-9, - and _",
+        ));
+    }
+    if req.name.trim().is_empty() || req.name.chars().count() > 200 {
+        return Err(invalid("name", "name must be 1-200 characters"));
+    }
+    if req.venue.chars().count() > 200 {
+        return Err(invalid("venue", "venue must be at most 200 characters"));
+    }
+    if !(10..=86_400).contains(&req.hold_ttl_s) {
+        return Err(invalid("hold_ttl_s", "hold_ttl_s must be 10..=86400"));
+    }
+    if !(1..=100).contains(&req.max_tickets_per_account) {
+        return Err(invalid(
+            "max_tickets_per_account",
+            "max_tickets_per_account must be 1..=100",
+        ));
+    }
+    let mut tiers = HashSet::new();
+    for t in &req.price_tiers {
+        if !is_valid_name(&t.tier) {
+            return Err(invalid(
+                "price_tiers",
+                "tier names are 1-32 of A-Z a-z 0-9 - _",
+            ));
+        }
+        if !(0..=MAX_PRICE).contains(&t.price) {
+            return Err(
+                invalid("price_tiers", "price must be 0..=10^12 minor units")
+                    .with("tier", t.tier.clone()),
+            );
+        }
+        if !tiers.insert(t.tier.as_str()) {
+            return Err(invalid("price_tiers", "duplicate price tier").with("tier", t.tier.clone()));
+        }
+    }
+    let mut total: u64 = 0;
+    let mut sections = HashSet::new();
+    for s in &req.seat_map.sections {
+        if !is_valid_name(&s.name) {
+            return Err(invalid(
+                "seat_map.sections",
+                "section names are 1-32 of A-Z a-z 0-9 - _",
+            ));
+        }
+        if !sections.insert(s.name.as_str()) {
+            return Err(invalid("seat_map.sections", "duplicate section name")
+                .with("section", s.name.clone()));
+        }
+        if !(1..=MAX_SECTION_DIM).contains(&s.rows)
+            || !(1..=MAX_SECTION_DIM).contains(&s.seats_per_row)
+        {
+            return Err(invalid(
+                "seat_map.sections",
+                format!("rows and seats_per_row must be 1..={MAX_SECTION_DIM}"),
+            )
+            .with("section", s.name.clone()));
+        }
+        if !tiers.contains(s.price_tier.as_str()) {
+            return Err(invalid("seat_map.sections", "unknown price tier")
+                .with("section", s.name.clone())
+                .with("tier", s.price_tier.clone()));
+        }
+        total += s.rows as u64 * s.seats_per_row as u64;
+        if total > MAX_SEATS {
+            return Err(invalid(
+                "seat_map",
+                format!("an event has at most {MAX_SEATS} seats"),
+            ));
+        }
+    }
+    let mut ids = HashSet::with_capacity(req.seat_map.seats.len());
+    for s in &req.seat_map.seats {
+        if !is_valid_seat_id(&s.seat_id) {
+            return Err(invalid("seat_map.seats", "malformed seat id")
+                .with("seat", s.seat_id.chars().take(80).collect::<String>()));
+        }
+        if !is_valid_name(&s.section) || s.row < 1 || s.number < 1 {
+            return Err(invalid(
+                "seat_map.seats",
+                "each seat needs a valid section and row/number >= 1",
+            )
+            .with("seat", s.seat_id.clone()));
+        }
+        if !tiers.contains(s.price_tier.as_str()) {
+            return Err(invalid("seat_map.seats", "unknown price tier")
+                .with("seat", s.seat_id.clone())
+                .with("tier", s.price_tier.clone()));
+        }
+        if !ids.insert(s.seat_id.as_str()) {
+            return Err(
+                invalid("seat_map.seats", "duplicate seat id").with("seat", s.seat_id.clone())
+            );
+        }
+        total += 1;
+        if total > MAX_SEATS {
+            return Err(invalid(
+                "seat_map",
+                format!("an event has at most {MAX_SEATS} seats"),
+            ));
+        }
+    }
+    let mut ga = HashSet::new();
+    for t in &req.ga_tiers {
+        if !is_valid_name(&t.tier) {
+            return Err(invalid(
+                "ga_tiers",
+                "tier names are 1-32 of A-Z a-z 0-9 - _",
+            ));
+        }
+        if !ga.insert(t.tier.as_str()) {
+            return Err(invalid("ga_tiers", "duplicate GA tier").with("tier", t.tier.clone()));
+        }
+        if !(0..=MAX_PRICE).contains(&t.price) {
+            return Err(invalid("ga_tiers", "price must be 0..=10^12 minor units")
+                .with("tier", t.tier.clone()));
+        }
+        if !(0..=MAX_GA_CAPACITY).contains(&t.capacity) {
+            return Err(invalid(
+                "ga_tiers",
+                format!("capacity must be 0..={MAX_GA_CAPACITY}"),
+            )
+            .with("tier", t.tier.clone()));
+        }
+        if !(1..=MAX_GA_SHARDS).contains(&t.shards) || t.shards > t.capacity.max(1) {
+            return Err(invalid(
+                "ga_tiers",
+                format!("shards must be 1..={MAX_GA_SHARDS} and at most the capacity"),
+            )
+            .with("tier", t.tier.clone()));
+        }
+    }
+    // An event without seats or GA tiers is fine: a flash sale of products or an auction day
+    // is an event too (its products and auctions belong to it).
+    Ok(total)
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    fn event(extra: Value) -> CreateEvent {
+        let mut body = json!({
+            "name": "Finals",
+            "sale_start": "2030-01-01T00:00:00Z",
+            "price_tiers": [{"tier": "A", "price": 5000}],
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        serde_json::from_value(body).unwrap()
+    }
+
+    fn refused(extra: Value) -> Invalid {
+        validate(&event(extra)).unwrap_err()
+    }
+
+    #[test]
+    fn an_event_counts_its_generated_and_explicit_seats() {
+        let req = event(json!({
+            "seat_map": {
+                "sections": [{"name": "A", "rows": 3, "seats_per_row": 4, "price_tier": "A"}],
+                "seats": [{"seat_id": "VIP-1", "section": "VIP", "row": 1, "number": 1,
+                           "price_tier": "A"}],
+            },
+        }));
+        assert_eq!(validate(&req), Ok(13));
+        assert_eq!((req.hold_ttl_s, req.max_tickets_per_account), (600, 4));
+        assert_eq!(req.refund_stock, RefundStock::Release);
+    }
+
+    #[test]
+    fn an_event_without_seats_is_fine() {
+        assert_eq!(validate(&event(json!({}))), Ok(0));
+    }
+
+    #[test]
+    fn the_ttl_and_ticket_limit_stay_within_the_database_checks() {
+        let e = refused(json!({"hold_ttl_s": 9}));
+        assert_eq!(e.detail("field"), Some(&Value::from("hold_ttl_s")));
+        let e = refused(json!({"max_tickets_per_account": 101}));
+        assert_eq!(e.message, "max_tickets_per_account must be 1..=100");
+    }
+
+    #[test]
+    fn a_section_must_use_a_known_tier() {
+        let e = refused(json!({"seat_map": {"sections": [
+            {"name": "B", "rows": 1, "seats_per_row": 1, "price_tier": "nope"}]}}));
+        assert_eq!(e.message, "unknown price tier");
+        assert_eq!(e.detail("section"), Some(&Value::from("B")));
+        assert_eq!(e.detail("tier"), Some(&Value::from("nope")));
+    }
+
+    #[test]
+    fn an_event_is_capped_at_max_seats() {
+        let e = refused(json!({"seat_map": {"sections": [
+            {"name": "A", "rows": 10000, "seats_per_row": 20, "price_tier": "A"},
+            {"name": "B", "rows": 1, "seats_per_row": 1, "price_tier": "A"}]}}));
+        assert_eq!(e.message, format!("an event has at most {MAX_SEATS} seats"));
+        assert_eq!(e.detail("field"), Some(&Value::from("seat_map")));
+    }
+
+    #[test]
+    fn duplicate_explicit_seats_are_refused() {
+        let seat = json!({"seat_id": "X-1", "section": "X", "row": 1, "number": 1,
+                          "price_tier": "A"});
+        let e = refused(json!({"seat_map": {"seats": [seat.clone(), seat]}}));
+        assert_eq!(e.message, "duplicate seat id");
+        assert_eq!(e.detail("seat"), Some(&Value::from("X-1")));
+    }
+
+    #[test]
+    fn ga_shards_never_outnumber_the_capacity() {
+        let e = refused(json!({"ga_tiers": [
+            {"tier": "floor", "price": 100, "capacity": 2, "shards": 3}]}));
+        assert_eq!(e.detail("tier"), Some(&Value::from("floor")));
+        let ok = event(json!({"ga_tiers": [
+            {"tier": "floor", "price": 100, "capacity": 0}]}));
+        assert_eq!(validate(&ok), Ok(0), "an empty tier has one shard");
+    }
+
+    #[test]
+    fn refund_stock_reads_and_writes_the_stored_strings() {
+        for (v, s) in [
+            (RefundStock::Release, "release"),
+            (RefundStock::HoldBack, "hold_back"),
+        ] {
+            assert_eq!(v.as_str(), s);
+            assert_eq!(serde_json::to_value(v).unwrap(), Value::from(s));
+        }
+    }
+}

@@ -1,0 +1,283 @@
+//! The event statements: create an event whole (one transaction; seats inserted in bulk by
+//! Postgres itself) and read its counts from one snapshot.
+
+use super::model::{CreateEvent, EventCreated, RefundStock};
+use crate::inventory::error::{During, InventoryError};
+use crate::inventory::model::Invalid;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::PgPool;
+
+type Result<T> = std::result::Result<T, InventoryError>;
+
+/// The constraint a unique violation came from, if any.
+fn unique_violation(e: &sqlx::Error) -> Option<String> {
+    let db = e.as_database_error()?;
+    if db.code().as_deref() == Some("23505") {
+        Some(db.constraint().unwrap_or_default().to_owned())
+    } else {
+        None
+    }
+}
+
+/// Creates the event with its tiers, seats and GA counters in one transaction; `seats` is
+/// the count [`validate`](super::model::validate) returned.
+pub(super) async fn insert_event(
+    pool: &PgPool,
+    req: CreateEvent,
+    seats: u64,
+) -> Result<EventCreated> {
+    let id = req.id.clone().unwrap_or_else(shared::ids::new_id);
+    let started = std::time::Instant::now();
+    match insert_tx(pool, &id, &req).await {
+        Ok(true) => {}
+        Ok(false) => return Err(InventoryError::EventExists { id }),
+        Err(e) => {
+            return Err(match e.db_source().and_then(unique_violation).as_deref() {
+                Some("events_pkey") => InventoryError::EventExists { id },
+                // An explicit seat id equal to a generated one.
+                Some("seats_pkey") => Invalid::field("seat_map", "duplicate seat id").into(),
+                _ => e,
+            });
+        }
+    }
+    tracing::info!(
+        event = %id,
+        seats,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "event created"
+    );
+    Ok(EventCreated {
+        id,
+        name: req.name,
+        venue: req.venue,
+        sale_start: req.sale_start,
+        hold_ttl_s: req.hold_ttl_s,
+        max_tickets_per_account: req.max_tickets_per_account,
+        seats,
+        price_tiers: req.price_tiers,
+        ga_tiers: req.ga_tiers,
+        refund_stock: req.refund_stock,
+    })
+}
+
+/// The insert transaction; `false` when an event with this id exists (nothing written).
+async fn insert_tx(pool: &PgPool, id: &str, req: &CreateEvent) -> Result<bool> {
+    let mut tx = pool.begin().await.during("begin creating the event")?;
+    let inserted: Option<String> = sqlx::query_scalar(
+        "INSERT INTO events (id, name, venue, sale_start, hold_ttl_s, max_tickets_per_account,
+                                 refund_stock)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)
+             ON CONFLICT (id) DO NOTHING
+             RETURNING id",
+    )
+    .bind(id)
+    .bind(&req.name)
+    .bind(&req.venue)
+    .bind(req.sale_start)
+    .bind(req.hold_ttl_s)
+    .bind(req.max_tickets_per_account)
+    .bind(req.refund_stock)
+    .fetch_optional(&mut *tx)
+    .await
+    .during("insert the event row")?;
+    if inserted.is_none() {
+        return Ok(false);
+    }
+    let tier_names: Vec<&str> = req.price_tiers.iter().map(|t| t.tier.as_str()).collect();
+    let tier_prices: Vec<i64> = req.price_tiers.iter().map(|t| t.price).collect();
+    sqlx::query(
+        "INSERT INTO price_tiers (event_id, tier, price)
+             SELECT $1, t, p FROM unnest($2::text[], $3::bigint[]) AS x(t, p)",
+    )
+    .bind(id)
+    .bind(&tier_names)
+    .bind(&tier_prices)
+    .execute(&mut *tx)
+    .await
+    .during("insert the price tiers")?;
+    let sections = &req.seat_map.sections;
+    if !sections.is_empty() {
+        let names: Vec<&str> = sections.iter().map(|s| s.name.as_str()).collect();
+        let rows: Vec<i32> = sections.iter().map(|s| s.rows).collect();
+        let per_row: Vec<i32> = sections.iter().map(|s| s.seats_per_row).collect();
+        let tiers: Vec<&str> = sections.iter().map(|s| s.price_tier.as_str()).collect();
+        sqlx::query(
+            "INSERT INTO seats (event_id, seat_id, section, row_no, number, tier)
+                 SELECT $1, s.name || '-R' || r || '-' || n, s.name, r, n, s.tier
+                 FROM unnest($2::text[], $3::int[], $4::int[], $5::text[])
+                          AS s(name, nrows, per_row, tier),
+                      generate_series(1, s.nrows) AS r,
+                      generate_series(1, s.per_row) AS n",
+        )
+        .bind(id)
+        .bind(&names)
+        .bind(&rows)
+        .bind(&per_row)
+        .bind(&tiers)
+        .execute(&mut *tx)
+        .await
+        .during("insert the seats of the sections")?;
+    }
+    let explicit = &req.seat_map.seats;
+    if !explicit.is_empty() {
+        let ids: Vec<&str> = explicit.iter().map(|s| s.seat_id.as_str()).collect();
+        let secs: Vec<&str> = explicit.iter().map(|s| s.section.as_str()).collect();
+        let rows: Vec<i32> = explicit.iter().map(|s| s.row).collect();
+        let nums: Vec<i32> = explicit.iter().map(|s| s.number).collect();
+        let tiers: Vec<&str> = explicit.iter().map(|s| s.price_tier.as_str()).collect();
+        sqlx::query(
+            "INSERT INTO seats (event_id, seat_id, section, row_no, number, tier)
+                 SELECT $1, x.seat_id, x.section, x.row_no, x.number, x.tier
+                 FROM unnest($2::text[], $3::text[], $4::int[], $5::int[], $6::text[])
+                          AS x(seat_id, section, row_no, number, tier)",
+        )
+        .bind(id)
+        .bind(&ids)
+        .bind(&secs)
+        .bind(&rows)
+        .bind(&nums)
+        .bind(&tiers)
+        .execute(&mut *tx)
+        .await
+        .during("insert the explicit seats")?;
+    }
+    if !req.ga_tiers.is_empty() {
+        let names: Vec<&str> = req.ga_tiers.iter().map(|t| t.tier.as_str()).collect();
+        let prices: Vec<i64> = req.ga_tiers.iter().map(|t| t.price).collect();
+        let caps: Vec<i32> = req.ga_tiers.iter().map(|t| t.capacity).collect();
+        let shards: Vec<i32> = req.ga_tiers.iter().map(|t| t.shards).collect();
+        sqlx::query(
+            "INSERT INTO ga_tiers (event_id, tier, price, capacity, shards)
+                 SELECT $1, t, p, c, s FROM unnest($2::text[], $3::bigint[], $4::int[], $5::int[])
+                     AS x(t, p, c, s)",
+        )
+        .bind(id)
+        .bind(&names)
+        .bind(&prices)
+        .bind(&caps)
+        .bind(&shards)
+        .execute(&mut *tx)
+        .await
+        .during("insert the GA tiers")?;
+        // The capacity is spread evenly: shard i gets capacity / shards, plus one for the
+        // first capacity % shards shards, so the shards add up to exactly the capacity.
+        sqlx::query(
+                "INSERT INTO ga_counters (event_id, tier, shard, available)
+                 SELECT $1, t.tier, g.i,
+                        t.capacity / t.shards + CASE WHEN g.i < t.capacity % t.shards THEN 1 ELSE 0 END
+                 FROM ga_tiers t, generate_series(0, t.shards - 1) AS g(i)
+                 WHERE t.event_id = $1",
+            )
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .during("insert the GA counters")?;
+    }
+    tx.commit().await.during("commit the new event")?;
+    Ok(true)
+}
+
+#[derive(Debug, Serialize, sqlx::FromRow)]
+pub struct GaCounts {
+    pub tier: String,
+    pub price: i64,
+    pub capacity: i32,
+    pub shards: i32,
+    pub available: i64,
+    pub held: i64,
+    pub sold: i64,
+    /// Units of refunded/disputed orders held back (`refund_stock = "hold_back"`).
+    pub held_back: i64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct EventCounts {
+    pub id: String,
+    pub name: String,
+    pub venue: String,
+    pub sale_start: DateTime<Utc>,
+    pub hold_ttl_s: i32,
+    pub max_tickets_per_account: i32,
+    pub seats: i64,
+    pub available: i64,
+    pub held: i64,
+    pub sold: i64,
+    /// Seats of refunded/disputed orders held back (`refund_stock = "hold_back"`).
+    pub held_back: i64,
+    pub refund_stock: RefundStock,
+    pub ga_tiers: Vec<GaCounts>,
+}
+
+type EventRow = (String, String, String, DateTime<Utc>, i32, i32, RefundStock);
+
+/// Counts from one snapshot (REPEATABLE READ), so seats and GA add up to the same moment.
+/// A seat held past `held_until` counts as available: the next hold takes it. GA `held`
+/// is what the counters hold (expired GA holds count until the sweeper returns them).
+pub(super) async fn event_counts(pool: &PgPool, event: &str) -> Result<EventCounts> {
+    if !shared::ids::is_valid_slug(event) {
+        return Err(InventoryError::UnknownEvent);
+    }
+    let mut tx = pool
+        .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        .await
+        .during("begin reading the event's counts")?;
+    let row: Option<EventRow> = sqlx::query_as(
+        "SELECT id, name, venue, sale_start, hold_ttl_s, max_tickets_per_account, refund_stock
+         FROM events WHERE id = $1",
+    )
+    .bind(event)
+    .fetch_optional(&mut *tx)
+    .await
+    .during("read the event")?;
+    let Some((id, name, venue, sale_start, hold_ttl_s, max_tickets_per_account, refund_stock)) =
+        row
+    else {
+        return Err(InventoryError::UnknownEvent);
+    };
+    let (seats, available, held, sold, held_back): (i64, i64, i64, i64, i64) = sqlx::query_as(
+        "SELECT count(*),
+                count(*) FILTER (WHERE status = 'available'
+                                 OR (status = 'held' AND held_until <= clock_timestamp())),
+                count(*) FILTER (WHERE status = 'held' AND held_until > clock_timestamp()),
+                count(*) FILTER (WHERE status = 'sold'),
+                count(*) FILTER (WHERE status = 'held_back')
+         FROM seats WHERE event_id = $1",
+    )
+    .bind(event)
+    .fetch_one(&mut *tx)
+    .await
+    .during("count the seats")?;
+    let ga_tiers: Vec<GaCounts> = sqlx::query_as(
+        "SELECT t.tier, t.price, t.capacity, t.shards,
+                COALESCE(sum(c.available), 0)::bigint AS available,
+                (t.capacity - COALESCE(sum(c.available), 0) - COALESCE(sum(c.sold), 0)
+                    - COALESCE(sum(c.held_back), 0))::bigint AS held,
+                COALESCE(sum(c.sold), 0)::bigint AS sold,
+                COALESCE(sum(c.held_back), 0)::bigint AS held_back
+         FROM ga_tiers t LEFT JOIN ga_counters c USING (event_id, tier)
+         WHERE t.event_id = $1
+         GROUP BY t.tier, t.price, t.capacity, t.shards
+         ORDER BY t.tier",
+    )
+    .bind(event)
+    .fetch_all(&mut *tx)
+    .await
+    .during("count the GA units")?;
+    tx.commit().await.during("finish reading the counts")?;
+    Ok(EventCounts {
+        id,
+        name,
+        venue,
+        sale_start,
+        hold_ttl_s,
+        max_tickets_per_account,
+        seats,
+        available,
+        held,
+        sold,
+        held_back,
+        refund_stock,
+        ga_tiers,
+    })
+}

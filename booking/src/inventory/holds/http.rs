@@ -1,0 +1,205 @@
+//! `POST /api/events/{event}/holds` (take seats) and `DELETE /api/holds/{hold}` (let them go).
+
+use crate::inventory::InventoryState;
+use crate::inventory::error::{During, InventoryError};
+use crate::inventory::holds::repo::release_hold_inner;
+use crate::inventory::holds::take::{
+    Attempt, begin_hold_tx, expire_account_holds, hold_status, limit_refusal, sale_not_started,
+    seat_refusal, take_seats_tx,
+};
+use crate::inventory::http::{admitted_for, counted};
+use crate::inventory::model::{HoldKind, HoldStatus, check_seat_list, is_plausible_hold_id};
+use crate::platform::auth::Admitted;
+use crate::platform::db;
+use crate::platform::error::{ApiError, ApiResult};
+use crate::platform::json::ApiJson;
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::{delete, post};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+pub fn router() -> Router<InventoryState> {
+    Router::new()
+        .route("/api/events/{event}/holds", post(create_hold))
+        .route("/api/holds/{hold}", delete(delete_hold))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HoldRequest {
+    pub seats: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct HoldResponse {
+    pub hold_id: String,
+    pub event: String,
+    pub kind: HoldKind,
+    pub seats: Vec<String>,
+    pub held_until: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+    pub total: i64,
+}
+
+async fn create_hold(
+    State(state): State<InventoryState>,
+    Path(event): Path<String>,
+    admitted: Result<Admitted, ApiError>,
+    body: Result<ApiJson<HoldRequest>, ApiError>,
+) -> ApiResult<(StatusCode, ApiJson<HoldResponse>)> {
+    let r = async {
+        let account = admitted_for(admitted, &event)?;
+        let ApiJson(req) = body?;
+        Ok(hold_seats(&state, &event, &account, req.seats).await?)
+    }
+    .await;
+    let resp = counted(&state, r)?;
+    state.metrics.holds.with_label_values(&["seats"]).inc();
+    Ok((StatusCode::CREATED, ApiJson(resp)))
+}
+
+async fn hold_seats(
+    state: &InventoryState,
+    event: &str,
+    account: &str,
+    seats: Vec<String>,
+) -> Result<HoldResponse, InventoryError> {
+    let n = check_seat_list(&seats, state.settings.max_seats_per_hold)?;
+    let (pool, async_commit) = (&state.pool, state.settings.async_commit_holds);
+    let mut healed = false;
+    loop {
+        let attempt = db::retry(1, || {
+            take_seats_tx(pool, async_commit, event, account, &seats, n)
+        })
+        .await?;
+        match attempt {
+            Attempt::Done(taken) => {
+                for kind in &taken.reclaimed {
+                    state
+                        .metrics
+                        .holds_expired
+                        .with_label_values(&[kind.as_str()])
+                        .inc();
+                }
+                let total = taken.seats.iter().map(|(_, p)| p).sum();
+                return Ok(HoldResponse {
+                    hold_id: taken.hold_id,
+                    event: event.to_owned(),
+                    kind: HoldKind::Seats,
+                    seats,
+                    held_until: taken.expires_at,
+                    expires_at: taken.expires_at,
+                    total,
+                });
+            }
+            Attempt::Limit if !healed => {
+                // The account's own expired holds still count until swept; expire them now
+                // (exactly like the sweeper would) and try once more.
+                healed = true;
+                // Try again even when it ended nothing itself: it may have waited for a
+                // sweeper that was expiring the same hold and has now given the usage back.
+                expire_account_holds(pool, event, account).await?;
+            }
+            Attempt::Limit => return Err(limit_refusal(pool, event, account, n).await),
+            Attempt::NotOnSale => return Err(sale_not_started(pool, event).await),
+            Attempt::Short(taken) => return Err(seat_refusal(pool, event, &seats, taken).await),
+        }
+    }
+}
+
+async fn delete_hold(
+    State(state): State<InventoryState>,
+    Path(hold): Path<String>,
+    admitted: Result<Admitted, ApiError>,
+) -> ApiResult<StatusCode> {
+    let r = async {
+        let admitted = admitted?;
+        Ok(release_own_hold(&state, &hold, admitted.account()).await?)
+    }
+    .await;
+    counted(&state, r)
+}
+
+async fn release_own_hold(
+    state: &InventoryState,
+    hold: &str,
+    account: &str,
+) -> Result<StatusCode, InventoryError> {
+    if !is_plausible_hold_id(hold) {
+        return Err(InventoryError::HoldNotFound);
+    }
+    let released = db::retry(1, || async {
+        let mut tx = begin_hold_tx(&state.pool, state.settings.async_commit_holds).await?;
+        let r = release_hold_inner(
+            &mut tx,
+            hold,
+            Some(account),
+            &[HoldStatus::Active],
+            HoldStatus::Released,
+        )
+        .await
+        .during("release the hold")?;
+        tx.commit().await.during("commit the release")?;
+        Ok::<_, InventoryError>(r)
+    })
+    .await?;
+    if released.is_some() {
+        return Ok(StatusCode::NO_CONTENT);
+    }
+    // Nothing changed; say why (a read for the answer only).
+    why_not_released(hold_status(&state.pool, hold).await?, account)
+}
+
+/// The answer to a release that changed nothing, from the hold's status and owner: someone
+/// else's hold does not exist for this caller; an order's hold is the order's to end; an
+/// already released or expired hold makes the release idempotent.
+fn why_not_released(
+    row: Option<(HoldStatus, String)>,
+    account: &str,
+) -> Result<StatusCode, InventoryError> {
+    match row {
+        None => Err(InventoryError::HoldNotFound),
+        Some((_, owner)) if owner != account => Err(InventoryError::HoldNotFound),
+        Some((status, _)) if status.is_owned_by_order() => {
+            Err(InventoryError::HoldOrdered { status })
+        }
+        Some(_) => Ok(StatusCode::NO_CONTENT),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owned(status: HoldStatus) -> Option<(HoldStatus, String)> {
+        Some((status, "fan".to_owned()))
+    }
+
+    #[test]
+    fn a_release_that_changed_nothing_is_explained() {
+        assert!(matches!(
+            why_not_released(None, "fan"),
+            Err(InventoryError::HoldNotFound)
+        ));
+        // Another account's hold is not found, whatever its status: ids are not disclosed.
+        assert!(matches!(
+            why_not_released(owned(HoldStatus::Ordered), "thief"),
+            Err(InventoryError::HoldNotFound)
+        ));
+        for status in [HoldStatus::Ordered, HoldStatus::Sold] {
+            assert!(matches!(
+                why_not_released(owned(status), "fan"),
+                Err(InventoryError::HoldOrdered { status: s }) if s == status
+            ));
+        }
+        for status in [HoldStatus::Released, HoldStatus::Expired] {
+            assert_eq!(
+                why_not_released(owned(status), "fan").ok(),
+                Some(StatusCode::NO_CONTENT),
+                "{status:?}"
+            );
+        }
+    }
+}
