@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 
 pub fn spawn_all(state: AppState, stop: watch::Receiver<bool>) -> Vec<JoinHandle<()>> {
     let sweep_every = Duration::from_millis(state.config.booking.sweeper_interval_ms.max(100));
-    let mut jobs = crate::auctions::spawn_jobs(&state, &stop);
+    let mut jobs = crate::platform::jobs::spawn_all(crate::auctions::jobs(&state.auctions), &stop);
     jobs.extend(crate::orders::spawn_jobs(&state, &stop));
     jobs.extend(crate::payments::spawn_jobs(&state, &stop));
     jobs.push(crate::platform::jobs::spawn(

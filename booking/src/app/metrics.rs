@@ -13,14 +13,13 @@ pub struct Metrics {
     pub http_latency: HistogramVec,
     /// Holds placed, by kind (`seats`/`ga`).
     pub holds: IntCounterVec,
-    /// Client-facing refusals (409/422/...), by machine code.
+    /// Client-facing refusals (409/422/...), by machine code; shared with the domains that
+    /// refuse (auctions get a clone in their metrics).
     pub refusals: IntCounterVec,
     /// Holds released by the sweeper.
     pub holds_expired: IntCounterVec,
     /// Unpublished outbox rows (sampled by the relay).
     pub outbox_lag: IntGauge,
-    /// Bids accepted, by path (`cold`/`hot`).
-    pub bids: IntCounterVec,
     /// Carts, orders and the flash-sale gate.
     pub commerce: crate::orders::CommerceMetrics,
     /// Payments, webhooks, outbox relay and ticket delivery.
@@ -51,14 +50,12 @@ impl Metrics {
             &["kind"],
         )?;
         let outbox_lag = IntGauge::new("outbox_lag", "Unpublished outbox rows")?;
-        let bids = IntCounterVec::new(Opts::new("bids_total", "Accepted bids"), &["path"])?;
         registry.register(Box::new(http_requests.clone()))?;
         registry.register(Box::new(http_latency.clone()))?;
         registry.register(Box::new(holds.clone()))?;
         registry.register(Box::new(refusals.clone()))?;
         registry.register(Box::new(holds_expired.clone()))?;
         registry.register(Box::new(outbox_lag.clone()))?;
-        registry.register(Box::new(bids.clone()))?;
         let commerce = crate::orders::CommerceMetrics::register(&registry)?;
         let payments = crate::payments::PaymentMetrics::register(&registry)?;
         Ok(Self {
@@ -69,7 +66,6 @@ impl Metrics {
             refusals,
             holds_expired,
             outbox_lag,
-            bids,
             commerce,
             payments,
         })
