@@ -456,4 +456,26 @@ mod tests {
             .expect("the dispatcher ended with its hub")
             .expect("the dispatcher did not panic");
     }
+
+    #[tokio::test]
+    async fn a_receiver_that_falls_behind_lags_instead_of_blocking_the_sender() {
+        let (tx, mut slow) = broadcast::channel::<Arc<LiveMsg>>(2);
+        let mut fast = tx.subscribe();
+        for p in 0..10 {
+            let msg = Arc::new(LiveMsg {
+                price: p,
+                closed: false,
+                leader: None,
+                text: axum::extract::ws::Utf8Bytes::from_static("x"),
+                text_for_leader: axum::extract::ws::Utf8Bytes::from_static("y"),
+            });
+            // Never waits for anyone.
+            let _ = tx.send(msg);
+            assert_eq!(fast.recv().await.map(|m| m.price).ok(), Some(p));
+        }
+        assert!(matches!(
+            slow.recv().await,
+            Err(broadcast::error::RecvError::Lagged(_))
+        ));
+    }
 }
