@@ -22,53 +22,45 @@
 //!   accepted result is replayed (`200`, same body) and the key cannot be reused for another
 //!   amount (`422`).
 
+//!
+//! Layout: [`model`] (statuses, the auction row, the bidding rules as pure functions),
+//! [`error`] (the domain's error enum), [`repo`] (SQL on the `auctions` table), [`bids`] (the
+//! bid decision, cold path SQL), [`hot`] (the Redis path and its stream consumer), [`closer`],
+//! [`live`] (live prices and their WebSocket), [`runtime`] (per-process rate limiter and
+//! caches), [`http`] (handlers: the only place an [`AuctionError`] becomes an `ApiError`),
+//! [`jobs`].
+
 pub mod bids;
 pub mod closer;
+pub mod error;
 pub mod handles;
 pub mod hot;
+pub mod http;
+pub mod jobs;
 pub mod live;
+pub mod model;
+pub mod repo;
+pub mod runtime;
 
-/// Everything the auctions domain's handlers and jobs use; the app layer builds it and handlers take
-/// it with `State<AuctionsState>` (axum `FromRef`). Cheap to clone.
-#[derive(Clone)]
-pub struct AuctionsState {
-    pub pool: sqlx::PgPool,
-    pub redis: crate::platform::redis::Redis,
-    pub auth: crate::platform::auth::Auth,
-}
+pub use error::AuctionError;
+pub use http::router;
+pub use jobs::jobs;
+pub use model::{
+    AUCTION_COLUMNS, AuctionRow, AuctionStatus, MAX_EXTENSIONS_LIMIT, MAX_MONEY, Meta,
+    SNIPING_WINDOW_S, min_next_bid, rfc3339,
+};
+pub use runtime::AuctionRuntime;
 
-impl axum::extract::FromRef<AuctionsState> for crate::platform::auth::Auth {
-    fn from_ref(state: &AuctionsState) -> Self {
-        state.auth.clone()
-    }
-}
-
-use crate::app::state::AppState;
-use crate::platform::auth::Admitted;
-use crate::platform::db::TxError;
-use crate::platform::error::{ApiError, ApiResult};
-use crate::platform::idempotency::{self, Begin, Fingerprint, IdempotencyKey};
-use crate::platform::json::ApiJson;
-use axum::Router;
-use axum::extract::{Path, State};
-use axum::http::{Method, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use chrono::{DateTime, SecondsFormat, Utc};
-use governor::clock::{Clock, DefaultClock};
-use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
-use serde::{Deserialize, Serialize};
-use shared::error::codes;
-use std::collections::HashMap;
-use std::num::NonZeroU32;
-use std::sync::Mutex;
-
-/// Largest amount (minor units) a price, increment or bid may have: 10^15.
-pub const MAX_MONEY: i64 = 1_000_000_000_000_000;
-/// A bid accepted this close to the end pushes the end to this far from now.
-pub const SNIPING_WINDOW_S: i64 = 120;
-/// Upper bound for an auction's `max_extensions` (also a CHECK in the schema).
-pub const MAX_EXTENSIONS_LIMIT: i32 = 1000;
+use crate::platform::auth::Auth;
+use crate::platform::idempotency::Idempotency;
+use crate::platform::redis::Redis;
+use anyhow::Context;
+use error::StatementContext as _;
+use prometheus::{IntCounterVec, Opts, Registry};
+use serde::Deserialize;
+use shared::config::{RedisSettings, TokenSettings};
+use sqlx::PgPool;
+use std::sync::Arc;
 
 /// `[auctions]` settings.
 #[derive(Debug, Clone, Deserialize)]
@@ -130,380 +122,171 @@ impl Default for AuctionSettings {
     }
 }
 
-/// Per-process auction state: the bid rate limiter, caches of immutable auction facts and of
-/// price floors (for early rejection only), and the live-price hub.
-pub struct AuctionRuntime {
-    limiter: DefaultKeyedRateLimiter<String>,
-    /// Auction id -> (hot, seller, event). None of them changes after creation.
-    meta: Mutex<HashMap<String, Meta>>,
-    /// Auction id -> a known lower bound of the minimum next bid. Prices only rise, so any
-    /// value once observed stays a lower bound forever: a bid below it is certainly too low.
-    /// Used to skip the contended row lock, never to accept.
-    floors: Mutex<HashMap<String, i64>>,
-    /// Hot auction id -> what Postgres had recorded when this process last looked, and when.
-    /// Passed to the bid script as a floor, so a Redis that lost writes (rollback, failover)
-    /// cannot accept a bid below a recorded one ([`hot::Recorded`]).
-    recorded: Mutex<HashMap<String, (std::time::Instant, hot::Recorded)>>,
-    pub live: std::sync::Arc<live::LiveHub>,
-    pub consumer_name: String,
+/// The auctions domain's metrics.
+#[derive(Clone)]
+pub struct AuctionMetrics {
+    /// `bids_total{path}`: accepted bids, by path (`cold`/`hot`).
+    pub bids: IntCounterVec,
+    /// `refusals_total{code}`: the process-wide counter of client-facing refusals, which the
+    /// app registers once and every domain that refuses requests shares.
+    pub refusals: IntCounterVec,
+}
+
+impl AuctionMetrics {
+    /// Registers `bids_total`; `refusals` is the shared, already registered counter.
+    pub fn register(
+        registry: &Registry,
+        refusals: IntCounterVec,
+    ) -> Result<Self, prometheus::Error> {
+        let bids = IntCounterVec::new(Opts::new("bids_total", "Accepted bids"), &["path"])?;
+        registry.register(Box::new(bids.clone()))?;
+        Ok(Self { bids, refusals })
+    }
+}
+
+/// What the app layer hands the auctions domain: platform clients and the metrics.
+pub struct Clients {
+    pub pool: PgPool,
+    pub redis: Redis,
+    pub auth: Auth,
+    pub idempotency: Idempotency,
+    pub metrics: AuctionMetrics,
+}
+
+/// Everything the auctions domain's handlers and jobs use; the app layer builds it and
+/// handlers take it with `State<AuctionsState>` (axum `FromRef`). Cheap to clone (one `Arc`).
+#[derive(Clone)]
+pub struct AuctionsState(Arc<Inner>);
+
+pub struct Inner {
+    pub pool: PgPool,
+    pub redis: Redis,
+    pub auth: Auth,
+    /// Idempotency keys of auction creation (bids use the bids table itself).
+    pub idempotency: Idempotency,
+    pub settings: AuctionSettings,
+    pub metrics: AuctionMetrics,
     /// What fans see of other fans' accounts.
     pub handles: handles::Handles,
+    /// This node's live-price fan-out.
+    pub live: Arc<live::LiveHub>,
+    /// This process's name in the hot-bid stream's consumer group.
+    pub consumer_name: String,
+    /// The bid rate limiter and the caches of immutable facts and price floors.
+    runtime: AuctionRuntime,
 }
 
-#[derive(Debug, Clone)]
-pub struct Meta {
-    pub hot: bool,
-    pub seller: String,
-    /// `None` only for an auction created before events were required.
-    pub event: Option<String>,
+impl std::ops::Deref for AuctionsState {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.0
+    }
 }
 
-/// Caches are bounded: past this many entries they are simply cleared (they only save work).
-const CACHE_LIMIT: usize = 100_000;
-
-impl AuctionRuntime {
-    pub fn new(config: &crate::app::config::BookingConfig) -> anyhow::Result<Self> {
-        let settings = &config.auctions;
-        let rate = NonZeroU32::new(settings.bids_per_second.max(1)).unwrap_or(NonZeroU32::MIN);
-        let burst = NonZeroU32::new(settings.bid_burst.max(1)).unwrap_or(NonZeroU32::MIN);
+impl AuctionsState {
+    pub fn new(
+        clients: Clients,
+        settings: AuctionSettings,
+        redis: &RedisSettings,
+        tokens: &TokenSettings,
+    ) -> anyhow::Result<Self> {
+        let handles = handles::Handles::from_settings(&settings, tokens)?;
         let consumer_name = if settings.consumer_name.is_empty() {
             format!("booking-{}-{}", std::process::id(), shared::ids::new_id())
         } else {
             settings.consumer_name.clone()
         };
-        let handles = handles::Handles::from_config(config)?;
-        Ok(Self {
-            limiter: RateLimiter::keyed(Quota::per_second(rate).allow_burst(burst)),
-            meta: Mutex::new(HashMap::new()),
-            floors: Mutex::new(HashMap::new()),
-            recorded: Mutex::new(HashMap::new()),
-            live: std::sync::Arc::new(live::LiveHub::new(config, handles.clone())?),
-            consumer_name,
+        let live = live::LiveHub::new(&settings, redis, handles.clone())
+            .context("failed to set up live prices")?;
+        Ok(Self(Arc::new(Inner {
+            pool: clients.pool,
+            redis: clients.redis,
+            auth: clients.auth,
+            idempotency: clients.idempotency,
+            metrics: clients.metrics,
             handles,
-        })
-    }
-
-    /// `Err(seconds)` when `bidder` is over the per-bidder bid rate.
-    fn check_rate(&self, bidder: &str) -> Result<(), u64> {
-        match self.limiter.check_key(&bidder.to_owned()) {
-            Ok(()) => Ok(()),
-            Err(not_until) => {
-                let wait = not_until.wait_time_from(DefaultClock::default().now());
-                Err(wait.as_secs() + u64::from(wait.subsec_nanos() > 0))
-            }
-        }
-    }
-
-    /// Forgets idle rate-limit keys (called by the closer tick) so memory stays bounded.
-    pub fn tidy(&self) {
-        self.limiter.retain_recent();
-        self.limiter.shrink_to_fit();
-    }
-
-    fn cached_meta(&self, id: &str) -> Option<Meta> {
-        self.meta.lock().ok()?.get(id).cloned()
-    }
-
-    fn remember_meta(&self, id: &str, meta: Meta) {
-        if let Ok(mut m) = self.meta.lock() {
-            if m.len() >= CACHE_LIMIT {
-                m.clear();
-            }
-            m.insert(id.to_owned(), meta);
-        }
-    }
-
-    /// The known lower bound of the next acceptable bid, if any.
-    fn floor(&self, id: &str) -> Option<i64> {
-        self.floors.lock().ok()?.get(id).copied()
-    }
-
-    /// This process's copy of what Postgres recorded for a hot auction, if younger than
-    /// `max_age`.
-    fn recorded(&self, id: &str, max_age: std::time::Duration) -> Option<hot::Recorded> {
-        let m = self.recorded.lock().ok()?;
-        let (at, rec) = m.get(id)?;
-        (at.elapsed() <= max_age).then(|| rec.clone())
-    }
-
-    /// Remembers what Postgres recorded (merged monotonically: a stale read can never lower
-    /// a newer one) and restarts its age.
-    fn remember_recorded(&self, id: &str, rec: hot::Recorded) {
-        if let Ok(mut m) = self.recorded.lock() {
-            if m.len() >= CACHE_LIMIT {
-                m.clear();
-            }
-            let now = std::time::Instant::now();
-            match m.get_mut(id) {
-                Some((at, cur)) => {
-                    cur.merge(rec);
-                    *at = now;
-                }
-                None => {
-                    m.insert(id.to_owned(), (now, rec));
-                }
-            }
-        }
-    }
-
-    /// Records an observed minimum next bid (keeps the highest seen).
-    fn raise_floor(&self, id: &str, min_next: i64) {
-        if let Ok(mut f) = self.floors.lock() {
-            if f.len() >= CACHE_LIMIT {
-                f.clear();
-            }
-            let e = f.entry(id.to_owned()).or_insert(min_next);
-            *e = (*e).max(min_next);
-        }
+            live: Arc::new(live),
+            consumer_name,
+            runtime: AuctionRuntime::new(settings.bids_per_second, settings.bid_burst),
+            settings,
+        })))
     }
 }
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/api/auctions", post(create))
-        .route("/api/auctions/{id}", get(show))
-        .route("/api/auctions/{id}/bids", post(bids::place))
-        .route("/ws/auctions/{id}", get(live::upgrade))
-}
-
-/// RFC 3339 with the precision the value has (µs from Postgres, ms from Redis), UTC.
-pub fn rfc3339(t: &DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(SecondsFormat::AutoSi, true)
-}
-
-/// An auction as clients see it.
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
-pub struct AuctionRow {
-    pub id: String,
-    pub event_id: Option<String>,
-    pub seller_id: String,
-    pub title: String,
-    pub start_price: i64,
-    pub min_increment: i64,
-    pub current_price: i64,
-    pub leader_id: Option<String>,
-    pub bid_count: i64,
-    pub hot: bool,
-    pub status: String,
-    pub end_time: DateTime<Utc>,
-    pub extensions: i32,
-    pub max_extensions: i32,
-    pub created_at: DateTime<Utc>,
-    pub closed_at: Option<DateTime<Utc>>,
-}
-
-pub const AUCTION_COLUMNS: &str = "id, event_id, seller_id, title, start_price, min_increment, \
-    current_price, leader_id, bid_count, hot, status, end_time, extensions, max_extensions, \
-    created_at, closed_at";
-
-impl AuctionRow {
-    /// The smallest amount the next bid must have.
-    pub fn min_next_bid(&self) -> i64 {
-        min_next_bid(
-            self.current_price,
-            self.min_increment,
-            self.leader_id.is_some(),
-        )
-    }
-
-    /// The auction as `viewer` (an account) sees it: other fans appear only as handles, and
-    /// `you_lead` / `you_sell` say whether the viewer is the leader / the seller.
-    pub fn view_for(&self, handles: &handles::Handles, viewer: &str) -> serde_json::Value {
-        let (leader, you_lead) = handles.leader(&self.id, self.leader_id.as_deref(), viewer);
-        serde_json::json!({
-            "id": self.id,
-            "event": self.event_id,
-            "seller": handles.seller(&self.id, &self.seller_id),
-            "you_sell": self.seller_id == viewer,
-            "title": self.title,
-            "start_price": self.start_price,
-            "min_increment": self.min_increment,
-            "current_price": self.current_price,
-            "min_next_bid": self.min_next_bid(),
-            "leader": leader,
-            "you_lead": you_lead,
-            "bid_count": self.bid_count,
-            "hot": self.hot,
-            "status": self.status,
-            "end_time": rfc3339(&self.end_time),
-            "extensions": self.extensions,
-            "max_extensions": self.max_extensions,
-            "created_at": rfc3339(&self.created_at),
-            "closed_at": self.closed_at.as_ref().map(rfc3339),
-        })
+impl axum::extract::FromRef<AuctionsState> for Auth {
+    fn from_ref(state: &AuctionsState) -> Self {
+        state.auth.clone()
     }
 }
 
-/// Both inputs are at most [`MAX_MONEY`], so the sum cannot overflow; saturate anyway.
-pub fn min_next_bid(current_price: i64, min_increment: i64, has_leader: bool) -> i64 {
-    if has_leader {
-        current_price.saturating_add(min_increment)
-    } else {
-        current_price
-    }
+/// Loads an auction row from Postgres.
+pub async fn load(state: &AuctionsState, id: &str) -> Result<Option<AuctionRow>, AuctionError> {
+    repo::load(&state.pool, id).await
 }
 
-#[derive(Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct CreateAuction {
-    /// The event this auction belongs to; the seller's token must be for it.
-    pub event: String,
-    pub title: String,
-    pub start_price: i64,
-    pub min_increment: i64,
-    /// RFC 3339; must be in the future (by the database clock).
-    pub end_time: String,
-    #[serde(default)]
-    pub hot: bool,
-    pub max_extensions: Option<i32>,
+/// The freshest view of an auction: Postgres, overlaid with the Redis state while a hot
+/// auction is open (Postgres trails the hot path by the consumer's lag).
+pub async fn current(state: &AuctionsState, id: &str) -> Result<Option<AuctionRow>, AuctionError> {
+    let Some(mut row) = repo::load(&state.pool, id).await? else {
+        return Ok(None);
+    };
+    if row.hot && row.status == AuctionStatus::Open {
+        hot::overlay(state, &mut row).await?;
+    }
+    state.runtime.raise_floor(id, row.min_next_bid());
+    Ok(Some(row))
 }
 
-/// Validated creation input.
-struct NewAuction {
-    event: String,
-    title: String,
-    start_price: i64,
-    min_increment: i64,
-    end_time: DateTime<Utc>,
-    hot: bool,
-    max_extensions: i32,
+/// Immutable facts about an auction (hot flag, seller, event), cached per process. An auction
+/// without an event is not cached: ops may still assign it one.
+pub async fn meta(state: &AuctionsState, id: &str) -> Result<Option<Meta>, AuctionError> {
+    if let Some(m) = state.runtime.cached_meta(id) {
+        return Ok(Some(m));
+    }
+    let meta = repo::load_meta(&state.pool, id).await?;
+    if let Some(m) = &meta
+        && m.event.is_some()
+    {
+        state.runtime.remember_meta(id, m.clone());
+    }
+    Ok(meta)
 }
 
-fn validate(req: CreateAuction, settings: &AuctionSettings) -> ApiResult<NewAuction> {
-    let title = req.title.trim().to_owned();
-    if title.is_empty() || title.chars().count() > 200 {
-        return Err(
-            ApiError::validation("title must be 1 to 200 characters").with("field", "title")
-        );
-    }
-    for (field, v) in [
-        ("start_price", req.start_price),
-        ("min_increment", req.min_increment),
-    ] {
-        if !(1..=MAX_MONEY).contains(&v) {
-            return Err(ApiError::validation(format!(
-                "{field} must be a positive integer amount in minor units, at most {MAX_MONEY}"
-            ))
-            .with("field", field));
-        }
-    }
-    let end_time = DateTime::parse_from_rfc3339(&req.end_time)
-        .map_err(|_| {
-            ApiError::validation("end_time must be an RFC 3339 timestamp").with("field", "end_time")
-        })?
-        .with_timezone(&Utc);
-    let max_extensions = req
-        .max_extensions
-        .unwrap_or(settings.default_max_extensions);
-    if !(0..=MAX_EXTENSIONS_LIMIT).contains(&max_extensions) {
-        return Err(ApiError::validation(format!(
-            "max_extensions must be between 0 and {MAX_EXTENSIONS_LIMIT}"
-        ))
-        .with("field", "max_extensions"));
-    }
-    Ok(NewAuction {
-        event: req.event,
-        title,
-        start_price: req.start_price,
-        min_increment: req.min_increment,
-        end_time,
-        hot: req.hot,
-        max_extensions,
-    })
-}
-
-/// `POST /api/auctions` (Idempotency-Key): the seller is the token's account. The key is
-/// handled by the shared layer ([`crate::platform::idempotency`]): the stored `201` body commits in the
-/// same transaction as the auction row, so a retry replays exactly it.
-async fn create(
-    State(state): State<AppState>,
-    who: Admitted,
-    key: IdempotencyKey,
-    ApiJson(req): ApiJson<CreateAuction>,
-) -> ApiResult<Response> {
-    let fingerprint = Fingerprint::of_json(
-        &Method::POST,
-        "/api/auctions",
-        &serde_json::to_value(&req).map_err(ApiError::unexpected)?,
-    );
-    // Bad input is refused before a key is claimed: it changes nothing, not even the key.
-    let new = validate(req, &state.config.auctions)?;
-    who.for_event(&new.event)?;
-    // Events are never deleted while an auction refers to them (foreign key).
-    if !crate::orders::products::event_exists(&state.pool, &new.event).await? {
-        return Err(crate::orders::products::unknown_event_field(&new.event));
-    }
-    let claim =
-        match idempotency::begin(&state.idempotency, who.account(), &key, &fingerprint).await? {
-            Begin::Replay(stored) => return Ok(stored.into_response()),
-            Begin::Started(claim) => claim,
-        };
-    match create_auction(&state, who.account(), new, &claim).await {
-        Ok((row, body)) => {
-            after_create(&state, &row).await;
-            Ok(idempotency::respond(StatusCode::CREATED, body))
-        }
-        Err(e) => {
-            claim.release(&state.pool).await;
-            Err(e)
-        }
-    }
-}
-
-/// Inserts the auction and completes the key, in one transaction. The end-time checks use
-/// the database clock, in the insert statement itself.
-async fn create_auction(
-    state: &AppState,
+/// Inserts a validated auction for `seller` and completes the creation's idempotency claim
+/// with `view` of the new row, in one transaction (retried from the top on a deadlock). The
+/// end-time checks use the database clock, in the insert statement itself.
+pub async fn create(
+    state: &AuctionsState,
     seller: &str,
-    new: NewAuction,
-    claim: &idempotency::Claim,
-) -> ApiResult<(AuctionRow, Vec<u8>)> {
-    let sql = format!(
-        "INSERT INTO auctions (id, seller_id, title, start_price, min_increment, current_price, \
-                               hot, end_time, max_extensions, event_id)
-         SELECT $1, $2, $3, $4, $5, $4, $6, $7, $8, $10
-          WHERE $7 > clock_timestamp() AND $7 <= clock_timestamp() + make_interval(days => $9)
-         RETURNING {AUCTION_COLUMNS}"
-    );
-    let max_days = i32::try_from(state.config.auctions.max_duration_days).unwrap_or(i32::MAX);
-    let result = crate::platform::db::retry(2, || async {
-        let mut tx = state.pool.begin().await?;
-        let row: Option<AuctionRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
-            .bind(shared::ids::new_id())
-            .bind(seller)
-            .bind(&new.title)
-            .bind(new.start_price)
-            .bind(new.min_increment)
-            .bind(new.hot)
-            .bind(new.end_time)
-            .bind(new.max_extensions)
-            .bind(max_days)
-            .bind(&new.event)
-            .fetch_optional(&mut *tx)
-            .await?;
-        let Some(row) = row else {
-            return Err(TxError::Api(
-                ApiError::validation(format!(
-                    "end_time must be in the future and at most {max_days} days away"
-                ))
-                .with("field", "end_time"),
-            ));
+    new: &model::NewAuction,
+    claim: &crate::platform::idempotency::Claim,
+) -> Result<(AuctionRow, Vec<u8>), AuctionError> {
+    let max_days = i32::try_from(state.settings.max_duration_days).unwrap_or(i32::MAX);
+    let created = crate::platform::db::retry(2, || async {
+        let mut tx = state.pool.begin().await.stmt("begin the auction insert")?;
+        let Some(row) = repo::insert(&mut tx, seller, new, max_days).await? else {
+            return Err(AuctionError::Invalid {
+                field: "end_time",
+                message: format!("end_time must be in the future and at most {max_days} days away"),
+            });
         };
-        let body = serde_json::to_vec(&row.view_for(&state.auctions.handles, seller))
-            .map_err(ApiError::unexpected)?;
+        let body = serde_json::to_vec(&row.view_for(&state.handles, seller))
+            .context("failed to serialise the new auction")?;
         claim
-            .complete_tx(&mut tx, StatusCode::CREATED, &body)
-            .await?;
-        tx.commit().await?;
-        Ok::<_, TxError>((row, body))
+            .complete_tx(&mut tx, axum::http::StatusCode::CREATED, &body)
+            .await
+            .map_err(|e| AuctionError::from_tx(e, "complete the creation's Idempotency-Key"))?;
+        tx.commit().await.stmt("commit the auction insert")?;
+        Ok((row, body))
     })
-    .await;
-    result.map_err(ApiError::from)
+    .await?;
+    after_create(state, &created.0).await;
+    Ok(created)
 }
 
 /// After the commit: cache the immutable facts and set up a hot auction's Redis state.
-async fn after_create(state: &AppState, row: &AuctionRow) {
-    state.auctions.remember_meta(
+async fn after_create(state: &AuctionsState, row: &AuctionRow) {
+    state.runtime.remember_meta(
         &row.id,
         Meta {
             hot: row.hot,
@@ -518,95 +301,4 @@ async fn after_create(state: &AppState, row: &AuctionRow) {
             tracing::warn!(auction = %row.id, error = ?e, "hot auction not yet initialised in Redis");
         }
     }
-}
-
-/// Loads an auction row from Postgres.
-pub async fn load(state: &AppState, id: &str) -> ApiResult<Option<AuctionRow>> {
-    let sql = format!("SELECT {AUCTION_COLUMNS} FROM auctions WHERE id = $1");
-    Ok(sqlx::query_as(sqlx::AssertSqlSafe(sql))
-        .bind(id)
-        .fetch_optional(&state.pool)
-        .await?)
-}
-
-pub fn unknown_auction() -> ApiError {
-    ApiError::not_found(codes::NOT_FOUND, "no such auction")
-}
-
-/// The freshest view of an auction: Postgres, overlaid with the Redis state while a hot
-/// auction is open (Postgres trails the hot path by the consumer's lag).
-pub async fn current(state: &AppState, id: &str) -> ApiResult<Option<AuctionRow>> {
-    let Some(mut row) = load(state, id).await? else {
-        return Ok(None);
-    };
-    if row.hot && row.status == "OPEN" {
-        hot::overlay(state, &mut row).await?;
-    }
-    state.auctions.raise_floor(id, row.min_next_bid());
-    Ok(Some(row))
-}
-
-/// `GET /api/auctions/{id}` (an admission of the auction's event).
-async fn show(
-    State(state): State<AppState>,
-    who: Admitted,
-    Path(id): Path<String>,
-) -> ApiResult<Response> {
-    let meta = meta(&state, &id).await?.ok_or_else(unknown_auction)?;
-    who.opens(meta.event.as_deref())?;
-    let row = current(&state, &id).await?.ok_or_else(unknown_auction)?;
-    Ok(axum::Json(row.view_for(&state.auctions.handles, who.account())).into_response())
-}
-
-/// Immutable facts about an auction (hot flag, seller, event), cached per process. An auction
-/// without an event is not cached: ops may still assign it one.
-pub async fn meta(state: &AppState, id: &str) -> ApiResult<Option<Meta>> {
-    if let Some(m) = state.auctions.cached_meta(id) {
-        return Ok(Some(m));
-    }
-    let row: Option<(bool, String, Option<String>)> =
-        sqlx::query_as("SELECT hot, seller_id, event_id FROM auctions WHERE id = $1")
-            .bind(id)
-            .fetch_optional(&state.pool)
-            .await?;
-    Ok(row.map(|(hot, seller, event)| {
-        let m = Meta { hot, seller, event };
-        if m.event.is_some() {
-            state.auctions.remember_meta(id, m.clone());
-        }
-        m
-    }))
-}
-
-/// The auction jobs: the closer, and the hot-bid consumer (stream -> Postgres).
-pub fn spawn_jobs(
-    state: &AppState,
-    stop: &tokio::sync::watch::Receiver<bool>,
-) -> Vec<tokio::task::JoinHandle<()>> {
-    let s = &state.config.auctions;
-    let closer_every = std::time::Duration::from_millis(s.closer_interval_ms.max(50));
-    let consumer_every = std::time::Duration::from_millis(s.consumer_interval_ms.max(5));
-    vec![
-        crate::platform::jobs::spawn_periodic("auction-closer", closer_every, stop.clone(), {
-            let state = state.clone();
-            move || {
-                let state = state.clone();
-                async move {
-                    closer::close_due(&state).await?;
-                    state.auctions.tidy();
-                    Ok(())
-                }
-            }
-        }),
-        crate::platform::jobs::spawn_periodic("hot-bid-consumer", consumer_every, stop.clone(), {
-            let state = state.clone();
-            move || {
-                let state = state.clone();
-                async move {
-                    hot::consume_all(&state).await?;
-                    Ok(())
-                }
-            }
-        }),
-    ]
 }

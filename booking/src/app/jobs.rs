@@ -8,7 +8,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub fn spawn_all(state: AppState, stop: watch::Receiver<bool>) -> Vec<JoinHandle<()>> {
-    let mut jobs = crate::auctions::spawn_jobs(&state, &stop);
+    let mut jobs = crate::platform::jobs::spawn_all(crate::auctions::jobs(&state.auctions), &stop);
     jobs.extend(crate::orders::spawn_jobs(&state, &stop));
     jobs.extend(crate::payments::spawn_jobs(&state, &stop));
     jobs.push(crate::platform::jobs::spawn(

@@ -12,12 +12,10 @@ pub struct Metrics {
     pub http_requests: IntCounterVec,
     pub http_latency: HistogramVec,
     /// Client-facing refusals (409/422/...), by machine code. Shared by every domain that
-    /// refuses (the inventory gets a handle in its metrics).
+    /// refuses (each gets a handle in its metrics).
     pub refusals: IntCounterVec,
     /// Unpublished outbox rows (sampled by the relay).
     pub outbox_lag: IntGauge,
-    /// Bids accepted, by path (`cold`/`hot`).
-    pub bids: IntCounterVec,
     /// Carts, orders and the flash-sale gate.
     pub commerce: crate::orders::CommerceMetrics,
     /// Payments, webhooks, outbox relay and ticket delivery.
@@ -43,12 +41,10 @@ impl Metrics {
             &["code"],
         )?;
         let outbox_lag = IntGauge::new("outbox_lag", "Unpublished outbox rows")?;
-        let bids = IntCounterVec::new(Opts::new("bids_total", "Accepted bids"), &["path"])?;
         registry.register(Box::new(http_requests.clone()))?;
         registry.register(Box::new(http_latency.clone()))?;
         registry.register(Box::new(refusals.clone()))?;
         registry.register(Box::new(outbox_lag.clone()))?;
-        registry.register(Box::new(bids.clone()))?;
         let commerce = crate::orders::CommerceMetrics::register(&registry)?;
         let payments = crate::payments::PaymentMetrics::register(&registry)?;
         Ok(Self {
@@ -57,7 +53,6 @@ impl Metrics {
             http_latency,
             refusals,
             outbox_lag,
-            bids,
             commerce,
             payments,
         })

@@ -38,7 +38,7 @@ pub fn router(state: AppState) -> Router {
         .merge(crate::orders::products::router())
         .merge(crate::orders::cart::router())
         .merge(crate::orders::router())
-        .merge(crate::auctions::router())
+        .merge(crate::auctions::router().with_state(state.auctions.clone()))
         .merge(crate::inventory::storefront::router().with_state(state.inventory.clone()))
         .merge(crate::payments::router())
         .merge(crate::payments::webhooks::router())

@@ -36,12 +36,10 @@ pub struct Inner {
 
     pub payments_domain: crate::payments::PaymentsState,
 
-    pub auctions_domain: crate::auctions::AuctionsState,
+    pub auctions: crate::auctions::AuctionsState,
 
     /// SKUs known to exist (cart writes skip the Postgres lookup).
     pub catalog: crate::orders::products::Catalog,
-    /// Auction rate limiter, caches and live-price hub.
-    pub auctions: crate::auctions::AuctionRuntime,
     /// The payment provider (the Stripe-style HTTP adapter).
     pub payments: Arc<dyn crate::payments::provider::PaymentProvider>,
 }
@@ -120,28 +118,40 @@ impl AppState {
             auth: auth.clone(),
         };
 
-        let auctions_domain = crate::auctions::AuctionsState {
-            pool: pool.clone(),
-            redis: redis.clone(),
-            auth: auth.clone(),
-        };
+        let idempotency = crate::platform::idempotency::Idempotency::new(
+            pool.clone(),
+            config.idempotency.clone(),
+        );
+
+        let auctions = crate::auctions::AuctionsState::new(
+            crate::auctions::Clients {
+                pool: pool.clone(),
+                redis: redis.clone(),
+                auth: auth.clone(),
+                idempotency: idempotency.clone(),
+                metrics: crate::auctions::AuctionMetrics::register(
+                    &metrics.registry,
+                    metrics.refusals.clone(),
+                )
+                .context("failed to register auction metrics")?,
+            },
+            config.auctions.clone(),
+            &config.redis,
+            &config.tokens,
+        )
+        .context("failed to set up auctions")?;
 
         Ok(Self(Arc::new(Inner {
-            idempotency: crate::platform::idempotency::Idempotency::new(
-                pool.clone(),
-                config.idempotency.clone(),
-            ),
+            idempotency,
             inventory,
             orders,
             outbox,
             payments_domain,
-            auctions_domain,
+            auctions,
             auth,
             metrics,
             redis,
             catalog: Default::default(),
-            auctions: crate::auctions::AuctionRuntime::new(&config)
-                .context("failed to set up auctions")?,
             payments: Arc::new(
                 crate::payments::stripe::HttpProvider::new(&config.payments)
                     .context("failed to set up the payment provider")?,
@@ -193,6 +203,6 @@ impl FromRef<AppState> for crate::payments::PaymentsState {
 
 impl FromRef<AppState> for crate::auctions::AuctionsState {
     fn from_ref(state: &AppState) -> Self {
-        state.auctions_domain.clone()
+        state.auctions.clone()
     }
 }

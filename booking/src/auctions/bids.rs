@@ -14,20 +14,13 @@
 //! finds the first attempt's row and replays it (`200`, same body). Refusals are not stored:
 //! prices only rise and ends only pass, so re-deciding a refused bid refuses it again.
 
-use super::{MAX_MONEY, SNIPING_WINDOW_S, hot, meta, min_next_bid, rfc3339};
-use crate::app::state::AppState;
-use crate::platform::auth::Admitted;
-use crate::platform::error::{ApiError, ApiResult};
-use crate::platform::idempotency::IdempotencyKey;
-use crate::platform::json::ApiJson;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
+use super::error::{AuctionError, StatementContext};
+use super::handles::Handles;
+use super::model::{AuctionStatus, BidCheck, BidPath, Meta, Refusal, SNIPING_WINDOW_S, rfc3339};
+use super::{AuctionsState, hot};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
-use shared::error::codes;
 
-pub use crate::platform::idempotency::HEADER as IDEMPOTENCY_KEY;
 /// Stable code for a seller bidding on their own auction (`403`).
 pub const SELLER_CANNOT_BID: &str = "SELLER_CANNOT_BID";
 
@@ -54,7 +47,7 @@ pub struct AcceptedBid {
 impl AcceptedBid {
     /// What the bidder is answered (and, for a retry, answered again): the bidder appears as
     /// their handle in this auction, as other fans see them lead.
-    pub fn body(&self, handles: &super::handles::Handles) -> serde_json::Value {
+    pub fn body(&self, handles: &Handles) -> serde_json::Value {
         let handle = handles.bidder(&self.auction_id, &self.bidder);
         serde_json::json!({
             "bid_id": self.bid_id,
@@ -85,122 +78,29 @@ pub fn request_id(bidder: &str, key: &str) -> String {
     format!("{}:{bidder}:{key}", bidder.len())
 }
 
-/// The `Idempotency-Key` header, validated by the shared layer's rules (missing `400`,
-/// malformed `422`).
-pub fn idempotency_key(headers: &HeaderMap) -> ApiResult<String> {
-    Ok(IdempotencyKey::parse(headers.get(IDEMPOTENCY_KEY))?
-        .as_str()
-        .to_owned())
-}
-
-/// The leader as the refused bidder may see them: a handle, and whether it is the bidder
-/// ([`super::handles::Handles::leader`]).
-pub type LeaderView = (Option<String>, bool);
-
-pub fn bid_too_low(current_price: i64, min_next: i64, leader: LeaderView) -> ApiError {
-    ApiError::conflict(
-        codes::BID_TOO_LOW,
-        format!("the bid must be at least {min_next}"),
-    )
-    .with("current_price", current_price)
-    .with("min_next_bid", min_next)
-    .with("leader", leader.0)
-    .with("you_lead", leader.1)
-}
-
-pub fn auction_closed(current_price: i64, leader: LeaderView, end_time: &str) -> ApiError {
-    ApiError::conflict(codes::AUCTION_CLOSED, "this auction has ended")
-        .with("current_price", current_price)
-        .with("leader", leader.0)
-        .with("you_lead", leader.1)
-        .with("end_time", end_time)
-}
-
-pub fn seller_cannot_bid() -> ApiError {
-    ApiError::new(
-        StatusCode::FORBIDDEN,
-        SELLER_CANNOT_BID,
-        "a seller cannot bid on their own auction",
-    )
-}
-
-pub fn key_reused() -> ApiError {
-    ApiError::new(
-        StatusCode::UNPROCESSABLE_ENTITY,
-        codes::IDEMPOTENCY_KEY_REUSED,
-        "this Idempotency-Key was already used for a different bid",
-    )
-}
-
-/// `POST /api/auctions/{id}/bids {"amount": n}` with `Idempotency-Key`.
+/// Decides `bidder`'s bid of `amount` on the auction `id` (whose facts are `meta`, and whose
+/// event the caller has already checked) with the bidder's Idempotency-Key `key`.
 pub async fn place(
-    State(state): State<AppState>,
-    who: Admitted,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    ApiJson(req): ApiJson<PlaceBid>,
-) -> ApiResult<Response> {
-    let result = place_inner(&state, &who, &id, &headers, req.amount).await;
-    match result {
-        Ok(BidOutcome::Accepted(bid)) => Ok((
-            StatusCode::CREATED,
-            axum::Json(bid.body(&state.auctions.handles)),
-        )
-            .into_response()),
-        Ok(BidOutcome::Replayed(bid)) => Ok((
-            StatusCode::OK,
-            axum::Json(bid.body(&state.auctions.handles)),
-        )
-            .into_response()),
-        Err(e) => {
-            if e.status().is_client_error() {
-                state.metrics.refusals.with_label_values(&[e.code()]).inc();
-            }
-            Err(e)
-        }
-    }
-}
-
-async fn place_inner(
-    state: &AppState,
-    who: &Admitted,
+    state: &AuctionsState,
     id: &str,
-    headers: &HeaderMap,
+    meta: &Meta,
+    bidder: &str,
+    key: &str,
     amount: i64,
-) -> ApiResult<BidOutcome> {
-    let bidder = who.account();
-    let key = idempotency_key(headers)?;
-    if !(1..=MAX_MONEY).contains(&amount) {
-        return Err(ApiError::validation(format!(
-            "amount must be a positive integer in minor units, at most {MAX_MONEY}"
-        ))
-        .with("field", "amount"));
-    }
-    if let Err(secs) = state.auctions.check_rate(bidder) {
-        return Err(ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            codes::RATE_LIMITED,
-            "too many bids; slow down",
-        )
-        .retry_after(secs.max(1)));
-    }
-    let meta = meta(state, id).await?.ok_or_else(super::unknown_auction)?;
-    // One admission, one event. The auction's event never changes, so checking it before the
-    // decision is not a read-then-write race.
-    who.opens(meta.event.as_deref())?;
+) -> Result<BidOutcome, AuctionError> {
     // The seller never changes, so refusing here is not a read-then-write race; the bid
     // statement and the Lua script check it again anyway.
     if meta.seller == bidder {
-        return Err(seller_cannot_bid());
+        return Err(AuctionError::SellerCannotBid);
     }
-    let request_id = request_id(bidder, &key);
+    let request_id = request_id(bidder, key);
     let outcome = if meta.hot {
         hot::place(state, id, bidder, &request_id, amount).await?
     } else {
         place_cold(state, id, bidder, &request_id, amount).await?
     };
     if let BidOutcome::Accepted(bid) = &outcome {
-        let path = if meta.hot { "hot" } else { "cold" };
+        let path = BidPath::of(meta.hot).as_str();
         state.metrics.bids.with_label_values(&[path]).inc();
         // After the commit (or the script), never inside it; best effort.
         super::live::publish_bid(state, bid);
@@ -248,7 +148,7 @@ SELECT ins.id, ins.placed_at, ins.end_time, ins.extended, upd.min_increment FROM
 /// MVCC read: it never waits on the auction's row lock.
 #[derive(Debug, sqlx::FromRow)]
 struct Explain {
-    status: String,
+    status: AuctionStatus,
     hot: bool,
     seller_id: String,
     current_price: i64,
@@ -281,19 +181,20 @@ enum Verdict {
 }
 
 async fn explain(
-    state: &AppState,
+    state: &AuctionsState,
     id: &str,
     bidder: &str,
     request_id: &str,
     amount: i64,
-) -> ApiResult<Verdict> {
+) -> Result<Verdict, AuctionError> {
     let row: Option<Explain> = sqlx::query_as(EXPLAIN)
         .bind(id)
         .bind(request_id)
         .fetch_optional(&state.pool)
-        .await?;
+        .await
+        .stmt("explain a refused bid")?;
     let Some(r) = row else {
-        return Err(super::unknown_auction());
+        return Err(AuctionError::NotFound);
     };
     if let (Some(bid_id), Some(b_amount), Some(placed_at), Some(end_time), Some(extended)) = (
         r.bid_id,
@@ -303,7 +204,7 @@ async fn explain(
         r.bid_extended,
     ) {
         if b_amount != amount {
-            return Err(key_reused());
+            return Err(AuctionError::KeyReused);
         }
         return Ok(Verdict::Done(BidOutcome::Replayed(AcceptedBid {
             bid_id,
@@ -315,32 +216,32 @@ async fn explain(
             extended,
         })));
     }
-    let min_next = min_next_bid(r.current_price, r.min_increment, r.leader_id.is_some());
-    state.auctions.raise_floor(id, min_next);
-    if r.seller_id == bidder {
-        return Err(seller_cannot_bid());
-    }
-    let leader = state
-        .auctions
-        .handles
-        .leader(id, r.leader_id.as_deref(), bidder);
-    if r.status != "OPEN" || r.ended {
-        return Err(auction_closed(
-            r.current_price,
-            leader,
-            &rfc3339(&r.end_time),
-        ));
-    }
-    if amount < min_next {
-        return Err(bid_too_low(r.current_price, min_next, leader));
-    }
-    if r.hot {
-        return Err(ApiError::conflict(
-            codes::CONFLICT,
+    let check = BidCheck {
+        open: r.status == AuctionStatus::Open && !r.ended,
+        seller: &r.seller_id,
+        current_price: r.current_price,
+        min_increment: r.min_increment,
+        has_leader: r.leader_id.is_some(),
+    };
+    state.runtime.raise_floor(id, check.min_next());
+    let leader = || state.handles.leader(id, r.leader_id.as_deref(), bidder);
+    match check.refusal(bidder, amount) {
+        Some(Refusal::Seller) => Err(AuctionError::SellerCannotBid),
+        Some(Refusal::Closed) => Err(AuctionError::Closed {
+            current_price: r.current_price,
+            leader: leader(),
+            end_time: rfc3339(&r.end_time),
+        }),
+        Some(Refusal::TooLow { min_next }) => Err(AuctionError::TooLow {
+            current_price: r.current_price,
+            min_next,
+            leader: leader(),
+        }),
+        None if r.hot => Err(AuctionError::Retry(
             "this auction moved to the hot path; retry",
-        ));
+        )),
+        None => Ok(Verdict::Decide),
     }
-    Ok(Verdict::Decide)
 }
 
 /// `bid_id, placed_at, end_time, extended, min_increment` of an accepted cold bid.
@@ -355,16 +256,16 @@ fn is_unique_violation(e: &sqlx::Error) -> bool {
 }
 
 pub async fn place_cold(
-    state: &AppState,
+    state: &AuctionsState,
     id: &str,
     bidder: &str,
     request_id: &str,
     amount: i64,
-) -> ApiResult<BidOutcome> {
+) -> Result<BidOutcome, AuctionError> {
     // Early rejection: below a price floor this process has already seen, the bid is certainly
     // too low. Answer from a lock-free read (which also finds a replay) instead of queueing on
     // the row lock. The cache never accepts anything.
-    if state.auctions.floor(id).is_some_and(|floor| amount < floor) {
+    if state.runtime.floor(id).is_some_and(|floor| amount < floor) {
         match explain(state, id, bidder, request_id, amount).await? {
             Verdict::Done(outcome) => return Ok(outcome),
             Verdict::Decide => {}
@@ -387,7 +288,7 @@ pub async fn place_cold(
         match res {
             Ok(Some((bid_id, placed_at, end_time, extended, min_increment))) => {
                 state
-                    .auctions
+                    .runtime
                     .raise_floor(id, amount.saturating_add(min_increment));
                 return Ok(BidOutcome::Accepted(AcceptedBid {
                     bid_id,
@@ -401,15 +302,19 @@ pub async fn place_cold(
             }
             Ok(None) => {}
             Err(e) if is_unique_violation(&e) => {}
-            Err(e) => return Err(e.into()),
+            Err(source) => {
+                return Err(AuctionError::Db {
+                    statement: "run the cold bid statement",
+                    source,
+                });
+            }
         }
         match explain(state, id, bidder, request_id, amount).await? {
             Verdict::Done(outcome) => return Ok(outcome),
             Verdict::Decide => continue,
         }
     }
-    Err(ApiError::conflict(
-        codes::CONFLICT,
+    Err(AuctionError::Retry(
         "the auction changed while deciding; retry with the same Idempotency-Key",
     ))
 }
@@ -430,12 +335,31 @@ mod tests {
     }
 
     #[test]
-    fn minimum_next_bid() {
-        assert_eq!(super::super::min_next_bid(1000, 10, false), 1000);
-        assert_eq!(super::super::min_next_bid(1000, 10, true), 1010);
-        assert_eq!(
-            super::super::min_next_bid(MAX_MONEY, MAX_MONEY, true),
-            2 * MAX_MONEY
-        );
+    fn an_accepted_bid_answers_with_the_bidders_handle_as_leader() {
+        let handles = Handles::new(b"test");
+        let t = DateTime::from_timestamp(1_900_000_000, 0).expect("valid time");
+        let bid = AcceptedBid {
+            bid_id: "b1".into(),
+            auction_id: "auc".into(),
+            bidder: "fan@example.com".into(),
+            amount: 1500,
+            placed_at: t,
+            end_time: t,
+            extended: false,
+        };
+        let body = bid.body(&handles);
+        assert_eq!(body["bidder"], handles.bidder("auc", "fan@example.com"));
+        assert_eq!(body["leader"], body["bidder"]);
+        assert_eq!(body["current_price"], 1500);
+        assert_eq!(body["status"], "ACCEPTED");
+        assert!(!body.to_string().contains("example.com"));
+    }
+
+    #[test]
+    fn the_cold_statement_is_the_one_the_benchmark_extracts() {
+        // deploy/bench/auctions.sh cuts it out of this file by its first and last lines.
+        let src = include_str!("bids.rs");
+        assert!(src.contains("\nconst COLD_BID: &str = r#\"\n"));
+        assert!(cold_bid_sql().contains("UPDATE auctions a"));
     }
 }

@@ -13,9 +13,8 @@
 //! acknowledged), and only then is the result recorded with the outbox event: the higher of
 //! Redis's frozen state and Postgres's record, so a Redis that lost writes cannot lower it.
 
-use super::hot;
-use crate::app::state::AppState;
-use anyhow::Context;
+use super::error::{AuctionError, StatementContext};
+use super::{AuctionsState, hot};
 use chrono::{DateTime, Utc};
 
 /// One closed auction, for the live "closed" message.
@@ -94,15 +93,15 @@ SELECT id, leader_id, current_price, end_time, bid_count FROM closed
 
 /// One closer pass: cold auctions in batches until none is due, then due hot auctions.
 /// Returns the auctions this pass closed. Publishes "closed" after the commits.
-pub async fn close_due(state: &AppState) -> anyhow::Result<Vec<Closed>> {
-    let batch = state.config.auctions.closer_batch.max(1);
+pub async fn close_due(state: &AuctionsState) -> Result<Vec<Closed>, AuctionError> {
+    let batch = state.settings.closer_batch.max(1);
     let mut all = Vec::new();
     loop {
         let closed: Vec<Closed> = sqlx::query_as(CLOSE_COLD)
             .bind(batch)
             .fetch_all(&state.pool)
             .await
-            .context("failed to close cold auctions")?;
+            .stmt("close due cold auctions")?;
         let n = closed.len();
         for c in &closed {
             super::live::publish_closed(state, c);
@@ -120,7 +119,7 @@ pub async fn close_due(state: &AppState) -> anyhow::Result<Vec<Closed>> {
     .bind(batch)
     .fetch_all(&state.pool)
     .await
-    .context("failed to list due hot auctions")?;
+    .stmt("list due hot auctions")?;
     for id in hot_due {
         match close_hot(state, &id).await {
             Ok(Some(c)) => {
@@ -136,7 +135,7 @@ pub async fn close_due(state: &AppState) -> anyhow::Result<Vec<Closed>> {
 
 /// Freeze in Redis, drain the stream, record the result. `None`: not ended in Redis yet
 /// (extended), or another closer got it.
-async fn close_hot(state: &AppState, id: &str) -> anyhow::Result<Option<Closed>> {
+async fn close_hot(state: &AuctionsState, id: &str) -> Result<Option<Closed>, AuctionError> {
     let frozen = hot::freeze(state, id).await?;
     if let Some(f) = &frozen {
         if !f.closed {
@@ -144,7 +143,7 @@ async fn close_hot(state: &AppState, id: &str) -> anyhow::Result<Option<Closed>>
         }
         // Every bid the script accepted is in the stream; record them all (whichever consumer
         // read them) before the result.
-        if !hot::drain_frozen(state, id, &state.auctions.consumer_name).await? {
+        if !hot::drain_frozen(state, id, &state.consumer_name).await? {
             tracing::info!(auction = %id, "hot auction still has unrecorded bids; closing later");
             return Ok(None);
         }
@@ -160,7 +159,7 @@ async fn close_hot(state: &AppState, id: &str) -> anyhow::Result<Option<Closed>>
         .bind(frozen.as_ref().map(|f| f.bids))
         .fetch_optional(&state.pool)
         .await
-        .context("failed to record hot auction close")?;
+        .stmt("record a hot auction's close")?;
     if closed.is_some()
         && let Err(e) = hot::expire_closed(state, id).await
     {

@@ -34,12 +34,14 @@ impl Handles {
 
     /// `[auctions] handle_secret`, or when it is empty a key derived from the current
     /// admission-token signing key (a separate purpose, so the two never share a MAC).
-    pub fn from_config(config: &crate::app::config::BookingConfig) -> anyhow::Result<Self> {
-        let own = config.auctions.handle_secret.expose_secret();
+    pub fn from_settings(
+        settings: &super::AuctionSettings,
+        tokens: &shared::config::TokenSettings,
+    ) -> anyhow::Result<Self> {
+        let own = settings.handle_secret.expose_secret();
         if !own.is_empty() {
             return Ok(Self::new(own.as_bytes()));
         }
-        let tokens = &config.tokens;
         let base = tokens
             .keys
             .iter()
@@ -123,5 +125,30 @@ mod tests {
             (Some(a), false)
         );
         assert_eq!(h.leader("auc-1", None, "rival"), (None, false));
+    }
+
+    #[test]
+    fn the_key_is_the_own_secret_or_derived_from_the_current_token_key() {
+        let tokens = shared::config::TokenSettings::default();
+        let mut settings = crate::auctions::AuctionSettings::default();
+        let derived = Handles::from_settings(&settings, &tokens).expect("derived");
+        // Derived for its own purpose: not the token key itself.
+        let token_key = tokens.keys[0].secret.expose_secret().as_bytes().to_vec();
+        assert_ne!(
+            derived.bidder("a", "fan"),
+            Handles::new(&token_key).bidder("a", "fan")
+        );
+        settings.handle_secret = secrecy::SecretString::from("own-secret");
+        let own = Handles::from_settings(&settings, &tokens).expect("own");
+        assert_eq!(
+            own.bidder("a", "fan"),
+            Handles::new(b"own-secret").bidder("a", "fan")
+        );
+        let no_key = shared::config::TokenSettings {
+            current_kid: "missing".into(),
+            ..tokens
+        };
+        settings.handle_secret = secrecy::SecretString::from("");
+        assert!(Handles::from_settings(&settings, &no_key).is_err());
     }
 }

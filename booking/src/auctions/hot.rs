@@ -7,7 +7,7 @@
 //! auction's stream. So an acknowledged bid always has its durable record (subject to the AOF
 //! fsync policy, docs/operations.md "Auctions and Redis durability").
 //!
-//! The consumer ([`consume_auction`], run by a job) reads the stream through a consumer
+//! The consumer ([`stream`]: [`consume_auction`], run by a job) reads the stream through a consumer
 //! group, writes the bids to Postgres idempotently (`UNIQUE (auction_id, request_id)`,
 //! `ON CONFLICT DO NOTHING`), moves the auction row forward monotonically, and only then
 //! acknowledges. A consumer that dies mid-batch leaves its entries pending; they are
@@ -24,17 +24,20 @@
 //! Every key of one auction shares a hash tag (`auction:{id}`), so the script touches one
 //! Redis Cluster slot.
 
-use super::bids::{
-    AcceptedBid, BidOutcome, auction_closed, bid_too_low, key_reused, seller_cannot_bid,
+mod stream;
+
+pub use stream::{
+    ack, consume_all, consume_auction, drain_frozen, pending, read_batch, write_batch,
 };
-use super::{AuctionRow, SNIPING_WINDOW_S, min_next_bid, rfc3339};
-use crate::app::state::AppState;
-use crate::platform::error::{ApiError, ApiResult};
+
+use super::bids::{AcceptedBid, BidOutcome};
+use super::error::{AuctionError, RedisContext};
+use super::model::{AuctionRow, AuctionStatus, Recorded, SNIPING_WINDOW_S, min_next_bid, rfc3339};
+use super::{AuctionsState, repo};
+use crate::platform::redis::Redis;
 use anyhow::Context;
 use chrono::{DateTime, TimeZone, Utc};
 use redis::Script;
-use redis::streams::{StreamAutoClaimReply, StreamId, StreamReadReply};
-use shared::error::codes;
 use std::sync::LazyLock;
 
 pub const GROUP: &str = "booking";
@@ -46,11 +49,11 @@ pub struct HotKeys {
     pub stream: String,
 }
 
-pub fn keys(state: &AppState, id: &str) -> HotKeys {
+pub fn keys(redis: &Redis, id: &str) -> HotKeys {
     HotKeys {
-        state: state.key(&format!("auction:{{{id}}}:state")),
-        reqs: state.key(&format!("auction:{{{id}}}:reqs")),
-        stream: state.key(&format!("auction:{{{id}}}:bids")),
+        state: redis.key(&format!("auction:{{{id}}}:state")),
+        reqs: redis.key(&format!("auction:{{{id}}}:reqs")),
+        stream: redis.key(&format!("auction:{{{id}}}:bids")),
     }
 }
 
@@ -154,50 +157,18 @@ return {status, s[2], s[3] or '', s[4], s[5], s[6]}
     )
 });
 
-/// What Postgres has recorded for a hot auction: the floor its Redis state must not be
-/// below (the consumer only records what Redis accepted, so Redis can only be behind it after
-/// losing writes).
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
-pub struct Recorded {
-    pub current_price: i64,
-    pub leader_id: Option<String>,
-    pub bid_count: i64,
-    pub extensions: i32,
-}
-
-impl Recorded {
-    /// Keeps the newer of two records (prices, counts and extensions only grow; at
-    /// equal prices the leader recorded first stays).
-    pub fn merge(&mut self, other: Recorded) {
-        if other.leader_id.is_some()
-            && (self.leader_id.is_none() || other.current_price > self.current_price)
-        {
-            self.current_price = other.current_price;
-            self.leader_id = other.leader_id;
-        }
-        self.bid_count = self.bid_count.max(other.bid_count);
-        self.extensions = self.extensions.max(other.extensions);
-    }
-}
-
-const RECORDED_COLUMNS: &str = "current_price, leader_id, bid_count, extensions";
-
 /// Postgres's record of a hot auction, from this process's copy when it is fresh enough
 /// (`recorded_refresh_ms`), else read once and remembered: at most one read per auction per
 /// refresh period per process, never one per bid.
-async fn recorded(state: &AppState, id: &str) -> ApiResult<Recorded> {
-    let max_age = std::time::Duration::from_millis(state.config.auctions.recorded_refresh_ms);
-    if let Some(r) = state.auctions.recorded(id, max_age) {
+async fn recorded(state: &AuctionsState, id: &str) -> Result<Recorded, AuctionError> {
+    let max_age = std::time::Duration::from_millis(state.settings.recorded_refresh_ms);
+    if let Some(r) = state.runtime.recorded(id, max_age) {
         return Ok(r);
     }
-    let row: Option<Recorded> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT {RECORDED_COLUMNS} FROM auctions WHERE id = $1"
-    )))
-    .bind(id)
-    .fetch_optional(&state.pool)
-    .await?;
-    let row = row.ok_or_else(super::unknown_auction)?;
-    state.auctions.remember_recorded(id, row.clone());
+    let row = repo::load_recorded(&state.pool, id)
+        .await?
+        .ok_or(AuctionError::NotFound)?;
+    state.runtime.remember_recorded(id, row.clone());
     Ok(row)
 }
 
@@ -208,13 +179,13 @@ fn ms_to_time(ms: i64) -> anyhow::Result<DateTime<Utc>> {
 }
 
 /// Sets up the Redis state of a hot auction from its Postgres row, unless it exists already.
-pub async fn init_from_row(state: &AppState, row: &AuctionRow) -> ApiResult<()> {
-    let k = keys(state, &row.id);
-    let mut conn = state.redis().await?;
+pub async fn init_from_row(state: &AuctionsState, row: &AuctionRow) -> Result<(), AuctionError> {
+    let k = keys(&state.redis, &row.id);
+    let mut conn = state.redis.conn().await?;
     let _: i64 = INIT
         .key(&k.state)
         .key(&k.stream)
-        .arg(&row.status)
+        .arg(row.status.as_str())
         .arg(row.current_price)
         .arg(row.min_increment)
         .arg(row.end_time.timestamp_millis())
@@ -224,40 +195,39 @@ pub async fn init_from_row(state: &AppState, row: &AuctionRow) -> ApiResult<()> 
         .arg(row.extensions)
         .arg(row.bid_count)
         .invoke_async(&mut conn)
-        .await?;
+        .await
+        .redis_op("run the hot auction init script")?;
     Ok(())
 }
 
-fn parse_rec(id: &str, bidder: &str, rec: &str) -> ApiResult<AcceptedBid> {
+/// A bid record (`bid_id|amount|placed_ms|end_ms|extended`) as the accepted bid it stands for.
+fn parse_rec(id: &str, bidder: &str, rec: &str) -> anyhow::Result<AcceptedBid> {
     let parts: Vec<&str> = rec.split('|').collect();
-    let parsed = (|| -> anyhow::Result<AcceptedBid> {
-        let [bid_id, amount, placed, end, extended] = parts.as_slice() else {
-            anyhow::bail!("malformed bid record");
-        };
-        Ok(AcceptedBid {
-            bid_id: (*bid_id).to_owned(),
-            auction_id: id.to_owned(),
-            bidder: bidder.to_owned(),
-            amount: amount.parse().context("amount")?,
-            placed_at: ms_to_time(placed.parse().context("placed")?)?,
-            end_time: ms_to_time(end.parse().context("end")?)?,
-            extended: *extended == "1",
-        })
-    })();
-    parsed.map_err(ApiError::Unexpected)
+    let [bid_id, amount, placed, end, extended] = parts.as_slice() else {
+        anyhow::bail!("malformed bid record");
+    };
+    Ok(AcceptedBid {
+        bid_id: (*bid_id).to_owned(),
+        auction_id: id.to_owned(),
+        bidder: bidder.to_owned(),
+        amount: amount.parse().context("amount")?,
+        placed_at: ms_to_time(placed.parse().context("placed")?)?,
+        end_time: ms_to_time(end.parse().context("end")?)?,
+        extended: *extended == "1",
+    })
 }
 
 /// Places a bid on a hot auction (one script call; a second only if Redis lost the state).
 pub async fn place(
-    state: &AppState,
+    state: &AuctionsState,
     id: &str,
     bidder: &str,
     request_id: &str,
     amount: i64,
-) -> ApiResult<BidOutcome> {
-    let k = keys(state, id);
+) -> Result<BidOutcome, AuctionError> {
+    let k = keys(&state.redis, id);
     let floor = recorded(state, id).await?;
-    let mut conn = state.redis().await?;
+    let mut conn = state.redis.conn().await?;
     for _ in 0..2 {
         let bid_id = shared::ids::new_id();
         let reply: Vec<String> = PLACE_BID
@@ -274,75 +244,80 @@ pub async fn place(
             .arg(floor.bid_count)
             .arg(floor.extensions)
             .invoke_async(&mut conn)
-            .await?;
+            .await
+            .redis_op("run the bid script")?;
         let field = |i: usize| reply.get(i).map(String::as_str).unwrap_or("");
         match field(0) {
             "OK" => return Ok(BidOutcome::Accepted(parse_rec(id, bidder, field(1))?)),
             "DUP" => {
                 let bid = parse_rec(id, bidder, field(1))?;
                 if bid.amount != amount {
-                    return Err(key_reused());
+                    return Err(AuctionError::KeyReused);
                 }
                 return Ok(BidOutcome::Replayed(bid));
             }
-            "SELLER" => return Err(seller_cannot_bid()),
+            "SELLER" => return Err(AuctionError::SellerCannotBid),
             "LOW" | "CLOSED" => {
-                let price: i64 = field(1).parse().unwrap_or(0);
+                let current_price: i64 = field(1).parse().unwrap_or(0);
                 let leader_id = Some(field(2)).filter(|l| !l.is_empty());
-                let leader = state.auctions.handles.leader(id, leader_id, bidder);
+                let leader = state.handles.leader(id, leader_id, bidder);
                 if field(0) == "CLOSED" {
-                    let end = field(3)
+                    let end_time = field(3)
                         .parse::<i64>()
                         .ok()
                         .and_then(|ms| ms_to_time(ms).ok())
                         .map(|t| rfc3339(&t))
                         .unwrap_or_default();
-                    return Err(auction_closed(price, leader, &end));
+                    return Err(AuctionError::Closed {
+                        current_price,
+                        leader,
+                        end_time,
+                    });
                 }
                 let inc: i64 = field(4).parse().unwrap_or(0);
-                let min_next = min_next_bid(price, inc, leader_id.is_some());
-                return Err(bid_too_low(price, min_next, leader));
+                return Err(AuctionError::TooLow {
+                    current_price,
+                    min_next: min_next_bid(current_price, inc, leader_id.is_some()),
+                    leader,
+                });
             }
             "MISSING" => {
                 // Redis has no state for this auction (created while Redis was down, or Redis
                 // lost it): initialise from Postgres (create-if-absent) and decide again.
-                let row = super::load(state, id)
+                let row = repo::load(&state.pool, id)
                     .await?
-                    .ok_or_else(super::unknown_auction)?;
-                if row.status != "OPEN" {
-                    return Err(auction_closed(
-                        row.current_price,
-                        state
-                            .auctions
-                            .handles
-                            .leader(id, row.leader_id.as_deref(), bidder),
-                        &rfc3339(&row.end_time),
-                    ));
+                    .ok_or(AuctionError::NotFound)?;
+                if row.status != AuctionStatus::Open {
+                    return Err(AuctionError::Closed {
+                        current_price: row.current_price,
+                        leader: row.leader_for(&state.handles, bidder),
+                        end_time: rfc3339(&row.end_time),
+                    });
                 }
                 init_from_row(state, &row).await?;
             }
             other => {
-                return Err(ApiError::unexpected(anyhow::anyhow!(
+                return Err(AuctionError::Unexpected(anyhow::anyhow!(
                     "unexpected bid script reply {other:?}"
                 )));
             }
         }
     }
-    Err(ApiError::conflict(
-        codes::CONFLICT,
+    Err(AuctionError::Retry(
         "auction state is being restored; retry with the same Idempotency-Key",
     ))
 }
 
 /// Overlays the live Redis state on a Postgres row (which trails it by the consumer lag).
-pub async fn overlay(state: &AppState, row: &mut AuctionRow) -> ApiResult<()> {
-    let k = keys(state, &row.id);
-    let mut conn = state.redis().await?;
+pub async fn overlay(state: &AuctionsState, row: &mut AuctionRow) -> Result<(), AuctionError> {
+    let k = keys(&state.redis, &row.id);
+    let mut conn = state.redis.conn().await?;
     let v: Vec<Option<String>> = redis::cmd("HMGET")
         .arg(&k.state)
         .arg(&["status", "price", "leader", "end", "ext", "bids"])
         .query_async(&mut conn)
-        .await?;
+        .await
+        .redis_op("read the hot auction state")?;
     let get = |i: usize| v.get(i).cloned().flatten();
     if get(0).is_none() {
         return Ok(());
@@ -382,40 +357,37 @@ pub struct Frozen {
 }
 
 /// Closes the auction in Redis if it has ended by Redis time. `None`: no Redis state.
-pub async fn freeze(state: &AppState, id: &str) -> anyhow::Result<Option<Frozen>> {
-    let k = keys(state, id);
-    let mut conn = state
-        .redis()
-        .await
-        .map_err(|e| anyhow::anyhow!("redis unavailable: {e}"))?;
+pub async fn freeze(state: &AuctionsState, id: &str) -> Result<Option<Frozen>, AuctionError> {
+    let k = keys(&state.redis, id);
+    let mut conn = state.redis.conn().await?;
     let v: Vec<String> = FREEZE
         .key(&k.state)
         .invoke_async(&mut conn)
         .await
-        .context("freeze script failed")?;
+        .redis_op("run the freeze script")?;
     if v.first().map(String::as_str) == Some("MISSING") {
         return Ok(None);
     }
     let f = |i: usize| v.get(i).map(String::as_str).unwrap_or("");
-    Ok(Some(Frozen {
-        closed: f(0) == "CLOSED",
-        price: f(1).parse().context("price")?,
-        leader: Some(f(2).to_owned()).filter(|l| !l.is_empty()),
-        end_time: ms_to_time(f(3).parse().context("end")?)?,
-        extensions: f(4).parse().context("ext")?,
-        bids: f(5).parse().context("bids")?,
-    }))
+    let parsed = (|| -> anyhow::Result<Frozen> {
+        Ok(Frozen {
+            closed: f(0) == "CLOSED",
+            price: f(1).parse().context("price")?,
+            leader: Some(f(2).to_owned()).filter(|l| !l.is_empty()),
+            end_time: ms_to_time(f(3).parse().context("end")?)?,
+            extensions: f(4).parse().context("ext")?,
+            bids: f(5).parse().context("bids")?,
+        })
+    })();
+    Ok(Some(parsed.context("malformed freeze script reply")?))
 }
 
 /// Lets a closed auction's Redis keys expire after the retention period (replays of its
 /// bids keep working until then).
-pub async fn expire_closed(state: &AppState, id: &str) -> anyhow::Result<()> {
-    let k = keys(state, id);
-    let ttl = state.config.auctions.hot_retention_s.max(60);
-    let mut conn = state
-        .redis()
-        .await
-        .map_err(|e| anyhow::anyhow!("redis unavailable: {e}"))?;
+pub async fn expire_closed(state: &AuctionsState, id: &str) -> Result<(), AuctionError> {
+    let k = keys(&state.redis, id);
+    let ttl = state.settings.hot_retention_s.max(60);
+    let mut conn = state.redis.conn().await?;
     let _: () = redis::pipe()
         .cmd("EXPIRE")
         .arg(&k.state)
@@ -431,329 +403,47 @@ pub async fn expire_closed(state: &AppState, id: &str) -> anyhow::Result<()> {
         .ignore()
         .query_async(&mut conn)
         .await
-        .context("expire failed")?;
+        .redis_op("expire a closed hot auction's keys")?;
     Ok(())
-}
-
-/// One accepted bid as read from the stream.
-#[derive(Debug, Clone)]
-pub struct StreamBid {
-    pub entry_id: String,
-    pub bid_id: String,
-    pub bidder: String,
-    pub request_id: String,
-    pub amount: i64,
-    pub placed_at: DateTime<Utc>,
-    pub end_time: DateTime<Utc>,
-    pub extensions: i32,
-    pub extended: bool,
-    pub bids: i64,
-}
-
-fn parse_entry(e: &StreamId) -> anyhow::Result<StreamBid> {
-    let s = |k: &str| -> anyhow::Result<String> {
-        e.get::<String>(k)
-            .with_context(|| format!("stream entry {} lacks {k}", e.id))
-    };
-    Ok(StreamBid {
-        entry_id: e.id.clone(),
-        bid_id: s("bid_id")?,
-        bidder: s("bidder")?,
-        request_id: s("request_id")?,
-        amount: s("amount")?.parse().context("amount")?,
-        placed_at: ms_to_time(s("placed_ms")?.parse().context("placed_ms")?)?,
-        end_time: ms_to_time(s("end_ms")?.parse().context("end_ms")?)?,
-        extensions: s("ext")?.parse().context("ext")?,
-        extended: s("extended")? == "1",
-        bids: s("bids")?.parse().context("bids")?,
-    })
-}
-
-/// Reads the next batch for `consumer`: its own pending entries first (a restart with the same
-/// name), then entries another consumer left unacknowledged for too long, then new ones.
-pub async fn read_batch(
-    state: &AppState,
-    id: &str,
-    consumer: &str,
-    count: usize,
-) -> anyhow::Result<Vec<StreamBid>> {
-    let idle = state.config.auctions.consumer_claim_idle_ms;
-    read_batch_claiming(state, id, consumer, count, idle).await
-}
-
-/// [`read_batch`], taking over entries other consumers have held for `claim_idle_ms` or more.
-async fn read_batch_claiming(
-    state: &AppState,
-    id: &str,
-    consumer: &str,
-    count: usize,
-    claim_idle_ms: u64,
-) -> anyhow::Result<Vec<StreamBid>> {
-    let k = keys(state, id);
-    let mut conn = state
-        .redis()
-        .await
-        .map_err(|e| anyhow::anyhow!("redis unavailable: {e}"))?;
-    let read = |start: &'static str| {
-        let mut cmd = redis::cmd("XREADGROUP");
-        cmd.arg("GROUP")
-            .arg(GROUP)
-            .arg(consumer)
-            .arg("COUNT")
-            .arg(count)
-            .arg("STREAMS")
-            .arg(&k.stream)
-            .arg(start);
-        cmd
-    };
-    let entries = |reply: Option<StreamReadReply>| -> Vec<StreamId> {
-        reply
-            .map(|r| r.keys.into_iter().flat_map(|k| k.ids).collect())
-            .unwrap_or_default()
-    };
-    let mut ids = entries(
-        read("0")
-            .query_async(&mut conn)
-            .await
-            .context("XREADGROUP pending")?,
-    );
-    if ids.is_empty() {
-        let claimed: StreamAutoClaimReply = redis::cmd("XAUTOCLAIM")
-            .arg(&k.stream)
-            .arg(GROUP)
-            .arg(consumer)
-            .arg(claim_idle_ms)
-            .arg("0-0")
-            .arg("COUNT")
-            .arg(count)
-            .query_async(&mut conn)
-            .await
-            .context("XAUTOCLAIM")?;
-        ids = claimed.claimed;
-    }
-    if ids.is_empty() {
-        ids = entries(
-            read(">")
-                .query_async(&mut conn)
-                .await
-                .context("XREADGROUP new")?,
-        );
-    }
-    ids.iter().map(parse_entry).collect()
-}
-
-/// Writes a batch of one auction's accepted bids to Postgres, in one statement: the bid rows
-/// (idempotent) and the auction row moved forward, never backward.
-pub async fn write_batch(state: &AppState, id: &str, batch: &[StreamBid]) -> anyhow::Result<u64> {
-    let Some(top) = batch.iter().max_by_key(|b| b.amount) else {
-        return Ok(0);
-    };
-    let res: Option<Recorded> = sqlx::query_as(
-        r#"
-WITH b AS (
-    SELECT * FROM UNNEST($2::text[], $3::text[], $4::text[], $5::bigint[], $6::timestamptz[],
-                         $7::timestamptz[], $8::bool[])
-             AS b(id, bidder_id, request_id, amount, placed_at, end_time, extended)
-), ins AS (
-    INSERT INTO bids (id, auction_id, bidder_id, request_id, amount, placed_at, end_time,
-                      extended, path)
-    SELECT b.id, $1, b.bidder_id, b.request_id, b.amount, b.placed_at, b.end_time, b.extended,
-           'hot'
-      FROM b
-    ON CONFLICT (auction_id, request_id) DO NOTHING
-    RETURNING 1
-)
--- A data-modifying CTE runs exactly once whether or not it is referenced.
-UPDATE auctions a
-   SET current_price = CASE WHEN $9 > a.current_price OR a.leader_id IS NULL THEN $9
-                            ELSE a.current_price END,
-       leader_id     = CASE WHEN $9 > a.current_price OR a.leader_id IS NULL THEN $10
-                            ELSE a.leader_id END,
-       end_time      = GREATEST(a.end_time, $11),
-       extensions    = GREATEST(a.extensions, $12),
-       bid_count     = GREATEST(a.bid_count, $13),
-       last_bid_at   = GREATEST(a.last_bid_at, $14)
- WHERE a.id = $1
-RETURNING a.current_price, a.leader_id, a.bid_count, a.extensions
-"#,
-    )
-    .bind(id)
-    .bind(batch.iter().map(|b| b.bid_id.clone()).collect::<Vec<_>>())
-    .bind(batch.iter().map(|b| b.bidder.clone()).collect::<Vec<_>>())
-    .bind(
-        batch
-            .iter()
-            .map(|b| b.request_id.clone())
-            .collect::<Vec<_>>(),
-    )
-    .bind(batch.iter().map(|b| b.amount).collect::<Vec<_>>())
-    .bind(batch.iter().map(|b| b.placed_at).collect::<Vec<_>>())
-    .bind(batch.iter().map(|b| b.end_time).collect::<Vec<_>>())
-    .bind(batch.iter().map(|b| b.extended).collect::<Vec<_>>())
-    .bind(top.amount)
-    .bind(&top.bidder)
-    .bind(
-        batch
-            .iter()
-            .map(|b| b.end_time)
-            .max()
-            .unwrap_or(top.end_time),
-    )
-    .bind(batch.iter().map(|b| b.extensions).max().unwrap_or(0))
-    .bind(batch.iter().map(|b| b.bids).max().unwrap_or(0))
-    .bind(
-        batch
-            .iter()
-            .map(|b| b.placed_at)
-            .max()
-            .unwrap_or(top.placed_at),
-    )
-    .fetch_optional(&state.pool)
-    .await
-    .context("failed to record hot bids")?;
-    // This process now knows Postgres's record without reading it again.
-    Ok(match res {
-        Some(rec) => {
-            state.auctions.remember_recorded(id, rec);
-            1
-        }
-        None => 0,
-    })
-}
-
-/// Acknowledges entries after their Postgres write committed.
-pub async fn ack(state: &AppState, id: &str, batch: &[StreamBid]) -> anyhow::Result<()> {
-    if batch.is_empty() {
-        return Ok(());
-    }
-    let k = keys(state, id);
-    let mut conn = state
-        .redis()
-        .await
-        .map_err(|e| anyhow::anyhow!("redis unavailable: {e}"))?;
-    let mut cmd = redis::cmd("XACK");
-    cmd.arg(&k.stream).arg(GROUP);
-    for b in batch {
-        cmd.arg(&b.entry_id);
-    }
-    let _: i64 = cmd.query_async(&mut conn).await.context("XACK")?;
-    Ok(())
-}
-
-/// Drains one auction's stream into Postgres (read → write → ack, batch by batch). Returns
-/// the number of entries processed.
-pub async fn consume_auction(state: &AppState, id: &str, consumer: &str) -> anyhow::Result<usize> {
-    let count = state.config.auctions.consumer_batch.max(1);
-    let mut total = 0;
-    loop {
-        let batch = read_batch(state, id, consumer, count).await?;
-        if batch.is_empty() {
-            return Ok(total);
-        }
-        write_batch(state, id, &batch).await?;
-        ack(state, id, &batch).await?;
-        total += batch.len();
-    }
-}
-
-/// Records EVERY entry of a frozen auction's stream (no bid can be added any more): entries
-/// other consumers read but never acknowledged are claimed at once, whoever holds them (a
-/// consumer that died mid-batch, or a live one that is slow: both write idempotently), and
-/// the drain is complete only when the group has nothing pending. `Ok(false)`: entries are
-/// still pending (taken by a concurrent claimer); the caller must not close yet.
-pub async fn drain_frozen(state: &AppState, id: &str, consumer: &str) -> anyhow::Result<bool> {
-    let count = state.config.auctions.consumer_batch.max(1);
-    loop {
-        let batch = read_batch_claiming(state, id, consumer, count, 0).await?;
-        if batch.is_empty() {
-            break;
-        }
-        write_batch(state, id, &batch).await?;
-        ack(state, id, &batch).await?;
-    }
-    Ok(pending(state, id).await? == 0)
-}
-
-/// Entries delivered to some consumer of the group and not yet acknowledged.
-pub async fn pending(state: &AppState, id: &str) -> anyhow::Result<i64> {
-    let k = keys(state, id);
-    let mut conn = state
-        .redis()
-        .await
-        .map_err(|e| anyhow::anyhow!("redis unavailable: {e}"))?;
-    let reply: redis::Value = redis::cmd("XPENDING")
-        .arg(&k.stream)
-        .arg(GROUP)
-        .query_async(&mut conn)
-        .await
-        .context("XPENDING")?;
-    match reply {
-        redis::Value::Array(items) => match items.first() {
-            Some(redis::Value::Int(n)) => Ok(*n),
-            other => anyhow::bail!("unexpected XPENDING reply {other:?}"),
-        },
-        other => anyhow::bail!("unexpected XPENDING reply {other:?}"),
-    }
-}
-
-/// One consumer pass over every open hot auction. Closed ones need none: the closer drains
-/// an auction's stream after freezing it (no bid can arrive after that) and before it records
-/// the close.
-pub async fn consume_all(state: &AppState) -> anyhow::Result<usize> {
-    #[derive(sqlx::FromRow)]
-    struct Open {
-        id: String,
-        #[sqlx(flatten)]
-        recorded: Recorded,
-    }
-    // The same read refreshes this instance's copy of what Postgres recorded (the bid floor),
-    // so on an instance running jobs it is never more than one tick old.
-    let open: Vec<Open> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT id, {RECORDED_COLUMNS} FROM auctions WHERE hot AND status = 'OPEN' ORDER BY id"
-    )))
-    .fetch_all(&state.pool)
-    .await
-    .context("failed to list hot auctions")?;
-    let consumer = state.auctions.consumer_name.clone();
-    let mut total = 0;
-    for Open { id, recorded } in open {
-        state.auctions.remember_recorded(&id, recorded);
-        match consume_auction(state, &id, &consumer).await {
-            Ok(n) => total += n,
-            Err(e) => tracing::warn!(auction = %id, error = ?e, "hot bid consumer failed"),
-        }
-    }
-    Ok(total)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::Recorded;
+    use super::*;
 
-    fn rec(price: i64, leader: Option<&str>, bids: i64, ext: i32) -> Recorded {
-        Recorded {
-            current_price: price,
-            leader_id: leader.map(str::to_owned),
-            bid_count: bids,
-            extensions: ext,
-        }
+    #[test]
+    fn a_bid_record_parses_back_into_the_accepted_bid() {
+        let bid = parse_rec("auc", "ann", "b1|1500|1900000000123|1900000120123|1").expect("parses");
+        assert_eq!(bid.bid_id, "b1");
+        assert_eq!(bid.amount, 1500);
+        assert_eq!(bid.placed_at.timestamp_millis(), 1_900_000_000_123);
+        assert_eq!(bid.end_time.timestamp_millis(), 1_900_000_120_123);
+        assert!(bid.extended);
+        assert!(
+            !parse_rec("auc", "ann", "b1|1500|1|2|0")
+                .expect("parses")
+                .extended
+        );
+        assert!(
+            parse_rec("auc", "ann", "b1|1500|1|2").is_err(),
+            "a field is missing"
+        );
+        assert!(
+            parse_rec("auc", "ann", "b1|lots|1|2|0").is_err(),
+            "not a number"
+        );
     }
 
     #[test]
-    fn a_stale_record_never_lowers_a_newer_one() {
-        let mut cur = rec(2000, Some("bob"), 5, 1);
-        cur.merge(rec(1500, Some("alice"), 3, 0));
-        assert_eq!(cur, rec(2000, Some("bob"), 5, 1));
-        // A tie keeps the leader recorded first.
-        cur.merge(rec(2000, Some("carol"), 6, 1));
-        assert_eq!(cur, rec(2000, Some("bob"), 6, 1));
-        cur.merge(rec(2100, Some("dave"), 7, 2));
-        assert_eq!(cur, rec(2100, Some("dave"), 7, 2));
-        // No leader yet: the start price is no floor over a recorded leader.
-        let mut open = rec(1000, None, 0, 0);
-        open.merge(rec(1000, Some("erin"), 1, 0));
-        assert_eq!(open, rec(1000, Some("erin"), 1, 0));
-        open.merge(rec(1000, None, 0, 0));
-        assert_eq!(open, rec(1000, Some("erin"), 1, 0));
+    fn every_key_of_an_auction_shares_one_cluster_slot() {
+        let redis = Redis::new(&shared::config::RedisSettings {
+            key_prefix: "fg:".into(),
+            ..Default::default()
+        })
+        .expect("a client needs no connection");
+        let k = keys(&redis, "a1");
+        for key in [&k.state, &k.reqs, &k.stream] {
+            assert!(key.starts_with("fg:auction:{a1}:"), "{key}");
+        }
     }
 }

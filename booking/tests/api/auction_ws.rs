@@ -58,7 +58,7 @@ async fn end_and_close(app: &TestApp, auction: &str) {
     .execute(&app.pool)
     .await
     .unwrap();
-    let closed = closer::close_due(&app.state).await.unwrap();
+    let closed = closer::close_due(&app.state.auctions).await.unwrap();
     assert_eq!(closed.len(), 1);
 }
 
@@ -208,7 +208,7 @@ async fn a_thousand_viewers_and_a_slow_one_all_see_the_close() {
         assert_eq!(s, 201, "{b}");
     }
     // Close the hot auction: freeze in Redis, record, publish.
-    let k = booking::auctions::hot::keys(&app.state, &auction);
+    let k = booking::auctions::hot::keys(&app.state.redis, &auction);
     let mut conn = app.state.redis().await.unwrap();
     let _: () = redis::cmd("HSET")
         .arg(&k.state)
@@ -224,7 +224,7 @@ async fn a_thousand_viewers_and_a_slow_one_all_see_the_close() {
     .execute(&app.pool)
     .await
     .unwrap();
-    let closed = closer::close_due(&app.state).await.unwrap();
+    let closed = closer::close_due(&app.state.auctions).await.unwrap();
     assert_eq!(closed.len(), 1);
     let started = Instant::now();
     for r in readers {
@@ -249,7 +249,7 @@ async fn a_thousand_viewers_and_a_slow_one_all_see_the_close() {
 /// Ends an auction now (Redis end as well for a hot one) and runs the closer.
 async fn end_now_and_close(app: &TestApp, auction: &str, hot: bool) {
     if hot {
-        let k = booking::auctions::hot::keys(&app.state, auction);
+        let k = booking::auctions::hot::keys(&app.state.redis, auction);
         let mut conn = app.state.redis().await.unwrap();
         let _: () = redis::cmd("HSET")
             .arg(&k.state)

@@ -18,7 +18,7 @@ async fn redis(app: &TestApp) -> redis::aio::ConnectionManager {
 
 /// Sets the Redis end of a hot auction (ms since the epoch, Redis clock) and Postgres's end.
 async fn end_now_minus(app: &TestApp, auction: &str, ms: i64) {
-    let k = hot::keys(&app.state, auction);
+    let k = hot::keys(&app.state.redis, auction);
     let mut conn = redis(app).await;
     let t: (String, String) = redis::cmd("TIME").query_async(&mut conn).await.unwrap();
     let now_ms = t.0.parse::<i64>().unwrap() * 1000 + t.1.parse::<i64>().unwrap() / 1000;
@@ -39,7 +39,7 @@ async fn end_now_minus(app: &TestApp, auction: &str, ms: i64) {
 
 /// Stream entries delivered to a consumer of the group and not acknowledged.
 async fn pending(app: &TestApp, auction: &str) -> i64 {
-    let k = hot::keys(&app.state, auction);
+    let k = hot::keys(&app.state.redis, auction);
     let v: redis::Value = redis::cmd("XPENDING")
         .arg(&k.stream)
         .arg(hot::GROUP)
@@ -56,7 +56,7 @@ async fn pending(app: &TestApp, auction: &str) -> i64 {
 }
 
 async fn drain(app: &TestApp, auction: &str) {
-    hot::consume_auction(&app.state, auction, "test-consumer")
+    hot::consume_auction(&app.state.auctions, auction, "test-consumer")
         .await
         .expect("consume");
 }
@@ -188,19 +188,19 @@ async fn consumer_killed_mid_stream_and_restarted_records_every_bid_exactly_once
     }
 
     // Consumer "a" dies after writing a batch to Postgres but before acknowledging it...
-    let first = hot::read_batch(&app.state, &auction, "a", 16)
+    let first = hot::read_batch(&app.state.auctions, &auction, "a", 16)
         .await
         .unwrap();
     assert!(!first.is_empty());
-    hot::write_batch(&app.state, &auction, &first)
+    hot::write_batch(&app.state.auctions, &auction, &first)
         .await
         .unwrap();
     // ...and consumer "b" dies right after reading one (nothing written, nothing acked).
-    let second = hot::read_batch(&app.state, &auction, "b", 16)
+    let second = hot::read_batch(&app.state.auctions, &auction, "b", 16)
         .await
         .unwrap();
     // Consumer "c" runs as a real loop and is killed (task aborted) somewhere mid-stream.
-    let state = app.state.clone();
+    let state = app.state.auctions.clone();
     let id = auction.clone();
     let killed = tokio::spawn(async move {
         loop {
@@ -247,7 +247,7 @@ async fn consumer_killed_mid_stream_and_restarted_records_every_bid_exactly_once
             .unwrap();
     assert_eq!((price, leader.as_deref()), (3600, Some("late-60")));
     // Nothing is left pending in the group.
-    let k = hot::keys(&app.state, &auction);
+    let k = hot::keys(&app.state.redis, &auction);
     let mut conn = redis(&app).await;
     let v: redis::Value = redis::cmd("XPENDING")
         .arg(&k.stream)
@@ -274,7 +274,7 @@ async fn closing_a_hot_auction_freezes_it_and_records_the_result_once() {
     let accepted = results.iter().filter(|(s, _)| *s == 201).count() as i64;
     end_now_minus(&app, &auction, 1).await;
     // Racing closers: one records it; nobody drained the stream before, the closer does.
-    let runs = join_all((0..3).map(|_| closer::close_due(&app.state))).await;
+    let runs = join_all((0..3).map(|_| closer::close_due(&app.state.auctions))).await;
     let closed: Vec<_> = runs.into_iter().flat_map(|r| r.unwrap()).collect();
     assert_eq!(closed.len(), 1, "{closed:?}");
     assert_eq!(closed[0].current_price, 3000);
@@ -307,7 +307,7 @@ async fn closing_a_hot_auction_freezes_it_and_records_the_result_once() {
 /// The raw Redis keys of a hot auction (state, replay records, stream with its group), as
 /// `DUMP` blobs: restoring them is what a Redis that lost its tail looks like.
 async fn dump_hot(app: &TestApp, auction: &str) -> Vec<(String, Vec<u8>)> {
-    let k = hot::keys(&app.state, auction);
+    let k = hot::keys(&app.state.redis, auction);
     let mut conn = redis(app).await;
     let mut out = Vec::new();
     for key in [k.state, k.reqs, k.stream] {
@@ -347,7 +347,7 @@ async fn a_redis_rollback_below_a_recorded_bid_neither_accepts_a_lower_bid_nor_l
     // The consumer records bob's bid in Postgres; then Redis loses its tail (as after an
     // `everysec` crash or a failover): its state says alice leads at 1000 again. (The job's
     // own pass, which also refreshes this instance's copy of Postgres's record.)
-    assert_eq!(hot::consume_all(&app.state).await.unwrap(), 2);
+    assert_eq!(hot::consume_all(&app.state.auctions).await.unwrap(), 2);
     restore_hot(&app, &before_bob).await;
 
     // A bid between the rolled-back price and the recorded one is refused, on this instance
@@ -368,7 +368,7 @@ async fn a_redis_rollback_below_a_recorded_bid_neither_accepts_a_lower_bid_nor_l
     // Roll Redis back again (nobody bid since) and close: the recorded higher bid wins.
     restore_hot(&app, &before_bob).await;
     end_now_minus(&app, &auction, 1).await;
-    let closed = closer::close_due(&app.state).await.unwrap();
+    let closed = closer::close_due(&app.state.auctions).await.unwrap();
     assert_eq!(closed.len(), 1, "{closed:?}");
     let (status, price, leader, count, logged): (String, i64, Option<String>, i64, i64) =
         sqlx::query_as(
@@ -459,9 +459,9 @@ async fn an_instance_killed_between_reading_and_writing_a_batch_just_before_the_
     let consumers: Vec<_> = [&app, &peer]
         .into_iter()
         .map(|inst| {
-            let (state, stop, id) = (inst.state.clone(), stop.clone(), auction.clone());
+            let (state, stop, id) = (inst.state.auctions.clone(), stop.clone(), auction.clone());
             tokio::spawn(async move {
-                let name = state.auctions.consumer_name.clone();
+                let name = state.consumer_name.clone();
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     hot::consume_auction(&state, &id, &name).await.unwrap();
                     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
@@ -480,9 +480,9 @@ async fn an_instance_killed_between_reading_and_writing_a_batch_just_before_the_
     accepted.extend(bid_load(&[&app, &peer], &auction, 300, 500).await);
     // The peer's consumer reads the whole burst, and the instance dies before writing it.
     let (read_tx, read_rx) = tokio::sync::oneshot::channel();
-    let (state, id) = (peer.state.clone(), auction.clone());
+    let (state, id) = (peer.state.auctions.clone(), auction.clone());
     let doomed = tokio::spawn(async move {
-        let name = state.auctions.consumer_name.clone();
+        let name = state.consumer_name.clone();
         let batch = hot::read_batch(&state, &id, &name, 10_000).await.unwrap();
         let _ = read_tx.send(batch.len());
         std::future::pending::<()>().await;
@@ -496,7 +496,7 @@ async fn an_instance_killed_between_reading_and_writing_a_batch_just_before_the_
 
     // The end passes; the surviving instance closes.
     end_now_minus(&app, &auction, 1).await;
-    let closed = closer::close_due(&app.state).await.unwrap();
+    let closed = closer::close_due(&app.state.auctions).await.unwrap();
     assert_eq!(closed.len(), 1, "{closed:?}");
 
     let mut want: Vec<String> = accepted.iter().map(|a| a.0.clone()).collect();
@@ -521,7 +521,7 @@ async fn an_instance_killed_between_reading_and_writing_a_batch_just_before_the_
         (status.as_str(), price, leader.as_deref()),
         ("CLOSED", top.2, Some(top.1.as_str()))
     );
-    let k = hot::keys(&app.state, &auction);
+    let k = hot::keys(&app.state.redis, &auction);
     let redis_bids: i64 = redis::cmd("HGET")
         .arg(&k.state)
         .arg("bids")
