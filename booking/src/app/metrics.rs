@@ -4,7 +4,7 @@
 //! global registries. Add new metrics here and register them in `new`.
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
 };
 
 pub struct Metrics {
@@ -17,14 +17,10 @@ pub struct Metrics {
     pub refusals: IntCounterVec,
     /// Holds released by the sweeper.
     pub holds_expired: IntCounterVec,
-    /// Unpublished outbox rows (sampled by the relay).
-    pub outbox_lag: IntGauge,
     /// Bids accepted, by path (`cold`/`hot`).
     pub bids: IntCounterVec,
     /// Carts, orders and the flash-sale gate.
     pub commerce: crate::orders::CommerceMetrics,
-    /// Payments, webhooks, outbox relay and ticket delivery.
-    pub payments: crate::payments::PaymentMetrics,
 }
 
 impl Metrics {
@@ -50,17 +46,14 @@ impl Metrics {
             Opts::new("holds_expired_total", "Holds released on expiry"),
             &["kind"],
         )?;
-        let outbox_lag = IntGauge::new("outbox_lag", "Unpublished outbox rows")?;
         let bids = IntCounterVec::new(Opts::new("bids_total", "Accepted bids"), &["path"])?;
         registry.register(Box::new(http_requests.clone()))?;
         registry.register(Box::new(http_latency.clone()))?;
         registry.register(Box::new(holds.clone()))?;
         registry.register(Box::new(refusals.clone()))?;
         registry.register(Box::new(holds_expired.clone()))?;
-        registry.register(Box::new(outbox_lag.clone()))?;
         registry.register(Box::new(bids.clone()))?;
         let commerce = crate::orders::CommerceMetrics::register(&registry)?;
-        let payments = crate::payments::PaymentMetrics::register(&registry)?;
         Ok(Self {
             registry,
             http_requests,
@@ -68,10 +61,8 @@ impl Metrics {
             holds,
             refusals,
             holds_expired,
-            outbox_lag,
             bids,
             commerce,
-            payments,
         })
     }
 

@@ -34,7 +34,8 @@ pub struct Inner {
 
     pub outbox: crate::outbox::OutboxState,
 
-    pub payments_domain: crate::payments::PaymentsState,
+    /// Payments: pool, provider, settings, metrics, idempotency keys.
+    pub payments: crate::payments::PaymentsState,
 
     pub auctions_domain: crate::auctions::AuctionsState,
 
@@ -44,8 +45,6 @@ pub struct Inner {
     pub catalog: crate::orders::products::Catalog,
     /// Auction rate limiter, caches and live-price hub.
     pub auctions: crate::auctions::AuctionRuntime,
-    /// The payment provider (the Stripe-style HTTP adapter).
-    pub payments: Arc<dyn crate::payments::provider::PaymentProvider>,
 }
 
 impl std::ops::Deref for AppState {
@@ -98,16 +97,31 @@ impl AppState {
             auth: auth.clone(),
         };
 
+        let idempotency = crate::platform::idempotency::Idempotency::new(
+            pool.clone(),
+            config.idempotency.clone(),
+        );
+
         let outbox = crate::outbox::OutboxState {
             pool: pool.clone(),
             redis: redis.clone(),
-            auth: auth.clone(),
+            settings: Arc::new(config.outbox.clone()),
+            metrics: crate::outbox::OutboxMetrics::register(&metrics.registry)
+                .context("failed to register outbox metrics")?,
         };
 
-        let payments_domain = crate::payments::PaymentsState {
+        let payments = crate::payments::PaymentsState {
             pool: pool.clone(),
             redis: redis.clone(),
             auth: auth.clone(),
+            idempotency: idempotency.clone(),
+            provider: Arc::new(
+                crate::payments::stripe::HttpProvider::new(&config.payments)
+                    .context("failed to set up the payment provider")?,
+            ),
+            settings: Arc::new(config.payments.clone()),
+            metrics: crate::payments::PaymentMetrics::register(&metrics.registry)
+                .context("failed to register payment metrics")?,
         };
 
         let auctions_domain = crate::auctions::AuctionsState {
@@ -117,14 +131,11 @@ impl AppState {
         };
 
         Ok(Self(Arc::new(Inner {
-            idempotency: crate::platform::idempotency::Idempotency::new(
-                pool.clone(),
-                config.idempotency.clone(),
-            ),
+            idempotency,
             inventory,
             orders,
             outbox,
-            payments_domain,
+            payments,
             auctions_domain,
             auth,
             metrics,
@@ -133,10 +144,6 @@ impl AppState {
             catalog: Default::default(),
             auctions: crate::auctions::AuctionRuntime::new(&config)
                 .context("failed to set up auctions")?,
-            payments: Arc::new(
-                crate::payments::stripe::HttpProvider::new(&config.payments)
-                    .context("failed to set up the payment provider")?,
-            ),
             pool,
             config,
         })))
@@ -178,7 +185,7 @@ impl FromRef<AppState> for crate::outbox::OutboxState {
 
 impl FromRef<AppState> for crate::payments::PaymentsState {
     fn from_ref(state: &AppState) -> Self {
-        state.payments_domain.clone()
+        state.payments.clone()
     }
 }
 
