@@ -8,6 +8,9 @@ use crate::payments::provider::{CreatePayment, ProviderPayment};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+mod reversal;
+pub use reversal::{Reversal, ReversalStep, is_full_refund, reversal_step};
+
 /// A payment attempt's status. The life of an attempt:
 ///
 /// ```text
@@ -40,12 +43,6 @@ impl AttemptStatus {
         }
     }
 
-    /// A provider success may still be applied (`pending`, or `failed` by a guess the
-    /// provider has now contradicted). Mirrors the success transition's `WHERE`.
-    pub fn accepts_success(self) -> bool {
-        matches!(self, AttemptStatus::Pending | AttemptStatus::Failed)
-    }
-
     /// The provider took money for this attempt but nothing here recorded it yet: a refund or
     /// dispute that arrives now overtook the success, which must be applied first.
     pub fn success_unapplied(self) -> bool {
@@ -53,23 +50,6 @@ impl AttemptStatus {
             self,
             AttemptStatus::Pending | AttemptStatus::Failed | AttemptStatus::Declined
         )
-    }
-
-    /// Money for this attempt can still be marked as owed back (`refund_pending`).
-    /// Mirrors that transition's `WHERE`.
-    pub fn may_owe_refund(self) -> bool {
-        matches!(
-            self,
-            AttemptStatus::Pending
-                | AttemptStatus::Failed
-                | AttemptStatus::Declined
-                | AttemptStatus::RefundPending
-        )
-    }
-
-    /// Reconciliation still has work on it (unknown outcome, or a refund to make).
-    pub fn is_open(self) -> bool {
-        matches!(self, AttemptStatus::Pending | AttemptStatus::RefundPending)
     }
 }
 
@@ -271,96 +251,6 @@ impl Reconciled {
     }
 }
 
-/// A refund or dispute made on the provider's side.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Reversal {
-    /// `charge.refunded`; `full` when nothing of the charge is left.
-    Refund { reference: String, full: bool },
-    /// `charge.dispute.created`; `reference` is the dispute id.
-    Dispute { reference: String },
-}
-
-impl Reversal {
-    /// The refund of charge `charge_id` as its `charge.refunded` event describes it.
-    pub fn refund_of_charge(
-        charge_id: &str,
-        refunded: Option<bool>,
-        amount: Option<i64>,
-        amount_refunded: Option<i64>,
-    ) -> Self {
-        Reversal::Refund {
-            reference: format!("charge:{charge_id}"),
-            full: is_full_refund(refunded, amount, amount_refunded),
-        }
-    }
-
-    /// The status a paid order takes.
-    pub fn order_status(&self) -> &'static str {
-        match self {
-            Reversal::Refund { .. } => "REFUNDED",
-            Reversal::Dispute { .. } => "DISPUTED",
-        }
-    }
-
-    /// `tickets.void_reason` of the order's tickets.
-    pub fn void_reason(&self) -> &'static str {
-        match self {
-            Reversal::Refund { .. } => "refunded",
-            Reversal::Dispute { .. } => "disputed",
-        }
-    }
-
-    /// The outbox topic announcing it.
-    pub fn topic(&self) -> &'static str {
-        match self {
-            Reversal::Refund { .. } => "order.refunded",
-            Reversal::Dispute { .. } => "order.disputed",
-        }
-    }
-
-    pub fn reference(&self) -> &str {
-        match self {
-            Reversal::Refund { reference, .. } | Reversal::Dispute { reference } => reference,
-        }
-    }
-}
-
-/// A charge is fully refunded when the provider says so, or when the refunded amount reaches
-/// the charged amount. A partial refund reverses no order here.
-pub fn is_full_refund(
-    refunded: Option<bool>,
-    amount: Option<i64>,
-    amount_refunded: Option<i64>,
-) -> bool {
-    refunded == Some(true) || matches!((amount, amount_refunded), (Some(a), Some(r)) if r >= a)
-}
-
-/// What a reversal does to an attempt in `status` (after any overtaken success was applied).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReversalStep {
-    /// Money the order never kept came back: record the refund (`refund_pending → refunded`).
-    RecordRefund,
-    /// Money the order never kept is disputed: the bank takes it back itself, so our own
-    /// refund is stopped (reconciliation skips disputed `refund_pending` attempts).
-    StopRefund,
-    /// A partial refund of the paying attempt: nothing changes here.
-    Partial,
-    /// The paying attempt's money is reversed: the order is reversed once.
-    ReverseOrder,
-    /// Applied before, or nothing to reverse.
-    Nothing,
-}
-
-pub fn reversal_step(status: AttemptStatus, reversal: &Reversal) -> ReversalStep {
-    match (status, reversal) {
-        (AttemptStatus::RefundPending, Reversal::Refund { .. }) => ReversalStep::RecordRefund,
-        (AttemptStatus::RefundPending, Reversal::Dispute { .. }) => ReversalStep::StopRefund,
-        (AttemptStatus::Succeeded, Reversal::Refund { full: false, .. }) => ReversalStep::Partial,
-        (AttemptStatus::Succeeded, _) => ReversalStep::ReverseOrder,
-        _ => ReversalStep::Nothing,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -393,23 +283,14 @@ mod tests {
     }
 
     #[test]
-    fn transition_rules_match_their_sql_conditions() {
-        let pick = |f: fn(AttemptStatus) -> bool| -> Vec<&str> {
-            ALL.iter().filter(|s| f(**s)).map(|s| s.as_str()).collect()
-        };
-        assert_eq!(pick(AttemptStatus::accepts_success), ["pending", "failed"]);
-        assert_eq!(
-            pick(AttemptStatus::success_unapplied),
-            ["pending", "declined", "failed"]
-        );
-        assert_eq!(
-            pick(AttemptStatus::may_owe_refund),
-            ["pending", "declined", "failed", "refund_pending"]
-        );
-        assert_eq!(pick(AttemptStatus::is_open), ["pending", "refund_pending"]);
-        // Money that was kept or given back is never owed back again.
-        assert!(!AttemptStatus::Succeeded.may_owe_refund());
-        assert!(!AttemptStatus::Refunded.may_owe_refund());
+    fn a_reversal_applies_an_overtaken_success_only_to_unsettled_attempts() {
+        let unsettled: Vec<&str> = ALL
+            .iter()
+            .filter(|s| s.success_unapplied())
+            .map(|s| s.as_str())
+            .collect();
+        // Money kept, owed back or given back was recorded with its provider payment.
+        assert_eq!(unsettled, ["pending", "declined", "failed"]);
     }
 
     #[test]
@@ -583,76 +464,5 @@ mod tests {
         );
         assert_eq!(R::of_refund(true), R::Refunded);
         assert_eq!(R::of_refund(false), R::RefundPending);
-    }
-
-    #[test]
-    fn full_refunds_by_flag_or_amount() {
-        assert!(is_full_refund(Some(true), None, None));
-        assert!(is_full_refund(None, Some(5000), Some(5000)));
-        assert!(is_full_refund(Some(false), Some(5000), Some(6000)));
-        assert!(!is_full_refund(Some(false), Some(5000), Some(4999)));
-        assert!(!is_full_refund(None, Some(5000), None));
-        assert!(!is_full_refund(None, None, None));
-        assert_eq!(
-            Reversal::refund_of_charge("ch_1", None, Some(10), Some(3)),
-            Reversal::Refund {
-                reference: "charge:ch_1".into(),
-                full: false
-            }
-        );
-    }
-
-    #[test]
-    fn reversals_name_their_order_status_tickets_and_topic() {
-        let refund = Reversal::Refund {
-            reference: "charge:ch_1".into(),
-            full: true,
-        };
-        let dispute = Reversal::Dispute {
-            reference: "dp_1".into(),
-        };
-        assert_eq!(
-            (refund.order_status(), refund.void_reason(), refund.topic()),
-            ("REFUNDED", "refunded", "order.refunded")
-        );
-        assert_eq!(
-            (
-                dispute.order_status(),
-                dispute.void_reason(),
-                dispute.topic()
-            ),
-            ("DISPUTED", "disputed", "order.disputed")
-        );
-        assert_eq!(refund.reference(), "charge:ch_1");
-        assert_eq!(dispute.reference(), "dp_1");
-    }
-
-    #[test]
-    fn a_reversal_changes_only_what_its_attempt_allows() {
-        let full = Reversal::Refund {
-            reference: "r".into(),
-            full: true,
-        };
-        let partial = Reversal::Refund {
-            reference: "r".into(),
-            full: false,
-        };
-        let dispute = Reversal::Dispute {
-            reference: "d".into(),
-        };
-        use AttemptStatus as S;
-        use ReversalStep as R;
-        assert_eq!(reversal_step(S::RefundPending, &full), R::RecordRefund);
-        assert_eq!(reversal_step(S::RefundPending, &partial), R::RecordRefund);
-        assert_eq!(reversal_step(S::RefundPending, &dispute), R::StopRefund);
-        assert_eq!(reversal_step(S::Succeeded, &full), R::ReverseOrder);
-        assert_eq!(reversal_step(S::Succeeded, &dispute), R::ReverseOrder);
-        assert_eq!(reversal_step(S::Succeeded, &partial), R::Partial);
-        // Reversed or refunded before: every repeat is a no-op.
-        for s in [S::Refunded, S::Pending, S::Declined, S::Failed] {
-            for r in [&full, &partial, &dispute] {
-                assert_eq!(reversal_step(s, r), R::Nothing, "{s:?} {r:?}");
-            }
-        }
     }
 }
