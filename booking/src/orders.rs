@@ -814,7 +814,7 @@ pub async fn expire_due(state: &AppState) -> anyhow::Result<u64> {
         }
         // Returned units of hot SKUs: let the gate admit them again (outside the transaction).
         for sku in &skus {
-            if let Err(e) = flash::reconcile(state, sku).await {
+            if let Err(e) = flash::reconcile(&state.pool, &state.redis, sku).await {
                 tracing::warn!(error = ?e, sku, "flash gate reconcile after expiry failed");
             }
         }
@@ -1048,7 +1048,7 @@ async fn create_from_cart(
                 let state = state.clone();
                 tokio::spawn(async move {
                     for sku in taken {
-                        let _ = flash::reconcile(&state, &sku).await;
+                        let _ = flash::reconcile(&state.pool, &state.redis, &sku).await;
                     }
                 });
             }

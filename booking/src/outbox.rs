@@ -12,31 +12,45 @@
 //!   published again. Delivery is therefore at least once, and consumers dedupe by the
 //!   `event_id` field (see [`crate::outbox::delivery`]).
 //!
+//! The relay ([`relay`]) and the ticket-delivery consumer ([`delivery`]) are jobs of this
+//! domain; it depends on no other domain (payments and orders call [`write_tx`]).
+//!
 //! Each topic has its own stream, `<prefix>stream:<topic>`, entries carrying `event_id`,
 //! `topic`, `aggregate_id`, `payload` (JSON) and `outbox_id`. Streams are trimmed
 //! approximately to `stream_maxlen`.
 
 pub mod delivery;
+pub mod relay;
 
-/// Everything the outbox domain's handlers and jobs use; the app layer builds it and handlers take
-/// it with `State<OutboxState>` (axum `FromRef`). Cheap to clone.
-#[derive(Clone)]
-pub struct OutboxState {
-    pub pool: sqlx::PgPool,
-    pub redis: crate::platform::redis::Redis,
-    pub auth: crate::platform::auth::Auth,
-}
-
-impl axum::extract::FromRef<OutboxState> for crate::platform::auth::Auth {
-    fn from_ref(state: &OutboxState) -> Self {
-        state.auth.clone()
-    }
-}
-
-use crate::app::state::AppState;
-use anyhow::Context;
+use crate::platform::jobs::Job;
+use crate::platform::redis::Redis;
 use serde::Deserialize;
 use sqlx::{PgConnection, PgPool};
+use std::sync::Arc;
+
+pub use relay::{
+    OutboxRow, claim_batch, mark_published, publish, relay_all, relay_once, sample_lag,
+};
+
+/// Everything the outbox's jobs use: Postgres (the rows), Redis (the streams), the
+/// `[outbox]` settings and the metrics. The app layer builds it. Cheap to clone.
+#[derive(Clone)]
+pub struct OutboxState {
+    pub pool: PgPool,
+    pub redis: Redis,
+    pub settings: Arc<OutboxSettings>,
+    pub metrics: OutboxMetrics,
+}
+
+/// The outbox's background jobs: the relay, the ticket-delivery consumer and its catch-up
+/// from Postgres. Each is safe on any number of instances.
+pub fn jobs(state: &OutboxState) -> Vec<Arc<dyn Job>> {
+    vec![
+        Arc::new(relay::Relay(state.clone())),
+        Arc::new(delivery::Deliver(state.clone())),
+        Arc::new(delivery::CatchUp(state.clone())),
+    ]
+}
 
 /// `[outbox]` settings (relay and ticket-delivery consumer).
 #[derive(Debug, Clone, Deserialize)]
@@ -81,6 +95,55 @@ impl Default for OutboxSettings {
     }
 }
 
+/// Outbox relay and ticket-delivery metrics, registered on the app's registry.
+#[derive(Clone)]
+pub struct OutboxMetrics {
+    /// Outbox rows published to streams.
+    pub published: prometheus::IntCounter,
+    /// Unpublished outbox rows (sampled by the relay).
+    pub lag: prometheus::IntGauge,
+    /// Age of the oldest unpublished outbox row.
+    pub oldest_s: prometheus::Gauge,
+    /// Ticket-delivery consumer results (`delivered`, `duplicate`, `dead_lettered`).
+    pub deliveries: prometheus::IntCounterVec,
+    /// Paid orders whose lost ticket-delivery event was published again from Postgres.
+    pub delivery_catch_up: prometheus::IntCounter,
+}
+
+impl OutboxMetrics {
+    pub fn register(registry: &prometheus::Registry) -> Result<Self, prometheus::Error> {
+        use prometheus::{Gauge, IntCounter, IntCounterVec, IntGauge, Opts};
+        let m = Self {
+            published: IntCounter::new(
+                "outbox_published_total",
+                "Outbox rows published to Redis Streams",
+            )?,
+            lag: IntGauge::new("outbox_lag", "Unpublished outbox rows")?,
+            oldest_s: Gauge::new(
+                "outbox_oldest_unpublished_seconds",
+                "Age of the oldest unpublished outbox row",
+            )?,
+            deliveries: IntCounterVec::new(
+                Opts::new(
+                    "ticket_deliveries_total",
+                    "Ticket-delivery consumer results",
+                ),
+                &["result"],
+            )?,
+            delivery_catch_up: IntCounter::new(
+                "ticket_delivery_catch_up_total",
+                "Paid orders whose ticket-delivery event was published again from Postgres",
+            )?,
+        };
+        registry.register(Box::new(m.published.clone()))?;
+        registry.register(Box::new(m.lag.clone()))?;
+        registry.register(Box::new(m.oldest_s.clone()))?;
+        registry.register(Box::new(m.deliveries.clone()))?;
+        registry.register(Box::new(m.delivery_catch_up.clone()))?;
+        Ok(m)
+    }
+}
+
 /// Writes one event inside the caller's transaction.
 pub async fn write_tx(
     conn: &mut PgConnection,
@@ -101,151 +164,50 @@ pub async fn write_tx(
     Ok(event_id)
 }
 
-/// A claimed outbox row.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct OutboxRow {
-    pub id: i64,
-    pub event_id: String,
-    pub topic: String,
-    pub aggregate_id: String,
-    pub payload: serde_json::Value,
+/// The stream an event of `topic` goes to (`<prefix>stream:<topic>`).
+pub fn stream_key(redis: &Redis, topic: &str) -> String {
+    redis.key(&format!("stream:{topic}"))
 }
 
-/// The stream an event of `topic` goes to.
-pub fn stream_key(state: &AppState, topic: &str) -> String {
-    state.key(&format!("stream:{topic}"))
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// Claims up to `batch` unpublished rows whose lease is free (one committed statement).
-pub async fn claim_batch(pool: &PgPool, batch: i64, lease_s: u64) -> sqlx::Result<Vec<OutboxRow>> {
-    let mut rows: Vec<OutboxRow> = sqlx::query_as(
-        "UPDATE outbox o
-            SET claimed_until = clock_timestamp() + make_interval(secs => $2),
-                publish_attempts = o.publish_attempts + 1
-          WHERE o.id IN (
-                SELECT id FROM outbox
-                 WHERE published_at IS NULL
-                   AND (claimed_until IS NULL OR claimed_until < clock_timestamp())
-                 ORDER BY id
-                 LIMIT $1
-                 FOR UPDATE SKIP LOCKED)
-         RETURNING o.id, o.event_id, o.topic, o.aggregate_id, o.payload",
-    )
-    .bind(batch.max(1))
-    .bind(lease_s as f64)
-    .fetch_all(pool)
-    .await?;
-    rows.sort_by_key(|r| r.id);
-    Ok(rows)
-}
-
-/// `XADD`s every row (one pipeline). Returns the stream entry ids, in row order.
-pub async fn publish(state: &AppState, rows: &[OutboxRow]) -> anyhow::Result<Vec<String>> {
-    if rows.is_empty() {
-        return Ok(Vec::new());
+    fn redis(prefix: &str) -> Redis {
+        Redis::new(&shared::config::RedisSettings {
+            key_prefix: prefix.into(),
+            ..Default::default()
+        })
+        .expect("a valid redis url")
     }
-    let mut conn = state.redis().await.map_err(|e| anyhow::anyhow!("{e}"))?;
-    let maxlen = state.config.outbox.stream_maxlen.max(1);
-    let mut pipe = redis::pipe();
-    for r in rows {
-        pipe.cmd("XADD")
-            .arg(stream_key(state, &r.topic))
-            .arg("MAXLEN")
-            .arg("~")
-            .arg(maxlen)
-            .arg("*")
-            .arg("event_id")
-            .arg(&r.event_id)
-            .arg("topic")
-            .arg(&r.topic)
-            .arg("aggregate_id")
-            .arg(&r.aggregate_id)
-            .arg("payload")
-            .arg(r.payload.to_string())
-            .arg("outbox_id")
-            .arg(r.id);
+
+    #[test]
+    fn each_topic_has_its_own_prefixed_stream() {
+        assert_eq!(
+            stream_key(&redis("fg:"), "order.paid"),
+            "fg:stream:order.paid"
+        );
+        assert_eq!(stream_key(&redis(""), "order.paid"), "stream:order.paid");
+        assert_ne!(
+            stream_key(&redis("fg:"), "order.paid"),
+            stream_key(&redis("fg:"), "order.refunded")
+        );
     }
-    pipe.query_async::<Vec<String>>(&mut conn)
-        .await
-        .context("XADD to the outbox streams failed")
-}
 
-/// Marks rows published (after Redis acknowledged them).
-pub async fn mark_published(pool: &PgPool, ids: &[i64]) -> sqlx::Result<u64> {
-    Ok(sqlx::query(
-        "UPDATE outbox SET published_at = clock_timestamp(), claimed_until = NULL
-          WHERE id = ANY($1) AND published_at IS NULL",
-    )
-    .bind(ids)
-    .execute(pool)
-    .await?
-    .rows_affected())
-}
-
-/// Gives claimed rows back at once after a failed publish (instead of waiting for the lease).
-async fn unclaim(pool: &PgPool, ids: &[i64]) -> sqlx::Result<u64> {
-    Ok(sqlx::query(
-        "UPDATE outbox SET claimed_until = NULL WHERE id = ANY($1) AND published_at IS NULL",
-    )
-    .bind(ids)
-    .execute(pool)
-    .await?
-    .rows_affected())
-}
-
-/// One relay batch: claim, publish, mark. Returns the number of rows published.
-pub async fn relay_once(state: &AppState) -> anyhow::Result<usize> {
-    let settings = &state.config.outbox;
-    let rows = claim_batch(&state.pool, settings.relay_batch, settings.lease_s)
-        .await
-        .context("failed to claim outbox rows")?;
-    if rows.is_empty() {
-        return Ok(0);
+    /// The `[outbox]` section as booking's config holds it.
+    #[derive(Deserialize)]
+    struct Root {
+        #[serde(default)]
+        outbox: OutboxSettings,
     }
-    let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
-    if let Err(e) = publish(state, &rows).await {
-        if let Err(u) = unclaim(&state.pool, &ids).await {
-            tracing::warn!(error = ?u, "failed to unclaim outbox rows; their lease will expire");
-        }
-        return Err(e);
-    }
-    mark_published(&state.pool, &ids)
-        .await
-        .context("failed to mark outbox rows published")?;
-    state
-        .metrics
-        .payments
-        .outbox_published
-        .inc_by(rows.len() as u64);
-    Ok(rows.len())
-}
 
-/// Relays until a batch comes back short, then samples the lag gauges. The periodic job.
-pub async fn relay_all(state: &AppState) -> anyhow::Result<usize> {
-    let batch = state.config.outbox.relay_batch.max(1) as usize;
-    let mut total = 0;
-    loop {
-        let n = relay_once(state).await?;
-        total += n;
-        if n < batch {
-            break;
-        }
+    #[test]
+    fn outbox_settings_load_from_the_environment_and_refuse_unknown_keys() {
+        let env = vec![("FLOODGATE_OUTBOX__RELAY_BATCH".to_owned(), "50".to_owned())];
+        let c: Root = shared::config::load(None, env).expect("valid [outbox]");
+        assert_eq!(c.outbox.relay_batch, 50);
+        assert_eq!(c.outbox.lease_s, 30);
+        let bad = vec![("FLOODGATE_OUTBOX__RELAY_BATCHES".to_owned(), "5".to_owned())];
+        assert!(shared::config::load::<Root>(None, bad).is_err());
     }
-    sample_lag(state).await?;
-    Ok(total)
-}
-
-/// Sets `outbox_lag` (unpublished rows) and `outbox_oldest_unpublished_seconds`.
-pub async fn sample_lag(state: &AppState) -> anyhow::Result<()> {
-    let (count, age): (i64, f64) = sqlx::query_as(
-        "SELECT count(*),
-                COALESCE(EXTRACT(EPOCH FROM clock_timestamp() - min(created_at)), 0)::float8
-           FROM outbox WHERE published_at IS NULL",
-    )
-    .fetch_one(&state.pool)
-    .await
-    .context("failed to measure outbox lag")?;
-    state.metrics.outbox_lag.set(count);
-    state.metrics.payments.outbox_oldest_s.set(age);
-    Ok(())
 }

@@ -3,11 +3,12 @@
 //!
 //! - [`provider`]: the [`provider::PaymentProvider`] trait the rest of booking talks to;
 //!   [`stripe`] is the shipped adapter (a Stripe-style HTTP API with `Idempotency-Key`).
-//! - [`flow`]: `POST /api/orders/{id}/pay`. Each attempt is recorded (with its provider
-//!   idempotency key `<order>-<attempt>`) *before* the provider is called, the call happens
-//!   outside any transaction, and the outcome is applied by [`flow::apply_success`] — the
-//!   one conditional transition (`WHERE status = 'PENDING_PAYMENT'`) that the webhook and the
-//!   reconciliation job use too, so whichever arrives first wins and the others are no-ops.
+//! - [`flow`]: `POST /api/orders/{id}/pay` (handler in [`http`]). Each attempt is recorded
+//!   (with its provider idempotency key `<order>-<attempt>`) *before* the provider is called,
+//!   the call happens outside any transaction, and the outcome is applied by
+//!   [`transitions::apply_success_tx`] — the one conditional transition
+//!   (`WHERE status = 'PENDING_PAYMENT'`) that the webhook and the reconciliation job use
+//!   too, so whichever arrives first wins and the others are no-ops.
 //! - [`reconcile`]: asks the provider about attempts nobody heard back about — by the
 //!   attempt's own idempotency key, never trusting a search that may lag — and retries
 //!   pending refunds. An attempt whose outcome is unknown stays `pending`, and while it does
@@ -15,37 +16,89 @@
 //! - [`reversal`]: refunds and disputes made on the provider's side (`charge.refunded`,
 //!   `charge.dispute.created`) reverse a paid order once: `REFUNDED`/`DISPUTED`, tickets
 //!   voided, stock back on sale or held back per the event's `refund_stock`.
+//! - [`webhooks`]: the provider's signed events, applied once each.
+//! - Layers: [`model`] (attempt statuses, pure rules), [`repo`] and [`transitions`] (SQL,
+//!   returning [`PaymentError`]), [`http`] (handlers; the only place a [`PaymentError`]
+//!   becomes an `ApiError`).
 //!
 //! Money that arrives for an order that can no longer be fulfilled (expired, cancelled, hold
 //! lost, already paid by another attempt) is refunded with an idempotency key derived from the
 //! payment id, exactly once, and announced as `order.refunded`.
 
+pub mod error;
 pub mod flow;
+pub mod http;
+pub mod model;
 pub mod provider;
 pub mod reconcile;
+pub mod repo;
 pub mod reversal;
 pub mod stripe;
+pub mod transitions;
 pub mod webhooks;
 
-/// Everything the payments domain's handlers and jobs use; the app layer builds it and handlers take
-/// it with `State<PaymentsState>` (axum `FromRef`). Cheap to clone.
+use crate::platform::auth::Auth;
+use crate::platform::idempotency::Idempotency;
+use crate::platform::jobs::Job;
+use crate::platform::redis::Redis;
+use axum::extract::FromRef;
+use provider::PaymentProvider;
+use secrecy::SecretString;
+use serde::Deserialize;
+use sqlx::PgPool;
+use std::sync::Arc;
+
+pub use error::PaymentError;
+pub use http::router;
+
+/// Everything the payments domain's handlers and jobs use; the app layer builds it and
+/// handlers take it with `State<PaymentsState>` (axum `FromRef`). Cheap to clone.
 #[derive(Clone)]
 pub struct PaymentsState {
-    pub pool: sqlx::PgPool,
-    pub redis: crate::platform::redis::Redis,
-    pub auth: crate::platform::auth::Auth,
+    pub pool: PgPool,
+    /// The flash gates a provider-side refund gives stock back to.
+    pub redis: Redis,
+    pub auth: Auth,
+    /// `Idempotency-Key`s of pay requests.
+    pub idempotency: Idempotency,
+    /// The payment provider (the Stripe-style HTTP adapter).
+    pub provider: Arc<dyn PaymentProvider>,
+    pub settings: Arc<PaymentSettings>,
+    pub metrics: PaymentMetrics,
 }
 
-impl axum::extract::FromRef<PaymentsState> for crate::platform::auth::Auth {
+impl FromRef<PaymentsState> for Auth {
     fn from_ref(state: &PaymentsState) -> Self {
         state.auth.clone()
     }
 }
 
-use secrecy::SecretString;
-use serde::Deserialize;
+impl PaymentsState {
+    /// What the money-moving paths use (the pay flow, refunds, reconciliation).
+    pub fn clients(&self) -> PaymentClients {
+        PaymentClients {
+            pool: self.pool.clone(),
+            provider: self.provider.clone(),
+            settings: self.settings.clone(),
+            metrics: self.metrics.clone(),
+        }
+    }
+}
 
-pub use flow::router;
+/// The clients every path that moves money uses: the database, the provider, the
+/// `[payments]` settings and the counters. Cheap to clone.
+#[derive(Clone)]
+pub struct PaymentClients {
+    pub pool: PgPool,
+    pub provider: Arc<dyn PaymentProvider>,
+    pub settings: Arc<PaymentSettings>,
+    pub metrics: PaymentMetrics,
+}
+
+/// The background jobs of payments: reconciliation (safe on any number of instances).
+pub fn jobs(state: &PaymentsState) -> Vec<Arc<dyn Job>> {
+    vec![Arc::new(reconcile::Reconcile(state.clients()))]
+}
 
 /// `[payments]` settings.
 #[derive(Debug, Clone, Deserialize)]
@@ -100,7 +153,8 @@ impl Default for PaymentSettings {
     }
 }
 
-/// Payment, webhook, outbox and delivery metrics (registered by [`crate::app::metrics::Metrics`]).
+/// Payment and webhook metrics, registered on the app's registry.
+#[derive(Clone)]
 pub struct PaymentMetrics {
     /// Pay attempts by outcome (`paid`, `declined`, `timeout`, `provider_error`, ...).
     pub attempts: prometheus::IntCounterVec,
@@ -110,21 +164,13 @@ pub struct PaymentMetrics {
     pub refunds: prometheus::IntCounter,
     /// Paid orders reversed by a provider-side refund or dispute, by resulting status.
     pub reversals: prometheus::IntCounterVec,
-    /// Paid orders whose lost ticket-delivery event was published again from Postgres.
-    pub delivery_catch_up: prometheus::IntCounter,
     /// Attempts the reconciliation job resolved, by outcome.
     pub reconciled: prometheus::IntCounterVec,
-    /// Outbox rows published to streams.
-    pub outbox_published: prometheus::IntCounter,
-    /// Age of the oldest unpublished outbox row.
-    pub outbox_oldest_s: prometheus::Gauge,
-    /// Ticket-delivery consumer results (`delivered`, `duplicate`, `dead_lettered`).
-    pub deliveries: prometheus::IntCounterVec,
 }
 
 impl PaymentMetrics {
     pub fn register(registry: &prometheus::Registry) -> Result<Self, prometheus::Error> {
-        use prometheus::{Gauge, IntCounter, IntCounterVec, Opts};
+        use prometheus::{IntCounter, IntCounterVec, Opts};
         let m = Self {
             attempts: IntCounterVec::new(
                 Opts::new("payment_attempts_total", "Pay requests by outcome"),
@@ -142,10 +188,6 @@ impl PaymentMetrics {
                 ),
                 &["status"],
             )?,
-            delivery_catch_up: IntCounter::new(
-                "ticket_delivery_catch_up_total",
-                "Paid orders whose ticket-delivery event was published again from Postgres",
-            )?,
             reconciled: IntCounterVec::new(
                 Opts::new(
                     "payment_reconciled_total",
@@ -153,116 +195,27 @@ impl PaymentMetrics {
                 ),
                 &["outcome"],
             )?,
-            outbox_published: IntCounter::new(
-                "outbox_published_total",
-                "Outbox rows published to Redis Streams",
-            )?,
-            outbox_oldest_s: Gauge::new(
-                "outbox_oldest_unpublished_seconds",
-                "Age of the oldest unpublished outbox row",
-            )?,
-            deliveries: IntCounterVec::new(
-                Opts::new(
-                    "ticket_deliveries_total",
-                    "Ticket-delivery consumer results",
-                ),
-                &["result"],
-            )?,
         };
         registry.register(Box::new(m.attempts.clone()))?;
         registry.register(Box::new(m.webhooks.clone()))?;
         registry.register(Box::new(m.refunds.clone()))?;
         registry.register(Box::new(m.reversals.clone()))?;
-        registry.register(Box::new(m.delivery_catch_up.clone()))?;
         registry.register(Box::new(m.reconciled.clone()))?;
-        registry.register(Box::new(m.outbox_published.clone()))?;
-        registry.register(Box::new(m.outbox_oldest_s.clone()))?;
-        registry.register(Box::new(m.deliveries.clone()))?;
         Ok(m)
     }
 }
 
-/// The background jobs of this area: payment reconciliation, the outbox relay, the
-/// ticket-delivery consumer and its catch-up from Postgres. Each is safe on any number of
-/// instances.
-pub fn spawn_jobs(
-    state: &crate::app::state::AppState,
-    stop: &tokio::sync::watch::Receiver<bool>,
-) -> Vec<tokio::task::JoinHandle<()>> {
-    use crate::platform::jobs::spawn_periodic;
-    use std::time::Duration;
-    let every = |ms: u64| Duration::from_millis(ms.max(10));
-    let reconcile = {
-        let state = state.clone();
-        spawn_periodic(
-            "payment-reconcile",
-            every(state.config.payments.reconcile_interval_ms),
-            stop.clone(),
-            move || {
-                let state = state.clone();
-                async move {
-                    reconcile::run_once(&state).await?;
-                    Ok(())
-                }
-            },
-        )
-    };
-    let relay = {
-        let state = state.clone();
-        spawn_periodic(
-            "outbox-relay",
-            every(state.config.outbox.relay_interval_ms),
-            stop.clone(),
-            move || {
-                let state = state.clone();
-                async move {
-                    crate::outbox::relay_all(&state).await?;
-                    Ok(())
-                }
-            },
-        )
-    };
-    let delivery = {
-        let state = state.clone();
-        spawn_periodic(
-            "ticket-delivery",
-            every(state.config.outbox.delivery_poll_ms),
-            stop.clone(),
-            move || {
-                let state = state.clone();
-                async move {
-                    crate::outbox::delivery::consume_once(
-                        &state,
-                        crate::outbox::delivery::consumer_name(),
-                    )
-                    .await?;
-                    Ok(())
-                }
-            },
-        )
-    };
-    let catch_up = {
-        let state = state.clone();
-        spawn_periodic(
-            "ticket-delivery-catch-up",
-            every(state.config.outbox.delivery_catch_up_interval_ms),
-            stop.clone(),
-            move || {
-                let state = state.clone();
-                async move {
-                    crate::outbox::delivery::catch_up_once(&state).await?;
-                    Ok(())
-                }
-            },
-        )
-    };
-    vec![reconcile, relay, delivery, catch_up]
-}
-
 #[cfg(test)]
 mod tests {
-    use crate::app::config::BookingConfig;
+    use super::PaymentSettings;
     use secrecy::ExposeSecret;
+
+    /// The `[payments]` section as booking's config holds it.
+    #[derive(serde::Deserialize)]
+    struct Root {
+        #[serde(default)]
+        payments: PaymentSettings,
+    }
 
     /// The local stack passes the webhook secrets as a TOML array in one variable.
     #[test]
@@ -278,7 +231,7 @@ mod tests {
             ),
             ("FLOODGATE_PAYMENTS__PAY_PIN_S".to_owned(), "90".to_owned()),
         ];
-        let c: BookingConfig = shared::config::load(None, env).unwrap();
+        let c: Root = shared::config::load(None, env).unwrap();
         let secrets: Vec<&str> = c
             .payments
             .webhook_secrets
@@ -289,5 +242,11 @@ mod tests {
         assert_eq!(c.payments.provider_url, "http://127.0.0.1:18099");
         assert_eq!(c.payments.pay_pin_s, 90);
         assert_eq!(c.payments.webhook_tolerance_s, 300);
+    }
+
+    #[test]
+    fn unknown_payment_keys_are_refused() {
+        let env = vec![("FLOODGATE_PAYMENTS__PAY_PIN".to_owned(), "90".to_owned())];
+        assert!(shared::config::load::<Root>(None, env).is_err());
     }
 }

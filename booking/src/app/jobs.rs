@@ -10,7 +10,14 @@ use tokio::task::JoinHandle;
 pub fn spawn_all(state: AppState, stop: watch::Receiver<bool>) -> Vec<JoinHandle<()>> {
     let mut jobs = crate::platform::jobs::spawn_all(crate::auctions::jobs(&state.auctions), &stop);
     jobs.extend(crate::orders::spawn_jobs(&state, &stop));
-    jobs.extend(crate::payments::spawn_jobs(&state, &stop));
+    jobs.extend(crate::platform::jobs::spawn_all(
+        crate::outbox::jobs(&state.outbox),
+        &stop,
+    ));
+    jobs.extend(crate::platform::jobs::spawn_all(
+        crate::payments::jobs(&state.payments),
+        &stop,
+    ));
     jobs.push(crate::platform::jobs::spawn(
         Arc::new(PurgeKeys(state.idempotency.clone())),
         stop.clone(),

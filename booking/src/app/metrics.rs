@@ -4,7 +4,7 @@
 //! global registries. Add new metrics here and register them in `new`.
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
 };
 
 pub struct Metrics {
@@ -14,12 +14,8 @@ pub struct Metrics {
     /// Client-facing refusals (409/422/...), by machine code. Shared by every domain that
     /// refuses (each gets a handle in its metrics).
     pub refusals: IntCounterVec,
-    /// Unpublished outbox rows (sampled by the relay).
-    pub outbox_lag: IntGauge,
     /// Carts, orders and the flash-sale gate.
     pub commerce: crate::orders::CommerceMetrics,
-    /// Payments, webhooks, outbox relay and ticket delivery.
-    pub payments: crate::payments::PaymentMetrics,
 }
 
 impl Metrics {
@@ -40,21 +36,16 @@ impl Metrics {
             Opts::new("refusals_total", "Client errors by code"),
             &["code"],
         )?;
-        let outbox_lag = IntGauge::new("outbox_lag", "Unpublished outbox rows")?;
         registry.register(Box::new(http_requests.clone()))?;
         registry.register(Box::new(http_latency.clone()))?;
         registry.register(Box::new(refusals.clone()))?;
-        registry.register(Box::new(outbox_lag.clone()))?;
         let commerce = crate::orders::CommerceMetrics::register(&registry)?;
-        let payments = crate::payments::PaymentMetrics::register(&registry)?;
         Ok(Self {
             registry,
             http_requests,
             http_latency,
             refusals,
-            outbox_lag,
             commerce,
-            payments,
         })
     }
 

@@ -40,8 +40,8 @@ pub fn router(state: AppState) -> Router {
         .merge(crate::orders::router())
         .merge(crate::auctions::router().with_state(state.auctions.clone()))
         .merge(crate::inventory::storefront::router().with_state(state.inventory.clone()))
-        .merge(crate::payments::router())
-        .merge(crate::payments::webhooks::router())
+        .merge(crate::payments::router().with_state(state.payments.clone()))
+        .merge(crate::payments::webhooks::router().with_state(state.payments.clone()))
         .fallback(fallback)
         .layer(middleware::from_fn_with_state(
             state.clone(),

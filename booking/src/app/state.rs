@@ -34,14 +34,13 @@ pub struct Inner {
 
     pub outbox: crate::outbox::OutboxState,
 
-    pub payments_domain: crate::payments::PaymentsState,
+    /// Payments: pool, provider, settings, metrics, idempotency keys.
+    pub payments: crate::payments::PaymentsState,
 
     pub auctions: crate::auctions::AuctionsState,
 
     /// SKUs known to exist (cart writes skip the Postgres lookup).
     pub catalog: crate::orders::products::Catalog,
-    /// The payment provider (the Stripe-style HTTP adapter).
-    pub payments: Arc<dyn crate::payments::provider::PaymentProvider>,
 }
 
 impl std::ops::Deref for AppState {
@@ -82,6 +81,11 @@ impl AppState {
         )
         .context("failed to register auth metrics")?;
         let redis = Redis::new(&config.redis)?;
+        let idempotency = crate::platform::idempotency::Idempotency::new(
+            pool.clone(),
+            config.idempotency.clone(),
+        );
+
         let inventory = crate::inventory::InventoryState::new(
             pool.clone(),
             auth.clone(),
@@ -109,19 +113,24 @@ impl AppState {
         let outbox = crate::outbox::OutboxState {
             pool: pool.clone(),
             redis: redis.clone(),
-            auth: auth.clone(),
+            settings: Arc::new(config.outbox.clone()),
+            metrics: crate::outbox::OutboxMetrics::register(&metrics.registry)
+                .context("failed to register outbox metrics")?,
         };
 
-        let payments_domain = crate::payments::PaymentsState {
+        let payments = crate::payments::PaymentsState {
             pool: pool.clone(),
             redis: redis.clone(),
             auth: auth.clone(),
+            idempotency: idempotency.clone(),
+            provider: Arc::new(
+                crate::payments::stripe::HttpProvider::new(&config.payments)
+                    .context("failed to set up the payment provider")?,
+            ),
+            settings: Arc::new(config.payments.clone()),
+            metrics: crate::payments::PaymentMetrics::register(&metrics.registry)
+                .context("failed to register payment metrics")?,
         };
-
-        let idempotency = crate::platform::idempotency::Idempotency::new(
-            pool.clone(),
-            config.idempotency.clone(),
-        );
 
         let auctions = crate::auctions::AuctionsState::new(
             crate::auctions::Clients {
@@ -146,16 +155,12 @@ impl AppState {
             inventory,
             orders,
             outbox,
-            payments_domain,
+            payments,
             auctions,
             auth,
             metrics,
             redis,
             catalog: Default::default(),
-            payments: Arc::new(
-                crate::payments::stripe::HttpProvider::new(&config.payments)
-                    .context("failed to set up the payment provider")?,
-            ),
             pool,
             config,
         })))
@@ -197,7 +202,7 @@ impl FromRef<AppState> for crate::outbox::OutboxState {
 
 impl FromRef<AppState> for crate::payments::PaymentsState {
     fn from_ref(state: &AppState) -> Self {
-        state.payments_domain.clone()
+        state.payments.clone()
     }
 }
 

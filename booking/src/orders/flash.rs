@@ -22,9 +22,11 @@
 
 use crate::app::state::AppState;
 use crate::platform::error::ApiResult;
+use crate::platform::redis::Redis;
 use anyhow::Context;
 use redis::Script;
 use redis::aio::ConnectionManager;
+use sqlx::PgPool;
 use std::sync::LazyLock;
 
 /// Admission scripts return `{outcome, remaining}`.
@@ -115,12 +117,12 @@ return n
     )
 });
 
-fn counter_key(state: &AppState, sku: &str) -> String {
-    state.key(&format!("flash:stock:{{{sku}}}"))
+fn counter_key(redis: &Redis, sku: &str) -> String {
+    redis.key(&format!("flash:stock:{{{sku}}}"))
 }
 
-fn admissions_key(state: &AppState, sku: &str) -> String {
-    state.key(&format!("flash:adm:{{{sku}}}"))
+fn admissions_key(redis: &Redis, sku: &str) -> String {
+    redis.key(&format!("flash:adm:{{{sku}}}"))
 }
 
 /// What the gate said about one line.
@@ -143,8 +145,8 @@ pub async fn acquire(state: &AppState, sku: &str, quantity: i64, admission: &str
         let mut conn = state.redis().await?;
         Ok::<_, crate::platform::error::ApiError>(
             ACQUIRE
-                .key(counter_key(state, sku))
-                .key(admissions_key(state, sku))
+                .key(counter_key(&state.redis, sku))
+                .key(admissions_key(&state.redis, sku))
                 .arg(quantity)
                 .arg(admission)
                 .arg(ttl)
@@ -202,8 +204,8 @@ async fn on_admission(state: &AppState, script: &Script, sku: &str, admission: &
     let res: ApiResult<i64> = async {
         let mut conn = state.redis().await?;
         Ok(script
-            .key(counter_key(state, sku))
-            .key(admissions_key(state, sku))
+            .key(counter_key(&state.redis, sku))
+            .key(admissions_key(&state.redis, sku))
             .arg(admission)
             .invoke_async(&mut conn)
             .await?)
@@ -217,13 +219,13 @@ async fn on_admission(state: &AppState, script: &Script, sku: &str, admission: &
 /// Sets the gate of `sku` from Postgres `available` (see RECONCILE); returns the new count.
 async fn set_gate(
     conn: &mut ConnectionManager,
-    state: &AppState,
+    redis: &Redis,
     sku: &str,
     available: i64,
 ) -> redis::RedisResult<i64> {
     RECONCILE
-        .key(counter_key(state, sku))
-        .key(admissions_key(state, sku))
+        .key(counter_key(redis, sku))
+        .key(admissions_key(redis, sku))
         .arg(available)
         .arg(IN_FLIGHT_MS)
         .invoke_async(conn)
@@ -232,19 +234,19 @@ async fn set_gate(
 
 /// Resets the gate of `sku` to Postgres `available` minus the units of admitted orders still
 /// in flight when the product is hot, removes it otherwise. Returns the new count (None: not gated).
-pub async fn reconcile(state: &AppState, sku: &str) -> ApiResult<Option<i64>> {
+pub async fn reconcile(pool: &PgPool, redis: &Redis, sku: &str) -> ApiResult<Option<i64>> {
     let row: Option<(bool, i64)> = sqlx::query_as(
         "SELECT p.hot, i.available FROM products p JOIN inventory i USING (sku) WHERE p.sku = $1",
     )
     .bind(sku)
-    .fetch_optional(&state.pool)
+    .fetch_optional(pool)
     .await?;
-    let mut conn = state.redis().await?;
+    let mut conn = redis.conn().await?;
     match row {
-        Some((true, available)) => Ok(Some(set_gate(&mut conn, state, sku, available).await?)),
+        Some((true, available)) => Ok(Some(set_gate(&mut conn, redis, sku, available).await?)),
         _ => {
             redis::cmd("DEL")
-                .arg(counter_key(state, sku))
+                .arg(counter_key(redis, sku))
                 .query_async::<()>(&mut conn)
                 .await?;
             Ok(None)
@@ -256,7 +258,7 @@ pub async fn reconcile(state: &AppState, sku: &str) -> ApiResult<Option<i64>> {
 pub async fn remove(state: &AppState, sku: &str) -> ApiResult<()> {
     let mut conn = state.redis().await?;
     redis::cmd("DEL")
-        .arg(counter_key(state, sku))
+        .arg(counter_key(&state.redis, sku))
         .query_async::<()>(&mut conn)
         .await?;
     Ok(())
@@ -280,7 +282,7 @@ pub async fn reconcile_all(state: &AppState) -> anyhow::Result<usize> {
         .map_err(|e| anyhow::anyhow!("{e}"))
         .context("redis unavailable for flash reconcile")?;
     for (sku, available) in &rows {
-        set_gate(&mut conn, state, sku, *available)
+        set_gate(&mut conn, &state.redis, sku, *available)
             .await
             .with_context(|| format!("failed to set the flash gate of {sku}"))?;
     }
@@ -291,7 +293,7 @@ pub async fn reconcile_all(state: &AppState) -> anyhow::Result<usize> {
 pub async fn current(state: &AppState, sku: &str) -> ApiResult<Option<i64>> {
     let mut conn = state.redis().await?;
     Ok(redis::cmd("GET")
-        .arg(counter_key(state, sku))
+        .arg(counter_key(&state.redis, sku))
         .query_async(&mut conn)
         .await?)
 }

@@ -257,7 +257,7 @@ async fn create_product(
     tx.commit().await?;
     state.catalog.insert(&req.sku, &req.event);
     if req.hot {
-        crate::orders::flash::reconcile(&state, &req.sku).await?;
+        crate::orders::flash::reconcile(&state.pool, &state.redis, &req.sku).await?;
     }
     let view = load(&state.pool, &req.sku)
         .await?
@@ -360,7 +360,7 @@ async fn update_product(
         .ok_or_else(|| unknown_sku(&sku))?;
     // Keep the gate in step with Postgres (outside the transaction: Redis is not part of it).
     if view.hot && (req.hot == Some(true) || req.stock.is_some()) {
-        crate::orders::flash::reconcile(&state, &sku).await?;
+        crate::orders::flash::reconcile(&state.pool, &state.redis, &sku).await?;
     } else if req.hot == Some(false) {
         crate::orders::flash::remove(&state, &sku).await?;
     }
@@ -390,6 +390,6 @@ async fn reconcile_gate(
     if !valid_sku(&sku) {
         return Err(unknown_sku(&sku));
     }
-    let gate = crate::orders::flash::reconcile(&state, &sku).await?;
+    let gate = crate::orders::flash::reconcile(&state.pool, &state.redis, &sku).await?;
     Ok(ApiJson(serde_json::json!({"sku": sku, "gate": gate})))
 }

@@ -18,13 +18,53 @@
 //!   to the relay, which publishes them again under the same `event_id`; the delivery row's
 //!   key makes that exactly once even when the original entry was only slow.
 
-use crate::app::state::AppState;
-use crate::outbox::stream_key;
+use crate::outbox::{OutboxState, stream_key};
+use crate::platform::jobs::Job;
 use anyhow::Context;
+use async_trait::async_trait;
 use redis::aio::ConnectionManager;
 use redis::streams::{StreamAutoClaimReply, StreamId, StreamReadReply};
 use serde::Deserialize;
 use std::sync::OnceLock;
+use std::time::Duration;
+
+/// The ticket-delivery consumer job (Redis and Postgres), as [`consumer_name`].
+pub struct Deliver(pub OutboxState);
+
+#[async_trait]
+impl Job for Deliver {
+    fn name(&self) -> &'static str {
+        "ticket-delivery"
+    }
+
+    fn period(&self) -> Duration {
+        Duration::from_millis(self.0.settings.delivery_poll_ms.max(10))
+    }
+
+    async fn run_once(&self) -> anyhow::Result<()> {
+        consume_once(&self.0, consumer_name()).await?;
+        Ok(())
+    }
+}
+
+/// The delivery catch-up job ([`catch_up_once`]).
+pub struct CatchUp(pub OutboxState);
+
+#[async_trait]
+impl Job for CatchUp {
+    fn name(&self) -> &'static str {
+        "ticket-delivery-catch-up"
+    }
+
+    fn period(&self) -> Duration {
+        Duration::from_millis(self.0.settings.delivery_catch_up_interval_ms.max(10))
+    }
+
+    async fn run_once(&self) -> anyhow::Result<()> {
+        catch_up_once(&self.0).await?;
+        Ok(())
+    }
+}
 
 /// The consumer group of ticket delivery.
 pub const GROUP: &str = "ticket-delivery";
@@ -44,7 +84,7 @@ pub fn consumer_name() -> &'static str {
     })
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, PartialEq, Eq, Deserialize)]
 struct PaidPayload {
     order_id: String,
     account_id: String,
@@ -61,6 +101,27 @@ pub enum Handled {
     Duplicate,
     /// Unreadable: moved to the dead-letter stream.
     DeadLettered,
+}
+
+impl Handled {
+    /// The `result` label of `ticket_deliveries_total`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Handled::Delivered => "delivered",
+            Handled::Duplicate => "duplicate",
+            Handled::DeadLettered => "dead_lettered",
+        }
+    }
+}
+
+/// The event id and payload of an `order.paid` entry, or `None` when it cannot be
+/// understood (it is dead-lettered then).
+fn read_entry(entry: &StreamId) -> Option<(String, PaidPayload)> {
+    let event_id: String = entry.get("event_id")?;
+    let payload = entry
+        .get::<String>("payload")
+        .and_then(|p| serde_json::from_str(&p).ok())?;
+    Some((event_id, payload))
 }
 
 /// Ensures the group exists (from the start of the stream, so events published before the
@@ -106,13 +167,17 @@ async fn read_new(
 /// Takes over messages another consumer received but did not acknowledge within
 /// `min_idle_ms`.
 pub async fn reclaim(
-    state: &AppState,
+    state: &OutboxState,
     consumer: &str,
     min_idle_ms: u64,
     count: usize,
 ) -> anyhow::Result<Vec<StreamId>> {
-    let key = stream_key(state, TOPIC);
-    let mut conn = state.redis().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let key = stream_key(&state.redis, TOPIC);
+    let mut conn = state
+        .redis
+        .conn()
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let reply: StreamAutoClaimReply = redis::cmd("XAUTOCLAIM")
         .arg(&key)
         .arg(GROUP)
@@ -130,12 +195,16 @@ pub async fn reclaim(
 /// Reads up to `count` new messages for `consumer` without processing them (what a consumer
 /// that crashes right after reading leaves behind). Creates the group if needed.
 pub async fn read_batch(
-    state: &AppState,
+    state: &OutboxState,
     consumer: &str,
     count: usize,
 ) -> anyhow::Result<Vec<StreamId>> {
-    let key = stream_key(state, TOPIC);
-    let mut conn = state.redis().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let key = stream_key(&state.redis, TOPIC);
+    let mut conn = state
+        .redis
+        .conn()
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     match read_new(&mut conn, &key, consumer, count).await {
         Ok(v) => Ok(v),
         Err(e) if e.code() == Some("NOGROUP") => {
@@ -149,14 +218,14 @@ pub async fn read_batch(
 }
 
 /// Records one entry (once per event id), then acknowledges it.
-pub async fn handle(state: &AppState, consumer: &str, entry: &StreamId) -> anyhow::Result<Handled> {
-    let key = stream_key(state, TOPIC);
-    let event_id: Option<String> = entry.get("event_id");
-    let payload: Option<PaidPayload> = entry
-        .get::<String>("payload")
-        .and_then(|p| serde_json::from_str(&p).ok());
-    let outcome = match (event_id, payload) {
-        (Some(event_id), Some(p)) => {
+pub async fn handle(
+    state: &OutboxState,
+    consumer: &str,
+    entry: &StreamId,
+) -> anyhow::Result<Handled> {
+    let key = stream_key(&state.redis, TOPIC);
+    let outcome = match read_entry(entry) {
+        Some((event_id, p)) => {
             let inserted = sqlx::query(
                 "INSERT INTO deliveries (event_id, order_id, account_id, tickets, stream_entry, consumer)
                  VALUES ($1, $2, $3, $4, $5, $6)
@@ -179,8 +248,12 @@ pub async fn handle(state: &AppState, consumer: &str, entry: &StreamId) -> anyho
                 Handled::Duplicate
             }
         }
-        _ => {
-            let mut conn = state.redis().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        None => {
+            let mut conn = state
+                .redis
+                .conn()
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
             let mut cmd = redis::cmd("XADD");
             cmd.arg(format!("{key}:dead"))
                 .arg("*")
@@ -200,7 +273,11 @@ pub async fn handle(state: &AppState, consumer: &str, entry: &StreamId) -> anyho
         }
     };
     // Only now, after the row committed, is the message acknowledged.
-    let mut conn = state.redis().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut conn = state
+        .redis
+        .conn()
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let _: i64 = redis::cmd("XACK")
         .arg(&key)
         .arg(GROUP)
@@ -208,24 +285,18 @@ pub async fn handle(state: &AppState, consumer: &str, entry: &StreamId) -> anyho
         .query_async(&mut conn)
         .await
         .context("XACK failed")?;
-    let label = match outcome {
-        Handled::Delivered => "delivered",
-        Handled::Duplicate => "duplicate",
-        Handled::DeadLettered => "dead_lettered",
-    };
     state
         .metrics
-        .payments
         .deliveries
-        .with_label_values(&[label])
+        .with_label_values(&[outcome.label()])
         .inc();
     Ok(outcome)
 }
 
 /// One consumer pass: reclaim abandoned messages, read new ones, handle each. Returns the
 /// number of entries handled. The periodic job.
-pub async fn consume_once(state: &AppState, consumer: &str) -> anyhow::Result<usize> {
-    let settings = &state.config.outbox;
+pub async fn consume_once(state: &OutboxState, consumer: &str) -> anyhow::Result<usize> {
+    let settings = &state.settings;
     let count = settings.delivery_batch.max(1);
     let mut entries = read_batch(state, consumer, count).await?;
     entries.extend(reclaim(state, consumer, settings.delivery_reclaim_idle_ms, count).await?);
@@ -241,8 +312,8 @@ pub async fn consume_once(state: &AppState, consumer: &str) -> anyhow::Result<us
 /// so any number of instances can run it — and the relay publishes them again with their
 /// own `event_id`. Returns how many were handed back. A republished row gets a new
 /// `published_at`, so a consumer that is merely slow sees it again only after another grace.
-pub async fn catch_up_once(state: &AppState) -> anyhow::Result<u64> {
-    let settings = &state.config.outbox;
+pub async fn catch_up_once(state: &OutboxState) -> anyhow::Result<u64> {
+    let settings = &state.settings;
     let ids: Vec<i64> = sqlx::query_scalar(
         "UPDATE outbox o SET published_at = NULL, claimed_until = NULL
           WHERE o.id IN (
@@ -269,7 +340,92 @@ pub async fn catch_up_once(state: &AppState) -> anyhow::Result<u64> {
             events = n,
             "order.paid events published but never delivered (stream entries lost?): republishing"
         );
-        state.metrics.payments.delivery_catch_up.inc_by(n);
+        state.metrics.delivery_catch_up.inc_by(n);
     }
     Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn entry(fields: &[(&str, &str)]) -> StreamId {
+        StreamId {
+            id: "1-0".into(),
+            map: fields
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        (*k).to_owned(),
+                        redis::Value::BulkString(v.as_bytes().to_vec()),
+                    )
+                })
+                .collect::<HashMap<_, _>>(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_order_paid_entry_is_read_by_event_id_and_payload() {
+        let e = entry(&[
+            ("event_id", "evt_1"),
+            ("topic", TOPIC),
+            (
+                "payload",
+                r#"{"order_id":"ord_1","account_id":"alice","tickets":[{"id":"t1"}],"extra":1}"#,
+            ),
+        ]);
+        let (event_id, p) = read_entry(&e).expect("readable");
+        assert_eq!(event_id, "evt_1");
+        assert_eq!(
+            (p.order_id.as_str(), p.account_id.as_str()),
+            ("ord_1", "alice")
+        );
+        assert_eq!(p.tickets, serde_json::json!([{"id": "t1"}]));
+        // Tickets are optional (orders without seats).
+        let e = entry(&[
+            ("event_id", "evt_2"),
+            ("payload", r#"{"order_id":"o","account_id":"a"}"#),
+        ]);
+        assert_eq!(
+            read_entry(&e).expect("readable").1.tickets,
+            serde_json::Value::Null
+        );
+    }
+
+    #[test]
+    fn unreadable_entries_are_dead_lettered() {
+        for fields in [
+            vec![("payload", r#"{"order_id":"o","account_id":"a"}"#)],
+            vec![("event_id", "evt_1")],
+            vec![("event_id", "evt_1"), ("payload", "not json")],
+            vec![("event_id", "evt_1"), ("payload", r#"{"order_id":"o"}"#)],
+        ] {
+            assert!(read_entry(&entry(&fields)).is_none(), "{fields:?}");
+        }
+    }
+
+    #[test]
+    fn delivery_results_keep_their_metric_labels() {
+        assert_eq!(
+            [
+                Handled::Delivered,
+                Handled::Duplicate,
+                Handled::DeadLettered
+            ]
+            .map(Handled::label),
+            ["delivered", "duplicate", "dead_lettered"]
+        );
+    }
+
+    #[test]
+    fn the_consumer_name_is_stable_and_names_this_process() {
+        let name = consumer_name();
+        assert_eq!(name, consumer_name());
+        assert!(
+            name.contains(&format!("-{}-", std::process::id())),
+            "{name}"
+        );
+    }
 }

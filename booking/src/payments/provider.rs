@@ -86,6 +86,16 @@ impl ProviderError {
             ProviderError::Timeout | ProviderError::Unavailable { .. } | ProviderError::InProgress
         )
     }
+
+    /// True when the failure proves no money was taken: the request never reached the
+    /// provider, or the provider refused the request itself. Only then may an attempt be
+    /// closed as `failed` (its next pay is a fresh attempt with a new key).
+    pub fn proves_not_charged(&self) -> bool {
+        matches!(
+            self,
+            ProviderError::NotSent(_) | ProviderError::Rejected { .. }
+        )
+    }
 }
 
 #[async_trait]
@@ -104,4 +114,57 @@ pub trait PaymentProvider: Send + Sync + 'static {
         idempotency_key: &str,
         payment_id: &str,
     ) -> Result<ProviderRefund, ProviderError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all() -> Vec<ProviderError> {
+        vec![
+            ProviderError::NotSent(anyhow::anyhow!("connection refused")),
+            ProviderError::Timeout,
+            ProviderError::Unavailable { status: Some(503) },
+            ProviderError::InProgress,
+            ProviderError::Rejected {
+                status: 400,
+                code: "parameter_invalid".into(),
+            },
+            ProviderError::Protocol(anyhow::anyhow!("not json")),
+        ]
+    }
+
+    #[test]
+    fn only_unsent_or_refused_requests_prove_nothing_was_charged() {
+        let proven: Vec<bool> = all()
+            .iter()
+            .map(ProviderError::proves_not_charged)
+            .collect();
+        assert_eq!(proven, [true, false, false, false, true, false]);
+    }
+
+    #[test]
+    fn unknown_outcomes_are_retried_with_the_same_key() {
+        let unknown: Vec<bool> = all().iter().map(ProviderError::outcome_unknown).collect();
+        assert_eq!(unknown, [false, true, true, true, false, false]);
+        // Nothing is both proven uncharged and unknown.
+        assert!(
+            all()
+                .iter()
+                .all(|e| !(e.proves_not_charged() && e.outcome_unknown()))
+        );
+    }
+
+    #[test]
+    fn metadata_is_read_by_key() {
+        let p = ProviderPayment {
+            id: "pi_1".into(),
+            status: PaymentStatus::Succeeded,
+            amount: 1,
+            amount_refunded: 0,
+            metadata: BTreeMap::from([("order_id".to_owned(), "ord_1".to_owned())]),
+        };
+        assert_eq!(p.meta("order_id"), Some("ord_1"));
+        assert_eq!(p.meta("payment_id"), None);
+    }
 }

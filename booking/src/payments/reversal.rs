@@ -20,48 +20,13 @@
 //! - A partial refund is recorded by the provider but changes no order here (per-line
 //!   refunds are an ops feature); only a full refund reverses the order.
 
-use super::flow::{self, Success};
 use crate::outbox;
+use crate::payments::error::{PaymentResult, Statement};
+pub use crate::payments::model::Reversal;
+use crate::payments::model::{ReversalStep, Success, reversal_step};
+use crate::payments::transitions::{self, attempt_status_tx};
 use serde_json::json;
 use sqlx::PgConnection;
-
-/// What the provider reported.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Reversal {
-    /// `charge.refunded`; `full` when nothing of the charge is left.
-    Refund { reference: String, full: bool },
-    /// `charge.dispute.created`; `reference` is the dispute id.
-    Dispute { reference: String },
-}
-
-impl Reversal {
-    fn order_status(&self) -> &'static str {
-        match self {
-            Reversal::Refund { .. } => "REFUNDED",
-            Reversal::Dispute { .. } => "DISPUTED",
-        }
-    }
-
-    fn void_reason(&self) -> &'static str {
-        match self {
-            Reversal::Refund { .. } => "refunded",
-            Reversal::Dispute { .. } => "disputed",
-        }
-    }
-
-    fn topic(&self) -> &'static str {
-        match self {
-            Reversal::Refund { .. } => "order.refunded",
-            Reversal::Dispute { .. } => "order.disputed",
-        }
-    }
-
-    fn reference(&self) -> &str {
-        match self {
-            Reversal::Refund { reference, .. } | Reversal::Dispute { reference } => reference,
-        }
-    }
-}
 
 /// What applying a reversal did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,13 +56,14 @@ pub async fn apply_tx(
     payment_id: &str,
     provider_payment_id: &str,
     reversal: &Reversal,
-) -> sqlx::Result<Reversed> {
+) -> PaymentResult<Reversed> {
     // order_id never changes: reading it unlocked is safe.
     let order_id: Option<String> =
         sqlx::query_scalar("SELECT order_id FROM payments WHERE id = $1")
             .bind(payment_id)
             .fetch_optional(&mut *conn)
-            .await?;
+            .await
+            .statement("read the reversed attempt's order")?;
     let Some(order_id) = order_id else {
         return Ok(Reversed::Unknown);
     };
@@ -106,42 +72,36 @@ pub async fn apply_tx(
     sqlx::query("SELECT 1 FROM orders WHERE id = $1 FOR UPDATE")
         .bind(&order_id)
         .execute(&mut *conn)
-        .await?;
-    let mut status = payment_status(conn, payment_id).await?;
-    if matches!(status.as_str(), "pending" | "failed" | "declined") {
+        .await
+        .statement("lock the reversed order")?;
+    let mut status = attempt_status_tx(conn, payment_id).await?;
+    if status.success_unapplied() {
         // The reversal overtook the success: the money was taken, apply that first.
         if let Success::Unknown =
-            flow::apply_success_tx(conn, payment_id, provider_payment_id).await?
+            transitions::apply_success_tx(conn, payment_id, provider_payment_id).await?
         {
             return Ok(Reversed::Unknown);
         }
-        status = payment_status(conn, payment_id).await?;
+        status = attempt_status_tx(conn, payment_id).await?;
     }
-    match (status.as_str(), reversal) {
-        ("refund_pending", Reversal::Refund { .. }) => {
-            let recorded = flow::apply_refunded_tx(conn, payment_id, reversal.reference()).await?;
+    match reversal_step(status, reversal) {
+        ReversalStep::RecordRefund => {
+            let recorded =
+                transitions::apply_refunded_tx(conn, payment_id, reversal.reference()).await?;
             Ok(if recorded {
                 Reversed::RefundRecorded
             } else {
                 Reversed::Unchanged
             })
         }
-        ("refund_pending", Reversal::Dispute { reference }) => {
+        ReversalStep::StopRefund => {
             // The bank takes this money back itself: a refund of ours would return it twice.
             // Reconciliation leaves disputed refund_pending payments alone.
-            sqlx::query(
-                "UPDATE payments SET dispute_id = COALESCE(dispute_id, $2),
-                                     updated_at = clock_timestamp()
-                  WHERE id = $1",
-            )
-            .bind(payment_id)
-            .bind(reference)
-            .execute(&mut *conn)
-            .await?;
+            record_dispute_tx(conn, payment_id, reversal.reference()).await?;
             Ok(Reversed::Unchanged)
         }
-        ("succeeded", Reversal::Refund { full: false, .. }) => Ok(Reversed::Partial),
-        ("succeeded", _) => {
+        ReversalStep::Partial => Ok(Reversed::Partial),
+        ReversalStep::ReverseOrder => {
             match reversal {
                 Reversal::Refund { reference, .. } => {
                     sqlx::query(
@@ -153,32 +113,36 @@ pub async fn apply_tx(
                     .bind(payment_id)
                     .bind(reference)
                     .execute(&mut *conn)
-                    .await?;
+                    .await
+                    .statement("mark the paying attempt refunded")?;
                 }
                 Reversal::Dispute { reference } => {
-                    sqlx::query(
-                        "UPDATE payments
-                            SET dispute_id = COALESCE(dispute_id, $2),
-                                updated_at = clock_timestamp()
-                          WHERE id = $1",
-                    )
-                    .bind(payment_id)
-                    .bind(reference)
-                    .execute(&mut *conn)
-                    .await?;
+                    record_dispute_tx(conn, payment_id, reference).await?;
                 }
             }
             reverse_order_tx(conn, &order_id, payment_id, provider_payment_id, reversal).await
         }
-        _ => Ok(Reversed::Unchanged),
+        ReversalStep::Nothing => Ok(Reversed::Unchanged),
     }
 }
 
-async fn payment_status(conn: &mut PgConnection, payment_id: &str) -> sqlx::Result<String> {
-    sqlx::query_scalar("SELECT status FROM payments WHERE id = $1")
-        .bind(payment_id)
-        .fetch_one(&mut *conn)
-        .await
+/// Marks the attempt's money as disputed (the first dispute id stays).
+async fn record_dispute_tx(
+    conn: &mut PgConnection,
+    payment_id: &str,
+    dispute_id: &str,
+) -> PaymentResult<()> {
+    sqlx::query(
+        "UPDATE payments SET dispute_id = COALESCE(dispute_id, $2),
+                             updated_at = clock_timestamp()
+          WHERE id = $1",
+    )
+    .bind(payment_id)
+    .bind(dispute_id)
+    .execute(conn)
+    .await
+    .statement("record the dispute on the attempt")?;
+    Ok(())
 }
 
 #[derive(sqlx::FromRow)]
@@ -198,7 +162,7 @@ async fn reverse_order_tx(
     payment_id: &str,
     provider_payment_id: &str,
     reversal: &Reversal,
-) -> sqlx::Result<Reversed> {
+) -> PaymentResult<Reversed> {
     let order: Option<ReversedOrder> = sqlx::query_as(
         "UPDATE orders o
             SET status = $2, reversed_at = clock_timestamp(), updated_at = clock_timestamp()
@@ -210,7 +174,8 @@ async fn reverse_order_tx(
     .bind(order_id)
     .bind(reversal.order_status())
     .fetch_optional(&mut *conn)
-    .await?;
+    .await
+    .statement("reverse the paid order")?;
     let Some(order) = order else {
         // Reversed before (a refund after a dispute, a duplicate under another event id).
         return Ok(Reversed::Unchanged);
@@ -223,7 +188,8 @@ async fn reverse_order_tx(
             sqlx::query_as("SELECT event_id, kind, ga_tier, quantity FROM holds WHERE id = $1")
                 .bind(hold_id)
                 .fetch_optional(&mut *conn)
-                .await?;
+                .await
+                .statement("read the reversed order's hold")?;
         if let Some((hold_event, kind, ga_tier, quantity)) = hold {
             if kind == "seats" {
                 // Seats locked in seat_id order, like every other seat path.
@@ -244,7 +210,8 @@ async fn reverse_order_tx(
                 .bind(order_id)
                 .bind(release)
                 .execute(&mut *conn)
-                .await?;
+                .await
+                .statement("give the seats back")?;
             } else {
                 sqlx::query(
                     "WITH items AS (SELECT shard, quantity FROM hold_ga_items WHERE hold_id = $1),
@@ -266,7 +233,8 @@ async fn reverse_order_tx(
                 .bind(&ga_tier)
                 .bind(release)
                 .execute(&mut *conn)
-                .await?;
+                .await
+                .statement("give the GA units back")?;
             }
             // The fan no longer holds these tickets: they count against the limit no more.
             sqlx::query(
@@ -277,7 +245,8 @@ async fn reverse_order_tx(
             .bind(&order.account_id)
             .bind(quantity)
             .execute(&mut *conn)
-            .await?;
+            .await
+            .statement("give the account's ticket usage back")?;
             event_id = Some(hold_event);
         }
     }
@@ -289,13 +258,15 @@ async fn reverse_order_tx(
         )
         .bind(order_id)
         .fetch_all(&mut *conn)
-        .await?;
+        .await
+        .statement("read the order's SKU lines")?;
         if !lines.is_empty() {
             let (skus, qs): (Vec<String>, Vec<i64>) = lines.into_iter().unzip();
             sqlx::query("SELECT sku FROM inventory WHERE sku = ANY($1) ORDER BY sku FOR UPDATE")
                 .bind(&skus)
                 .execute(&mut *conn)
-                .await?;
+                .await
+                .statement("lock the SKUs' stock")?;
             sqlx::query(
                 "UPDATE inventory i
                     SET sold = i.sold - l.q,
@@ -308,7 +279,8 @@ async fn reverse_order_tx(
             .bind(&qs)
             .bind(release)
             .execute(&mut *conn)
-            .await?;
+            .await
+            .statement("give the SKU stock back")?;
             if release {
                 released_skus = skus;
             }
@@ -322,7 +294,8 @@ async fn reverse_order_tx(
     .bind(order_id)
     .bind(reversal.void_reason())
     .fetch_all(&mut *conn)
-    .await?;
+    .await
+    .statement("void the order's tickets")?;
     outbox::write_tx(
         conn,
         reversal.topic(),
@@ -341,7 +314,8 @@ async fn reverse_order_tx(
             "refund_stock": order.refund_stock,
         }),
     )
-    .await?;
+    .await
+    .statement("write the reversal to the outbox")?;
     Ok(Reversed::Order {
         order_id: order_id.to_owned(),
         status: reversal.order_status(),

@@ -278,7 +278,7 @@ async fn reconcile_keeps_in_flight_admissions_out_of_the_gate() {
     create_product(&app, "drop", "INFL", 100, 10, true).await;
     let current = || async { flash::current(&app.state, "INFL").await.expect("gate") };
     let reconcile = || async {
-        flash::reconcile(&app.state, "INFL")
+        flash::reconcile(&app.state.pool, &app.state.redis, "INFL")
             .await
             .expect("reconcile")
     };
@@ -348,7 +348,7 @@ async fn reconcile_racing_a_rush_sells_exactly_the_stock_and_settles_every_slot(
         tokio::spawn(async move {
             let mut runs = 0u32;
             while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                booking::orders::flash::reconcile(&state, "RACE")
+                booking::orders::flash::reconcile(&state.pool, &state.redis, "RACE")
                     .await
                     .expect("reconcile");
                 runs += 1;
@@ -402,7 +402,7 @@ async fn reconcile_racing_a_rush_sells_exactly_the_stock_and_settles_every_slot(
             .collect::<Vec<_>>()
     );
     assert_eq!(
-        booking::orders::flash::reconcile(&app.state, "RACE")
+        booking::orders::flash::reconcile(&app.state.pool, &app.state.redis, "RACE")
             .await
             .expect("reconcile"),
         Some(0)

@@ -24,7 +24,7 @@ async fn insert_rows(app: &TestApp, topic: &str, n: i64) {
 async fn xlen(app: &TestApp, topic: &str) -> i64 {
     let mut conn = app.state.redis().await.expect("redis");
     redis::cmd("XLEN")
-        .arg(outbox::stream_key(&app.state, topic))
+        .arg(outbox::stream_key(&app.state.redis, topic))
         .query_async(&mut conn)
         .await
         .expect("XLEN")
@@ -34,7 +34,7 @@ async fn xlen(app: &TestApp, topic: &str) -> i64 {
 async fn stream_event_ids(app: &TestApp, topic: &str) -> Vec<String> {
     let mut conn = app.state.redis().await.expect("redis");
     let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
-        .arg(outbox::stream_key(&app.state, topic))
+        .arg(outbox::stream_key(&app.state.redis, topic))
         .arg("-")
         .arg("+")
         .query_async(&mut conn)
@@ -50,7 +50,7 @@ async fn stream_event_ids(app: &TestApp, topic: &str) -> Vec<String> {
 async fn pending(app: &TestApp) -> usize {
     let mut conn = app.state.redis().await.expect("redis");
     let reply: StreamPendingReply = redis::cmd("XPENDING")
-        .arg(outbox::stream_key(&app.state, delivery::TOPIC))
+        .arg(outbox::stream_key(&app.state.redis, delivery::TOPIC))
         .arg(delivery::GROUP)
         .query_async(&mut conn)
         .await
@@ -69,12 +69,12 @@ async fn unpublished(app: &TestApp) -> i64 {
 async fn relay_publishes_every_row_in_batches_and_reports_lag() {
     let app = TestApp::spawn_with(|c| c.outbox.relay_batch = 100).await;
     insert_rows(&app, "test.topic", 1_050).await;
-    outbox::sample_lag(&app.state).await.unwrap();
-    assert_eq!(app.state.metrics.outbox_lag.get(), 1_050);
-    assert_eq!(outbox::relay_all(&app.state).await.unwrap(), 1_050);
+    outbox::sample_lag(&app.state.outbox).await.unwrap();
+    assert_eq!(app.state.outbox.metrics.lag.get(), 1_050);
+    assert_eq!(outbox::relay_all(&app.state.outbox).await.unwrap(), 1_050);
     assert_eq!(unpublished(&app).await, 0);
     assert_eq!(xlen(&app, "test.topic").await, 1_050);
-    assert_eq!(app.state.metrics.outbox_lag.get(), 0);
+    assert_eq!(app.state.outbox.metrics.lag.get(), 0);
     assert!(
         app.state
             .metrics
@@ -82,7 +82,7 @@ async fn relay_publishes_every_row_in_batches_and_reports_lag() {
             .contains("floodgate_booking_outbox_lag 0")
     );
     // Nothing left: another pass publishes nothing.
-    assert_eq!(outbox::relay_all(&app.state).await.unwrap(), 0);
+    assert_eq!(outbox::relay_all(&app.state.outbox).await.unwrap(), 0);
     assert_eq!(xlen(&app, "test.topic").await, 1_050);
 }
 
@@ -91,7 +91,7 @@ async fn several_relays_at_once_publish_each_row_once() {
     let app = TestApp::spawn_with(|c| c.outbox.relay_batch = 50).await;
     insert_rows(&app, "test.topic", 2_000).await;
     let started = std::time::Instant::now();
-    let relays = (0..6).map(|_| outbox::relay_all(&app.state));
+    let relays = (0..6).map(|_| outbox::relay_all(&app.state.outbox));
     let published: usize = futures::future::join_all(relays)
         .await
         .into_iter()
@@ -120,16 +120,19 @@ async fn relay_killed_between_publish_and_mark_delivers_again_and_the_consumer_r
         .cloned()
         .collect();
     assert_eq!(paid.len(), 1);
-    outbox::publish(&app.state, &rows).await.unwrap();
+    outbox::publish(&app.state.outbox, &rows).await.unwrap();
     assert_eq!(unpublished(app).await, rows.len() as i64);
     // While the lease runs, no other relay touches the rows.
-    assert_eq!(outbox::relay_once(&app.state).await.unwrap(), 0);
+    assert_eq!(outbox::relay_once(&app.state.outbox).await.unwrap(), 0);
     // The lease runs out; the next relay publishes them again.
     sqlx::query("UPDATE outbox SET claimed_until = clock_timestamp() - interval '1 second'")
         .execute(&app.pool)
         .await
         .unwrap();
-    assert_eq!(outbox::relay_all(&app.state).await.unwrap(), rows.len());
+    assert_eq!(
+        outbox::relay_all(&app.state.outbox).await.unwrap(),
+        rows.len()
+    );
     assert_eq!(unpublished(app).await, 0);
     let ids = stream_event_ids(app, "order.paid").await;
     assert_eq!(
@@ -138,7 +141,7 @@ async fn relay_killed_between_publish_and_mark_delivers_again_and_the_consumer_r
         "published twice"
     );
     // The consumer sees both copies and records the delivery once.
-    let handled = delivery::consume_once(&app.state, "consumer-a")
+    let handled = delivery::consume_once(&app.state.outbox, "consumer-a")
         .await
         .unwrap();
     assert_eq!(handled, 2);
@@ -154,7 +157,7 @@ async fn relay_killed_between_publish_and_mark_delivers_again_and_the_consumer_r
     );
     assert_eq!(pending(app).await, 0, "both copies acknowledged");
     assert_eq!(
-        delivery::consume_once(&app.state, "consumer-a")
+        delivery::consume_once(&app.state.outbox, "consumer-a")
             .await
             .unwrap(),
         0
@@ -176,19 +179,23 @@ async fn consumer_killed_before_ack_is_reclaimed_and_recorded_once() {
         .await
         .unwrap();
     }
-    outbox::relay_all(&app.state).await.unwrap();
+    outbox::relay_all(&app.state.outbox).await.unwrap();
     // Consumer "dead" reads everything, records one, and dies before acknowledging the rest.
-    let read = delivery::read_batch(&app.state, "dead", 10).await.unwrap();
+    let read = delivery::read_batch(&app.state.outbox, "dead", 10)
+        .await
+        .unwrap();
     assert_eq!(read.len(), 3);
     assert_eq!(
-        delivery::handle(&app.state, "dead", &read[0])
+        delivery::handle(&app.state.outbox, "dead", &read[0])
             .await
             .unwrap(),
         Handled::Delivered
     );
     assert_eq!(pending(&app).await, 2);
     // Another consumer reclaims the two abandoned messages.
-    let handled = delivery::consume_once(&app.state, "alive").await.unwrap();
+    let handled = delivery::consume_once(&app.state.outbox, "alive")
+        .await
+        .unwrap();
     assert_eq!(handled, 2);
     assert_eq!(pending(&app).await, 0);
     let n: i64 = sqlx::query_scalar("SELECT count(*) FROM deliveries")
@@ -198,7 +205,7 @@ async fn consumer_killed_before_ack_is_reclaimed_and_recorded_once() {
     assert_eq!(n, 3);
     // Handing the same entry over again (a late redelivery) records nothing new.
     assert_eq!(
-        delivery::handle(&app.state, "alive", &read[1])
+        delivery::handle(&app.state.outbox, "alive", &read[1])
             .await
             .unwrap(),
         Handled::Duplicate
@@ -208,7 +215,7 @@ async fn consumer_killed_before_ack_is_reclaimed_and_recorded_once() {
 #[tokio::test]
 async fn malformed_messages_are_dead_lettered_not_stuck() {
     let app = TestApp::spawn().await;
-    let key = outbox::stream_key(&app.state, delivery::TOPIC);
+    let key = outbox::stream_key(&app.state.redis, delivery::TOPIC);
     let mut conn = app.state.redis().await.unwrap();
     let _: String = redis::cmd("XADD")
         .arg(&key)
@@ -220,7 +227,9 @@ async fn malformed_messages_are_dead_lettered_not_stuck() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    let handled = delivery::consume_once(&app.state, "c").await.unwrap();
+    let handled = delivery::consume_once(&app.state.outbox, "c")
+        .await
+        .unwrap();
     assert_eq!(handled, 1);
     assert_eq!(pending(&app).await, 0);
     let dead: i64 = redis::cmd("XLEN")
@@ -267,8 +276,8 @@ async fn a_delivery_event_lost_from_the_stream_is_recovered_from_postgres_once()
     let bob = crate::helpers::order_seats(app, "ev", "bob", &["S1-R2-1"]).await;
     let (status, _) = pay(app, &bob.token, &bob.order_id, "k", "pm_card_visa").await;
     assert_eq!(status, 200);
-    outbox::relay_all(&app.state).await.unwrap();
-    delivery::consume_once(&app.state, "consumer-a")
+    outbox::relay_all(&app.state.outbox).await.unwrap();
+    delivery::consume_once(&app.state.outbox, "consumer-a")
         .await
         .unwrap();
     assert_eq!(deliveries_of(app, &bob.order_id).await.len(), 1);
@@ -276,37 +285,37 @@ async fn a_delivery_event_lost_from_the_stream_is_recovered_from_postgres_once()
     let alice = crate::helpers::order_seats(app, "ev", "alice", &["S1-R1-1", "S1-R1-2"]).await;
     let (status, _) = pay(app, &alice.token, &alice.order_id, "k", "pm_card_visa").await;
     assert_eq!(status, 200);
-    outbox::relay_all(&app.state).await.unwrap();
+    outbox::relay_all(&app.state.outbox).await.unwrap();
     assert_eq!(unpublished(app).await, 0);
     let mut conn = app.state.redis().await.expect("redis");
     let _: i64 = redis::cmd("XTRIM")
-        .arg(outbox::stream_key(&app.state, delivery::TOPIC))
+        .arg(outbox::stream_key(&app.state.redis, delivery::TOPIC))
         .arg("MAXLEN")
         .arg(0)
         .query_async(&mut conn)
         .await
         .expect("XTRIM");
     assert_eq!(
-        delivery::consume_once(&app.state, "consumer-a")
+        delivery::consume_once(&app.state.outbox, "consumer-a")
             .await
             .unwrap(),
         0
     );
     assert!(deliveries_of(app, &alice.order_id).await.is_empty());
     // Within the grace nothing is republished (a slow consumer is not a lost event).
-    assert_eq!(delivery::catch_up_once(&app.state).await.unwrap(), 0);
+    assert_eq!(delivery::catch_up_once(&app.state.outbox).await.unwrap(), 0);
     age_published(app).await;
     // Several instances run the catch-up at once: the event is handed back once.
     let handed_back: u64 =
-        futures::future::join_all((0..5).map(|_| delivery::catch_up_once(&app.state)))
+        futures::future::join_all((0..5).map(|_| delivery::catch_up_once(&app.state.outbox)))
             .await
             .into_iter()
             .map(|r| r.unwrap())
             .sum();
     assert_eq!(handed_back, 1, "only the undelivered order");
-    outbox::relay_all(&app.state).await.unwrap();
+    outbox::relay_all(&app.state.outbox).await.unwrap();
     assert_eq!(
-        delivery::consume_once(&app.state, "consumer-a")
+        delivery::consume_once(&app.state.outbox, "consumer-a")
             .await
             .unwrap(),
         1
@@ -321,7 +330,7 @@ async fn a_delivery_event_lost_from_the_stream_is_recovered_from_postgres_once()
     assert_eq!(deliveries_of(app, &alice.order_id).await, [paid_event]);
     // Delivered now: later passes leave it alone, and a second copy would be a no-op anyway.
     age_published(app).await;
-    assert_eq!(delivery::catch_up_once(&app.state).await.unwrap(), 0);
+    assert_eq!(delivery::catch_up_once(&app.state.outbox).await.unwrap(), 0);
     assert_eq!(deliveries_of(app, &bob.order_id).await.len(), 1);
     assert_eq!(deliveries_of(app, &alice.order_id).await.len(), 1);
 }

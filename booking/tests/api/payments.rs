@@ -498,14 +498,14 @@ async fn reconciliation_completes_an_order_whose_answer_was_lost() {
     assert_eq!(status, 504);
     // Not due yet: the job leaves fresh attempts alone.
     assert_eq!(
-        booking::payments::reconcile::run_once(&env.app.state)
+        booking::payments::reconcile::run_once(&env.app.state.payments.clients())
             .await
             .unwrap(),
         0
     );
     make_due(&env.app, &o.order_id).await;
     assert_eq!(
-        booking::payments::reconcile::run_once(&env.app.state)
+        booking::payments::reconcile::run_once(&env.app.state.payments.clients())
             .await
             .unwrap(),
         1
@@ -516,7 +516,7 @@ async fn reconciliation_completes_an_order_whose_answer_was_lost() {
     assert_eq!(env.charges(&o.order_id), 1);
     // Running it again changes nothing.
     make_due(&env.app, &o.order_id).await;
-    booking::payments::reconcile::run_once(&env.app.state)
+    booking::payments::reconcile::run_once(&env.app.state.payments.clients())
         .await
         .unwrap();
     assert_eq!(payment_state(&env.app, &o.order_id).await, state);
@@ -552,7 +552,7 @@ async fn reconciliation_settles_an_attempt_search_does_not_show_by_its_own_key()
     let env = PayEnv::spawn().await;
     let o = seat_order(&env.app, "ev", true, "alice", &["S2-R2-1"]).await;
     insert_lost_attempt(&env.app, &o.order_id).await;
-    booking::payments::reconcile::run_once(&env.app.state)
+    booking::payments::reconcile::run_once(&env.app.state.payments.clients())
         .await
         .unwrap();
     assert_eq!(attempt_status(&env.app, "p-lost").await, "succeeded");
@@ -572,7 +572,7 @@ async fn an_unseen_attempt_of_an_unpayable_order_is_closed_only_after_the_search
     let o = seat_order(&env.app, "ev", true, "alice", &["S2-R2-1"]).await;
     insert_lost_attempt(&env.app, &o.order_id).await;
     expire_order_in_db(&env.app, &o.order_id).await;
-    booking::payments::reconcile::run_once(&env.app.state)
+    booking::payments::reconcile::run_once(&env.app.state.payments.clients())
         .await
         .unwrap();
     assert_eq!(attempt_status(&env.app, "p-lost").await, "pending");
@@ -584,7 +584,7 @@ async fn an_unseen_attempt_of_an_unpayable_order_is_closed_only_after_the_search
     .execute(&env.app.pool)
     .await
     .unwrap();
-    booking::payments::reconcile::run_once(&env.app.state)
+    booking::payments::reconcile::run_once(&env.app.state.payments.clients())
         .await
         .unwrap();
     assert_eq!(attempt_status(&env.app, "p-lost").await, "failed");
@@ -623,6 +623,7 @@ async fn lagging_search_never_lets_a_second_charge_through() {
         .app
         .state
         .payments
+        .provider
         .find_by_order(&o.order_id)
         .await
         .unwrap();
@@ -630,7 +631,7 @@ async fn lagging_search_never_lets_a_second_charge_through() {
     // Reconciliation comes round before the fan does.
     make_due(&env.app, &o.order_id).await;
     assert_eq!(
-        booking::payments::reconcile::run_once(&env.app.state)
+        booking::payments::reconcile::run_once(&env.app.state.payments.clients())
             .await
             .unwrap(),
         1
@@ -707,7 +708,7 @@ async fn no_new_attempt_while_an_earlier_one_is_unknown() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     make_due(&env.app, &o.order_id).await;
-    booking::payments::reconcile::run_once(&env.app.state)
+    booking::payments::reconcile::run_once(&env.app.state.payments.clients())
         .await
         .unwrap();
     let (status, v) = pay(
@@ -761,7 +762,7 @@ async fn success_after_hold_expiry_is_refunded_once_and_the_seat_stays_with_its_
     // The late webhook, duplicated, then reconciliation: no second refund, nothing moves.
     env.sandbox.flush_webhooks(false, true).await;
     make_due(&env.app, &o.order_id).await;
-    booking::payments::reconcile::run_once(&env.app.state)
+    booking::payments::reconcile::run_once(&env.app.state.payments.clients())
         .await
         .unwrap();
     assert_eq!(env.refunds(&o.order_id), 1, "refunded exactly once");
@@ -932,7 +933,7 @@ async fn http_adapter_round_trip_against_the_sandbox() {
     use booking::payments::provider::{CreatePayment, PaymentStatus, ProviderError};
     use std::collections::BTreeMap;
     let env = PayEnv::spawn().await;
-    let provider = &env.app.state.payments;
+    let provider = &env.app.state.payments.provider;
     let req = |key: &str, method: &str| CreatePayment {
         idempotency_key: key.to_owned(),
         amount: 5000,
@@ -1064,7 +1065,7 @@ async fn a_refund_that_fails_is_retried_by_reconciliation_once() {
     env.sandbox.update(|s| s.failure_rate = 0.0);
     for _ in 0..3 {
         make_due(&env.app, &o.order_id).await;
-        booking::payments::reconcile::run_once(&env.app.state)
+        booking::payments::reconcile::run_once(&env.app.state.payments.clients())
             .await
             .unwrap();
     }

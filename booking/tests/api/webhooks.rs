@@ -562,7 +562,7 @@ async fn refund_before_the_success_with_stock_held_back() {
         "{v}"
     );
     crate::payments::make_due(&env.app, &o.order_id).await;
-    booking::payments::reconcile::run_once(&env.app.state)
+    booking::payments::reconcile::run_once(&env.app.state.payments.clients())
         .await
         .unwrap();
     assert_eq!(reversal_state(&env, &o.order_id).await, state);

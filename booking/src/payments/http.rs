@@ -1,0 +1,475 @@
+//! The HTTP layer of payments: `POST /api/orders/{id}/pay` (the steps are documented in
+//! [`crate::payments::flow`]) and the one mapping of [`PaymentError`] to `ApiError`. The
+//! webhook handler ([`crate::payments::webhooks`]) answers through the same mapping.
+
+use crate::payments::error::PaymentError;
+use crate::payments::flow::{self, Paid};
+use crate::payments::model::{
+    Attempt, OpenAttempt, Success, Unpayable, outcome_label, plausible_order_id,
+    valid_payment_method,
+};
+use crate::payments::provider::{PaymentStatus, ProviderPayment};
+use crate::payments::repo::{self, Start};
+use crate::payments::{PaymentClients, PaymentsState, transitions};
+use crate::platform::auth::Admitted;
+use crate::platform::db::{self, TxError, is_retryable};
+use crate::platform::error::{ApiError, ApiResult};
+use crate::platform::idempotency::{self, Begin, Claim, Fingerprint, IdempotencyKey};
+use crate::platform::json::ApiJson;
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::{Method, StatusCode};
+use axum::response::Response;
+use axum::routing::post;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use shared::error::codes;
+use sqlx::PgConnection;
+
+pub fn router() -> Router<PaymentsState> {
+    Router::new().route("/api/orders/{id}/pay", post(pay))
+}
+
+impl From<PaymentError> for ApiError {
+    fn from(e: PaymentError) -> Self {
+        match e {
+            PaymentError::InvalidPaymentMethod => ApiError::validation(
+                "payment_method must be a provider payment method id such as pm_card_visa",
+            ),
+            PaymentError::OrderNotFound => ApiError::not_found(codes::NOT_FOUND, "no such order"),
+            PaymentError::NotPayable { why, open } => {
+                let e = match why {
+                    Unpayable::Status(status) => ApiError::conflict(
+                        codes::ORDER_NOT_PAYABLE,
+                        "this order can no longer be paid",
+                    )
+                    .with("status", status),
+                    Unpayable::HoldLost => ApiError::conflict(
+                        codes::HOLD_EXPIRED,
+                        "the seats of this order are no longer held",
+                    ),
+                };
+                match open {
+                    OpenAttempt::Untouched => e,
+                    OpenAttempt::Refunded => e.with("refunded", true),
+                    OpenAttempt::RefundPending => e.with("refund_pending", true),
+                }
+            }
+            PaymentError::InProgress { attempt } => {
+                let e = ApiError::conflict(
+                    codes::PAYMENT_IN_PROGRESS,
+                    "a payment for this order is still being processed; check the order shortly",
+                )
+                .retry_after(2);
+                match attempt {
+                    Some(n) => e.with("attempt", n),
+                    None => e,
+                }
+            }
+            PaymentError::ProviderTimeout { attempt } => ApiError::new(
+                StatusCode::GATEWAY_TIMEOUT,
+                codes::PAYMENT_PROVIDER_TIMEOUT,
+                "the payment provider did not answer in time; retry: you will not be charged twice",
+            )
+            .with("attempt", attempt),
+            PaymentError::ProviderFailed { attempt } => ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                codes::PAYMENT_PROVIDER_ERROR,
+                "the payment provider failed; retry: you will not be charged twice",
+            )
+            .with("attempt", attempt),
+            PaymentError::ProviderLookup(e) => ApiError::Unavailable(
+                anyhow::Error::new(e).context("could not look up the disputed/refunded payment"),
+            ),
+            PaymentError::BadSignature(e) => ApiError::bad_request(
+                codes::INVALID_SIGNATURE,
+                "webhook signature verification failed",
+            )
+            .with("reason", e.reason()),
+            PaymentError::MalformedEvent => ApiError::bad_request(
+                codes::MALFORMED_JSON,
+                "webhook body is not a provider event",
+            ),
+            // Unavailability stays a 503 (ApiError's sqlx mapping); the statement goes into
+            // the logged cause.
+            PaymentError::Db { statement, source } => match ApiError::from(source) {
+                ApiError::Unavailable(e) => ApiError::Unavailable(e.context(statement)),
+                ApiError::Unexpected(e) => ApiError::Unexpected(e.context(statement)),
+                client => client,
+            },
+        }
+    }
+}
+
+/// Inside [`db::retry`]: a deadlock or serialization failure is retried, anything else is
+/// the answer.
+impl From<PaymentError> for TxError {
+    fn from(e: PaymentError) -> Self {
+        match e {
+            PaymentError::Db { source, .. } if is_retryable(&source) => TxError::Db(source),
+            other => TxError::Api(other.into()),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PayRequest {
+    /// A provider payment method id (`pm_...`).
+    pub payment_method: String,
+}
+
+async fn pay(
+    State(state): State<PaymentsState>,
+    admitted: Admitted,
+    key: IdempotencyKey,
+    Path(order_id): Path<String>,
+    ApiJson(req): ApiJson<PayRequest>,
+) -> ApiResult<Response> {
+    if !valid_payment_method(&req.payment_method) {
+        return Err(PaymentError::InvalidPaymentMethod.into());
+    }
+    if !plausible_order_id(&order_id) {
+        return Err(PaymentError::OrderNotFound.into());
+    }
+    let account = admitted.account().to_owned();
+    check_order_event(&state, &admitted, &order_id).await?;
+    let body = serde_json::to_value(&req).map_err(ApiError::unexpected)?;
+    let path = format!("/api/orders/{order_id}/pay");
+    let fp = Fingerprint::of_json(&Method::POST, &path, &body);
+    let claim = match idempotency::begin(&state.idempotency, &account, &key, &fp).await? {
+        Begin::Replay(stored) => return Ok(axum::response::IntoResponse::into_response(stored)),
+        Begin::Started(claim) => claim,
+    };
+    let clients = state.clients();
+    let result = pay_claimed(&clients, &claim, &account, &order_id, &req.payment_method).await;
+    match result {
+        Ok(Done::Stored(status, body)) => Ok(idempotency::respond(status, body)),
+        Ok(Done::Released(e)) | Err(e) => {
+            claim.release(&state.pool).await;
+            record(&clients, outcome_label(e.code()));
+            Err(e)
+        }
+    }
+}
+
+/// One admission, one event: an order is paid only with an admission token of its event
+/// (`403 WRONG_EVENT` before anything is claimed or charged). An order's event never changes,
+/// so reading it first is not a race. Orders without an event (cart orders created before
+/// orders recorded one) are their owner's to pay; someone else's order or a missing one is
+/// left to the pay flow's `404`.
+async fn check_order_event(
+    state: &PaymentsState,
+    admitted: &Admitted,
+    order_id: &str,
+) -> ApiResult<()> {
+    match repo::order_event(&state.pool, order_id, admitted.account()).await? {
+        Some(Some(event)) => admitted.opens(Some(&event)),
+        _ => Ok(()),
+    }
+}
+
+/// How a pay request ended.
+enum Done {
+    /// A response stored under the idempotency key (state changed).
+    Stored(StatusCode, Vec<u8>),
+    /// A refusal or an unknown outcome: the key is released so a retry runs again.
+    Released(ApiError),
+}
+
+fn record(c: &PaymentClients, outcome: &str) {
+    c.metrics.attempts.with_label_values(&[outcome]).inc();
+}
+
+async fn pay_claimed(
+    c: &PaymentClients,
+    claim: &Claim,
+    account: &str,
+    order_id: &str,
+    method: &str,
+) -> ApiResult<Done> {
+    let pin_s = c.settings.pay_pin_s.max(1) as f64;
+    let reconcile_s = c.settings.reconcile_after_s as f64;
+    let started =
+        repo::start_attempt(&c.pool, account, order_id, method, pin_s, reconcile_s).await?;
+    let attempt = match started {
+        Start::Charge(a) => a,
+        Start::NotFound => return Ok(Done::Released(PaymentError::OrderNotFound.into())),
+        Start::OtherAttemptPending { attempt } => {
+            return Ok(Done::Released(
+                PaymentError::InProgress {
+                    attempt: Some(attempt),
+                }
+                .into(),
+            ));
+        }
+        Start::Unpayable(why) => {
+            return match flow::settle_open_attempt(c, order_id, account, why).await {
+                Ok(e) => Ok(Done::Released(e.into())),
+                // The open attempt had been charged and the order was still pending.
+                Err(Paid) => {
+                    let body = paid_body(c, order_id, account).await?;
+                    store(c, claim, StatusCode::OK, body).await
+                }
+            };
+        }
+        Start::AlreadyPaid => {
+            let body = paid_body(c, order_id, account).await?;
+            return store(c, claim, StatusCode::OK, body).await;
+        }
+    };
+    match flow::call_provider(c, &attempt).await {
+        Ok(p) => match &p.status {
+            PaymentStatus::Succeeded => finish_success(c, claim, &attempt, &p).await,
+            PaymentStatus::Declined { decline_code } => {
+                finish_decline(c, claim, &attempt, &p.id, decline_code).await
+            }
+            PaymentStatus::Other(s) => {
+                tracing::warn!(payment_id = %attempt.id, provider_status = %s, "payment not final");
+                Ok(Done::Released(
+                    PaymentError::InProgress { attempt: None }.into(),
+                ))
+            }
+        },
+        Err(e) => Ok(Done::Released(
+            flow::provider_failure(c, &attempt, e).await.into(),
+        )),
+    }
+}
+
+/// Stores `body` under the idempotency key (its own small transaction: the state change it
+/// describes is already committed) and answers with it.
+async fn store(
+    c: &PaymentClients,
+    claim: &Claim,
+    status: StatusCode,
+    body: Value,
+) -> ApiResult<Done> {
+    let bytes = serde_json::to_vec(&body).map_err(ApiError::unexpected)?;
+    claim.complete(&c.pool, status, &bytes).await?;
+    Ok(Done::Stored(status, bytes))
+}
+
+async fn finish_success(
+    c: &PaymentClients,
+    claim: &Claim,
+    a: &Attempt,
+    p: &ProviderPayment,
+) -> ApiResult<Done> {
+    let outcome = db::retry(3, || async {
+        let mut tx = c.pool.begin().await?;
+        let outcome = transitions::apply_success_tx(&mut tx, &a.id, &p.id).await?;
+        let (status, body) = match &outcome {
+            Success::Paid { .. } | Success::AlreadyPaid => (
+                StatusCode::OK,
+                paid_body_tx(&mut tx, &a.order_id, &a.account_id).await?,
+            ),
+            Success::RefundNeeded { .. } | Success::Unknown => (
+                StatusCode::CONFLICT,
+                serde_json::to_value(
+                    shared::error::ErrorBody::new(
+                        codes::PAYMENT_REFUNDED,
+                        "the order could no longer be fulfilled (it expired or its seats were \
+                         taken); the payment is being refunded",
+                    )
+                    .with("order_id", a.order_id.clone())
+                    .with("payment_id", a.id.clone()),
+                )
+                .map_err(ApiError::unexpected)?,
+            ),
+        };
+        let bytes = serde_json::to_vec(&body).map_err(ApiError::unexpected)?;
+        claim.complete_tx(&mut tx, status, &bytes).await?;
+        tx.commit().await?;
+        Ok::<_, TxError>((outcome, status, bytes))
+    })
+    .await;
+    let (outcome, status, bytes) = outcome?;
+    match outcome {
+        Success::Paid { .. } => record(c, "paid"),
+        Success::AlreadyPaid => record(c, "already_paid"),
+        Success::RefundNeeded { .. } | Success::Unknown => record(c, "refunded"),
+    }
+    if let Success::RefundNeeded {
+        payment_id,
+        provider_payment_id,
+    } = &outcome
+    {
+        // The stored answer says "being refunded"; a refund that fails now stays
+        // refund_pending and is retried by reconciliation.
+        let _refunded = flow::refund(c, payment_id, provider_payment_id).await;
+    }
+    Ok(Done::Stored(status, bytes))
+}
+
+async fn finish_decline(
+    c: &PaymentClients,
+    claim: &Claim,
+    a: &Attempt,
+    provider_payment_id: &str,
+    decline_code: &str,
+) -> ApiResult<Done> {
+    let body = serde_json::to_value(
+        shared::error::ErrorBody::new(codes::CARD_DECLINED, "the card was declined")
+            .with("decline_code", decline_code)
+            .with("attempt", a.attempt)
+            .with("order_id", a.order_id.clone()),
+    )
+    .map_err(ApiError::unexpected)?;
+    let bytes = serde_json::to_vec(&body).map_err(ApiError::unexpected)?;
+    db::retry(3, || async {
+        let mut tx = c.pool.begin().await?;
+        transitions::apply_decline_tx(&mut tx, &a.id, provider_payment_id, decline_code).await?;
+        claim
+            .complete_tx(&mut tx, StatusCode::PAYMENT_REQUIRED, &bytes)
+            .await?;
+        tx.commit().await?;
+        Ok::<_, TxError>(())
+    })
+    .await?;
+    record(c, "declined");
+    Ok(Done::Stored(StatusCode::PAYMENT_REQUIRED, bytes))
+}
+
+/// The order (as `GET /api/orders/{id}` shows it) plus its tickets and settled payment.
+async fn paid_body_tx(
+    conn: &mut PgConnection,
+    order_id: &str,
+    account: &str,
+) -> Result<Value, TxError> {
+    let Some((_, view)) = crate::orders::load_order(&mut *conn, order_id, Some(account)).await?
+    else {
+        return Err(TxError::Api(PaymentError::OrderNotFound.into()));
+    };
+    let tickets = repo::tickets_tx(&mut *conn, order_id).await?;
+    let payment = repo::settled_payment_tx(&mut *conn, order_id).await?;
+    let mut body = serde_json::to_value(&view).map_err(ApiError::unexpected)?;
+    body["tickets"] = tickets
+        .into_iter()
+        .map(|t| {
+            json!({"id": t.id, "event_id": t.event_id, "seat_id": t.seat_id, "ga_tier": t.ga_tier})
+        })
+        .collect();
+    body["payment"] = match payment {
+        Some(p) => json!({
+            "id": p.id, "attempt": p.attempt, "status": "succeeded",
+            "provider_payment_id": p.provider_payment_id,
+        }),
+        None => Value::Null,
+    };
+    Ok(body)
+}
+
+async fn paid_body(c: &PaymentClients, order_id: &str, account: &str) -> ApiResult<Value> {
+    let mut conn = c.pool.acquire().await?;
+    Ok(paid_body_tx(&mut conn, order_id, account).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::payments::webhooks::SignatureError;
+
+    fn answer(e: PaymentError) -> (u16, String, Value) {
+        let e = ApiError::from(e);
+        let status = e.status().as_u16();
+        let code = e.code().to_owned();
+        let details = match e {
+            ApiError::Client { body, .. } => serde_json::to_value(&body.details).unwrap(),
+            _ => Value::Null,
+        };
+        (status, code, details)
+    }
+
+    #[test]
+    fn refusals_keep_their_status_code_and_details() {
+        assert_eq!(
+            answer(PaymentError::InvalidPaymentMethod).0,
+            422,
+            "validation"
+        );
+        assert_eq!(
+            answer(PaymentError::OrderNotFound),
+            (404, codes::NOT_FOUND.into(), json!({}))
+        );
+        assert_eq!(
+            answer(PaymentError::NotPayable {
+                why: Unpayable::Status("EXPIRED".into()),
+                open: OpenAttempt::Refunded
+            }),
+            (
+                409,
+                codes::ORDER_NOT_PAYABLE.into(),
+                json!({"status": "EXPIRED", "refunded": true})
+            )
+        );
+        assert_eq!(
+            answer(PaymentError::NotPayable {
+                why: Unpayable::HoldLost,
+                open: OpenAttempt::RefundPending
+            }),
+            (
+                409,
+                codes::HOLD_EXPIRED.into(),
+                json!({"refund_pending": true})
+            )
+        );
+        assert_eq!(
+            answer(PaymentError::InProgress { attempt: Some(2) }),
+            (
+                409,
+                codes::PAYMENT_IN_PROGRESS.into(),
+                json!({"attempt": 2})
+            )
+        );
+        assert_eq!(
+            answer(PaymentError::ProviderTimeout { attempt: 1 }),
+            (
+                504,
+                codes::PAYMENT_PROVIDER_TIMEOUT.into(),
+                json!({"attempt": 1})
+            )
+        );
+        assert_eq!(
+            answer(PaymentError::ProviderFailed { attempt: 1 }),
+            (
+                502,
+                codes::PAYMENT_PROVIDER_ERROR.into(),
+                json!({"attempt": 1})
+            )
+        );
+        assert_eq!(
+            answer(PaymentError::BadSignature(SignatureError::Stale)),
+            (
+                400,
+                codes::INVALID_SIGNATURE.into(),
+                json!({"reason": "stale"})
+            )
+        );
+        assert_eq!(
+            answer(PaymentError::MalformedEvent),
+            (400, codes::MALFORMED_JSON.into(), json!({}))
+        );
+    }
+
+    #[test]
+    fn an_unreachable_database_stays_a_503_and_a_bug_a_500() {
+        let down = PaymentError::Db {
+            statement: "pin the order",
+            source: sqlx::Error::PoolTimedOut,
+        };
+        let e = ApiError::from(down);
+        assert_eq!(e.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(format!("{e:?}").contains("pin the order"), "{e:?}");
+        let bug = PaymentError::Db {
+            statement: "record the payment attempt",
+            source: sqlx::Error::RowNotFound,
+        };
+        let e = ApiError::from(bug);
+        assert_eq!(e.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(
+            format!("{e:?}").contains("record the payment attempt"),
+            "{e:?}"
+        );
+    }
+}

@@ -1,0 +1,422 @@
+//! The payments repository: the SQL of the pay request, reconciliation and webhooks (the
+//! transitions every path shares are in [`crate::payments::transitions`]). Functions take a
+//! pool or a connection and return [`PaymentError`] naming the failed statement; the database
+//! decides every race with one conditional statement.
+
+use crate::payments::error::{PaymentResult, Statement};
+use crate::payments::model::{Attempt, AttemptStatus, Payability, Unpayable, payability};
+use crate::platform::db;
+use sqlx::{Acquire, PgConnection, PgPool};
+
+/// The columns of [`Attempt`], as a literal so the SQL using it stays `'static`.
+macro_rules! attempt_columns {
+    () => {
+        "id, order_id, account_id, attempt, provider_key, amount, currency, payment_method, status"
+    };
+}
+
+/// The event of `order_id` if it belongs to `account`: `None` for a missing (or someone
+/// else's) order, `Some(None)` for an order recorded without an event.
+pub async fn order_event(
+    pool: &PgPool,
+    order_id: &str,
+    account: &str,
+) -> PaymentResult<Option<Option<String>>> {
+    sqlx::query_scalar("SELECT event_id FROM orders WHERE id = $1 AND account_id = $2")
+        .bind(order_id)
+        .bind(account)
+        .fetch_optional(pool)
+        .await
+        .statement("read the order's event")
+}
+
+/// What starting a payment found.
+#[derive(Debug)]
+pub enum Start {
+    /// Call the provider with this attempt (new, or the order's pending one).
+    Charge(Attempt),
+    /// An attempt of this order with another payment method is still pending.
+    OtherAttemptPending { attempt: i32 },
+    /// No such order (or someone else's).
+    NotFound,
+    /// The order can no longer be paid (expired, cancelled, hold lost); nothing new is
+    /// charged. An attempt of it still open is resolved before answering.
+    Unpayable(Unpayable),
+    /// The order is already paid.
+    AlreadyPaid,
+}
+
+/// The pin-and-record transaction (step 2 of [`crate::payments::flow`]'s docs): pins the
+/// order and its hold at least `pin_s` into the future and records the attempt — or reuses
+/// the order's pending one — committing its provider key before any provider call.
+pub async fn start_attempt(
+    pool: &PgPool,
+    account: &str,
+    order_id: &str,
+    method: &str,
+    pin_s: f64,
+    reconcile_after_s: f64,
+) -> PaymentResult<Start> {
+    db::retry(3, || async {
+        let mut tx = pool.begin().await.statement("begin the pay transaction")?;
+        // The order row lock taken here also serialises concurrent pay requests for this
+        // order through the attempt bookkeeping below.
+        let order: Option<(Option<String>, i64, String)> = sqlx::query_as(
+            "UPDATE orders
+                SET expires_at = GREATEST(expires_at,
+                                          clock_timestamp() + make_interval(secs => $3)),
+                    updated_at = clock_timestamp()
+              WHERE id = $1 AND account_id = $2 AND status = 'PENDING_PAYMENT'
+                AND expires_at > clock_timestamp()
+             RETURNING hold_id, total, currency",
+        )
+        .bind(order_id)
+        .bind(account)
+        .bind(pin_s)
+        .fetch_optional(&mut *tx)
+        .await
+        .statement("pin the order")?;
+        let Some((hold_id, total, currency)) = order else {
+            drop(tx);
+            return not_payable(pool, order_id, account).await;
+        };
+        if let Some(hold_id) = &hold_id
+            && !extend_hold_tx(&mut tx, hold_id, pin_s).await?
+        {
+            return Ok(Start::Unpayable(Unpayable::HoldLost));
+        }
+        let inserted: Option<Attempt> = sqlx::query_as(concat!(
+            "INSERT INTO payments (id, order_id, account_id, attempt, provider_key, amount,
+                                   currency, payment_method, next_check_at)
+             SELECT $1, $2, $3, n, $2 || '-' || n, $4, $5, $6,
+                    clock_timestamp() + make_interval(secs => $7)
+               FROM (SELECT COALESCE(MAX(attempt), 0) + 1 AS n
+                       FROM payments WHERE order_id = $2) a
+             ON CONFLICT (order_id) WHERE status = 'pending' DO NOTHING
+             RETURNING ",
+            attempt_columns!()
+        ))
+        .bind(shared::ids::new_id())
+        .bind(order_id)
+        .bind(account)
+        .bind(total)
+        .bind(&currency)
+        .bind(method)
+        .bind(reconcile_after_s)
+        .fetch_optional(&mut *tx)
+        .await
+        .statement("record the payment attempt")?;
+        let attempt = match inserted {
+            Some(a) => a,
+            None => {
+                // An attempt of this order is still pending (a double click, a retry after a
+                // timeout): reuse it, and with it its provider key.
+                let pending: Attempt = sqlx::query_as(concat!(
+                    "SELECT ",
+                    attempt_columns!(),
+                    " FROM payments WHERE order_id = $1 AND status = 'pending'"
+                ))
+                .bind(order_id)
+                .fetch_one(&mut *tx)
+                .await
+                .statement("read the order's pending attempt")?;
+                if pending.payment_method != method {
+                    return Ok(Start::OtherAttemptPending {
+                        attempt: pending.attempt,
+                    });
+                }
+                pending
+            }
+        };
+        tx.commit().await.statement("commit the pay transaction")?;
+        Ok(Start::Charge(attempt))
+    })
+    .await
+}
+
+/// Extends an ordered hold and its seats to at least now + `pin_s` (never shortens). False
+/// when the hold no longer holds all its seats (nothing was changed then).
+async fn extend_hold_tx(conn: &mut PgConnection, hold_id: &str, pin_s: f64) -> PaymentResult<bool> {
+    let mut sp = conn
+        .begin()
+        .await
+        .statement("savepoint before pinning the hold")?;
+    let hold: Option<(String, String, i32, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(
+        "UPDATE holds
+            SET expires_at = GREATEST(expires_at, clock_timestamp() + make_interval(secs => $2))
+          WHERE id = $1 AND status = 'ordered'
+         RETURNING event_id, kind, quantity, expires_at",
+    )
+    .bind(hold_id)
+    .bind(pin_s)
+    .fetch_optional(&mut *sp)
+    .await
+    .statement("pin the order's hold")?;
+    let Some((event_id, kind, quantity, until)) = hold else {
+        sp.rollback().await.statement("roll back the hold pin")?;
+        return Ok(false);
+    };
+    if kind == "seats" {
+        // Seats locked in seat_id order, like every other seat path.
+        let extended = sqlx::query(
+            "WITH mine AS (
+                 SELECT seat_id FROM seats
+                  WHERE event_id = $1 AND hold_id = $2 AND status = 'held'
+                  ORDER BY seat_id
+                  FOR UPDATE)
+             UPDATE seats s SET held_until = GREATEST(s.held_until, $3)
+               FROM mine m
+              WHERE s.event_id = $1 AND s.seat_id = m.seat_id",
+        )
+        .bind(&event_id)
+        .bind(hold_id)
+        .bind(until)
+        .execute(&mut *sp)
+        .await
+        .statement("pin the hold's seats")?
+        .rows_affected();
+        if i64::try_from(extended).ok() != Some(i64::from(quantity)) {
+            sp.rollback().await.statement("roll back the hold pin")?;
+            return Ok(false);
+        }
+    }
+    sp.commit()
+        .await
+        .statement("release the hold-pin savepoint")?;
+    Ok(true)
+}
+
+/// Why an order cannot be paid now (read after the conditional pin changed nothing).
+async fn not_payable(pool: &PgPool, order_id: &str, account: &str) -> PaymentResult<Start> {
+    let row: Option<(String, bool)> = sqlx::query_as(
+        "SELECT status, expires_at <= clock_timestamp() FROM orders
+          WHERE id = $1 AND account_id = $2",
+    )
+    .bind(order_id)
+    .bind(account)
+    .fetch_optional(pool)
+    .await
+    .statement("read why the order is not payable")?;
+    Ok(match row {
+        // Someone else's order looks exactly like a missing one.
+        None => Start::NotFound,
+        Some((status, expired)) => match payability(&status, expired) {
+            Payability::AlreadyPaid => Start::AlreadyPaid,
+            Payability::Unpayable(why) => Start::Unpayable(why),
+        },
+    })
+}
+
+/// The order's attempt still `pending`, if any.
+pub async fn open_attempt(
+    pool: &PgPool,
+    order_id: &str,
+    account: &str,
+) -> PaymentResult<Option<String>> {
+    sqlx::query_scalar(
+        "SELECT id FROM payments WHERE order_id = $1 AND account_id = $2 AND status = 'pending'",
+    )
+    .bind(order_id)
+    .bind(account)
+    .fetch_optional(pool)
+    .await
+    .statement("look for the order's open attempt")
+}
+
+/// `pending → failed`: the provider provably never charged this attempt. False when it was
+/// no longer pending.
+pub async fn close_failed(pool: &PgPool, payment_id: &str) -> PaymentResult<bool> {
+    let closed = sqlx::query(
+        "UPDATE payments SET status = 'failed', updated_at = clock_timestamp()
+          WHERE id = $1 AND status = 'pending'",
+    )
+    .bind(payment_id)
+    .execute(pool)
+    .await
+    .statement("close a failed attempt")?
+    .rows_affected();
+    Ok(closed == 1)
+}
+
+/// A ticket of a paid order, as the pay answer lists it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct TicketRow {
+    pub id: String,
+    pub event_id: String,
+    pub seat_id: Option<String>,
+    pub ga_tier: Option<String>,
+}
+
+/// The tickets of an order, seats first in seat order.
+pub async fn tickets_tx(conn: &mut PgConnection, order_id: &str) -> PaymentResult<Vec<TicketRow>> {
+    sqlx::query_as(
+        "SELECT id, event_id, seat_id, ga_tier FROM tickets
+          WHERE order_id = $1 ORDER BY seat_id NULLS LAST, id",
+    )
+    .bind(order_id)
+    .fetch_all(conn)
+    .await
+    .statement("read the order's tickets")
+}
+
+/// The attempt that paid an order.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct SettledPayment {
+    pub id: String,
+    pub attempt: i32,
+    pub provider_payment_id: Option<String>,
+}
+
+pub async fn settled_payment_tx(
+    conn: &mut PgConnection,
+    order_id: &str,
+) -> PaymentResult<Option<SettledPayment>> {
+    sqlx::query_as(
+        "SELECT id, attempt, provider_payment_id FROM payments
+          WHERE order_id = $1 AND status = 'succeeded'",
+    )
+    .bind(order_id)
+    .fetch_optional(conn)
+    .await
+    .statement("read the order's settled payment")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reconciliation
+// ---------------------------------------------------------------------------------------------
+
+/// An attempt reconciliation looks at.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Due {
+    pub id: String,
+    pub order_id: String,
+    pub attempt: i32,
+    pub status: AttemptStatus,
+    pub provider_payment_id: Option<String>,
+}
+
+/// Claims up to `batch` attempts due for reconciliation: one statement (`FOR UPDATE SKIP
+/// LOCKED` inside an `UPDATE` that pushes `next_check_at` forward by `lease_s`, a lease), so
+/// any number of instances can run it.
+pub async fn claim_due(pool: &PgPool, batch: i64, lease_s: f64) -> PaymentResult<Vec<Due>> {
+    sqlx::query_as(
+        "UPDATE payments p
+            SET next_check_at = clock_timestamp() + make_interval(secs => $2)
+          WHERE p.id IN (
+                SELECT id FROM payments
+                 WHERE status IN ('pending', 'refund_pending')
+                   AND next_check_at <= clock_timestamp()
+                   -- Disputed money goes back through the card network, not a refund.
+                   AND (status = 'pending' OR dispute_id IS NULL)
+                 ORDER BY next_check_at
+                 LIMIT $1
+                 FOR UPDATE SKIP LOCKED)
+         RETURNING p.id, p.order_id, p.attempt, p.status, p.provider_payment_id",
+    )
+    .bind(batch.max(1))
+    .bind(lease_s)
+    .fetch_all(pool)
+    .await
+    .statement("claim payments to reconcile")
+}
+
+/// Attempt `payment_id` if it is still pending.
+pub async fn pending_due(pool: &PgPool, payment_id: &str) -> PaymentResult<Option<Due>> {
+    sqlx::query_as(
+        "SELECT id, order_id, attempt, status, provider_payment_id FROM payments
+          WHERE id = $1 AND status = 'pending'",
+    )
+    .bind(payment_id)
+    .fetch_optional(pool)
+    .await
+    .statement("read a pending attempt")
+}
+
+/// A pending attempt with what settling it needs: can its order still take money, and how
+/// long ago did it start.
+#[derive(Debug, sqlx::FromRow)]
+pub struct UnseenAttempt {
+    #[sqlx(flatten)]
+    pub attempt: Attempt,
+    pub payable: bool,
+    pub age_s: f64,
+}
+
+pub async fn unseen_attempt(
+    pool: &PgPool,
+    payment_id: &str,
+) -> PaymentResult<Option<UnseenAttempt>> {
+    sqlx::query_as(
+        "SELECT p.id, p.order_id, p.account_id, p.attempt, p.provider_key, p.amount,
+                p.currency, p.payment_method, p.status,
+                (o.status = 'PENDING_PAYMENT' AND o.expires_at > clock_timestamp()) AS payable,
+                EXTRACT(EPOCH FROM clock_timestamp() - p.created_at)::float8 AS age_s
+           FROM payments p JOIN orders o ON o.id = p.order_id
+          WHERE p.id = $1 AND p.status = 'pending'",
+    )
+    .bind(payment_id)
+    .fetch_optional(pool)
+    .await
+    .statement("load the attempt to settle")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Webhooks
+// ---------------------------------------------------------------------------------------------
+
+/// Our attempt behind a provider payment id we recorded.
+pub async fn payment_by_provider_id(
+    pool: &PgPool,
+    provider_payment_id: &str,
+) -> PaymentResult<Option<String>> {
+    sqlx::query_scalar("SELECT id FROM payments WHERE provider_payment_id = $1")
+        .bind(provider_payment_id)
+        .fetch_optional(pool)
+        .await
+        .statement("find the attempt of a provider payment")
+}
+
+/// Inserts a provider event id; false when it was applied before. Written in the same
+/// transaction as the change the event causes.
+pub async fn record_event_tx(
+    conn: &mut PgConnection,
+    event_id: &str,
+    kind: &str,
+    payment_id: &str,
+) -> PaymentResult<bool> {
+    Ok(sqlx::query(
+        "INSERT INTO payment_webhook_events (provider_event_id, event_type, payment_id)
+         VALUES ($1, $2, $3) ON CONFLICT (provider_event_id) DO NOTHING",
+    )
+    .bind(event_id)
+    .bind(kind)
+    .bind(payment_id)
+    .execute(conn)
+    .await
+    .statement("record the provider event")?
+    .rows_affected()
+        == 1)
+}
+
+#[cfg(test)]
+mod tests {
+    /// `Attempt` is decoded by name: the column list must name every field.
+    #[test]
+    fn attempt_columns_name_every_attempt_field() {
+        let cols: Vec<&str> = attempt_columns!().split(", ").collect();
+        assert_eq!(
+            cols,
+            [
+                "id",
+                "order_id",
+                "account_id",
+                "attempt",
+                "provider_key",
+                "amount",
+                "currency",
+                "payment_method",
+                "status"
+            ]
+        );
+    }
+}

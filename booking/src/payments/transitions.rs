@@ -1,0 +1,238 @@
+//! The transitions the pay request, webhooks and reconciliation share. Each runs inside the
+//! caller's transaction and is one conditional `UPDATE`, so whichever path arrives first
+//! makes the change and every other one (a duplicate webhook, a late pay answer, another
+//! instance's reconciliation) finds nothing left to do:
+//!
+//! - success ([`apply_success_tx`]): the order `PENDING_PAYMENT → PAID`, seats sold and
+//!   tickets issued (or reserved stock sold), the attempt `succeeded`, `order.paid` in the
+//!   outbox. Money for an order that can no longer take it makes the attempt
+//!   `refund_pending` instead; the order is never resurrected.
+//! - decline ([`apply_decline_tx`]): a pending attempt becomes `declined`.
+//! - refund confirmed ([`apply_refunded_tx`]): `refund_pending → refunded` and
+//!   `order.refunded`, once.
+
+use crate::inventory::holds::{self, SellOutcome};
+use crate::orders;
+use crate::outbox;
+use crate::payments::error::{PaymentResult, Statement};
+use crate::payments::model::{AttemptStatus, Success};
+use serde_json::{Value, json};
+use sqlx::{Acquire, PgConnection};
+
+/// Applies "the provider took the money for attempt `payment_id`" inside the caller's
+/// transaction. The order moves `PENDING_PAYMENT → PAID` by one conditional `UPDATE`, so of
+/// the pay request, the webhook and reconciliation exactly one does it; the others get
+/// [`Success::AlreadyPaid`].
+pub async fn apply_success_tx(
+    conn: &mut PgConnection,
+    payment_id: &str,
+    provider_payment_id: &str,
+) -> PaymentResult<Success> {
+    // order_id/account_id never change, so reading them unlocked is safe.
+    let payment: Option<(String, String)> =
+        sqlx::query_as("SELECT order_id, account_id FROM payments WHERE id = $1")
+            .bind(payment_id)
+            .fetch_optional(&mut *conn)
+            .await
+            .statement("read the paid attempt")?;
+    let Some((order_id, account_id)) = payment else {
+        return Ok(Success::Unknown);
+    };
+    let mut sp = conn
+        .begin()
+        .await
+        .statement("savepoint before paying the order")?;
+    if let Some(order) = orders::mark_paid_tx(&mut sp, &order_id)
+        .await
+        .statement("mark the order paid")?
+    {
+        let mut tickets: Vec<Value> = Vec::new();
+        let mut event_id: Option<String> = None;
+        if let Some(hold_id) = &order.hold_id {
+            match holds::sell_hold_tx(&mut sp, hold_id, &order_id, &account_id)
+                .await
+                .statement("sell the order's hold")?
+            {
+                SellOutcome::Sold {
+                    event_id: evt,
+                    tickets: issued,
+                } => {
+                    event_id = Some(evt);
+                    tickets = issued
+                        .iter()
+                        .map(|t| json!({"id": t.id, "seat_id": t.seat_id, "ga_tier": t.ga_tier}))
+                        .collect();
+                }
+                lost @ (SellOutcome::Lost { .. } | SellOutcome::NotOrdered) => {
+                    tracing::warn!(order_id = %order_id, outcome = ?lost,
+                        "payment succeeded but the hold lost its seats; cancelling and refunding");
+                    sp.rollback().await.statement("roll back the sale")?;
+                    orders::cancel_order_tx(&mut *conn, &order_id)
+                        .await
+                        .statement("cancel the order whose hold was lost")?;
+                    return mark_refund_pending_tx(conn, payment_id, provider_payment_id).await;
+                }
+            }
+        }
+        let marked = sqlx::query(
+            "UPDATE payments
+                SET status = 'succeeded', provider_payment_id = $2, updated_at = clock_timestamp()
+              WHERE id = $1 AND status IN ('pending', 'failed')",
+        )
+        .bind(payment_id)
+        .bind(provider_payment_id)
+        .execute(&mut *sp)
+        .await
+        .statement("mark the attempt succeeded")?
+        .rows_affected();
+        if marked != 1 {
+            // The attempt was already declined/refunded: a provider contradiction. Keep the
+            // order as it was and refund this money rather than guess.
+            tracing::error!(
+                payment_id,
+                "success for an attempt that is no longer pending"
+            );
+            sp.rollback()
+                .await
+                .statement("roll back the contradicted success")?;
+            return mark_refund_pending_tx(conn, payment_id, provider_payment_id).await;
+        }
+        let n = tickets.len();
+        outbox::write_tx(
+            &mut sp,
+            "order.paid",
+            &order_id,
+            &json!({
+                "order_id": order_id,
+                "account_id": account_id,
+                "event": event_id,
+                "source": order.source,
+                "total": order.total,
+                "payment_id": payment_id,
+                "provider_payment_id": provider_payment_id,
+                "tickets": tickets,
+            }),
+        )
+        .await
+        .statement("write order.paid to the outbox")?;
+        sp.commit()
+            .await
+            .statement("release the payment savepoint")?;
+        return Ok(Success::Paid {
+            order_id: order_id.clone(),
+            tickets: n,
+        });
+    }
+    sp.rollback()
+        .await
+        .statement("roll back the unpaid order")?;
+    // The order was not pending. Paid by this very attempt → the other path won.
+    if attempt_status_tx(conn, payment_id).await? == AttemptStatus::Succeeded {
+        return Ok(Success::AlreadyPaid);
+    }
+    mark_refund_pending_tx(conn, payment_id, provider_payment_id).await
+}
+
+/// The stored status of attempt `payment_id` (which must exist).
+pub async fn attempt_status_tx(
+    conn: &mut PgConnection,
+    payment_id: &str,
+) -> PaymentResult<AttemptStatus> {
+    sqlx::query_scalar("SELECT status FROM payments WHERE id = $1")
+        .bind(payment_id)
+        .fetch_one(conn)
+        .await
+        .statement("read the attempt's status")
+}
+
+/// The attempt's money must go back (see [`apply_success_tx`]).
+async fn mark_refund_pending_tx(
+    conn: &mut PgConnection,
+    payment_id: &str,
+    provider_payment_id: &str,
+) -> PaymentResult<Success> {
+    let status: Option<AttemptStatus> = sqlx::query_scalar(
+        "UPDATE payments
+            SET status = 'refund_pending', provider_payment_id = $2,
+                next_check_at = clock_timestamp() + interval '30 seconds',
+                updated_at = clock_timestamp()
+          WHERE id = $1 AND status IN ('pending', 'failed', 'declined', 'refund_pending')
+         RETURNING status",
+    )
+    .bind(payment_id)
+    .bind(provider_payment_id)
+    .fetch_optional(&mut *conn)
+    .await
+    .statement("mark the attempt refund_pending")?;
+    Ok(match status {
+        Some(_) => Success::RefundNeeded {
+            payment_id: payment_id.to_owned(),
+            provider_payment_id: provider_payment_id.to_owned(),
+        },
+        // Already refunded (or succeeded, handled above): nothing more to do.
+        None => Success::AlreadyPaid,
+    })
+}
+
+/// Applies a decline: a pending attempt becomes `declined` (no-op otherwise).
+pub async fn apply_decline_tx(
+    conn: &mut PgConnection,
+    payment_id: &str,
+    provider_payment_id: &str,
+    decline_code: &str,
+) -> PaymentResult<bool> {
+    Ok(sqlx::query(
+        "UPDATE payments
+            SET status = 'declined', decline_code = $3,
+                provider_payment_id = COALESCE(provider_payment_id, $2),
+                updated_at = clock_timestamp()
+          WHERE id = $1 AND status = 'pending'",
+    )
+    .bind(payment_id)
+    .bind(provider_payment_id)
+    .bind(decline_code)
+    .execute(conn)
+    .await
+    .statement("mark the attempt declined")?
+    .rows_affected()
+        == 1)
+}
+
+/// Records a refund the provider confirmed: `refund_pending → refunded` plus
+/// `order.refunded`, once (the conditional `UPDATE` makes every repeat a no-op).
+pub async fn apply_refunded_tx(
+    conn: &mut PgConnection,
+    payment_id: &str,
+    refund_id: &str,
+) -> PaymentResult<bool> {
+    let row: Option<(String, String, i64, Option<String>)> = sqlx::query_as(
+        "UPDATE payments
+            SET status = 'refunded', refund_id = $2, updated_at = clock_timestamp()
+          WHERE id = $1 AND status = 'refund_pending'
+         RETURNING order_id, account_id, amount, provider_payment_id",
+    )
+    .bind(payment_id)
+    .bind(refund_id)
+    .fetch_optional(&mut *conn)
+    .await
+    .statement("mark the attempt refunded")?;
+    let Some((order_id, account_id, amount, provider_payment_id)) = row else {
+        return Ok(false);
+    };
+    outbox::write_tx(
+        conn,
+        "order.refunded",
+        &order_id,
+        &json!({
+            "order_id": order_id,
+            "account_id": account_id,
+            "payment_id": payment_id,
+            "provider_payment_id": provider_payment_id,
+            "refund_id": refund_id,
+            "amount": amount,
+        }),
+    )
+    .await
+    .statement("write order.refunded to the outbox")?;
+    Ok(true)
+}
