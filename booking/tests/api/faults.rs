@@ -59,8 +59,8 @@ async fn send(req: RequestBuilder) -> Answer {
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     let text = resp.text().await.expect("body");
-    let body = serde_json::from_str(&text)
-        .unwrap_or_else(|_| panic!("non-JSON body ({status}): {text}"));
+    let body =
+        serde_json::from_str(&text).unwrap_or_else(|_| panic!("non-JSON body ({status}): {text}"));
     assert!(started.elapsed() < ANSWER_WITHIN, "answered too late");
     Answer {
         status,
@@ -149,7 +149,10 @@ async fn retry_past_orphaned_claim(make: impl Fn() -> RequestBuilder) -> Answer 
         if !(a.status == 409 && a.body["code"] == codes::IDEMPOTENCY_IN_FLIGHT) {
             return a;
         }
-        assert!(Instant::now() < deadline, "the orphaned claim never went stale");
+        assert!(
+            Instant::now() < deadline,
+            "the orphaned claim never went stale"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -232,7 +235,13 @@ async fn hold_order_reset_from_postgres_answers_503_and_orders_once_after_restor
             .header("Idempotency-Key", "order-1")
             .json(&json!({"hold_id": hold_id}))
     };
-    let orders = || count(&app, "SELECT count(*) FROM orders WHERE account_id = $1", "alice");
+    let orders = || {
+        count(
+            &app,
+            "SELECT count(*) FROM orders WHERE account_id = $1",
+            "alice",
+        )
+    };
     let hold_status = || async {
         sqlx::query_scalar::<_, String>("SELECT status FROM holds WHERE id = $1")
             .bind(&hold_id)
@@ -258,7 +267,12 @@ async fn hold_order_reset_from_postgres_answers_503_and_orders_once_after_restor
 
     // Reset inside the order transaction (the claim is committed; pinning the hold waits for
     // the test's lock on it).
-    let lock = Blocker::take(&app, "SELECT 1 FROM holds WHERE id = $1 FOR UPDATE", &[&hold_id]).await;
+    let lock = Blocker::take(
+        &app,
+        "SELECT 1 FROM holds WHERE id = $1 FOR UPDATE",
+        &[&hold_id],
+    )
+    .await;
     let cut_request = tokio::spawn(send(order()));
     booking_waits_on_lock(&app).await;
     db.reset().await;
@@ -332,7 +346,11 @@ async fn pay_cut_from_postgres_after_the_charge_pays_once_with_the_same_key() {
         before,
         "a half-recorded payment"
     );
-    assert_eq!(pending_attempts().await, 1, "the charged attempt stays open");
+    assert_eq!(
+        pending_attempts().await,
+        1,
+        "the charged attempt stays open"
+    );
 
     // The same key after restore reuses the attempt and its provider key: paid, one charge.
     db.restore();
@@ -457,7 +475,13 @@ async fn cart_and_cart_order_cut_from_redis_answer_503_and_recover_without_resta
             .header("Idempotency-Key", "cart-order-1")
             .json(&json!({"source": "cart"}))
     };
-    let orders = || count(&app, "SELECT count(*) FROM orders WHERE account_id = $1", "alice");
+    let orders = || {
+        count(
+            &app,
+            "SELECT count(*) FROM orders WHERE account_id = $1",
+            "alice",
+        )
+    };
     let put = put_cart_line(&app, &token, "shop", "MUG", 2).await;
     assert!(put.status().is_success(), "{}", put.status());
 
@@ -485,7 +509,10 @@ async fn cart_and_cart_order_cut_from_redis_answer_503_and_recover_without_resta
             break;
         }
         assert_unavailable(&a);
-        assert!(Instant::now() < deadline, "booking never reconnected to Redis");
+        assert!(
+            Instant::now() < deadline,
+            "booking never reconnected to Redis"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let first = send(order()).await;

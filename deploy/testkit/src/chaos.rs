@@ -6,7 +6,8 @@
 //!   every connection it forwarded is closed, so the test's next step sees the outage.
 //! - [`ChaosProxy::reset`]: the same with `SO_LINGER` 0, so both peers get a TCP reset.
 //! - [`ChaosProxy::slow`]: delays every chunk of bytes, in both directions.
-//! - [`ChaosProxy::restore`]: forwards new connections again at full speed.
+//! - [`ChaosProxy::restore`]: forwards new connections again, at full speed (chunks being
+//!   delayed go on at once).
 //!
 //! Dropping the proxy stops it and closes what it forwarded.
 
@@ -268,8 +269,6 @@ async fn pump(
 
 #[cfg(test)]
 mod tests {
-    #![expect(clippy::unwrap_used, reason = "a failed unwrap is a failed test")]
-
     use super::*;
     use std::time::Instant;
 
@@ -352,7 +351,11 @@ mod tests {
         let t0 = Instant::now();
         assert_eq!(round_trip(&mut s, b"slow").await.unwrap(), b"slow");
         // Delayed on the way there and on the way back.
-        assert!(t0.elapsed() >= Duration::from_millis(300), "{:?}", t0.elapsed());
+        assert!(
+            t0.elapsed() >= Duration::from_millis(300),
+            "{:?}",
+            t0.elapsed()
+        );
         proxy.restore();
         assert_eq!(round_trip(&mut s, b"fast").await.unwrap(), b"fast");
     }
