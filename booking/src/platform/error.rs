@@ -122,7 +122,12 @@ impl ApiError {
 impl From<sqlx::Error> for ApiError {
     fn from(e: sqlx::Error) -> Self {
         match e {
-            sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) => {
+            // `Protocol`: what sqlx reports for a connection closed while it opens (EOF read
+            // as a bad SSLRequest answer); a broken connection, not a bug.
+            sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::Io(_)
+            | sqlx::Error::Protocol(_) => {
                 ApiError::Unavailable(anyhow::Error::new(e).context("database unavailable"))
             }
             other => ApiError::Unexpected(anyhow::Error::new(other).context("database error")),

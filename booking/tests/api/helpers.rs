@@ -8,9 +8,11 @@ use booking::app::state::AppState;
 use secrecy::SecretString;
 use serde_json::Value;
 use shared::token::AdmissionTokens;
-use sqlx::postgres::PgPoolOptions;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, Executor, PgConnection, PgPool};
+use std::str::FromStr;
 use std::time::Duration;
+use testkit::ChaosProxy;
 
 pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
 
@@ -27,13 +29,27 @@ pub struct TestApp {
     pub addr: String,
     pub port: u16,
     pub client: reqwest::Client,
+    /// The test's own view of the database (booking's pool, or a direct one when booking
+    /// talks to Postgres through a [`Chaos`] proxy).
     pub pool: PgPool,
+    /// The fault proxies in front of Postgres and Redis, when started with them.
+    pub chaos: Option<Chaos>,
     pub state: AppState,
     pub db_name: String,
     pub config: BookingConfig,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     handle: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
 }
+
+/// Fault proxies between booking and its Postgres and Redis (`faults.rs`).
+pub struct Chaos {
+    pub db: ChaosProxy,
+    pub redis: ChaosProxy,
+}
+
+/// The `application_name` of the test's direct connections, so a test can tell booking's
+/// backends from its own in `pg_stat_activity`.
+pub const DIRECT_APP_NAME: &str = "floodgate-test-direct";
 
 /// Creates an empty database with all migrations applied and returns its URL and name.
 pub async fn fresh_database() -> (String, String) {
@@ -95,9 +111,40 @@ impl TestApp {
 
     /// Starts the app after letting the test adjust its configuration.
     pub async fn spawn_with(adjust: impl FnOnce(&mut BookingConfig)) -> TestApp {
+        Self::spawn_opts(false, adjust).await
+    }
+
+    /// Starts the app with its Postgres and Redis connections through fault proxies
+    /// ([`TestApp::chaos`]); [`TestApp::pool`] stays a direct connection.
+    pub async fn spawn_through_proxies(adjust: impl FnOnce(&mut BookingConfig)) -> TestApp {
+        Self::spawn_opts(true, adjust).await
+    }
+
+    pub async fn spawn_opts(proxied: bool, adjust: impl FnOnce(&mut BookingConfig)) -> TestApp {
         shared::telemetry::init_for_tests();
         let (db_url, db_name) = fresh_database().await;
         let mut config = test_config(&db_url);
+        let mut direct = None;
+        let mut chaos = None;
+        if proxied {
+            let (db, db_via) = ChaosProxy::in_front_of(&db_url)
+                .await
+                .expect("database proxy");
+            let (redis, redis_via) = ChaosProxy::in_front_of(&redis_url())
+                .await
+                .expect("redis proxy");
+            config.database.url = SecretString::from(db_via);
+            config.redis.url = SecretString::from(redis_via);
+            let options = PgConnectOptions::from_str(&db_url)
+                .expect("database url")
+                .application_name(DIRECT_APP_NAME);
+            direct = Some(
+                PgPoolOptions::new()
+                    .max_connections(4)
+                    .connect_lazy_with(options),
+            );
+            chaos = Some(Chaos { db, redis });
+        }
         adjust(&mut config);
         let app = Application::build(config.clone()).await.expect("build app");
         let port = app.port();
@@ -115,7 +162,8 @@ impl TestApp {
             addr: format!("http://127.0.0.1:{port}"),
             port,
             client,
-            pool: state.pool.clone(),
+            pool: direct.unwrap_or_else(|| state.pool.clone()),
+            chaos,
             state,
             db_name,
             config,
@@ -145,6 +193,7 @@ impl TestApp {
             port,
             client: self.client.clone(),
             pool: state.pool.clone(),
+            chaos: None,
             state,
             db_name: self.db_name.clone(),
             config,

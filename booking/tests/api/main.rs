@@ -10,6 +10,7 @@ mod bad_input;
 mod cart;
 mod event_scope;
 mod events;
+mod faults;
 mod flash;
 mod ga;
 mod health;

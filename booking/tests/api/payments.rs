@@ -35,6 +35,15 @@ impl PayEnv {
         booking: impl FnOnce(&mut BookingConfig),
         sandbox: impl FnOnce(&mut SandboxSettings),
     ) -> Self {
+        Self::spawn_opts(false, booking, sandbox).await
+    }
+
+    /// With booking's Postgres and Redis behind fault proxies (`TestApp::chaos`).
+    pub async fn spawn_opts(
+        proxied: bool,
+        booking: impl FnOnce(&mut BookingConfig),
+        sandbox: impl FnOnce(&mut SandboxSettings),
+    ) -> Self {
         let mut s = SandboxSettings {
             listen: "127.0.0.1:0".into(),
             api_key: SecretString::from(API_KEY),
@@ -51,7 +60,7 @@ impl PayEnv {
         tokio::spawn(sb.run_until_stopped(std::future::pending()));
         let url = format!("http://127.0.0.1:{port}");
         let provider_url = url.clone();
-        let app = TestApp::spawn_with(move |c| {
+        let app = TestApp::spawn_opts(proxied, move |c| {
             c.payments.provider_url = url;
             c.payments.api_key = SecretString::from(API_KEY);
             c.payments.webhook_secrets = vec![

@@ -13,6 +13,7 @@ mod admin;
 mod admission;
 mod browser;
 mod edge;
+mod faults;
 mod helpers;
 mod proxy;
 mod queue;
