@@ -12,7 +12,10 @@ use tokio::task::JoinHandle;
 pub fn spawn_all(state: AppState, stop: watch::Receiver<bool>) -> Vec<JoinHandle<()>> {
     let sweep_every = Duration::from_millis(state.config.booking.sweeper_interval_ms.max(100));
     let mut jobs = crate::auctions::spawn_jobs(&state, &stop);
-    jobs.extend(crate::orders::spawn_jobs(&state, &stop));
+    jobs.extend(crate::platform::jobs::spawn_all(
+        crate::orders::jobs(&state.orders),
+        &stop,
+    ));
     jobs.extend(crate::payments::spawn_jobs(&state, &stop));
     jobs.push(crate::platform::jobs::spawn(
         Arc::new(PurgeKeys(state.idempotency.clone())),

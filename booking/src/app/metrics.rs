@@ -21,8 +21,6 @@ pub struct Metrics {
     pub outbox_lag: IntGauge,
     /// Bids accepted, by path (`cold`/`hot`).
     pub bids: IntCounterVec,
-    /// Carts, orders and the flash-sale gate.
-    pub commerce: crate::orders::CommerceMetrics,
     /// Payments, webhooks, outbox relay and ticket delivery.
     pub payments: crate::payments::PaymentMetrics,
 }
@@ -59,7 +57,6 @@ impl Metrics {
         registry.register(Box::new(holds_expired.clone()))?;
         registry.register(Box::new(outbox_lag.clone()))?;
         registry.register(Box::new(bids.clone()))?;
-        let commerce = crate::orders::CommerceMetrics::register(&registry)?;
         let payments = crate::payments::PaymentMetrics::register(&registry)?;
         Ok(Self {
             registry,
@@ -70,7 +67,6 @@ impl Metrics {
             holds_expired,
             outbox_lag,
             bids,
-            commerce,
             payments,
         })
     }

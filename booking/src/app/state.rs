@@ -40,8 +40,6 @@ pub struct Inner {
 
     /// Per-process caches (seat maps etc.), keyed by whatever the owning module needs.
     pub seat_map_cache: crate::inventory::seats::SeatMapCache,
-    /// SKUs known to exist (cart writes skip the Postgres lookup).
-    pub catalog: crate::orders::products::Catalog,
     /// Auction rate limiter, caches and live-price hub.
     pub auctions: crate::auctions::AuctionRuntime,
     /// The payment provider (the Stripe-style HTTP adapter).
@@ -96,6 +94,17 @@ impl AppState {
             pool: pool.clone(),
             redis: redis.clone(),
             auth: auth.clone(),
+            idempotency: crate::platform::idempotency::Idempotency::new(
+                pool.clone(),
+                config.idempotency.clone(),
+            ),
+            settings: Arc::new(config.orders.clone()),
+            metrics: Arc::new(
+                crate::orders::CommerceMetrics::register(&metrics.registry)
+                    .context("failed to register order metrics")?,
+            ),
+            refusals: metrics.refusals.clone(),
+            catalog: Default::default(),
         };
 
         let outbox = crate::outbox::OutboxState {
@@ -130,7 +139,6 @@ impl AppState {
             metrics,
             redis,
             seat_map_cache: Default::default(),
-            catalog: Default::default(),
             auctions: crate::auctions::AuctionRuntime::new(&config)
                 .context("failed to set up auctions")?,
             payments: Arc::new(

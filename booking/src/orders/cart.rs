@@ -16,24 +16,26 @@
 //! - An unknown SKU is `404 UNKNOWN_SKU`; a quantity that is not an integer in
 //!   `1..=max_line_quantity` (or 0 to remove) is `422`.
 
-use crate::app::state::AppState;
+use crate::orders::OrdersState;
+use crate::orders::products;
+use crate::orders::repo::{During, OrderError};
 use crate::platform::auth::Admitted;
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::json::ApiJson;
+use crate::platform::redis::Redis;
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::{get, put};
 use redis::Script;
 use serde::{Deserialize, Serialize};
-use shared::error::codes;
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
 /// Cart lifetime, refreshed on write.
 pub const CART_TTL_S: i64 = 30 * 24 * 3600;
 
-pub fn router() -> Router<AppState> {
+pub fn router() -> Router<OrdersState> {
     Router::new()
         .route("/api/events/{event}/cart", get(get_event_cart))
         .route(
@@ -85,22 +87,23 @@ return removed
 
 /// The cart of `account` in `event` (hash tag on the account, so one fan's carts share a
 /// slot; event ids are slugs, so the key is unambiguous).
-pub fn cart_key(state: &AppState, account: &str, event: &str) -> String {
-    state.key(&format!("cart:{{{account}}}:{event}"))
+pub fn cart_key(redis: &Redis, account: &str, event: &str) -> String {
+    redis.key(&format!("cart:{{{account}}}:{event}"))
 }
 
 /// The lines of `account`'s cart in `event`, in SKU order. Fields that are not a positive
 /// quantity (never written by this module) are ignored.
 pub async fn lines(
-    state: &AppState,
+    redis: &Redis,
     account: &str,
     event: &str,
-) -> ApiResult<BTreeMap<String, i64>> {
-    let mut conn = state.redis().await?;
+) -> Result<BTreeMap<String, i64>, OrderError> {
+    let mut conn = redis.conn().await.map_err(OrderError::RedisUnavailable)?;
     let raw: Vec<(String, String)> = redis::cmd("HGETALL")
-        .arg(cart_key(state, account, event))
+        .arg(cart_key(redis, account, event))
         .query_async(&mut conn)
-        .await?;
+        .await
+        .during("read the cart")?;
     Ok(raw
         .into_iter()
         .filter_map(|(sku, q)| q.parse::<i64>().ok().filter(|q| *q > 0).map(|q| (sku, q)))
@@ -109,7 +112,7 @@ pub async fn lines(
 
 /// Best-effort removal of ordered lines after an order committed.
 pub async fn clear_ordered(
-    state: &AppState,
+    redis: &Redis,
     account: &str,
     event: &str,
     ordered: &BTreeMap<String, i64>,
@@ -117,13 +120,15 @@ pub async fn clear_ordered(
     if ordered.is_empty() {
         return;
     }
-    let res: ApiResult<i64> = async {
-        let mut conn = state.redis().await?;
-        let mut inv = CLEAR_ORDERED.key(cart_key(state, account, event));
+    let res: Result<i64, OrderError> = async {
+        let mut conn = redis.conn().await.map_err(OrderError::RedisUnavailable)?;
+        let mut inv = CLEAR_ORDERED.key(cart_key(redis, account, event));
         for (sku, q) in ordered {
             inv.arg(sku).arg(q.to_string());
         }
-        Ok(inv.invoke_async(&mut conn).await?)
+        inv.invoke_async(&mut conn)
+            .await
+            .during("clear the ordered cart lines")
     }
     .await;
     if let Err(e) = res {
@@ -163,7 +168,7 @@ pub struct CartView {
 }
 
 async fn put_event_item(
-    State(state): State<AppState>,
+    State(state): State<OrdersState>,
     admitted: Admitted,
     Path((event, sku)): Path<(String, String)>,
     ApiJson(req): ApiJson<SetQuantity>,
@@ -173,7 +178,7 @@ async fn put_event_item(
 }
 
 async fn put_item(
-    State(state): State<AppState>,
+    State(state): State<OrdersState>,
     admitted: Admitted,
     Path(sku): Path<String>,
     ApiJson(req): ApiJson<SetQuantity>,
@@ -183,12 +188,12 @@ async fn put_item(
 
 /// Sets a line of the cart of the token's event (the caller has checked the path's event).
 async fn set_line(
-    state: &AppState,
+    state: &OrdersState,
     admitted: &Admitted,
     sku: String,
     req: SetQuantity,
 ) -> ApiResult<ApiJson<LineSet>> {
-    let settings = &state.config.orders;
+    let settings = &state.settings;
     let max_q = i64::from(settings.max_line_quantity);
     if !(0..=max_q).contains(&req.quantity) {
         return Err(ApiError::validation(format!(
@@ -199,37 +204,28 @@ async fn set_line(
     }
     // A product's event never changes once set, so this check cannot go stale; checkout
     // checks it again in its transaction anyway.
-    match crate::orders::products::event_of(state, &sku).await? {
-        None => return Err(crate::orders::products::unknown_sku(&sku)),
+    match products::event_of(&state.catalog, &state.pool, &sku).await? {
+        None => return Err(products::unknown_sku(&sku)),
         Some(event) => admitted
             .opens(event.as_deref())
             .map_err(|e| e.with("sku", sku.as_str()))?,
     }
-    let mut conn = state.redis().await?;
+    let mut conn = state.redis.conn().await?;
     let lines: i64 = SET_LINE
-        .key(cart_key(state, admitted.account(), admitted.event()))
+        .key(cart_key(&state.redis, admitted.account(), admitted.event()))
         .arg(&sku)
         .arg(req.quantity)
         .arg(settings.max_cart_lines)
         .arg(CART_TTL_S)
         .invoke_async(&mut conn)
-        .await?;
-    state
-        .metrics
-        .commerce
-        .cart_ops
-        .with_label_values(&["put"])
-        .inc();
+        .await
+        .during("set a cart line")?;
+    state.metrics.cart_ops.with_label_values(&["put"]).inc();
     if lines < 0 {
-        return Err(ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            codes::CART_FULL,
-            format!(
-                "a cart holds at most {} different products",
-                settings.max_cart_lines
-            ),
-        )
-        .with("max_lines", settings.max_cart_lines));
+        return Err(OrderError::CartFull {
+            max_lines: settings.max_cart_lines,
+        }
+        .into());
     }
     Ok(ApiJson(LineSet {
         sku,
@@ -239,7 +235,7 @@ async fn set_line(
 }
 
 async fn delete_event_item(
-    State(state): State<AppState>,
+    State(state): State<OrdersState>,
     admitted: Admitted,
     Path((event, sku)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
@@ -248,27 +244,23 @@ async fn delete_event_item(
 }
 
 async fn delete_item(
-    State(state): State<AppState>,
+    State(state): State<OrdersState>,
     admitted: Admitted,
     Path(sku): Path<String>,
 ) -> ApiResult<StatusCode> {
     remove_line(&state, &admitted, &sku).await
 }
 
-async fn remove_line(state: &AppState, admitted: &Admitted, sku: &str) -> ApiResult<StatusCode> {
+async fn remove_line(state: &OrdersState, admitted: &Admitted, sku: &str) -> ApiResult<StatusCode> {
     // Removing a line that is not there is fine (idempotent); no product lookup needed.
-    let mut conn = state.redis().await?;
+    let mut conn = state.redis.conn().await?;
     redis::cmd("HDEL")
-        .arg(cart_key(state, admitted.account(), admitted.event()))
+        .arg(cart_key(&state.redis, admitted.account(), admitted.event()))
         .arg(sku)
         .query_async::<()>(&mut conn)
-        .await?;
-    state
-        .metrics
-        .commerce
-        .cart_ops
-        .with_label_values(&["delete"])
-        .inc();
+        .await
+        .during("remove a cart line")?;
+    state.metrics.cart_ops.with_label_values(&["delete"]).inc();
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -280,7 +272,7 @@ struct PriceRow {
 }
 
 async fn get_event_cart(
-    State(state): State<AppState>,
+    State(state): State<OrdersState>,
     admitted: Admitted,
     Path(event): Path<String>,
 ) -> ApiResult<ApiJson<CartView>> {
@@ -289,20 +281,15 @@ async fn get_event_cart(
 }
 
 async fn get_cart(
-    State(state): State<AppState>,
+    State(state): State<OrdersState>,
     admitted: Admitted,
 ) -> ApiResult<ApiJson<CartView>> {
     show_cart(&state, &admitted).await
 }
 
-async fn show_cart(state: &AppState, admitted: &Admitted) -> ApiResult<ApiJson<CartView>> {
-    let lines = lines(state, admitted.account(), admitted.event()).await?;
-    state
-        .metrics
-        .commerce
-        .cart_ops
-        .with_label_values(&["get"])
-        .inc();
+async fn show_cart(state: &OrdersState, admitted: &Admitted) -> ApiResult<ApiJson<CartView>> {
+    let lines = lines(&state.redis, admitted.account(), admitted.event()).await?;
+    state.metrics.cart_ops.with_label_values(&["get"]).inc();
     let skus: Vec<&str> = lines.keys().map(String::as_str).collect();
     let prices: Vec<PriceRow> = if skus.is_empty() {
         Vec::new()
@@ -315,12 +302,13 @@ async fn show_cart(state: &AppState, admitted: &Admitted) -> ApiResult<ApiJson<C
         .bind(&skus)
         .bind(admitted.event())
         .fetch_all(&state.pool)
-        .await?
+        .await
+        .during("read the cart's prices")?
     };
     let mut view = CartView {
         lines: Vec::with_capacity(prices.len()),
         total: 0,
-        currency: state.config.orders.currency.clone(),
+        currency: state.settings.currency.clone(),
     };
     for p in prices {
         let Some(&quantity) = lines.get(&p.sku) else {

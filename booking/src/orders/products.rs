@@ -16,7 +16,8 @@
 //! - Products are never deleted, so the catalogue cache only ever caches "this SKU exists",
 //!   which cannot go stale.
 
-use crate::app::state::AppState;
+use crate::orders::repo::{During, OrderError};
+use crate::orders::{OrdersState, flash};
 use crate::platform::auth::Admin;
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::json::ApiJson;
@@ -36,7 +37,7 @@ pub const MAX_STOCK: i64 = 1_000_000_000;
 /// Entries kept in the catalogue cache before it is reset.
 const CATALOG_CACHE_MAX: usize = 200_000;
 
-pub fn router() -> Router<AppState> {
+pub fn router() -> Router<OrdersState> {
     Router::new()
         .route("/admin/products", post(create_product))
         .route(
@@ -83,22 +84,27 @@ impl Catalog {
     }
 }
 
-/// The event of product `sku` (cached): `None` when there is no such product, `Some(None)`
-/// for a product that has no event yet.
-pub async fn event_of(state: &AppState, sku: &str) -> ApiResult<Option<Option<String>>> {
+/// The event of product `sku` (cached in `catalog`): `None` when there is no such product,
+/// `Some(None)` for a product that has no event yet.
+pub async fn event_of(
+    catalog: &Catalog,
+    pool: &sqlx::PgPool,
+    sku: &str,
+) -> Result<Option<Option<String>>, OrderError> {
     if !valid_sku(sku) {
         return Ok(None);
     }
-    if let Some(event) = state.catalog.event_of(sku) {
+    if let Some(event) = catalog.event_of(sku) {
         return Ok(Some(Some(event)));
     }
     let found: Option<Option<String>> =
         sqlx::query_scalar("SELECT event_id FROM products WHERE sku = $1")
             .bind(sku)
-            .fetch_optional(&state.pool)
-            .await?;
+            .fetch_optional(pool)
+            .await
+            .during("read the product's event")?;
     if let Some(Some(event)) = &found {
-        state.catalog.insert(sku, event);
+        catalog.insert(sku, event);
     }
     Ok(found)
 }
@@ -212,7 +218,7 @@ pub async fn load(pool: &sqlx::PgPool, sku: &str) -> ApiResult<Option<ProductVie
 #[tracing::instrument(skip_all, fields(sku = %req.sku))]
 async fn create_product(
     _admin: Admin,
-    State(state): State<AppState>,
+    State(state): State<OrdersState>,
     ApiJson(req): ApiJson<NewProduct>,
 ) -> ApiResult<impl IntoResponse> {
     if !valid_sku(&req.sku) {
@@ -257,7 +263,7 @@ async fn create_product(
     tx.commit().await?;
     state.catalog.insert(&req.sku, &req.event);
     if req.hot {
-        crate::orders::flash::reconcile(&state, &req.sku).await?;
+        flash::reconcile(&state.pool, &state.redis, &req.sku).await?;
     }
     let view = load(&state.pool, &req.sku)
         .await?
@@ -268,7 +274,7 @@ async fn create_product(
 #[tracing::instrument(skip_all, fields(sku = %sku))]
 async fn update_product(
     _admin: Admin,
-    State(state): State<AppState>,
+    State(state): State<OrdersState>,
     Path(sku): Path<String>,
     ApiJson(req): ApiJson<ProductUpdate>,
 ) -> ApiResult<ApiJson<ProductView>> {
@@ -360,16 +366,16 @@ async fn update_product(
         .ok_or_else(|| unknown_sku(&sku))?;
     // Keep the gate in step with Postgres (outside the transaction: Redis is not part of it).
     if view.hot && (req.hot == Some(true) || req.stock.is_some()) {
-        crate::orders::flash::reconcile(&state, &sku).await?;
+        flash::reconcile(&state.pool, &state.redis, &sku).await?;
     } else if req.hot == Some(false) {
-        crate::orders::flash::remove(&state, &sku).await?;
+        flash::remove(&state.redis, &sku).await?;
     }
     Ok(ApiJson(view))
 }
 
 async fn get_product(
     _admin: Admin,
-    State(state): State<AppState>,
+    State(state): State<OrdersState>,
     Path(sku): Path<String>,
 ) -> ApiResult<ApiJson<ProductView>> {
     if !valid_sku(&sku) {
@@ -384,12 +390,12 @@ async fn get_product(
 /// Resets the flash gate of `sku` from Postgres (ops and tests).
 async fn reconcile_gate(
     _admin: Admin,
-    State(state): State<AppState>,
+    State(state): State<OrdersState>,
     Path(sku): Path<String>,
 ) -> ApiResult<impl IntoResponse> {
     if !valid_sku(&sku) {
         return Err(unknown_sku(&sku));
     }
-    let gate = crate::orders::flash::reconcile(&state, &sku).await?;
+    let gate = flash::reconcile(&state.pool, &state.redis, &sku).await?;
     Ok(ApiJson(serde_json::json!({"sku": sku, "gate": gate})))
 }

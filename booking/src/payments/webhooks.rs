@@ -348,7 +348,9 @@ async fn apply_reversal_event(state: &AppState, event: &Event) -> ApiResult<axum
                 .inc();
             // Returned units of hot SKUs: let the flash gate admit them again.
             for sku in released_skus {
-                if let Err(e) = crate::orders::flash::reconcile(state, sku).await {
+                if let Err(e) =
+                    crate::orders::flash::reconcile(&state.pool, &state.redis, sku).await
+                {
                     tracing::warn!(error = ?e, sku, "flash gate reconcile after a refund failed");
                 }
             }
