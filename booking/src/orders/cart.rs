@@ -16,24 +16,21 @@
 //! - An unknown SKU is `404 UNKNOWN_SKU`; a quantity that is not an integer in
 //!   `1..=max_line_quantity` (or 0 to remove) is `422`.
 
+pub mod store;
+
+pub use store::{CART_TTL_S, cart_key, clear_ordered, lines};
+
 use crate::orders::OrdersState;
 use crate::orders::products;
-use crate::orders::repo::{During, OrderError};
+use crate::orders::repo::OrderError;
 use crate::platform::auth::Admitted;
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::json::ApiJson;
-use crate::platform::redis::Redis;
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::{get, put};
-use redis::Script;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
-use std::sync::LazyLock;
-
-/// Cart lifetime, refreshed on write.
-pub const CART_TTL_S: i64 = 30 * 24 * 3600;
 
 pub fn router() -> Router<OrdersState> {
     Router::new()
@@ -45,95 +42,6 @@ pub fn router() -> Router<OrdersState> {
         // Alias kept for clients of the first release: the cart of the token's own event.
         .route("/api/cart", get(get_cart))
         .route("/api/cart/items/{sku}", put(put_item).delete(delete_item))
-}
-
-static SET_LINE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
--- KEYS[1] cart; ARGV[1] sku, ARGV[2] quantity (0 removes), ARGV[3] max lines, ARGV[4] ttl
-local q = tonumber(ARGV[2])
-if q == 0 then
-  redis.call('HDEL', KEYS[1], ARGV[1])
-else
-  if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0
-     and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[3]) then
-    return -1
-  end
-  redis.call('HSET', KEYS[1], ARGV[1], q)
-end
-if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('EXPIRE', KEYS[1], tonumber(ARGV[4])) end
-return redis.call('HLEN', KEYS[1])
-",
-    )
-});
-
-/// Removes the ordered lines, each only if its quantity is still what was ordered (a line
-/// changed on another device after checkout is kept).
-static CLEAR_ORDERED: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
--- KEYS[1] cart; ARGV: sku1, qty1, sku2, qty2, ...
-local removed = 0
-for i = 1, #ARGV, 2 do
-  if redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[i + 1] then
-    redis.call('HDEL', KEYS[1], ARGV[i])
-    removed = removed + 1
-  end
-end
-return removed
-",
-    )
-});
-
-/// The cart of `account` in `event` (hash tag on the account, so one fan's carts share a
-/// slot; event ids are slugs, so the key is unambiguous).
-pub fn cart_key(redis: &Redis, account: &str, event: &str) -> String {
-    redis.key(&format!("cart:{{{account}}}:{event}"))
-}
-
-/// The lines of `account`'s cart in `event`, in SKU order. Fields that are not a positive
-/// quantity (never written by this module) are ignored.
-pub async fn lines(
-    redis: &Redis,
-    account: &str,
-    event: &str,
-) -> Result<BTreeMap<String, i64>, OrderError> {
-    let mut conn = redis.conn().await.map_err(OrderError::RedisUnavailable)?;
-    let raw: Vec<(String, String)> = redis::cmd("HGETALL")
-        .arg(cart_key(redis, account, event))
-        .query_async(&mut conn)
-        .await
-        .during("read the cart")?;
-    Ok(raw
-        .into_iter()
-        .filter_map(|(sku, q)| q.parse::<i64>().ok().filter(|q| *q > 0).map(|q| (sku, q)))
-        .collect())
-}
-
-/// Best-effort removal of ordered lines after an order committed.
-pub async fn clear_ordered(
-    redis: &Redis,
-    account: &str,
-    event: &str,
-    ordered: &BTreeMap<String, i64>,
-) {
-    if ordered.is_empty() {
-        return;
-    }
-    let res: Result<i64, OrderError> = async {
-        let mut conn = redis.conn().await.map_err(OrderError::RedisUnavailable)?;
-        let mut inv = CLEAR_ORDERED.key(cart_key(redis, account, event));
-        for (sku, q) in ordered {
-            inv.arg(sku).arg(q.to_string());
-        }
-        inv.invoke_async(&mut conn)
-            .await
-            .during("clear the ordered cart lines")
-    }
-    .await;
-    if let Err(e) = res {
-        tracing::warn!(error = ?e, "failed to clear the cart after an order; lines stay");
-    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -210,23 +118,19 @@ async fn set_line(
             .opens(event.as_deref())
             .map_err(|e| e.with("sku", sku.as_str()))?,
     }
-    let mut conn = state.redis.conn().await?;
-    let lines: i64 = SET_LINE
-        .key(cart_key(&state.redis, admitted.account(), admitted.event()))
-        .arg(&sku)
-        .arg(req.quantity)
-        .arg(settings.max_cart_lines)
-        .arg(CART_TTL_S)
-        .invoke_async(&mut conn)
-        .await
-        .during("set a cart line")?;
+    let lines = store::set_quantity(
+        &state.redis,
+        admitted.account(),
+        admitted.event(),
+        &sku,
+        req.quantity,
+        settings.max_cart_lines,
+    )
+    .await?;
     state.metrics.cart_ops.with_label_values(&["put"]).inc();
-    if lines < 0 {
-        return Err(OrderError::CartFull {
-            max_lines: settings.max_cart_lines,
-        }
-        .into());
-    }
+    let lines = lines.ok_or(OrderError::CartFull {
+        max_lines: settings.max_cart_lines,
+    })?;
     Ok(ApiJson(LineSet {
         sku,
         quantity: req.quantity,
@@ -253,22 +157,9 @@ async fn delete_item(
 
 async fn remove_line(state: &OrdersState, admitted: &Admitted, sku: &str) -> ApiResult<StatusCode> {
     // Removing a line that is not there is fine (idempotent); no product lookup needed.
-    let mut conn = state.redis.conn().await?;
-    redis::cmd("HDEL")
-        .arg(cart_key(&state.redis, admitted.account(), admitted.event()))
-        .arg(sku)
-        .query_async::<()>(&mut conn)
-        .await
-        .during("remove a cart line")?;
+    store::remove(&state.redis, admitted.account(), admitted.event(), sku).await?;
     state.metrics.cart_ops.with_label_values(&["delete"]).inc();
     Ok(StatusCode::NO_CONTENT)
-}
-
-#[derive(sqlx::FromRow)]
-struct PriceRow {
-    sku: String,
-    name: String,
-    price: i64,
 }
 
 async fn get_event_cart(
@@ -291,20 +182,7 @@ async fn show_cart(state: &OrdersState, admitted: &Admitted) -> ApiResult<ApiJso
     let lines = lines(&state.redis, admitted.account(), admitted.event()).await?;
     state.metrics.cart_ops.with_label_values(&["get"]).inc();
     let skus: Vec<&str> = lines.keys().map(String::as_str).collect();
-    let prices: Vec<PriceRow> = if skus.is_empty() {
-        Vec::new()
-    } else {
-        // Only this event's products (a line of another event could only come from a bug).
-        sqlx::query_as(
-            "SELECT sku, name, price FROM products
-              WHERE sku = ANY($1) AND event_id = $2 ORDER BY sku",
-        )
-        .bind(&skus)
-        .bind(admitted.event())
-        .fetch_all(&state.pool)
-        .await
-        .during("read the cart's prices")?
-    };
+    let prices = store::prices(&state.pool, &skus, admitted.event()).await?;
     let mut view = CartView {
         lines: Vec::with_capacity(prices.len()),
         total: 0,

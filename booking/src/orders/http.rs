@@ -49,6 +49,23 @@ impl From<OrderError> for ApiError {
             )
             .with("max_lines", max_lines),
             OrderError::UnknownSku(sku) => products::unknown_sku(&sku),
+            OrderError::ProductExists(sku) => ApiError::conflict(
+                codes::PRODUCT_EXISTS,
+                "a product with this sku already exists; use PUT /admin/products/{sku}",
+            )
+            .with("sku", sku),
+            OrderError::UnknownEvent(event) => products::unknown_event_field(&event),
+            OrderError::EventLocked { current } => ApiError::conflict(
+                codes::CONFLICT,
+                "a product's event cannot be changed once set",
+            )
+            .with("field", "event")
+            .with("event", current),
+            OrderError::StockBelowCommitted { committed } => ApiError::conflict(
+                codes::CONFLICT,
+                "stock cannot be lower than the units already reserved or sold",
+            )
+            .with("reserved_or_sold", committed),
             OrderError::WrongEvent { sku: Some(sku) } => {
                 ApiError::wrong_event().with("sku", sku.as_str())
             }

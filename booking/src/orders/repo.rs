@@ -26,6 +26,16 @@ pub enum OrderError {
     CartFull { max_lines: u32 },
     #[error("no such product {0}")]
     UnknownSku(String),
+    #[error("a product {0} already exists")]
+    ProductExists(String),
+    #[error("no such event {0}")]
+    UnknownEvent(String),
+    /// A product's event is set once; this one already belongs to `current`.
+    #[error("the product's event is already {current}")]
+    EventLocked { current: String },
+    /// New stock below the units already reserved or sold (`committed`).
+    #[error("stock below the {committed} units reserved or sold")]
+    StockBelowCommitted { committed: i64 },
     /// A product (or hold) of another event than the admission's; `sku` when one is to blame.
     #[error("not this admission's event")]
     WrongEvent { sku: Option<String> },
