@@ -406,3 +406,111 @@ async fn get_order(
         None => Err(not_found()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Status, code and details of a client error (panics on a server error).
+    fn client(e: ApiError) -> (u16, String, serde_json::Value) {
+        match e {
+            ApiError::Client { status, body, .. } => (
+                status.as_u16(),
+                body.code,
+                serde_json::Value::Object(body.details),
+            ),
+            other => panic!("not a client error: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_shortage_answers_409_with_what_is_really_left() {
+        let short = |available| OrderError::Shortage {
+            sku: "MUG".into(),
+            requested: 5,
+            shortage: Shortage::of(available),
+        };
+        assert_eq!(
+            client(short(2).into()),
+            (
+                409,
+                "INSUFFICIENT_STOCK".into(),
+                json!({"sku": "MUG", "requested": 5, "available": 2})
+            )
+        );
+        assert_eq!(
+            client(short(-1).into()),
+            (
+                409,
+                "SOLD_OUT".into(),
+                json!({"sku": "MUG", "requested": 5, "available": 0})
+            )
+        );
+    }
+
+    #[test]
+    fn domain_refusals_keep_their_codes() {
+        let cases = [
+            (OrderError::CartEmpty, 422, "CART_EMPTY"),
+            (OrderError::CartFull { max_lines: 100 }, 422, "CART_FULL"),
+            (OrderError::UnknownSku("X".into()), 404, "UNKNOWN_SKU"),
+            (OrderError::WrongEvent { sku: None }, 403, "WRONG_EVENT"),
+            (OrderError::Overflow, 422, "VALIDATION_FAILED"),
+            (
+                OrderError::HoldNotActive {
+                    hold_id: "h".into(),
+                },
+                409,
+                "HOLD_EXPIRED",
+            ),
+            (OrderError::KeyReused, 422, "IDEMPOTENCY_KEY_REUSED"),
+            (OrderError::ProductExists("X".into()), 409, "PRODUCT_EXISTS"),
+            (OrderError::UnknownEvent("e".into()), 422, "UNKNOWN_EVENT"),
+            (
+                OrderError::StockBelowCommitted { committed: 3 },
+                409,
+                "CONFLICT",
+            ),
+        ];
+        for (e, status, code) in cases {
+            let (s, c, _) = client(e.into());
+            assert_eq!((s, c.as_str()), (status, code));
+        }
+    }
+
+    #[test]
+    fn an_unreachable_database_is_a_503_naming_the_statement() {
+        let e: ApiError = OrderError::Db {
+            statement: "insert the order",
+            source: sqlx::Error::PoolTimedOut,
+        }
+        .into();
+        assert_eq!(e.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let ApiError::Unavailable(cause) = e else {
+            panic!("not unavailable");
+        };
+        assert!(format!("{cause:#}").starts_with("failed to insert the order"));
+        // Other database errors are a 500 with the same context.
+        let e: ApiError = OrderError::Db {
+            statement: "end the pending orders",
+            source: sqlx::Error::RowNotFound,
+        }
+        .into();
+        assert_eq!(e.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    }
+
+    #[test]
+    fn other_domains_see_the_database_error_itself() {
+        let db = || OrderError::Db {
+            statement: "mark the order paid",
+            source: sqlx::Error::PoolTimedOut,
+        };
+        assert!(matches!(sqlx::Error::from(db()), sqlx::Error::PoolTimedOut));
+        // Not retryable: the HTTP answer, still a 503.
+        match TxError::from(db()) {
+            TxError::Api(e) => assert_eq!(e.status(), StatusCode::SERVICE_UNAVAILABLE),
+            TxError::Db(e) => panic!("a pool timeout is not retried: {e:?}"),
+        }
+    }
+}
