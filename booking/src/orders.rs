@@ -27,8 +27,9 @@
 //! - The idempotency claim and the flash gate run before any inventory is touched; nothing
 //!   outside Postgres (Redis, the cart) happens inside the transaction. The cart is cleared
 //!   after the commit, best effort, and only the lines that were ordered, unchanged.
-//! - Orders from a hold pin the hold (`inventory::holds::pin_hold_tx`): the hold becomes `ordered` and its
-//!   seats stay held until the order expires; one hold becomes at most one order.
+//! - Orders from a hold pin the hold (`inventory::holds::pin_hold_tx`): the hold becomes
+//!   `ordered` and its seats stay held until the order expires; one hold becomes at most one
+//!   order.
 //! - One admission, one event: a cart order takes the cart of the token's event and every
 //!   SKU in it must belong to that event (checked before the flash gate from the catalogue,
 //!   and again by the transaction's own price read); a hold order needs the hold's event. The
@@ -36,6 +37,9 @@
 //! - Only the owner can read an order (`404` for anyone else, never `403`).
 //! - Money is integer minor units; totals are computed in Rust from the snapshotted prices
 //!   with checked arithmetic.
+//! - Nothing of this domain runs outside a request or the job runner ([`jobs`]): the gate
+//!   correction after a shortage the flash gate let through runs inside that request, so no
+//!   task outlives the process's stop signal.
 
 pub mod cart;
 pub mod expiry;
