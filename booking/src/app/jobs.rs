@@ -9,7 +9,10 @@ use tokio::task::JoinHandle;
 
 pub fn spawn_all(state: AppState, stop: watch::Receiver<bool>) -> Vec<JoinHandle<()>> {
     let mut jobs = crate::platform::jobs::spawn_all(crate::auctions::jobs(&state.auctions), &stop);
-    jobs.extend(crate::orders::spawn_jobs(&state, &stop));
+    jobs.extend(crate::platform::jobs::spawn_all(
+        crate::orders::jobs(&state.orders),
+        &stop,
+    ));
     jobs.extend(crate::platform::jobs::spawn_all(
         crate::outbox::jobs(&state.outbox),
         &stop,

@@ -14,8 +14,6 @@ pub struct Metrics {
     /// Client-facing refusals (409/422/...), by machine code. Shared by every domain that
     /// refuses (each gets a handle in its metrics).
     pub refusals: IntCounterVec,
-    /// Carts, orders and the flash-sale gate.
-    pub commerce: crate::orders::CommerceMetrics,
 }
 
 impl Metrics {
@@ -39,13 +37,11 @@ impl Metrics {
         registry.register(Box::new(http_requests.clone()))?;
         registry.register(Box::new(http_latency.clone()))?;
         registry.register(Box::new(refusals.clone()))?;
-        let commerce = crate::orders::CommerceMetrics::register(&registry)?;
         Ok(Self {
             registry,
             http_requests,
             http_latency,
             refusals,
-            commerce,
         })
     }
 

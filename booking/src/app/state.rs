@@ -39,8 +39,6 @@ pub struct Inner {
 
     pub auctions: crate::auctions::AuctionsState,
 
-    /// SKUs known to exist (cart writes skip the Postgres lookup).
-    pub catalog: crate::orders::products::Catalog,
 }
 
 impl std::ops::Deref for AppState {
@@ -108,6 +106,14 @@ impl AppState {
             pool: pool.clone(),
             redis: redis.clone(),
             auth: auth.clone(),
+            idempotency: idempotency.clone(),
+            settings: Arc::new(config.orders.clone()),
+            metrics: Arc::new(
+                crate::orders::CommerceMetrics::register(&metrics.registry)
+                    .context("failed to register order metrics")?,
+            ),
+            refusals: metrics.refusals.clone(),
+            catalog: Default::default(),
         };
 
         let outbox = crate::outbox::OutboxState {
@@ -160,7 +166,6 @@ impl AppState {
             auth,
             metrics,
             redis,
-            catalog: Default::default(),
             pool,
             config,
         })))

@@ -16,7 +16,13 @@
 //! - An unknown SKU is `404 UNKNOWN_SKU`; a quantity that is not an integer in
 //!   `1..=max_line_quantity` (or 0 to remove) is `422`.
 
-use crate::app::state::AppState;
+pub mod store;
+
+pub use store::{CART_TTL_S, cart_key, clear_ordered, lines};
+
+use crate::orders::OrdersState;
+use crate::orders::products;
+use crate::orders::repo::OrderError;
 use crate::platform::auth::Admitted;
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::json::ApiJson;
@@ -24,16 +30,9 @@ use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::{get, put};
-use redis::Script;
 use serde::{Deserialize, Serialize};
-use shared::error::codes;
-use std::collections::BTreeMap;
-use std::sync::LazyLock;
 
-/// Cart lifetime, refreshed on write.
-pub const CART_TTL_S: i64 = 30 * 24 * 3600;
-
-pub fn router() -> Router<AppState> {
+pub fn router() -> Router<OrdersState> {
     Router::new()
         .route("/api/events/{event}/cart", get(get_event_cart))
         .route(
@@ -43,92 +42,6 @@ pub fn router() -> Router<AppState> {
         // Alias kept for clients of the first release: the cart of the token's own event.
         .route("/api/cart", get(get_cart))
         .route("/api/cart/items/{sku}", put(put_item).delete(delete_item))
-}
-
-static SET_LINE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
--- KEYS[1] cart; ARGV[1] sku, ARGV[2] quantity (0 removes), ARGV[3] max lines, ARGV[4] ttl
-local q = tonumber(ARGV[2])
-if q == 0 then
-  redis.call('HDEL', KEYS[1], ARGV[1])
-else
-  if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0
-     and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[3]) then
-    return -1
-  end
-  redis.call('HSET', KEYS[1], ARGV[1], q)
-end
-if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('EXPIRE', KEYS[1], tonumber(ARGV[4])) end
-return redis.call('HLEN', KEYS[1])
-",
-    )
-});
-
-/// Removes the ordered lines, each only if its quantity is still what was ordered (a line
-/// changed on another device after checkout is kept).
-static CLEAR_ORDERED: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
--- KEYS[1] cart; ARGV: sku1, qty1, sku2, qty2, ...
-local removed = 0
-for i = 1, #ARGV, 2 do
-  if redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[i + 1] then
-    redis.call('HDEL', KEYS[1], ARGV[i])
-    removed = removed + 1
-  end
-end
-return removed
-",
-    )
-});
-
-/// The cart of `account` in `event` (hash tag on the account, so one fan's carts share a
-/// slot; event ids are slugs, so the key is unambiguous).
-pub fn cart_key(state: &AppState, account: &str, event: &str) -> String {
-    state.key(&format!("cart:{{{account}}}:{event}"))
-}
-
-/// The lines of `account`'s cart in `event`, in SKU order. Fields that are not a positive
-/// quantity (never written by this module) are ignored.
-pub async fn lines(
-    state: &AppState,
-    account: &str,
-    event: &str,
-) -> ApiResult<BTreeMap<String, i64>> {
-    let mut conn = state.redis().await?;
-    let raw: Vec<(String, String)> = redis::cmd("HGETALL")
-        .arg(cart_key(state, account, event))
-        .query_async(&mut conn)
-        .await?;
-    Ok(raw
-        .into_iter()
-        .filter_map(|(sku, q)| q.parse::<i64>().ok().filter(|q| *q > 0).map(|q| (sku, q)))
-        .collect())
-}
-
-/// Best-effort removal of ordered lines after an order committed.
-pub async fn clear_ordered(
-    state: &AppState,
-    account: &str,
-    event: &str,
-    ordered: &BTreeMap<String, i64>,
-) {
-    if ordered.is_empty() {
-        return;
-    }
-    let res: ApiResult<i64> = async {
-        let mut conn = state.redis().await?;
-        let mut inv = CLEAR_ORDERED.key(cart_key(state, account, event));
-        for (sku, q) in ordered {
-            inv.arg(sku).arg(q.to_string());
-        }
-        Ok(inv.invoke_async(&mut conn).await?)
-    }
-    .await;
-    if let Err(e) = res {
-        tracing::warn!(error = ?e, "failed to clear the cart after an order; lines stay");
-    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -163,7 +76,7 @@ pub struct CartView {
 }
 
 async fn put_event_item(
-    State(state): State<AppState>,
+    State(state): State<OrdersState>,
     admitted: Admitted,
     Path((event, sku)): Path<(String, String)>,
     ApiJson(req): ApiJson<SetQuantity>,
@@ -173,7 +86,7 @@ async fn put_event_item(
 }
 
 async fn put_item(
-    State(state): State<AppState>,
+    State(state): State<OrdersState>,
     admitted: Admitted,
     Path(sku): Path<String>,
     ApiJson(req): ApiJson<SetQuantity>,
@@ -183,12 +96,12 @@ async fn put_item(
 
 /// Sets a line of the cart of the token's event (the caller has checked the path's event).
 async fn set_line(
-    state: &AppState,
+    state: &OrdersState,
     admitted: &Admitted,
     sku: String,
     req: SetQuantity,
 ) -> ApiResult<ApiJson<LineSet>> {
-    let settings = &state.config.orders;
+    let settings = &state.settings;
     let max_q = i64::from(settings.max_line_quantity);
     if !(0..=max_q).contains(&req.quantity) {
         return Err(ApiError::validation(format!(
@@ -199,38 +112,25 @@ async fn set_line(
     }
     // A product's event never changes once set, so this check cannot go stale; checkout
     // checks it again in its transaction anyway.
-    match crate::orders::products::event_of(state, &sku).await? {
-        None => return Err(crate::orders::products::unknown_sku(&sku)),
+    match products::event_of(&state.catalog, &state.pool, &sku).await? {
+        None => return Err(products::unknown_sku(&sku)),
         Some(event) => admitted
             .opens(event.as_deref())
             .map_err(|e| e.with("sku", sku.as_str()))?,
     }
-    let mut conn = state.redis().await?;
-    let lines: i64 = SET_LINE
-        .key(cart_key(state, admitted.account(), admitted.event()))
-        .arg(&sku)
-        .arg(req.quantity)
-        .arg(settings.max_cart_lines)
-        .arg(CART_TTL_S)
-        .invoke_async(&mut conn)
-        .await?;
-    state
-        .metrics
-        .commerce
-        .cart_ops
-        .with_label_values(&["put"])
-        .inc();
-    if lines < 0 {
-        return Err(ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            codes::CART_FULL,
-            format!(
-                "a cart holds at most {} different products",
-                settings.max_cart_lines
-            ),
-        )
-        .with("max_lines", settings.max_cart_lines));
-    }
+    let lines = store::set_quantity(
+        &state.redis,
+        admitted.account(),
+        admitted.event(),
+        &sku,
+        req.quantity,
+        settings.max_cart_lines,
+    )
+    .await?;
+    state.metrics.cart_ops.with_label_values(&["put"]).inc();
+    let lines = lines.ok_or(OrderError::CartFull {
+        max_lines: settings.max_cart_lines,
+    })?;
     Ok(ApiJson(LineSet {
         sku,
         quantity: req.quantity,
@@ -239,7 +139,7 @@ async fn set_line(
 }
 
 async fn delete_event_item(
-    State(state): State<AppState>,
+    State(state): State<OrdersState>,
     admitted: Admitted,
     Path((event, sku)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
@@ -248,39 +148,22 @@ async fn delete_event_item(
 }
 
 async fn delete_item(
-    State(state): State<AppState>,
+    State(state): State<OrdersState>,
     admitted: Admitted,
     Path(sku): Path<String>,
 ) -> ApiResult<StatusCode> {
     remove_line(&state, &admitted, &sku).await
 }
 
-async fn remove_line(state: &AppState, admitted: &Admitted, sku: &str) -> ApiResult<StatusCode> {
+async fn remove_line(state: &OrdersState, admitted: &Admitted, sku: &str) -> ApiResult<StatusCode> {
     // Removing a line that is not there is fine (idempotent); no product lookup needed.
-    let mut conn = state.redis().await?;
-    redis::cmd("HDEL")
-        .arg(cart_key(state, admitted.account(), admitted.event()))
-        .arg(sku)
-        .query_async::<()>(&mut conn)
-        .await?;
-    state
-        .metrics
-        .commerce
-        .cart_ops
-        .with_label_values(&["delete"])
-        .inc();
+    store::remove(&state.redis, admitted.account(), admitted.event(), sku).await?;
+    state.metrics.cart_ops.with_label_values(&["delete"]).inc();
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[derive(sqlx::FromRow)]
-struct PriceRow {
-    sku: String,
-    name: String,
-    price: i64,
-}
-
 async fn get_event_cart(
-    State(state): State<AppState>,
+    State(state): State<OrdersState>,
     admitted: Admitted,
     Path(event): Path<String>,
 ) -> ApiResult<ApiJson<CartView>> {
@@ -289,38 +172,21 @@ async fn get_event_cart(
 }
 
 async fn get_cart(
-    State(state): State<AppState>,
+    State(state): State<OrdersState>,
     admitted: Admitted,
 ) -> ApiResult<ApiJson<CartView>> {
     show_cart(&state, &admitted).await
 }
 
-async fn show_cart(state: &AppState, admitted: &Admitted) -> ApiResult<ApiJson<CartView>> {
-    let lines = lines(state, admitted.account(), admitted.event()).await?;
-    state
-        .metrics
-        .commerce
-        .cart_ops
-        .with_label_values(&["get"])
-        .inc();
+async fn show_cart(state: &OrdersState, admitted: &Admitted) -> ApiResult<ApiJson<CartView>> {
+    let lines = lines(&state.redis, admitted.account(), admitted.event()).await?;
+    state.metrics.cart_ops.with_label_values(&["get"]).inc();
     let skus: Vec<&str> = lines.keys().map(String::as_str).collect();
-    let prices: Vec<PriceRow> = if skus.is_empty() {
-        Vec::new()
-    } else {
-        // Only this event's products (a line of another event could only come from a bug).
-        sqlx::query_as(
-            "SELECT sku, name, price FROM products
-              WHERE sku = ANY($1) AND event_id = $2 ORDER BY sku",
-        )
-        .bind(&skus)
-        .bind(admitted.event())
-        .fetch_all(&state.pool)
-        .await?
-    };
+    let prices = store::prices(&state.pool, &skus, admitted.event()).await?;
     let mut view = CartView {
         lines: Vec::with_capacity(prices.len()),
         total: 0,
-        currency: state.config.orders.currency.clone(),
+        currency: state.settings.currency.clone(),
     };
     for p in prices {
         let Some(&quantity) = lines.get(&p.sku) else {

@@ -20,14 +20,15 @@
 //!
 //! Keys carry the SKU in a hash tag so one SKU's gate keys share a Redis Cluster slot.
 
-use crate::app::state::AppState;
-use crate::platform::error::ApiResult;
+use crate::orders::repo::{During, OrderError};
+use crate::platform::jobs::Job;
 use crate::platform::redis::Redis;
 use anyhow::Context;
 use redis::Script;
 use redis::aio::ConnectionManager;
 use sqlx::PgPool;
 use std::sync::LazyLock;
+use std::time::Duration;
 
 /// Admission scripts return `{outcome, remaining}`.
 const ADMITTED: i64 = 1;
@@ -125,6 +126,10 @@ fn admissions_key(redis: &Redis, sku: &str) -> String {
     redis.key(&format!("flash:adm:{{{sku}}}"))
 }
 
+async fn conn(redis: &Redis) -> Result<ConnectionManager, OrderError> {
+    redis.conn().await.map_err(OrderError::RedisUnavailable)
+}
+
 /// What the gate said about one line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Gate {
@@ -138,77 +143,89 @@ pub enum Gate {
     Refused { remaining: i64 },
 }
 
-/// Tries to take `quantity` units of `sku` for the request identified by `admission`.
-pub async fn acquire(state: &AppState, sku: &str, quantity: i64, admission: &str) -> Gate {
-    let ttl = i64::from(state.config.idempotency.retention_h.max(24)) * 3600;
-    let result: Result<(i64, i64), _> = async {
-        let mut conn = state.redis().await?;
-        Ok::<_, crate::platform::error::ApiError>(
-            ACQUIRE
-                .key(counter_key(&state.redis, sku))
-                .key(admissions_key(&state.redis, sku))
-                .arg(quantity)
-                .arg(admission)
-                .arg(ttl)
-                .invoke_async(&mut conn)
-                .await?,
-        )
+impl Gate {
+    /// The `outcome` label of `flash_gate_total`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Gate::Admitted => "admitted",
+            Gate::Retry => "retry",
+            Gate::Ungated => "ungated",
+            Gate::Refused { .. } => "refused",
+        }
+    }
+
+    /// The script's `{outcome, remaining}` answer; anything unexpected passes to Postgres.
+    fn from_script(outcome: i64, remaining: i64) -> Self {
+        match outcome {
+            ADMITTED => Gate::Admitted,
+            RETRY => Gate::Retry,
+            REFUSED => Gate::Refused { remaining },
+            UNGATED => Gate::Ungated,
+            other => {
+                tracing::warn!(other, "unexpected flash gate answer; passing to Postgres");
+                Gate::Ungated
+            }
+        }
+    }
+}
+
+/// Tries to take `quantity` units of `sku` for the request identified by `admission`; the
+/// admission is remembered for `admission_ttl_s` (as long as the request's idempotency key).
+pub async fn acquire(
+    redis: &Redis,
+    sku: &str,
+    quantity: i64,
+    admission: &str,
+    admission_ttl_s: u64,
+) -> Gate {
+    let result: Result<(i64, i64), OrderError> = async {
+        let mut conn = conn(redis).await?;
+        ACQUIRE
+            .key(counter_key(redis, sku))
+            .key(admissions_key(redis, sku))
+            .arg(quantity)
+            .arg(admission)
+            .arg(admission_ttl_s)
+            .invoke_async(&mut conn)
+            .await
+            .during("run the flash gate's acquire script")
     }
     .await;
-    let gate = match result {
-        Ok((ADMITTED, _)) => Gate::Admitted,
-        Ok((RETRY, _)) => Gate::Retry,
-        Ok((UNGATED, _)) => Gate::Ungated,
-        Ok((REFUSED, remaining)) => Gate::Refused { remaining },
-        Ok(other) => {
-            tracing::warn!(?other, "unexpected flash gate answer; passing to Postgres");
-            Gate::Ungated
-        }
+    match result {
+        Ok((outcome, remaining)) => Gate::from_script(outcome, remaining),
         Err(e) => {
             // Redis is a filter: without it Postgres still decides correctly, only slower.
             tracing::warn!(error = ?e, "flash gate unavailable; passing to Postgres");
             Gate::Ungated
         }
-    };
-    let label = match gate {
-        Gate::Admitted => "admitted",
-        Gate::Retry => "retry",
-        Gate::Ungated => "ungated",
-        Gate::Refused { .. } => "refused",
-    };
-    state
-        .metrics
-        .commerce
-        .flash_gate
-        .with_label_values(&[label])
-        .inc();
-    gate
+    }
 }
 
 /// Gives back the slot `admission` took on `sku` (at most once). Best effort: a lost release
 /// only makes the gate stricter until the next reconcile.
-pub async fn release(state: &AppState, sku: &str, admission: &str) {
-    on_admission(state, &RELEASE, sku, admission, "release").await;
+pub async fn release(redis: &Redis, sku: &str, admission: &str) {
+    on_admission(redis, &RELEASE, sku, admission, "release").await;
 }
 
 /// Marks the slot `admission` took on `sku` as sold (its order committed), so reconcile no
 /// longer counts it in flight. Best effort: a lost settle only holds those units back from
 /// the gate until the in-flight window passes.
-pub async fn settle(state: &AppState, sku: &str, admission: &str) {
-    on_admission(state, &SETTLE, sku, admission, "settle").await;
+pub async fn settle(redis: &Redis, sku: &str, admission: &str) {
+    on_admission(redis, &SETTLE, sku, admission, "settle").await;
 }
 
 /// Runs a per-admission script (`KEYS` counter and admissions hash, `ARGV[1]` the admission);
 /// failures are logged, not returned: both callers are best effort.
-async fn on_admission(state: &AppState, script: &Script, sku: &str, admission: &str, what: &str) {
-    let res: ApiResult<i64> = async {
-        let mut conn = state.redis().await?;
-        Ok(script
-            .key(counter_key(&state.redis, sku))
-            .key(admissions_key(&state.redis, sku))
+async fn on_admission(redis: &Redis, script: &Script, sku: &str, admission: &str, what: &str) {
+    let res: Result<i64, OrderError> = async {
+        let mut conn = conn(redis).await?;
+        script
+            .key(counter_key(redis, sku))
+            .key(admissions_key(redis, sku))
             .arg(admission)
             .invoke_async(&mut conn)
-            .await?)
+            .await
+            .during("run a flash gate admission script")
     }
     .await;
     if let Err(e) = res {
@@ -222,7 +239,7 @@ async fn set_gate(
     redis: &Redis,
     sku: &str,
     available: i64,
-) -> redis::RedisResult<i64> {
+) -> Result<i64, OrderError> {
     RECONCILE
         .key(counter_key(redis, sku))
         .key(admissions_key(redis, sku))
@@ -230,59 +247,61 @@ async fn set_gate(
         .arg(IN_FLIGHT_MS)
         .invoke_async(conn)
         .await
+        .during("run the flash gate's reconcile script")
 }
 
 /// Resets the gate of `sku` to Postgres `available` minus the units of admitted orders still
-/// in flight when the product is hot, removes it otherwise. Returns the new count (None: not gated).
-pub async fn reconcile(pool: &PgPool, redis: &Redis, sku: &str) -> ApiResult<Option<i64>> {
+/// in flight when the product is hot, removes it otherwise. Returns the new count (None: not
+/// gated).
+pub async fn reconcile(pool: &PgPool, redis: &Redis, sku: &str) -> Result<Option<i64>, OrderError> {
     let row: Option<(bool, i64)> = sqlx::query_as(
         "SELECT p.hot, i.available FROM products p JOIN inventory i USING (sku) WHERE p.sku = $1",
     )
     .bind(sku)
     .fetch_optional(pool)
-    .await?;
-    let mut conn = redis.conn().await?;
+    .await
+    .during("read the product's hot flag and stock")?;
+    let mut conn = conn(redis).await?;
     match row {
         Some((true, available)) => Ok(Some(set_gate(&mut conn, redis, sku, available).await?)),
         _ => {
             redis::cmd("DEL")
                 .arg(counter_key(redis, sku))
                 .query_async::<()>(&mut conn)
-                .await?;
+                .await
+                .during("delete the flash gate")?;
             Ok(None)
         }
     }
 }
 
 /// Removes the gate of `sku` (hot flag cleared).
-pub async fn remove(state: &AppState, sku: &str) -> ApiResult<()> {
-    let mut conn = state.redis().await?;
+pub async fn remove(redis: &Redis, sku: &str) -> Result<(), OrderError> {
+    let mut conn = conn(redis).await?;
     redis::cmd("DEL")
-        .arg(counter_key(&state.redis, sku))
+        .arg(counter_key(redis, sku))
         .query_async::<()>(&mut conn)
-        .await?;
-    Ok(())
+        .await
+        .during("delete the flash gate")
 }
 
-/// Reconciles every hot SKU (the periodic job). Returns how many gates were set.
-pub async fn reconcile_all(state: &AppState) -> anyhow::Result<usize> {
+/// Reconciles every hot SKU. Returns how many gates were set.
+pub async fn reconcile_all(pool: &PgPool, redis: &Redis) -> anyhow::Result<usize> {
     let rows: Vec<(String, i64)> = sqlx::query_as(
         "SELECT p.sku, i.available FROM products p JOIN inventory i USING (sku)
           WHERE p.hot ORDER BY p.sku",
     )
-    .fetch_all(&state.pool)
+    .fetch_all(pool)
     .await
     .context("failed to read hot products")?;
     if rows.is_empty() {
         return Ok(0);
     }
-    let mut conn = state
-        .redis()
+    let mut conn = conn(redis)
         .await
-        .map_err(|e| anyhow::anyhow!("{e}"))
         .context("redis unavailable for flash reconcile")?;
     for (sku, available) in &rows {
-        set_gate(&mut conn, &state.redis, sku, *available)
+        set_gate(&mut conn, redis, sku, *available)
             .await
             .with_context(|| format!("failed to set the flash gate of {sku}"))?;
     }
@@ -290,10 +309,66 @@ pub async fn reconcile_all(state: &AppState) -> anyhow::Result<usize> {
 }
 
 /// The gate's current count (tests and ops).
-pub async fn current(state: &AppState, sku: &str) -> ApiResult<Option<i64>> {
-    let mut conn = state.redis().await?;
-    Ok(redis::cmd("GET")
-        .arg(counter_key(&state.redis, sku))
+pub async fn current(redis: &Redis, sku: &str) -> Result<Option<i64>, OrderError> {
+    let mut conn = conn(redis).await?;
+    redis::cmd("GET")
+        .arg(counter_key(redis, sku))
         .query_async(&mut conn)
-        .await?)
+        .await
+        .during("read the flash gate")
+}
+
+/// The periodic reconcile of every hot SKU's gate (idempotent `SET`s: safe on many
+/// instances). Holds only the clients it uses.
+pub struct ReconcileGates {
+    pub pool: PgPool,
+    pub redis: Redis,
+    pub period: Duration,
+}
+
+#[async_trait::async_trait]
+impl Job for ReconcileGates {
+    fn name(&self) -> &'static str {
+        "flash-reconcile"
+    }
+
+    fn period(&self) -> Duration {
+        self.period
+    }
+
+    async fn run_once(&self) -> anyhow::Result<()> {
+        reconcile_all(&self.pool, &self.redis).await.map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn script_answers_map_to_gate_outcomes() {
+        assert_eq!(Gate::from_script(ADMITTED, 4), Gate::Admitted);
+        assert_eq!(Gate::from_script(RETRY, 4), Gate::Retry);
+        assert_eq!(Gate::from_script(UNGATED, 0), Gate::Ungated);
+        assert_eq!(
+            Gate::from_script(REFUSED, 2),
+            Gate::Refused { remaining: 2 }
+        );
+        // An answer this code does not know must never refuse a buyer: Postgres decides.
+        assert_eq!(Gate::from_script(42, 0), Gate::Ungated);
+    }
+
+    #[test]
+    fn gate_outcomes_have_their_metric_labels() {
+        let labels: Vec<_> = [
+            Gate::Admitted,
+            Gate::Retry,
+            Gate::Ungated,
+            Gate::Refused { remaining: 0 },
+        ]
+        .iter()
+        .map(|g| g.label())
+        .collect();
+        assert_eq!(labels, ["admitted", "retry", "ungated", "refused"]);
+    }
 }

@@ -16,7 +16,10 @@
 //! - Products are never deleted, so the catalogue cache only ever caches "this SKU exists",
 //!   which cannot go stale.
 
-use crate::app::state::AppState;
+pub mod repo;
+
+use crate::orders::repo::{During, OrderError};
+use crate::orders::{OrdersState, flash};
 use crate::platform::auth::Admin;
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::json::ApiJson;
@@ -36,7 +39,7 @@ pub const MAX_STOCK: i64 = 1_000_000_000;
 /// Entries kept in the catalogue cache before it is reset.
 const CATALOG_CACHE_MAX: usize = 200_000;
 
-pub fn router() -> Router<AppState> {
+pub fn router() -> Router<OrdersState> {
     Router::new()
         .route("/admin/products", post(create_product))
         .route(
@@ -83,22 +86,27 @@ impl Catalog {
     }
 }
 
-/// The event of product `sku` (cached): `None` when there is no such product, `Some(None)`
-/// for a product that has no event yet.
-pub async fn event_of(state: &AppState, sku: &str) -> ApiResult<Option<Option<String>>> {
+/// The event of product `sku` (cached in `catalog`): `None` when there is no such product,
+/// `Some(None)` for a product that has no event yet.
+pub async fn event_of(
+    catalog: &Catalog,
+    pool: &sqlx::PgPool,
+    sku: &str,
+) -> Result<Option<Option<String>>, OrderError> {
     if !valid_sku(sku) {
         return Ok(None);
     }
-    if let Some(event) = state.catalog.event_of(sku) {
+    if let Some(event) = catalog.event_of(sku) {
         return Ok(Some(Some(event)));
     }
     let found: Option<Option<String>> =
         sqlx::query_scalar("SELECT event_id FROM products WHERE sku = $1")
             .bind(sku)
-            .fetch_optional(&state.pool)
-            .await?;
+            .fetch_optional(pool)
+            .await
+            .during("read the product's event")?;
     if let Some(Some(event)) = &found {
-        state.catalog.insert(sku, event);
+        catalog.insert(sku, event);
     }
     Ok(found)
 }
@@ -116,14 +124,7 @@ pub fn unknown_event_field(event: &str) -> ApiError {
 
 /// True when booking has event `event` (for the `event` field of a new product or auction).
 pub async fn event_exists<'c>(conn: impl sqlx::PgExecutor<'c>, event: &str) -> ApiResult<bool> {
-    if !shared::ids::is_valid_slug(event) {
-        return Ok(false);
-    }
-    let found: Option<i32> = sqlx::query_scalar("SELECT 1 FROM events WHERE id = $1")
-        .bind(event)
-        .fetch_optional(conn)
-        .await?;
-    Ok(found.is_some())
+    Ok(repo::event_known(conn, event).await?)
 }
 
 pub fn unknown_sku(sku: &str) -> ApiError {
@@ -198,21 +199,10 @@ fn validate_stock(stock: i64) -> ApiResult<()> {
     Ok(())
 }
 
-const VIEW_SQL: &str = "SELECT p.sku, p.event_id AS event, p.name, p.price, p.hot,
-        i.available + i.reserved + i.sold AS stock, i.available, i.reserved, i.sold
-   FROM products p JOIN inventory i USING (sku) WHERE p.sku = $1";
-
-pub async fn load(pool: &sqlx::PgPool, sku: &str) -> ApiResult<Option<ProductView>> {
-    Ok(sqlx::query_as(VIEW_SQL)
-        .bind(sku)
-        .fetch_optional(pool)
-        .await?)
-}
-
 #[tracing::instrument(skip_all, fields(sku = %req.sku))]
 async fn create_product(
     _admin: Admin,
-    State(state): State<AppState>,
+    State(state): State<OrdersState>,
     ApiJson(req): ApiJson<NewProduct>,
 ) -> ApiResult<impl IntoResponse> {
     if !valid_sku(&req.sku) {
@@ -224,42 +214,18 @@ async fn create_product(
     validate_name(&req.name)?;
     validate_price(req.price)?;
     validate_stock(req.stock)?;
-    let mut tx = state.pool.begin().await?;
-    // Events are never deleted while a product refers to them (foreign key), so the check
-    // cannot go stale before the insert.
-    if !event_exists(&mut *tx, &req.event).await? {
-        return Err(unknown_event_field(&req.event));
-    }
-    let inserted = sqlx::query(
-        "INSERT INTO products (sku, name, price, hot, event_id) VALUES ($1, $2, $3, $4, $5)
-         ON CONFLICT (sku) DO NOTHING",
-    )
-    .bind(&req.sku)
-    .bind(req.name.trim())
-    .bind(req.price)
-    .bind(req.hot)
-    .bind(&req.event)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
-    if inserted == 0 {
-        return Err(ApiError::conflict(
-            codes::PRODUCT_EXISTS,
-            "a product with this sku already exists; use PUT /admin/products/{sku}",
-        )
-        .with("sku", req.sku));
-    }
-    sqlx::query("INSERT INTO inventory (sku, available) VALUES ($1, $2)")
-        .bind(&req.sku)
-        .bind(req.stock)
-        .execute(&mut *tx)
-        .await?;
-    tx.commit().await?;
+    let mut tx = state
+        .pool
+        .begin()
+        .await
+        .during("begin the product transaction")?;
+    repo::create_tx(&mut tx, &req).await?;
+    tx.commit().await.during("commit the product transaction")?;
     state.catalog.insert(&req.sku, &req.event);
     if req.hot {
-        crate::orders::flash::reconcile(&state.pool, &state.redis, &req.sku).await?;
+        flash::reconcile(&state.pool, &state.redis, &req.sku).await?;
     }
-    let view = load(&state.pool, &req.sku)
+    let view = repo::load(&state.pool, &req.sku)
         .await?
         .ok_or_else(|| ApiError::unexpected(anyhow::anyhow!("product vanished after insert")))?;
     Ok((StatusCode::CREATED, ApiJson(view)))
@@ -268,7 +234,7 @@ async fn create_product(
 #[tracing::instrument(skip_all, fields(sku = %sku))]
 async fn update_product(
     _admin: Admin,
-    State(state): State<AppState>,
+    State(state): State<OrdersState>,
     Path(sku): Path<String>,
     ApiJson(req): ApiJson<ProductUpdate>,
 ) -> ApiResult<ApiJson<ProductView>> {
@@ -284,98 +250,34 @@ async fn update_product(
     if !valid_sku(&sku) {
         return Err(unknown_sku(&sku));
     }
-    let mut tx = state.pool.begin().await?;
-    if let Some(event) = &req.event {
-        if !event_exists(&mut *tx, event).await? {
-            return Err(unknown_event_field(event));
-        }
-        // Set once: a product moved to another event would let carts and orders of the old
-        // event keep buying it.
-        let assigned: Option<Option<String>> = sqlx::query_scalar(
-            "UPDATE products SET event_id = COALESCE(event_id, $2) WHERE sku = $1
-             RETURNING event_id",
-        )
-        .bind(&sku)
-        .bind(event)
-        .fetch_optional(&mut *tx)
-        .await?;
-        match assigned {
-            None => return Err(unknown_sku(&sku)),
-            Some(Some(current)) if current != *event => {
-                return Err(ApiError::conflict(
-                    codes::CONFLICT,
-                    "a product's event cannot be changed once set",
-                )
-                .with("field", "event")
-                .with("event", current));
-            }
-            Some(_) => {}
-        }
-    }
-    // Catalogue fields: one statement, only the given fields change.
-    let found = sqlx::query(
-        "UPDATE products
-            SET name = COALESCE($2, name), price = COALESCE($3, price),
-                hot = COALESCE($4, hot), updated_at = clock_timestamp()
-          WHERE sku = $1",
-    )
-    .bind(&sku)
-    .bind(req.name.as_deref().map(str::trim))
-    .bind(req.price)
-    .bind(req.hot)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
-    if found == 0 {
-        return Err(unknown_sku(&sku));
-    }
-    if let Some(stock) = req.stock {
-        // Absolute total, applied on the locked row; refused if it would undercut units
-        // already promised (reserved) or sold.
-        let changed = sqlx::query(
-            "UPDATE inventory SET available = $2 - reserved - sold
-              WHERE sku = $1 AND $2 - reserved - sold >= 0",
-        )
-        .bind(&sku)
-        .bind(stock)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        if changed == 0 {
-            let committed: i64 =
-                sqlx::query_scalar("SELECT reserved + sold FROM inventory WHERE sku = $1")
-                    .bind(&sku)
-                    .fetch_one(&mut *tx)
-                    .await?;
-            return Err(ApiError::conflict(
-                codes::CONFLICT,
-                "stock cannot be lower than the units already reserved or sold",
-            )
-            .with("reserved_or_sold", committed));
-        }
-    }
-    tx.commit().await?;
-    let view = load(&state.pool, &sku)
+    let mut tx = state
+        .pool
+        .begin()
+        .await
+        .during("begin the product transaction")?;
+    repo::update_tx(&mut tx, &sku, &req).await?;
+    tx.commit().await.during("commit the product transaction")?;
+    let view = repo::load(&state.pool, &sku)
         .await?
         .ok_or_else(|| unknown_sku(&sku))?;
     // Keep the gate in step with Postgres (outside the transaction: Redis is not part of it).
     if view.hot && (req.hot == Some(true) || req.stock.is_some()) {
-        crate::orders::flash::reconcile(&state.pool, &state.redis, &sku).await?;
+        flash::reconcile(&state.pool, &state.redis, &sku).await?;
     } else if req.hot == Some(false) {
-        crate::orders::flash::remove(&state, &sku).await?;
+        flash::remove(&state.redis, &sku).await?;
     }
     Ok(ApiJson(view))
 }
 
 async fn get_product(
     _admin: Admin,
-    State(state): State<AppState>,
+    State(state): State<OrdersState>,
     Path(sku): Path<String>,
 ) -> ApiResult<ApiJson<ProductView>> {
     if !valid_sku(&sku) {
         return Err(unknown_sku(&sku));
     }
-    load(&state.pool, &sku)
+    repo::load(&state.pool, &sku)
         .await?
         .map(ApiJson)
         .ok_or_else(|| unknown_sku(&sku))
@@ -384,12 +286,12 @@ async fn get_product(
 /// Resets the flash gate of `sku` from Postgres (ops and tests).
 async fn reconcile_gate(
     _admin: Admin,
-    State(state): State<AppState>,
+    State(state): State<OrdersState>,
     Path(sku): Path<String>,
 ) -> ApiResult<impl IntoResponse> {
     if !valid_sku(&sku) {
         return Err(unknown_sku(&sku));
     }
-    let gate = crate::orders::flash::reconcile(&state.pool, &state.redis, &sku).await?;
+    let gate = flash::reconcile(&state.pool, &state.redis, &sku).await?;
     Ok(ApiJson(serde_json::json!({"sku": sku, "gate": gate})))
 }

@@ -44,6 +44,7 @@ pub async fn apply_success_tx(
         .statement("savepoint before paying the order")?;
     if let Some(order) = orders::mark_paid_tx(&mut sp, &order_id)
         .await
+        .map_err(sqlx::Error::from)
         .statement("mark the order paid")?
     {
         let mut tickets: Vec<Value> = Vec::new();
@@ -69,6 +70,7 @@ pub async fn apply_success_tx(
                     sp.rollback().await.statement("roll back the sale")?;
                     orders::cancel_order_tx(&mut *conn, &order_id)
                         .await
+                        .map_err(sqlx::Error::from)
                         .statement("cancel the order whose hold was lost")?;
                     return mark_refund_pending_tx(conn, payment_id, provider_payment_id).await;
                 }

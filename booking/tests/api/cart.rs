@@ -66,7 +66,11 @@ async fn put_get_delete_with_current_prices() {
     // The TTL is refreshed on write (30 days).
     let mut conn = app.state.redis().await.expect("redis");
     let ttl: i64 = redis::cmd("TTL")
-        .arg(booking::orders::cart::cart_key(&app.state, "bob", "shop"))
+        .arg(booking::orders::cart::cart_key(
+            &app.state.redis,
+            "bob",
+            "shop",
+        ))
         .query_async(&mut conn)
         .await
         .expect("ttl");

@@ -12,6 +12,7 @@ use crate::auctions::in_secs;
 use crate::helpers::{TestApp, create_auction, create_product, ensure_event, json, put_cart_line};
 use crate::payments::{PayEnv, pay};
 use crate::products::{admin_put, post_order, stock};
+use booking::orders::model::{AccountId, EventId, OrderId, OrderKey};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
@@ -33,8 +34,8 @@ async fn cart_lines(app: &TestApp, account: &str) -> i64 {
     let mut conn = app.state.redis().await.unwrap();
     let mut n = 0;
     for key in [
-        booking::orders::cart::cart_key(&app.state, account, FLASH),
-        booking::orders::cart::cart_key(&app.state, account, WALKIN),
+        booking::orders::cart::cart_key(&app.state.redis, account, FLASH),
+        booking::orders::cart::cart_key(&app.state.redis, account, WALKIN),
         app.state.key(&format!("cart:{{{account}}}")),
     ] {
         n += redis::cmd("HLEN")
@@ -128,7 +129,11 @@ async fn a_token_of_another_event_cannot_cart_order_pay_or_bid() {
     // carts were per event, or any bug above), the order is refused and changes nothing.
     let mut conn = app.state.redis().await.unwrap();
     redis::cmd("HSET")
-        .arg(booking::orders::cart::cart_key(&app.state, "fan", WALKIN))
+        .arg(booking::orders::cart::cart_key(
+            &app.state.redis,
+            "fan",
+            WALKIN,
+        ))
         .arg("FLASH-1")
         .arg(2)
         .query_async::<()>(&mut conn)
@@ -139,7 +144,7 @@ async fn a_token_of_another_event_cannot_cart_order_pay_or_bid() {
     wrong_event(s, &v, "order from a cart holding another event's SKU");
     assert_eq!(stock(app, "FLASH-1").await, (10, 0, 0));
     assert_eq!(
-        booking::orders::flash::current(&app.state, "FLASH-1")
+        booking::orders::flash::current(&app.state.redis, "FLASH-1")
             .await
             .unwrap(),
         Some(10),
@@ -153,10 +158,10 @@ async fn a_token_of_another_event_cannot_cart_order_pay_or_bid() {
     let err = booking::orders::create_cart_order_tx(
         &mut tx,
         &app.config.orders,
-        "order-steal",
-        "fan",
-        WALKIN,
-        "k",
+        OrderId::new("order-steal"),
+        AccountId::new("fan"),
+        EventId::new(WALKIN),
+        OrderKey::new("k"),
         &lines,
         None,
     )

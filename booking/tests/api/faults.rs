@@ -16,7 +16,7 @@ mod payments;
 
 use crate::events::{create_event, db_state, small_event};
 use crate::helpers::{Chaos, DIRECT_APP_NAME, TestApp, create_product, put_cart_line};
-use booking::config::BookingConfig;
+use booking::app::config::BookingConfig;
 use reqwest::RequestBuilder;
 use serde_json::{Value, json};
 use shared::error::codes;

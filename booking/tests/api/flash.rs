@@ -15,7 +15,11 @@ static CART: std::sync::LazyLock<serde_json::Value> =
 async fn fill_cart(app: &TestApp, account: &str, sku: &str, qty: i64) {
     let mut conn = app.state.redis().await.expect("redis");
     redis::cmd("HSET")
-        .arg(booking::orders::cart::cart_key(&app.state, account, "drop"))
+        .arg(booking::orders::cart::cart_key(
+            &app.state.redis,
+            account,
+            "drop",
+        ))
         .arg(sku)
         .arg(qty)
         .query_async::<()>(&mut conn)
@@ -24,7 +28,7 @@ async fn fill_cart(app: &TestApp, account: &str, sku: &str, qty: i64) {
 }
 
 fn db_transactions(app: &TestApp) -> u64 {
-    app.state.metrics.commerce.order_db_transactions.get()
+    app.state.orders.metrics.order_db_transactions.get()
 }
 
 /// 1,000 units, 4,000 concurrent buyers: exactly 1,000 sold, the rest SOLD_OUT, and only
@@ -37,7 +41,7 @@ async fn thousand_units_thousands_of_buyers_through_the_gate() {
     let app = TestApp::spawn_with(|c| c.database.acquire_timeout_ms = 60_000).await;
     create_product(&app, "drop", "DROP-1", 15000, 1000, true).await;
     assert_eq!(
-        booking::orders::flash::current(&app.state, "DROP-1")
+        booking::orders::flash::current(&app.state.redis, "DROP-1")
             .await
             .expect("gate"),
         Some(1000)
@@ -47,7 +51,7 @@ async fn thousand_units_thousands_of_buyers_through_the_gate() {
     let mut pipe = redis::pipe();
     for a in &accounts {
         pipe.cmd("HSET")
-            .arg(booking::orders::cart::cart_key(&app.state, a, "drop"))
+            .arg(booking::orders::cart::cart_key(&app.state.redis, a, "drop"))
             .arg("DROP-1")
             .arg(1)
             .ignore();
@@ -87,7 +91,7 @@ async fn thousand_units_thousands_of_buyers_through_the_gate() {
         "{txs} order transactions reached Postgres"
     );
     assert_eq!(
-        booking::orders::flash::current(&app.state, "DROP-1")
+        booking::orders::flash::current(&app.state.redis, "DROP-1")
             .await
             .expect("gate"),
         Some(0)
@@ -171,7 +175,7 @@ async fn failures_release_slots_and_reconcile_fixes_the_gate() {
     let (status, v) = json(post_order(&app, &alice, "k", &json!({"source": "cart"})).await).await;
     assert_eq!((status, v["sku"].as_str()), (409, Some("NONE-LEFT")));
     assert_eq!(
-        booking::orders::flash::current(&app.state, "HOT")
+        booking::orders::flash::current(&app.state.redis, "HOT")
             .await
             .expect("gate"),
         Some(5)
@@ -189,7 +193,7 @@ async fn failures_release_slots_and_reconcile_fixes_the_gate() {
     // A restock through the admin API moves the gate.
     admin_put(&app, "/admin/products/HOT", &json!({"stock": 8})).await;
     assert_eq!(
-        booking::orders::flash::current(&app.state, "HOT")
+        booking::orders::flash::current(&app.state.redis, "HOT")
             .await
             .expect("gate"),
         Some(8)
@@ -227,13 +231,13 @@ async fn failures_release_slots_and_reconcile_fixes_the_gate() {
         .await
         .expect("age");
     assert_eq!(
-        booking::orders::expire_due(&app.state)
+        booking::orders::expire_due(&app.state.orders)
             .await
             .expect("expire"),
         8
     );
     assert_eq!(
-        booking::orders::flash::current(&app.state, "HOT")
+        booking::orders::flash::current(&app.state.redis, "HOT")
             .await
             .expect("gate"),
         Some(8)
@@ -258,7 +262,7 @@ async fn failures_release_slots_and_reconcile_fixes_the_gate() {
     // Clearing the hot flag removes the gate.
     admin_put(&app, "/admin/products/HOT", &json!({"hot": false})).await;
     assert_eq!(
-        booking::orders::flash::current(&app.state, "HOT")
+        booking::orders::flash::current(&app.state.redis, "HOT")
             .await
             .expect("gate"),
         None
@@ -274,9 +278,14 @@ async fn failures_release_slots_and_reconcile_fixes_the_gate() {
 #[tokio::test]
 async fn reconcile_keeps_in_flight_admissions_out_of_the_gate() {
     use booking::orders::flash::{self, Gate};
+    const ADMISSION_TTL_S: u64 = 24 * 3600;
     let app = TestApp::spawn().await;
     create_product(&app, "drop", "INFL", 100, 10, true).await;
-    let current = || async { flash::current(&app.state, "INFL").await.expect("gate") };
+    let current = || async {
+        flash::current(&app.state.redis, "INFL")
+            .await
+            .expect("gate")
+    };
     let reconcile = || async {
         flash::reconcile(&app.state.pool, &app.state.redis, "INFL")
             .await
@@ -285,28 +294,28 @@ async fn reconcile_keeps_in_flight_admissions_out_of_the_gate() {
     assert_eq!(current().await, Some(10));
 
     assert_eq!(
-        flash::acquire(&app.state, "INFL", 3, "a1").await,
+        flash::acquire(&app.state.redis, "INFL", 3, "a1", ADMISSION_TTL_S).await,
         Gate::Admitted
     );
     assert_eq!(current().await, Some(7));
     assert_eq!(reconcile().await, Some(7), "the 3 in flight stay given out");
     // The same admission again takes nothing.
     assert_eq!(
-        flash::acquire(&app.state, "INFL", 3, "a1").await,
+        flash::acquire(&app.state.redis, "INFL", 3, "a1", ADMISSION_TTL_S).await,
         Gate::Retry
     );
 
-    flash::release(&app.state, "INFL", "a1").await;
+    flash::release(&app.state.redis, "INFL", "a1").await;
     assert_eq!(current().await, Some(10));
     assert_eq!(reconcile().await, Some(10));
 
     // Settled (its order committed): not in flight, and a stray release gives nothing back.
     assert_eq!(
-        flash::acquire(&app.state, "INFL", 2, "a2").await,
+        flash::acquire(&app.state.redis, "INFL", 2, "a2", ADMISSION_TTL_S).await,
         Gate::Admitted
     );
-    flash::settle(&app.state, "INFL", "a2").await;
-    flash::release(&app.state, "INFL", "a2").await;
+    flash::settle(&app.state.redis, "INFL", "a2").await;
+    flash::release(&app.state.redis, "INFL", "a2").await;
     assert_eq!(current().await, Some(8));
     assert_eq!(
         reconcile().await,

@@ -4,6 +4,7 @@
 use crate::helpers::create_product;
 use crate::helpers::{TestApp, json};
 use crate::products::{post_order, put_line, stock};
+use booking::orders::model::{AccountId, EventId, OrderId, OrderKey};
 use booking::platform::idempotency::{self, Begin, Fingerprint, IdempotencyKey};
 use reqwest::header::HeaderValue;
 use serde_json::json;
@@ -180,10 +181,10 @@ async fn multi_line_shortage_rolls_back_earlier_lines() {
     let err = booking::orders::create_cart_order_tx(
         &mut tx,
         &app.config.orders,
-        "order-x",
-        "alice",
-        "shop",
-        "k",
+        OrderId::new("order-x"),
+        AccountId::new("alice"),
+        EventId::new("shop"),
+        OrderKey::new("k"),
         &lines,
         None,
     )
@@ -283,7 +284,7 @@ async fn orders_are_private_and_expire_once() {
 
     // Not due yet: nothing happens.
     assert_eq!(
-        booking::orders::expire_due(&app.state)
+        booking::orders::expire_due(&app.state.orders)
             .await
             .expect("expire"),
         0
@@ -294,13 +295,13 @@ async fn orders_are_private_and_expire_once() {
         .expect("age");
     assert_eq!(stock(&app, "MUG").await, (6, 4, 0));
     assert_eq!(
-        booking::orders::expire_due(&app.state)
+        booking::orders::expire_due(&app.state.orders)
             .await
             .expect("expire"),
         1
     );
     assert_eq!(
-        booking::orders::expire_due(&app.state)
+        booking::orders::expire_due(&app.state.orders)
             .await
             .expect("expire"),
         0
@@ -365,7 +366,11 @@ async fn expiry_racing_late_payments_returns_stock_exactly_once() {
     }));
     let expiries = futures::future::join_all((0..4).map(|_| {
         let state = app.state.clone();
-        tokio::spawn(async move { booking::orders::expire_due(&state).await.expect("expiry") })
+        tokio::spawn(async move {
+            booking::orders::expire_due(&state.orders)
+                .await
+                .expect("expiry")
+        })
     }));
     let (paid, expired) = tokio::join!(payments, expiries);
     let paid = paid
@@ -538,7 +543,7 @@ async fn order_from_a_seat_hold_and_its_expiry() {
         .await
         .expect("age");
     assert_eq!(
-        booking::orders::expire_due(&app.state)
+        booking::orders::expire_due(&app.state.orders)
             .await
             .expect("expire"),
         1

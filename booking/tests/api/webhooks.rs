@@ -301,7 +301,9 @@ async fn late_success_webhook_for_an_expired_order_is_refunded_once() {
     crate::holds::expire_in_db(&env.app, &o.hold_id).await;
     expire_order_in_db(&env.app, &o.order_id).await;
     assert_eq!(
-        booking::orders::expire_due(&env.app.state).await.unwrap(),
+        booking::orders::expire_due(&env.app.state.orders)
+            .await
+            .unwrap(),
         1
     );
     let bob = seat_order(&env.app, "ev", false, "bob", &["S2-R1-3"]).await;

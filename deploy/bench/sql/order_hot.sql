@@ -1,5 +1,5 @@
 -- pgbench: the statements booking runs for one cart order of 1 unit of one hot SKU, in the
--- same order (see booking/src/orders.rs create_cart_order_tx): the idempotency claim (its own
+-- same order (see booking/src/orders/repo.rs create_cart_order_tx): the idempotency claim (its own
 -- asynchronously committed transaction, as booking does), then one transaction that reads the
 -- price, writes the order, its item, the outbox row and the stored response, and only then
 -- reserves the unit on the shared inventory row.

@@ -1,0 +1,174 @@
+//! The cart's storage: the Redis hash per account and event (the line limit applied in one
+//! Lua script) and the current prices of its lines from Postgres.
+
+use crate::orders::repo::{During, OrderError};
+use crate::platform::redis::Redis;
+use redis::Script;
+use redis::aio::ConnectionManager;
+use sqlx::PgPool;
+use std::collections::BTreeMap;
+use std::sync::LazyLock;
+
+/// Cart lifetime, refreshed on write.
+pub const CART_TTL_S: i64 = 30 * 24 * 3600;
+
+static SET_LINE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+-- KEYS[1] cart; ARGV[1] sku, ARGV[2] quantity (0 removes), ARGV[3] max lines, ARGV[4] ttl
+local q = tonumber(ARGV[2])
+if q == 0 then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+else
+  if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0
+     and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[3]) then
+    return -1
+  end
+  redis.call('HSET', KEYS[1], ARGV[1], q)
+end
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('EXPIRE', KEYS[1], tonumber(ARGV[4])) end
+return redis.call('HLEN', KEYS[1])
+",
+    )
+});
+
+/// Removes the ordered lines, each only if its quantity is still what was ordered (a line
+/// changed on another device after checkout is kept).
+static CLEAR_ORDERED: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+-- KEYS[1] cart; ARGV: sku1, qty1, sku2, qty2, ...
+local removed = 0
+for i = 1, #ARGV, 2 do
+  if redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[i + 1] then
+    redis.call('HDEL', KEYS[1], ARGV[i])
+    removed = removed + 1
+  end
+end
+return removed
+",
+    )
+});
+
+/// The cart of `account` in `event` (hash tag on the account, so one fan's carts share a
+/// slot; event ids are slugs, so the key is unambiguous).
+pub fn cart_key(redis: &Redis, account: &str, event: &str) -> String {
+    redis.key(&format!("cart:{{{account}}}:{event}"))
+}
+
+/// The lines of `account`'s cart in `event`, in SKU order. Fields that are not a positive
+/// quantity (never written by this module) are ignored.
+pub async fn lines(
+    redis: &Redis,
+    account: &str,
+    event: &str,
+) -> Result<BTreeMap<String, i64>, OrderError> {
+    let mut conn = conn(redis).await?;
+    let raw: Vec<(String, String)> = redis::cmd("HGETALL")
+        .arg(cart_key(redis, account, event))
+        .query_async(&mut conn)
+        .await
+        .during("read the cart")?;
+    Ok(raw
+        .into_iter()
+        .filter_map(|(sku, q)| q.parse::<i64>().ok().filter(|q| *q > 0).map(|q| (sku, q)))
+        .collect())
+}
+
+/// Best-effort removal of ordered lines after an order committed.
+pub async fn clear_ordered(
+    redis: &Redis,
+    account: &str,
+    event: &str,
+    ordered: &BTreeMap<String, i64>,
+) {
+    if ordered.is_empty() {
+        return;
+    }
+    let res: Result<i64, OrderError> = async {
+        let mut conn = conn(redis).await?;
+        let mut inv = CLEAR_ORDERED.key(cart_key(redis, account, event));
+        for (sku, q) in ordered {
+            inv.arg(sku).arg(q.to_string());
+        }
+        inv.invoke_async(&mut conn)
+            .await
+            .during("clear the ordered cart lines")
+    }
+    .await;
+    if let Err(e) = res {
+        tracing::warn!(error = ?e, "failed to clear the cart after an order; lines stay");
+    }
+}
+
+async fn conn(redis: &Redis) -> Result<ConnectionManager, OrderError> {
+    redis.conn().await.map_err(OrderError::RedisUnavailable)
+}
+
+/// Sets the quantity of `sku` in the cart (0 removes the line) and refreshes the cart's TTL.
+/// Returns the number of lines after the change, `None` when a new line would exceed
+/// `max_lines` (nothing written).
+pub async fn set_quantity(
+    redis: &Redis,
+    account: &str,
+    event: &str,
+    sku: &str,
+    quantity: i64,
+    max_lines: u32,
+) -> Result<Option<i64>, OrderError> {
+    let mut conn = conn(redis).await?;
+    let lines: i64 = SET_LINE
+        .key(cart_key(redis, account, event))
+        .arg(sku)
+        .arg(quantity)
+        .arg(max_lines)
+        .arg(CART_TTL_S)
+        .invoke_async(&mut conn)
+        .await
+        .during("set a cart line")?;
+    Ok((lines >= 0).then_some(lines))
+}
+
+/// Removes the line of `sku` (a line that is not there is fine: idempotent).
+pub async fn remove(
+    redis: &Redis,
+    account: &str,
+    event: &str,
+    sku: &str,
+) -> Result<(), OrderError> {
+    let mut conn = conn(redis).await?;
+    redis::cmd("HDEL")
+        .arg(cart_key(redis, account, event))
+        .arg(sku)
+        .query_async::<()>(&mut conn)
+        .await
+        .during("remove a cart line")
+}
+
+#[derive(sqlx::FromRow)]
+pub struct PriceRow {
+    pub sku: String,
+    pub name: String,
+    pub price: i64,
+}
+
+/// Current name and price of each of `skus` that belongs to `event`, in SKU order.
+pub async fn prices(
+    pool: &PgPool,
+    skus: &[&str],
+    event: &str,
+) -> Result<Vec<PriceRow>, OrderError> {
+    if skus.is_empty() {
+        return Ok(Vec::new());
+    }
+    // Only this event's products (a line of another event could only come from a bug).
+    sqlx::query_as(
+        "SELECT sku, name, price FROM products
+          WHERE sku = ANY($1) AND event_id = $2 ORDER BY sku",
+    )
+    .bind(skus)
+    .bind(event)
+    .fetch_all(pool)
+    .await
+    .during("read the cart's prices")
+}

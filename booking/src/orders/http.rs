@@ -1,0 +1,312 @@
+//! `POST /api/orders` and `GET /api/orders/{id}`; with `http/errors.rs`, the one place where the
+//! orders domain's errors become HTTP answers.
+//!
+//! A cart order runs, in this order: the event check of every line (catalogue cache), the
+//! flash gate (Redis only, so a sold-out rush never reaches Postgres), the idempotency claim,
+//! one Postgres transaction retried from the top on deadlock, and after the commit, best
+//! effort, the gate settlement, the cart cleanup and the completed-order marker.
+
+use crate::orders::flash::{self, Gate};
+use crate::orders::model::{
+    AccountId, EventId, HoldId, OrderId, OrderKey, OrderRequest, OrderView, RequestedSource,
+    Shortage, done_marker_suffix, gate_admission, request_record_ttl_s,
+};
+use crate::orders::repo::{
+    During, OrderError, complete_claim_tx, create_cart_order_tx, create_hold_order_tx, load_order,
+};
+use crate::orders::{OrdersState, cart, products};
+use crate::platform::auth::Admitted;
+use crate::platform::db;
+use crate::platform::error::{ApiError, ApiResult};
+use crate::platform::idempotency::{self, Begin, Fingerprint, IdempotencyKey};
+use crate::platform::json::ApiJson;
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::{Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use errors::insufficient;
+use shared::error::codes;
+use std::collections::BTreeMap;
+
+mod errors;
+
+pub fn router() -> Router<OrdersState> {
+    Router::new()
+        .route("/api/orders", post(create_order))
+        .route("/api/orders/{id}", get(get_order))
+}
+
+/// How long this request's gate admissions and done marker live.
+fn record_ttl_s(state: &OrdersState) -> u64 {
+    request_record_ttl_s(state.idempotency.settings.retention_h)
+}
+
+#[tracing::instrument(skip_all, fields(account = %admitted.account()))]
+async fn create_order(
+    State(state): State<OrdersState>,
+    admitted: Admitted,
+    key: IdempotencyKey,
+    ApiJson(body): ApiJson<serde_json::Value>,
+) -> ApiResult<Response> {
+    let fingerprint = Fingerprint::of_json(&Method::POST, "/api/orders", &body);
+    let req: OrderRequest = serde_json::from_value(body)
+        .map_err(|e| ApiError::validation(format!("invalid request body: {e}")))?;
+    let source = req.source().ok_or_else(|| {
+        ApiError::validation(r#"body must be {"source": "cart"} or {"hold_id": "..."}"#)
+    })?;
+    let result = match source {
+        RequestedSource::Cart => create_from_cart(&state, &admitted, &key, &fingerprint).await,
+        RequestedSource::Hold(hold_id) => {
+            create_from_hold(&state, &admitted, &key, &fingerprint, HoldId::new(&hold_id)).await
+        }
+    };
+    if let Err(e) = &result
+        && e.status() == StatusCode::CONFLICT
+    {
+        state.refusals.with_label_values(&[e.code()]).inc();
+    }
+    result
+}
+
+/// Takes flash-gate slots for the hot lines (sorted). Returns the SKUs whose slot this
+/// request took (release them unless the order commits). A refusal is answered without any
+/// Postgres query, unless this key already produced an order (then it is replayed).
+async fn gate_lines(
+    state: &OrdersState,
+    account: AccountId<'_>,
+    key: OrderKey<'_>,
+    admission: &str,
+    lines: &BTreeMap<String, i64>,
+) -> ApiResult<Vec<String>> {
+    let mut taken = Vec::new();
+    for (sku, &q) in lines {
+        let gate = flash::acquire(&state.redis, sku, q, admission, record_ttl_s(state)).await;
+        state
+            .metrics
+            .flash_gate
+            .with_label_values(&[gate.label()])
+            .inc();
+        match gate {
+            Gate::Admitted => taken.push(sku.clone()),
+            Gate::Retry | Gate::Ungated => {}
+            Gate::Refused { remaining } => {
+                release_slots(state, &taken, admission).await;
+                if done_marker_exists(state, account, key).await {
+                    return Ok(Vec::new());
+                }
+                return Err(insufficient(sku, q, Shortage::of(remaining)));
+            }
+        }
+    }
+    Ok(taken)
+}
+
+async fn release_slots(state: &OrdersState, skus: &[String], admission: &str) {
+    for sku in skus {
+        flash::release(&state.redis, sku, admission).await;
+    }
+}
+
+/// "This key already produced an order": lets a retry through a gate that has since hit zero
+/// (only consulted on a refusal). A missing or unreadable marker means "no".
+async fn done_marker_exists(
+    state: &OrdersState,
+    account: AccountId<'_>,
+    key: OrderKey<'_>,
+) -> bool {
+    let Ok(mut conn) = state.redis.conn().await else {
+        return false;
+    };
+    redis::cmd("EXISTS")
+        .arg(state.redis.key(&done_marker_suffix(account, key)))
+        .query_async::<bool>(&mut conn)
+        .await
+        .unwrap_or(false)
+}
+
+async fn set_done_marker(state: &OrdersState, account: AccountId<'_>, key: OrderKey<'_>) {
+    let res: Result<(), OrderError> = async {
+        let mut conn = state
+            .redis
+            .conn()
+            .await
+            .map_err(OrderError::RedisUnavailable)?;
+        redis::cmd("SET")
+            .arg(state.redis.key(&done_marker_suffix(account, key)))
+            .arg(1)
+            .arg("EX")
+            .arg(record_ttl_s(state))
+            .query_async::<()>(&mut conn)
+            .await
+            .during("set the completed-order marker")
+    }
+    .await;
+    if let Err(e) = res {
+        tracing::debug!(error = ?e, "could not record the completed-order marker");
+    }
+}
+
+async fn create_from_cart(
+    state: &OrdersState,
+    admitted: &Admitted,
+    key: &IdempotencyKey,
+    fingerprint: &Fingerprint,
+) -> ApiResult<Response> {
+    let account = AccountId::new(admitted.account());
+    let event = EventId::new(admitted.event());
+    let order_key = OrderKey::new(key.as_str());
+    let lines = cart::lines(&state.redis, account.as_str(), event.as_str()).await?;
+    // One admission, one event, before the flash gate: a SKU of another event neither takes
+    // nor is refused a gate slot. Cached, so no query on the hot path; the transaction checks
+    // it again from the rows it reads.
+    for sku in lines.keys() {
+        if let Some(sku_event) = products::event_of(&state.catalog, &state.pool, sku).await? {
+            admitted
+                .opens(sku_event.as_deref())
+                .map_err(|e| e.with("sku", sku.as_str()))?;
+        }
+    }
+    let admission = gate_admission(account, order_key);
+    // 1. The flash gate (Redis only), so a sold-out rush never reaches Postgres.
+    let taken = gate_lines(state, account, order_key, &admission, &lines).await?;
+    // 2. The idempotency claim, before any inventory is touched.
+    let claim =
+        match idempotency::begin(&state.idempotency, account.as_str(), key, fingerprint).await {
+            Ok(Begin::Started(claim)) => claim,
+            Ok(Begin::Replay(stored)) => {
+                release_slots(state, &taken, &admission).await;
+                state.metrics.orders.with_label_values(&["replayed"]).inc();
+                return Ok(stored.into_response());
+            }
+            Err(e) => {
+                release_slots(state, &taken, &admission).await;
+                return Err(e);
+            }
+        };
+    // 3. One transaction, retried from the top on deadlock.
+    let order_id = shared::ids::new_id();
+    let settings = &*state.settings;
+    let result = db::retry(settings.deadlock_retries, || async {
+        state.metrics.order_db_transactions.inc();
+        let mut tx = if settings.async_commit {
+            state
+                .pool
+                .begin_with("BEGIN; SET LOCAL synchronous_commit = off")
+                .await
+        } else {
+            state.pool.begin().await
+        }
+        .during("begin the order transaction")?;
+        let (_, body) = create_cart_order_tx(
+            &mut tx,
+            settings,
+            OrderId::new(&order_id),
+            account,
+            event,
+            order_key,
+            &lines,
+            Some(&claim),
+        )
+        .await?;
+        tx.commit().await.during("commit the order transaction")?;
+        Ok::<_, OrderError>(body)
+    })
+    .await;
+    match result {
+        Ok(body) => {
+            state.metrics.orders.with_label_values(&["created"]).inc();
+            // 4. After the commit, best effort: the gate slots are sold, the cart, the
+            // completed marker.
+            for sku in &taken {
+                flash::settle(&state.redis, sku, &admission).await;
+            }
+            cart::clear_ordered(&state.redis, account.as_str(), event.as_str(), &lines).await;
+            // Lets a later retry with this key through a gate that has since hit zero (only
+            // consulted on a refusal), even if this order had no hot line.
+            set_done_marker(state, account, order_key).await;
+            Ok(idempotency::respond(StatusCode::CREATED, body))
+        }
+        Err(e) => {
+            claim.release(&state.pool).await;
+            release_slots(state, &taken, &admission).await;
+            if matches!(e, OrderError::Shortage { .. }) && !taken.is_empty() {
+                // The gate let through more than Postgres had: correct it now, before
+                // answering, so the work is bound to this request (it cannot outlive the
+                // process) and a retry meets the corrected gate.
+                for sku in &taken {
+                    if let Err(e) = flash::reconcile(&state.pool, &state.redis, sku).await {
+                        tracing::warn!(error = ?e, sku, "flash gate reconcile after a shortage failed");
+                    }
+                }
+            }
+            Err(e.into())
+        }
+    }
+}
+
+async fn create_from_hold(
+    state: &OrdersState,
+    admitted: &Admitted,
+    key: &IdempotencyKey,
+    fingerprint: &Fingerprint,
+    hold_id: HoldId<'_>,
+) -> ApiResult<Response> {
+    let account = AccountId::new(admitted.account());
+    let claim =
+        match idempotency::begin(&state.idempotency, account.as_str(), key, fingerprint).await? {
+            Begin::Started(claim) => claim,
+            Begin::Replay(stored) => return Ok(stored.into_response()),
+        };
+    let order_id = shared::ids::new_id();
+    let settings = &*state.settings;
+    let result = db::retry(settings.deadlock_retries, || async {
+        state.metrics.order_db_transactions.inc();
+        let mut tx = state
+            .pool
+            .begin()
+            .await
+            .during("begin the order transaction")?;
+        let view = create_hold_order_tx(
+            &mut tx,
+            settings,
+            OrderId::new(&order_id),
+            account,
+            OrderKey::new(key.as_str()),
+            hold_id,
+            Some(EventId::new(admitted.event())),
+        )
+        .await?;
+        let body = serde_json::to_vec(&view).map_err(OrderError::Serialize)?;
+        complete_claim_tx(&mut tx, &claim, &body).await?;
+        tx.commit().await.during("commit the order transaction")?;
+        Ok::<_, OrderError>(body)
+    })
+    .await;
+    match result {
+        Ok(body) => {
+            state.metrics.orders.with_label_values(&["created"]).inc();
+            Ok(idempotency::respond(StatusCode::CREATED, body))
+        }
+        Err(e) => {
+            claim.release(&state.pool).await;
+            Err(e.into())
+        }
+    }
+}
+
+async fn get_order(
+    State(state): State<OrdersState>,
+    admitted: Admitted,
+    Path(id): Path<String>,
+) -> ApiResult<ApiJson<OrderView>> {
+    let not_found = || ApiError::not_found(codes::NOT_FOUND, "no such order");
+    if id.is_empty() || id.len() > 64 {
+        return Err(not_found());
+    }
+    let mut conn = state.pool.acquire().await?;
+    match load_order(&mut conn, &id, Some(admitted.account())).await? {
+        Some((_, view)) => Ok(ApiJson(view)),
+        None => Err(not_found()),
+    }
+}

@@ -1,0 +1,460 @@
+//! Creating and reading orders in Postgres: functions that run inside the caller's
+//! transaction and return [`OrderError`], never an HTTP error. Every database error names the
+//! statement that failed ([`During::during`]), so a `500` in the log says which one.
+
+use crate::inventory::holds;
+use crate::orders::OrderSettings;
+use crate::orders::model::{
+    AccountId, EventId, HeldSeat, HeldUnits, HoldId, OrderId, OrderItemView, OrderKey, OrderRow,
+    OrderSource, OrderStatus, OrderView, PricedSku, PricingError, Shortage, price_cart_lines,
+    price_hold,
+};
+use crate::platform::db::{MaybeRetryable, TxError, is_retryable};
+use crate::platform::error::ApiError;
+use crate::platform::idempotency::Claim;
+use axum::http::StatusCode;
+use chrono::{DateTime, Utc};
+use sqlx::PgConnection;
+use std::collections::BTreeMap;
+
+/// What can go wrong in the orders domain (orders, carts, the flash gate, products).
+#[derive(Debug, thiserror::Error)]
+pub enum OrderError {
+    #[error("the cart is empty")]
+    CartEmpty,
+    #[error("the cart already holds {max_lines} different products")]
+    CartFull { max_lines: u32 },
+    #[error("no such product {0}")]
+    UnknownSku(String),
+    #[error("a product {0} already exists")]
+    ProductExists(String),
+    #[error("no such event {0}")]
+    UnknownEvent(String),
+    /// A product's event is set once; this one already belongs to `current`.
+    #[error("the product's event is already {current}")]
+    EventLocked { current: String },
+    /// New stock below the units already reserved or sold (`committed`).
+    #[error("stock below the {committed} units reserved or sold")]
+    StockBelowCommitted { committed: i64 },
+    /// A product (or hold) of another event than the admission's; `sku` when one is to blame.
+    #[error("not this admission's event")]
+    WrongEvent { sku: Option<String> },
+    #[error("not enough stock of {sku}")]
+    Shortage {
+        sku: String,
+        requested: i64,
+        shortage: Shortage,
+    },
+    #[error("order total is too large")]
+    Overflow,
+    #[error("hold {hold_id} is not active")]
+    HoldNotActive { hold_id: String },
+    /// The key's idempotency row was purged but an order still carries the key.
+    #[error("idempotency key already used for another order")]
+    KeyReused,
+    /// This attempt lost its idempotency claim (`409 IDEMPOTENCY_IN_FLIGHT`).
+    #[error("idempotency claim lost")]
+    ClaimLost(#[source] ApiError),
+    #[error("failed to {statement}")]
+    Db {
+        statement: &'static str,
+        #[source]
+        source: sqlx::Error,
+    },
+    #[error("redis: failed to {op}")]
+    Redis {
+        op: &'static str,
+        #[source]
+        source: redis::RedisError,
+    },
+    #[error("redis unavailable")]
+    RedisUnavailable(#[source] ApiError),
+    #[error("failed to serialise the order")]
+    Serialize(#[source] serde_json::Error),
+}
+
+/// Names the statement (or Redis command) behind an error.
+pub trait During<T> {
+    fn during(self, what: &'static str) -> Result<T, OrderError>;
+}
+
+impl<T> During<T> for Result<T, sqlx::Error> {
+    fn during(self, statement: &'static str) -> Result<T, OrderError> {
+        self.map_err(|source| OrderError::Db { statement, source })
+    }
+}
+
+impl<T> During<T> for Result<T, redis::RedisError> {
+    fn during(self, op: &'static str) -> Result<T, OrderError> {
+        self.map_err(|source| OrderError::Redis { op, source })
+    }
+}
+
+impl From<PricingError> for OrderError {
+    fn from(e: PricingError) -> Self {
+        match e {
+            PricingError::UnknownSku(sku) => OrderError::UnknownSku(sku),
+            PricingError::WrongEvent(sku) => OrderError::WrongEvent { sku: Some(sku) },
+            PricingError::Overflow => OrderError::Overflow,
+        }
+    }
+}
+
+/// Deadlocks and serialization failures: run the whole transaction again (`db::retry`).
+impl MaybeRetryable for OrderError {
+    fn retryable(&self) -> bool {
+        matches!(self, OrderError::Db { source, .. } if is_retryable(source))
+    }
+}
+
+/// For callers that compose order transitions into their own sqlx-typed transactions (the
+/// payment flow): the database error itself, so their retry and `503` mapping still see it.
+/// The transitions only fail in the database; anything else becomes a protocol error.
+impl From<OrderError> for sqlx::Error {
+    fn from(e: OrderError) -> Self {
+        match e {
+            OrderError::Db { source, .. } => source,
+            other => sqlx::Error::Protocol(other.to_string()),
+        }
+    }
+}
+
+/// Loads an order with its items; with `account`, only that account's order.
+pub async fn load_order(
+    conn: &mut PgConnection,
+    id: &str,
+    account: Option<&str>,
+) -> Result<Option<(OrderRow, OrderView)>, OrderError> {
+    let row: Option<OrderRow> = sqlx::query_as(
+        "SELECT id, account_id, status, source, hold_id, event_id, total, currency,
+                expires_at, created_at, paid_at
+           FROM orders WHERE id = $1 AND ($2::text IS NULL OR account_id = $2)",
+    )
+    .bind(id)
+    .bind(account)
+    .fetch_optional(&mut *conn)
+    .await
+    .during("read the order")?;
+    let Some(row) = row else { return Ok(None) };
+    let items: Vec<OrderItemView> = sqlx::query_as(
+        "SELECT kind, sku, seat_id, ga_tier, name, quantity, unit_price,
+                unit_price * quantity AS amount
+           FROM order_items WHERE order_id = $1 ORDER BY line",
+    )
+    .bind(id)
+    .fetch_all(&mut *conn)
+    .await
+    .during("read the order's items")?;
+    let view = OrderView {
+        id: row.id.clone(),
+        status: row.status,
+        source: row.source,
+        hold_id: row.hold_id.clone(),
+        event_id: row.event_id.clone(),
+        total: row.total,
+        currency: row.currency.clone(),
+        items,
+        expires_at: row.expires_at,
+        created_at: row.created_at,
+        paid_at: row.paid_at,
+    };
+    Ok(Some((row, view)))
+}
+
+/// Creates a `PENDING_PAYMENT` cart order for `lines` (SKU → quantity) inside the caller's
+/// transaction and reserves the stock. Returns the view and its serialised body (the bytes
+/// the client gets and, with `claim`, the stored idempotent response).
+///
+/// Statement order keeps hot rows locked as briefly as possible: prices are read without
+/// locks (the snapshot is the committed price at order time), then the order, its items, the
+/// outbox row and the idempotent response are written, and only then is each SKU reserved by
+/// its conditional `UPDATE` (sorted SKU order, so carts sharing SKUs cannot deadlock). The
+/// inventory row locks are therefore held for one statement plus the commit. On a shortage it
+/// returns [`OrderError::Shortage`] (with the real remaining quantity) with earlier lines
+/// already reserved: the caller must roll back (dropping the transaction does), which undoes
+/// everything.
+///
+/// `event` is the event of the caller's admission: every SKU must belong to it
+/// ([`OrderError::WrongEvent`] before anything is written), and the order records it.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one order's whole input, each a distinct typed value"
+)]
+pub async fn create_cart_order_tx(
+    conn: &mut PgConnection,
+    settings: &OrderSettings,
+    order_id: OrderId<'_>,
+    account: AccountId<'_>,
+    event: EventId<'_>,
+    key: OrderKey<'_>,
+    lines: &BTreeMap<String, i64>,
+    claim: Option<&Claim>,
+) -> Result<(OrderView, Vec<u8>), OrderError> {
+    if lines.is_empty() {
+        return Err(OrderError::CartEmpty);
+    }
+    let skus: Vec<&str> = lines.keys().map(String::as_str).collect();
+    let prices: Vec<(String, String, i64, Option<String>)> = sqlx::query_as(
+        "SELECT sku, name, price, event_id FROM products WHERE sku = ANY($1) ORDER BY sku",
+    )
+    .bind(&skus)
+    .fetch_all(&mut *conn)
+    .await
+    .during("read the cart's prices")?;
+    let prices: BTreeMap<String, PricedSku> = prices
+        .into_iter()
+        .map(|(sku, name, price, event)| (sku, PricedSku { name, price, event }))
+        .collect();
+    let (items, total) = price_cart_lines(lines, &prices, event)?;
+    let new = NewOrder {
+        id: order_id,
+        account,
+        key,
+        source: OrderSource::Cart,
+        hold_id: None,
+        event_id: Some(event),
+        total,
+        currency: &settings.currency,
+        expires_at: None,
+        ttl_s: settings.ttl_s,
+    };
+    let view = insert_order(conn, &new, items).await?;
+    let body = serde_json::to_vec(&view).map_err(OrderError::Serialize)?;
+    if let Some(claim) = claim {
+        complete_claim_tx(conn, claim, &body).await?;
+    }
+    for (sku, &q) in lines {
+        let reserved = sqlx::query(
+            "UPDATE inventory SET available = available - $2, reserved = reserved + $2
+              WHERE sku = $1 AND available >= $2",
+        )
+        .bind(sku)
+        .bind(q)
+        .execute(&mut *conn)
+        .await
+        .during("reserve a cart line's stock")?
+        .rows_affected();
+        if reserved == 0 {
+            // Report the real remaining quantity (the latest committed row).
+            let available: Option<i64> =
+                sqlx::query_scalar("SELECT available FROM inventory WHERE sku = $1")
+                    .bind(sku)
+                    .fetch_optional(&mut *conn)
+                    .await
+                    .during("read the remaining stock after a shortage")?;
+            return Err(match available {
+                Some(a) => OrderError::Shortage {
+                    sku: sku.clone(),
+                    requested: q,
+                    shortage: Shortage::of(a),
+                },
+                None => OrderError::UnknownSku(sku.clone()),
+            });
+        }
+    }
+    Ok((view, body))
+}
+
+/// Stores the order's response under its idempotency claim, in the order's transaction.
+pub async fn complete_claim_tx(
+    conn: &mut PgConnection,
+    claim: &Claim,
+    body: &[u8],
+) -> Result<(), OrderError> {
+    match claim.complete_tx(conn, StatusCode::CREATED, body).await {
+        Ok(()) => Ok(()),
+        Err(TxError::Db(source)) => Err(OrderError::Db {
+            statement: "store the idempotent response",
+            source,
+        }),
+        Err(TxError::Api(e)) => Err(OrderError::ClaimLost(e)),
+    }
+}
+
+/// Creates a `PENDING_PAYMENT` order from an active seat/GA hold of `account` inside the
+/// caller's transaction (the hold becomes `ordered`, pinned until the order expires).
+/// `expected_event`: the event of the caller's admission, checked against the hold's.
+pub async fn create_hold_order_tx(
+    conn: &mut PgConnection,
+    settings: &OrderSettings,
+    order_id: OrderId<'_>,
+    account: AccountId<'_>,
+    key: OrderKey<'_>,
+    hold_id: HoldId<'_>,
+    expected_event: Option<EventId<'_>>,
+) -> Result<OrderView, OrderError> {
+    let pinned = holds::pin_hold_tx(
+        conn,
+        hold_id.as_str(),
+        account.as_str(),
+        i64::from(settings.ttl_s),
+    )
+    .await
+    .during("pin the hold")?
+    .ok_or_else(|| OrderError::HoldNotActive {
+        hold_id: hold_id.as_str().to_owned(),
+    })?;
+    if let Some(evt) = expected_event
+        && evt.as_str() != pinned.event_id
+    {
+        // Dropping the transaction undoes the pin.
+        return Err(OrderError::WrongEvent { sku: None });
+    }
+    let held = if pinned.kind == "seats" {
+        HeldUnits::Seats(
+            pinned
+                .seats
+                .iter()
+                .map(|s| HeldSeat {
+                    seat_id: &s.seat_id,
+                    tier: &s.tier,
+                    price: s.price,
+                })
+                .collect(),
+        )
+    } else {
+        HeldUnits::Ga {
+            tier: pinned.ga_tier.as_deref().unwrap_or_default(),
+            unit_price: pinned.ga_price.unwrap_or(0),
+            quantity: pinned.quantity,
+        }
+    };
+    let (items, total) = price_hold(&held)?;
+    let new = NewOrder {
+        id: order_id,
+        account,
+        key,
+        source: OrderSource::Hold,
+        hold_id: Some(hold_id),
+        event_id: Some(EventId::new(&pinned.event_id)),
+        total,
+        currency: &settings.currency,
+        expires_at: Some(pinned.expires_at),
+        ttl_s: settings.ttl_s,
+    };
+    insert_order(conn, &new, items).await
+}
+
+struct NewOrder<'a> {
+    id: OrderId<'a>,
+    account: AccountId<'a>,
+    key: OrderKey<'a>,
+    source: OrderSource,
+    hold_id: Option<HoldId<'a>>,
+    event_id: Option<EventId<'a>>,
+    total: i64,
+    currency: &'a str,
+    /// The hold's pinned expiry; cart orders expire `ttl_s` from now (database clock).
+    expires_at: Option<DateTime<Utc>>,
+    ttl_s: u32,
+}
+
+async fn insert_order(
+    conn: &mut PgConnection,
+    o: &NewOrder<'_>,
+    items: Vec<OrderItemView>,
+) -> Result<OrderView, OrderError> {
+    let times: Option<(DateTime<Utc>, DateTime<Utc>)> = sqlx::query_as(
+        "INSERT INTO orders (id, account_id, idempotency_key, source, hold_id, event_id, total,
+                             currency, expires_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
+                 COALESCE($9, clock_timestamp() + make_interval(secs => $10)))
+         ON CONFLICT (account_id, idempotency_key) DO NOTHING
+         RETURNING expires_at, created_at",
+    )
+    .bind(o.id.as_str())
+    .bind(o.account.as_str())
+    .bind(o.key.as_str())
+    .bind(o.source.as_str())
+    .bind(o.hold_id.map(HoldId::as_str))
+    .bind(o.event_id.map(EventId::as_str))
+    .bind(o.total)
+    .bind(o.currency)
+    .bind(o.expires_at)
+    .bind(f64::from(o.ttl_s))
+    .fetch_optional(&mut *conn)
+    .await
+    .during("insert the order")?;
+    // No row: the idempotency row was purged (older than the retention) but an order still
+    // carries this key, so the key cannot be used for a new order.
+    let (expires_at, created_at) = times.ok_or(OrderError::KeyReused)?;
+    let n = items.len();
+    let mut line = Vec::with_capacity(n);
+    let mut kind = Vec::with_capacity(n);
+    let mut sku = Vec::with_capacity(n);
+    let mut seat = Vec::with_capacity(n);
+    let mut tier = Vec::with_capacity(n);
+    let mut name = Vec::with_capacity(n);
+    let mut qty = Vec::with_capacity(n);
+    let mut price = Vec::with_capacity(n);
+    for (i, it) in items.iter().enumerate() {
+        line.push(i32::try_from(i + 1).unwrap_or(i32::MAX));
+        kind.push(it.kind.as_str());
+        sku.push(it.sku.as_deref());
+        seat.push(it.seat_id.as_deref());
+        tier.push(it.ga_tier.as_deref());
+        name.push(it.name.as_str());
+        qty.push(it.quantity);
+        price.push(it.unit_price);
+    }
+    sqlx::query(
+        "INSERT INTO order_items (order_id, line, kind, sku, seat_id, ga_tier, name, quantity,
+                                  unit_price)
+         SELECT $1, l.line, l.kind, l.sku, l.seat_id, l.ga_tier, l.name, l.quantity, l.unit_price
+           FROM unnest($2::int[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+                       $8::int[], $9::bigint[])
+                AS l(line, kind, sku, seat_id, ga_tier, name, quantity, unit_price)",
+    )
+    .bind(o.id.as_str())
+    .bind(&line)
+    .bind(&kind)
+    .bind(&sku)
+    .bind(&seat)
+    .bind(&tier)
+    .bind(&name)
+    .bind(&qty)
+    .bind(&price)
+    .execute(&mut *conn)
+    .await
+    .during("insert the order's items")?;
+    let view = OrderView {
+        id: o.id.as_str().to_owned(),
+        status: OrderStatus::PendingPayment,
+        source: o.source,
+        hold_id: o.hold_id.map(|h| h.as_str().to_owned()),
+        event_id: o.event_id.map(|e| e.as_str().to_owned()),
+        total: o.total,
+        currency: o.currency.to_owned(),
+        items,
+        expires_at,
+        created_at,
+        paid_at: None,
+    };
+    let payload = serde_json::json!({
+        "order_id": view.id,
+        "account_id": o.account.as_str(),
+        "status": view.status,
+        "source": view.source,
+        "hold_id": view.hold_id,
+        "event_id": view.event_id,
+        "total": view.total,
+        "currency": view.currency,
+        "items": view.items,
+        "expires_at": view.expires_at,
+    });
+    write_outbox(conn, "order.created", o.id, &payload)
+        .await
+        .during("write the order.created event")?;
+    Ok(view)
+}
+
+/// One outbox row for an order transition, in the caller's transaction.
+pub(crate) async fn write_outbox(
+    conn: &mut PgConnection,
+    topic: &str,
+    order_id: OrderId<'_>,
+    payload: &serde_json::Value,
+) -> sqlx::Result<()> {
+    crate::outbox::write_tx(conn, topic, order_id.as_str(), payload).await?;
+    Ok(())
+}
