@@ -38,7 +38,6 @@ pub struct Inner {
     pub payments: crate::payments::PaymentsState,
 
     pub auctions: crate::auctions::AuctionsState,
-
 }
 
 impl std::ops::Deref for AppState {

@@ -142,9 +142,14 @@ pub async fn end_orders_tx(
     let mut hold_ids: Vec<&str> = ended.iter().filter_map(|o| o.hold_id.as_deref()).collect();
     hold_ids.sort_unstable();
     for hold_id in hold_ids {
-        holds::release_hold_tx(conn, hold_id, &[holds::HoldStatus::Ordered], end.hold_status())
-            .await
-            .during("release the ended order's hold")?;
+        holds::release_hold_tx(
+            conn,
+            hold_id,
+            &[holds::HoldStatus::Ordered],
+            end.hold_status(),
+        )
+        .await
+        .during("release the ended order's hold")?;
     }
     for o in &ended {
         let payload = serde_json::json!({

@@ -88,12 +88,22 @@ fn only_pending_orders_end_and_only_paid_ones_reverse() {
 fn an_order_end_names_its_status_hold_status_and_topic() {
     let e = OrderEnd::Expired;
     assert_eq!(
-        (e.status(), e.hold_status().as_str(), e.topic(), e.due_only()),
+        (
+            e.status(),
+            e.hold_status().as_str(),
+            e.topic(),
+            e.due_only()
+        ),
         (OrderStatus::Expired, "expired", "order.expired", true)
     );
     let c = OrderEnd::Cancelled;
     assert_eq!(
-        (c.status(), c.hold_status().as_str(), c.topic(), c.due_only()),
+        (
+            c.status(),
+            c.hold_status().as_str(),
+            c.topic(),
+            c.due_only()
+        ),
         (OrderStatus::Cancelled, "released", "order.cancelled", false)
     );
     // The topic is the lower-cased status, as consumers expect.
