@@ -29,7 +29,7 @@ async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     .await
     .map(|r| r.is_ok())
     .unwrap_or(false);
-    let redis = match tokio::time::timeout(Duration::from_secs(2), state.redis()).await {
+    let redis = match tokio::time::timeout(Duration::from_secs(2), state.redis.conn()).await {
         Ok(Ok(mut conn)) => redis::cmd("PING")
             .query_async::<String>(&mut conn)
             .await

@@ -1,16 +1,14 @@
-//! Shared application state: the one place that knows every domain's runtime. Handlers take
-//! what they need through axum's `FromRef` (the platform's [`Auth`] and [`Redis`], a domain's
-//! own state), so a domain never names `AppState`. Cheap to clone (one `Arc`).
+//! Shared application state: the one place that knows every domain's runtime. It builds each
+//! domain's state; `routes` hands each domain router its own (`with_state`), and the domain
+//! states give the platform's [`Auth`] to the extractors through `FromRef`, so a domain never
+//! names `AppState`. Cheap to clone (one `Arc`).
 
 use crate::app::config::BookingConfig;
 use crate::app::metrics::Metrics;
 use crate::platform::auth::Auth;
-use crate::platform::error::ApiError;
 use crate::platform::redis::Redis;
 use crate::platform::revocation::RevocationList;
 use anyhow::Context;
-use axum::extract::FromRef;
-use redis::aio::ConnectionManager;
 use shared::token::AdmissionTokens;
 use sqlx::PgPool;
 use std::sync::Arc;
@@ -44,24 +42,6 @@ impl std::ops::Deref for AppState {
     type Target = Inner;
     fn deref(&self) -> &Inner {
         &self.0
-    }
-}
-
-impl FromRef<AppState> for Auth {
-    fn from_ref(state: &AppState) -> Auth {
-        state.auth.clone()
-    }
-}
-
-impl FromRef<AppState> for Redis {
-    fn from_ref(state: &AppState) -> Redis {
-        state.redis.clone()
-    }
-}
-
-impl FromRef<AppState> for PgPool {
-    fn from_ref(state: &AppState) -> PgPool {
-        state.pool.clone()
     }
 }
 
@@ -170,48 +150,8 @@ impl AppState {
         })))
     }
 
-    /// A Redis connection (see [`Redis::conn`]).
-    pub async fn redis(&self) -> Result<ConnectionManager, ApiError> {
-        self.redis.conn().await
-    }
-
-    /// A Redis key with this deployment's prefix.
-    pub fn key(&self, suffix: &str) -> String {
-        self.redis.key(suffix)
-    }
-
     /// The revocations in force.
     pub fn revocations(&self) -> &Arc<RevocationList> {
         self.auth.revocations()
-    }
-}
-
-impl FromRef<AppState> for crate::inventory::InventoryState {
-    fn from_ref(state: &AppState) -> Self {
-        state.inventory.clone()
-    }
-}
-
-impl FromRef<AppState> for crate::orders::OrdersState {
-    fn from_ref(state: &AppState) -> Self {
-        state.orders.clone()
-    }
-}
-
-impl FromRef<AppState> for crate::outbox::OutboxState {
-    fn from_ref(state: &AppState) -> Self {
-        state.outbox.clone()
-    }
-}
-
-impl FromRef<AppState> for crate::payments::PaymentsState {
-    fn from_ref(state: &AppState) -> Self {
-        state.payments.clone()
-    }
-}
-
-impl FromRef<AppState> for crate::auctions::AuctionsState {
-    fn from_ref(state: &AppState) -> Self {
-        state.auctions.clone()
     }
 }

@@ -63,7 +63,7 @@ async fn end_and_close(app: &TestApp, auction: &str) {
 }
 
 async fn subscribers(app: &TestApp, auction: &str) -> i64 {
-    let mut conn = app.state.redis().await.unwrap();
+    let mut conn = app.state.redis.conn().await.unwrap();
     let (_, n): (String, i64) = redis::cmd("PUBSUB")
         .arg("NUMSUB")
         .arg(app.state.auctions.live.channel(auction))
@@ -209,7 +209,7 @@ async fn a_thousand_viewers_and_a_slow_one_all_see_the_close() {
     }
     // Close the hot auction: freeze in Redis, record, publish.
     let k = booking::auctions::hot::keys(&app.state.redis, &auction);
-    let mut conn = app.state.redis().await.unwrap();
+    let mut conn = app.state.redis.conn().await.unwrap();
     let _: () = redis::cmd("HSET")
         .arg(&k.state)
         .arg("end")
@@ -250,7 +250,7 @@ async fn a_thousand_viewers_and_a_slow_one_all_see_the_close() {
 async fn end_now_and_close(app: &TestApp, auction: &str, hot: bool) {
     if hot {
         let k = booking::auctions::hot::keys(&app.state.redis, auction);
-        let mut conn = app.state.redis().await.unwrap();
+        let mut conn = app.state.redis.conn().await.unwrap();
         let _: () = redis::cmd("HSET")
             .arg(&k.state)
             .arg("end")

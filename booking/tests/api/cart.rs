@@ -64,7 +64,7 @@ async fn put_get_delete_with_current_prices() {
     assert_eq!(status, 401);
 
     // The TTL is refreshed on write (30 days).
-    let mut conn = app.state.redis().await.expect("redis");
+    let mut conn = app.state.redis.conn().await.expect("redis");
     let ttl: i64 = redis::cmd("TTL")
         .arg(booking::orders::cart::cart_key(
             &app.state.redis,

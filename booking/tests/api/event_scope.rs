@@ -31,12 +31,12 @@ fn wrong_event(status: u16, body: &Value, what: &str) {
 
 /// Lines in every cart `account` could have: the old per-account key and one per event.
 async fn cart_lines(app: &TestApp, account: &str) -> i64 {
-    let mut conn = app.state.redis().await.unwrap();
+    let mut conn = app.state.redis.conn().await.unwrap();
     let mut n = 0;
     for key in [
         booking::orders::cart::cart_key(&app.state.redis, account, FLASH),
         booking::orders::cart::cart_key(&app.state.redis, account, WALKIN),
-        app.state.key(&format!("cart:{{{account}}}")),
+        app.state.redis.key(&format!("cart:{{{account}}}")),
     ] {
         n += redis::cmd("HLEN")
             .arg(key)
@@ -127,7 +127,7 @@ async fn a_token_of_another_event_cannot_cart_order_pay_or_bid() {
 
     // Order from the cart: even if the intruder's cart held the SKU (a cart written before
     // carts were per event, or any bug above), the order is refused and changes nothing.
-    let mut conn = app.state.redis().await.unwrap();
+    let mut conn = app.state.redis.conn().await.unwrap();
     redis::cmd("HSET")
         .arg(booking::orders::cart::cart_key(
             &app.state.redis,

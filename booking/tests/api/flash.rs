@@ -13,7 +13,7 @@ static CART: std::sync::LazyLock<serde_json::Value> =
 /// Puts `qty` of `sku` into `account`'s cart directly in Redis (setup speed; the cart
 /// endpoint itself is tested in cart.rs).
 async fn fill_cart(app: &TestApp, account: &str, sku: &str, qty: i64) {
-    let mut conn = app.state.redis().await.expect("redis");
+    let mut conn = app.state.redis.conn().await.expect("redis");
     redis::cmd("HSET")
         .arg(booking::orders::cart::cart_key(
             &app.state.redis,
@@ -56,7 +56,7 @@ async fn thousand_units_thousands_of_buyers_through_the_gate() {
             .arg(1)
             .ignore();
     }
-    let mut conn = app.state.redis().await.expect("redis");
+    let mut conn = app.state.redis.conn().await.expect("redis");
     pipe.query_async::<()>(&mut conn).await.expect("fill carts");
     let tokens: Vec<String> = accounts.iter().map(|a| app.admission(a, "drop")).collect();
     let before = db_transactions(&app);
@@ -200,9 +200,9 @@ async fn failures_release_slots_and_reconcile_fixes_the_gate() {
     );
 
     // A gate that says more than Postgres has cannot oversell.
-    let mut conn = app.state.redis().await.expect("redis");
+    let mut conn = app.state.redis.conn().await.expect("redis");
     redis::cmd("SET")
-        .arg(app.state.key("flash:stock:{HOT}"))
+        .arg(app.state.redis.key("flash:stock:{HOT}"))
         .arg(1000)
         .query_async::<()>(&mut conn)
         .await
@@ -245,7 +245,7 @@ async fn failures_release_slots_and_reconcile_fixes_the_gate() {
 
     // No gate at all (Redis lost it): Postgres still decides.
     redis::cmd("DEL")
-        .arg(app.state.key("flash:stock:{HOT}"))
+        .arg(app.state.redis.key("flash:stock:{HOT}"))
         .query_async::<()>(&mut conn)
         .await
         .expect("del");
@@ -324,9 +324,9 @@ async fn reconcile_keeps_in_flight_admissions_out_of_the_gate() {
     );
 
     // An admission stuck far past the in-flight window is not held back.
-    let mut conn = app.state.redis().await.expect("redis");
+    let mut conn = app.state.redis.conn().await.expect("redis");
     redis::cmd("HSET")
-        .arg(app.state.key("flash:adm:{INFL}"))
+        .arg(app.state.redis.key("flash:adm:{INFL}"))
         .arg("stuck")
         .arg("4:1000")
         .query_async::<()>(&mut conn)
@@ -393,9 +393,9 @@ async fn reconcile_racing_a_rush_sells_exactly_the_stock_and_settles_every_slot(
     assert_eq!(stock(&app, "RACE").await, (0, stock_units, 0));
 
     // Every admission is either settled (its order committed) or gone (released).
-    let mut conn = app.state.redis().await.expect("redis");
+    let mut conn = app.state.redis.conn().await.expect("redis");
     let admissions: Vec<String> = redis::cmd("HVALS")
-        .arg(app.state.key("flash:adm:{RACE}"))
+        .arg(app.state.redis.key("flash:adm:{RACE}"))
         .query_async(&mut conn)
         .await
         .expect("hvals");

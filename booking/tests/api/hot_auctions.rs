@@ -13,7 +13,7 @@ use futures::future::join_all;
 use serde_json::{Value, json};
 
 async fn redis(app: &TestApp) -> redis::aio::ConnectionManager {
-    app.state.redis().await.expect("redis")
+    app.state.redis.conn().await.expect("redis")
 }
 
 /// Sets the Redis end of a hot auction (ms since the epoch, Redis clock) and Postgres's end.

@@ -22,7 +22,7 @@ async fn insert_rows(app: &TestApp, topic: &str, n: i64) {
 }
 
 async fn xlen(app: &TestApp, topic: &str) -> i64 {
-    let mut conn = app.state.redis().await.expect("redis");
+    let mut conn = app.state.redis.conn().await.expect("redis");
     redis::cmd("XLEN")
         .arg(outbox::stream_key(&app.state.redis, topic))
         .query_async(&mut conn)
@@ -32,7 +32,7 @@ async fn xlen(app: &TestApp, topic: &str) -> i64 {
 
 /// Distinct `event_id`s in a stream.
 async fn stream_event_ids(app: &TestApp, topic: &str) -> Vec<String> {
-    let mut conn = app.state.redis().await.expect("redis");
+    let mut conn = app.state.redis.conn().await.expect("redis");
     let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
         .arg(outbox::stream_key(&app.state.redis, topic))
         .arg("-")
@@ -48,7 +48,7 @@ async fn stream_event_ids(app: &TestApp, topic: &str) -> Vec<String> {
 }
 
 async fn pending(app: &TestApp) -> usize {
-    let mut conn = app.state.redis().await.expect("redis");
+    let mut conn = app.state.redis.conn().await.expect("redis");
     let reply: StreamPendingReply = redis::cmd("XPENDING")
         .arg(outbox::stream_key(&app.state.redis, delivery::TOPIC))
         .arg(delivery::GROUP)
@@ -216,7 +216,7 @@ async fn consumer_killed_before_ack_is_reclaimed_and_recorded_once() {
 async fn malformed_messages_are_dead_lettered_not_stuck() {
     let app = TestApp::spawn().await;
     let key = outbox::stream_key(&app.state.redis, delivery::TOPIC);
-    let mut conn = app.state.redis().await.unwrap();
+    let mut conn = app.state.redis.conn().await.unwrap();
     let _: String = redis::cmd("XADD")
         .arg(&key)
         .arg("*")
@@ -287,7 +287,7 @@ async fn a_delivery_event_lost_from_the_stream_is_recovered_from_postgres_once()
     assert_eq!(status, 200);
     outbox::relay_all(&app.state.outbox).await.unwrap();
     assert_eq!(unpublished(app).await, 0);
-    let mut conn = app.state.redis().await.expect("redis");
+    let mut conn = app.state.redis.conn().await.expect("redis");
     let _: i64 = redis::cmd("XTRIM")
         .arg(outbox::stream_key(&app.state.redis, delivery::TOPIC))
         .arg("MAXLEN")
