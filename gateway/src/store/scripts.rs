@@ -1,0 +1,284 @@
+//! The Lua scripts behind every check-and-write of the waiting room. Each touches one event's
+//! keys only (one Redis Cluster slot) and reads time from Redis `TIME`.
+
+use super::{Place, StoreError};
+use redis::{Script, Value};
+use std::sync::LazyLock;
+
+pub const JOIN_LUA: &str = r#"
+local t = redis.call('TIME')
+local sec = tonumber(t[1])
+local usec = tonumber(t[2])
+local now_ms = sec * 1000 + math.floor(usec / 1000)
+local now_str = string.format('%d', now_ms)
+local cfg = redis.call('HMGET', KEYS[1], 'mode', 'sale_start_ms', 'revealed')
+local mode = cfg[1]
+if not mode then return {'unknown'} end
+local place = redis.call('HGET', KEYS[3], ARGV[1])
+if place then
+  if redis.call('ZSCORE', KEYS[4], ARGV[1]) or redis.call('ZSCORE', KEYS[6], ARGV[1]) then
+    return {'existing_admitted', place, now_str}
+  end
+  return {'existing', place, now_str, redis.call('ZRANK', KEYS[2], ARGV[1]) or -1}
+end
+if mode == 'closed' then return {'closed'} end
+if redis.call('EXISTS', KEYS[5]) == 1 then return {'sold_out'} end
+local score
+local kind
+if now_ms < tonumber(cfg[2]) and not cfg[3] then
+  score = ARGV[2]
+  kind = 'draw'
+else
+  score = string.format('%d%03d.%03d', sec, math.floor(usec / 1000), usec % 1000)
+  kind = 'fifo'
+end
+place = ARGV[3] .. '|' .. score .. '|' .. now_str .. '|' .. kind
+if mode == 'passthrough' then place = place .. '|' .. now_str end
+redis.call('HSET', KEYS[3], ARGV[1], place)
+if mode == 'passthrough' then
+  redis.call('ZADD', KEYS[6], now_ms + tonumber(ARGV[4]), ARGV[1])
+  return {'admitted', place, now_str}
+end
+redis.call('ZADD', KEYS[2], 'NX', score, ARGV[1])
+return {'joined', place, now_str, redis.call('ZRANK', KEYS[2], ARGV[1])}
+"#;
+
+pub const STATUS_LUA: &str = r#"
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local place = redis.call('HGET', KEYS[1], ARGV[1])
+if not place then return {'none'} end
+local rank = redis.call('ZRANK', KEYS[2], ARGV[1])
+if rank then return {'waiting', place, rank, redis.call('ZCARD', KEYS[2]), now_ms} end
+local dl = redis.call('ZSCORE', KEYS[3], ARGV[1])
+if dl and tonumber(dl) > now_ms then
+  local exp = now_ms + tonumber(ARGV[2]) * 1000
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  redis.call('ZADD', KEYS[4], exp, ARGV[1])
+  -- The claim is the admission: its time goes on the place, for every later token.
+  place = place .. '|' .. string.format('%d', now_ms)
+  redis.call('HSET', KEYS[1], ARGV[1], place)
+  return {'admitted', place, exp, 0, now_ms}
+end
+local act = redis.call('ZSCORE', KEYS[4], ARGV[1])
+if act and tonumber(act) > now_ms then return {'admitted', place, tonumber(act), 0, now_ms} end
+-- Missed the claim deadline (or the admission ended): release the place now rather than at
+-- the next tick, so joining again at once queues the fan at the back.
+redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('ZREM', KEYS[4], ARGV[1])
+redis.call('HDEL', KEYS[1], ARGV[1])
+return {'expired'}
+"#;
+
+const TICK_LUA: &str = r#"
+local holder = redis.call('GET', KEYS[7])
+if not holder then
+  redis.call('SET', KEYS[7], ARGV[1], 'PX', ARGV[2])
+elseif holder == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[7], ARGV[2])
+else
+  return {'follower'}
+end
+local c = redis.call('HMGET', KEYS[1], 'mode', 'admit_per_minute', 'max_active', 'claim_deadline_ms', 'auto_rate')
+if not c[1] then return {'unknown'} end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local cutoff = '(' .. string.format('%d', now)
+local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', cutoff, 'LIMIT', 0, 1000)
+for _, m in ipairs(gone) do
+  redis.call('ZREM', KEYS[3], m)
+  redis.call('HDEL', KEYS[5], m)
+end
+local done = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', cutoff, 'LIMIT', 0, 1000)
+for _, m in ipairs(done) do
+  redis.call('ZREM', KEYS[4], m)
+  redis.call('HDEL', KEYS[5], m)
+end
+local mode = c[1]
+local rate = tonumber(c[2])
+if c[5] and ARGV[3] ~= '' then
+  rate = tonumber(ARGV[3])
+  redis.call('HSET', KEYS[1], 'auto_rate', ARGV[3])
+elseif c[5] then
+  rate = tonumber(c[5])
+end
+local qlen = redis.call('ZCARD', KEYS[2])
+local n = 0
+if mode == 'passthrough' then
+  n = math.min(qlen, tonumber(ARGV[5]))
+  redis.call('DEL', KEYS[6])
+elseif mode == 'queue' and redis.call('EXISTS', KEYS[8]) == 0 then
+  local b = redis.call('HMGET', KEYS[6], 'tokens', 'ts')
+  local tokens = tonumber(b[1]) or 0
+  local ts = tonumber(b[2]) or now
+  local burst = math.max(1, rate * tonumber(ARGV[4]) / 60000)
+  if now > ts then tokens = tokens + (now - ts) * rate / 60000 end
+  if tokens > burst then tokens = burst end
+  n = math.floor(tokens)
+  local maxa = tonumber(c[3])
+  if maxa > 0 then
+    local used = redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[4])
+    n = math.max(0, math.min(n, maxa - used))
+  end
+  n = math.min(n, qlen)
+  redis.call('HSET', KEYS[6], 'tokens', tokens - n, 'ts', now)
+else
+  -- paused, closed or sold out: time does not accumulate admission budget
+  redis.call('HSET', KEYS[6], 'ts', now)
+end
+local admitted = 0
+if n > 0 then
+  local popped = redis.call('ZPOPMIN', KEYS[2], n)
+  local deadline = now + tonumber(c[4])
+  for i = 1, #popped, 2 do
+    redis.call('ZADD', KEYS[3], deadline, popped[i])
+    redis.call('XADD', KEYS[9], 'MAXLEN', '~', 1000000, '*', 'a', popped[i], 'by', ARGV[1])
+    admitted = admitted + 1
+  end
+end
+local active = redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[4])
+return {'leader', admitted, #gone, #done, qlen - admitted, active, math.floor(rate)}
+"#;
+
+const PUT_CONFIG_LUA: &str = r#"
+redis.call('HSET', KEYS[1], 'json', ARGV[1], 'mode', ARGV[2], 'sale_start_ms', ARGV[3],
+  'admit_per_minute', ARGV[4], 'max_active', ARGV[5], 'claim_deadline_ms', ARGV[6],
+  'token_ttl_s', ARGV[7])
+redis.call('HSETNX', KEYS[1], 'seed', ARGV[8])
+redis.call('HSETNX', KEYS[1], 'seed_hash', ARGV[9])
+if ARGV[10] ~= '' then
+  local cur = tonumber(redis.call('HGET', KEYS[1], 'auto_rate')) or tonumber(ARGV[4])
+  cur = math.max(tonumber(ARGV[10]), math.min(tonumber(ARGV[11]), cur))
+  redis.call('HSET', KEYS[1], 'auto_rate', string.format('%d', cur))
+else
+  redis.call('HDEL', KEYS[1], 'auto_rate')
+end
+return redis.call('HINCRBY', KEYS[1], 'version', 1)
+"#;
+
+const REVOKE_LUA: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+local now_s = tonumber(redis.call('TIME')[1])
+redis.call('HSET', KEYS[2], ARGV[1], now_s)
+redis.call('EXPIRE', KEYS[2], ARGV[3])
+local who = ARGV[2]
+if who == '' and ARGV[4] ~= '' then
+  -- A session revoke names no account: find the admitted fan holding that session (work
+  -- bounded by the admitted sets, which max_active keeps small; revokes are rare).
+  local prefix = ARGV[4] .. '|'
+  for _, set in ipairs({KEYS[4], KEYS[5]}) do
+    for _, m in ipairs(redis.call('ZRANGE', set, 0, -1)) do
+      local p = redis.call('HGET', KEYS[6], m)
+      if p and string.sub(p, 1, #prefix) == prefix then who = m break end
+    end
+    if who ~= '' then break end
+  end
+end
+if who ~= '' then
+  -- Free the slot at once: the admission budget (max_active) must not wait for the token
+  -- to expire.
+  redis.call('ZREM', KEYS[3], who)
+  redis.call('ZREM', KEYS[4], who)
+  redis.call('ZREM', KEYS[5], who)
+  redis.call('HDEL', KEYS[6], who)
+end
+return now_s
+"#;
+
+const DRAW_LUA: &str = r#"
+local c = redis.call('HMGET', KEYS[1], 'seed', 'seed_hash', 'sale_start_ms')
+if not c[2] then return {'unknown'} end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if now >= tonumber(c[3]) then
+  redis.call('HSET', KEYS[1], 'revealed', '1')
+  return {'revealed', c[2], c[3], c[1]}
+end
+return {'committed', c[2], c[3]}
+"#;
+
+const STATS_PUT_LUA: &str = r#"
+local now = tonumber(redis.call('TIME')[1])
+redis.call('HSET', KEYS[1], ARGV[1], string.format('%d', now) .. ' ' .. ARGV[2])
+return now
+"#;
+
+const STATS_GET_LUA: &str = r#"
+local now = tonumber(redis.call('TIME')[1])
+local all = redis.call('HGETALL', KEYS[1])
+local out = {}
+for i = 1, #all, 2 do
+  local ts = tonumber(string.match(all[i + 1], '^(%d+)'))
+  if ts and now - ts <= tonumber(ARGV[1]) then
+    out[#out + 1] = all[i + 1]
+  elseif ts and now - ts > 3600 then
+    redis.call('HDEL', KEYS[1], all[i])
+  end
+end
+return out
+"#;
+
+pub(super) struct Scripts {
+    pub(super) join: Script,
+    pub(super) status: Script,
+    pub(super) tick: Script,
+    pub(super) put_config: Script,
+    pub(super) revoke: Script,
+    pub(super) draw: Script,
+    pub(super) stats_put: Script,
+    pub(super) stats_get: Script,
+}
+
+pub(super) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
+    join: Script::new(JOIN_LUA),
+    status: Script::new(STATUS_LUA),
+    tick: Script::new(TICK_LUA),
+    put_config: Script::new(PUT_CONFIG_LUA),
+    revoke: Script::new(REVOKE_LUA),
+    draw: Script::new(DRAW_LUA),
+    stats_put: Script::new(STATS_PUT_LUA),
+    stats_get: Script::new(STATS_GET_LUA),
+});
+
+/// Positional access to a script's array reply.
+pub(super) struct Reply(Vec<Value>);
+
+impl Reply {
+    pub(super) fn from(v: Value) -> Result<Reply, StoreError> {
+        match v {
+            Value::Array(items) => Ok(Reply(items)),
+            _ => Err(StoreError::Protocol("expected an array reply")),
+        }
+    }
+
+    pub(super) fn str(&self, i: usize) -> Option<&str> {
+        match self.0.get(i)? {
+            Value::BulkString(b) => std::str::from_utf8(b).ok(),
+            Value::SimpleString(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub(super) fn int(&self, i: usize) -> Option<i64> {
+        match self.0.get(i)? {
+            Value::Int(n) => Some(*n),
+            Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+            _ => None,
+        }
+    }
+
+    /// A `ZRANK` result (`-1` or nil when not ranked).
+    pub(super) fn rank(&self, i: usize) -> Option<u64> {
+        self.int(i).and_then(|n| u64::try_from(n).ok())
+    }
+
+    pub(super) fn tag(&self) -> &str {
+        self.str(0).unwrap_or("")
+    }
+
+    pub(super) fn place(&self, i: usize) -> Result<Place, StoreError> {
+        self.str(i)
+            .and_then(Place::parse)
+            .ok_or(StoreError::Protocol("bad place record"))
+    }
+}
