@@ -67,9 +67,25 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Everything the orders domain's handlers and jobs use; the app layer builds it and handlers
-/// take it with `State<OrdersState>` (axum `FromRef`). Cheap to clone.
+/// take it with `State<OrdersState>` (axum `FromRef`). Cheap to clone (one `Arc`: axum clones
+/// the state for every request).
 #[derive(Clone)]
-pub struct OrdersState {
+pub struct OrdersState(Arc<Inner>);
+
+impl OrdersState {
+    pub fn new(inner: Inner) -> Self {
+        Self(Arc::new(inner))
+    }
+}
+
+impl std::ops::Deref for OrdersState {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.0
+    }
+}
+
+pub struct Inner {
     pub pool: PgPool,
     pub redis: Redis,
     pub auth: Auth,
@@ -146,6 +162,9 @@ pub struct OrderSettings {
     /// retry with the same key creates the order again); payments always commit durably, and
     /// a durable commit also flushes every earlier asynchronous one. See docs/decisions.md.
     pub async_commit: bool,
+    /// Longest a process serves a cached cart price without a catalogue version change
+    /// (bounds a change whose version write failed; `products::catalog`).
+    pub cart_price_max_age_ms: u64,
 }
 
 impl Default for OrderSettings {
@@ -160,6 +179,7 @@ impl Default for OrderSettings {
             deadlock_retries: 5,
             currency: "JPY".into(),
             async_commit: false,
+            cart_price_max_age_ms: 10_000,
         }
     }
 }

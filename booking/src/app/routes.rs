@@ -1,35 +1,31 @@
-//! The HTTP surface: every domain contributes its router here, and the cross-cutting layers
-//! wrap them all. From the outside in: the request id (taken from the gateway's
-//! `x-request-id` or generated, echoed on the answer), one tracing span per request, per-route
-//! metrics, panic catching (a panicking handler answers a clean `500`), the request timeout
-//! (`503`), the body limit and the checkout-session header. The standard parts are
-//! `tower-http`'s; only the metrics and the session header are ours.
+//! The HTTP surface: every domain contributes its router here, and the cross-cutting work
+//! wraps them all in ONE middleware ([`edge`]): the request id (taken from the gateway's
+//! `x-request-id` or generated, echoed on the answer), a tracing span per request when `info`
+//! is on, per-route metrics, panic catching (a panicking handler answers a clean `500`), the
+//! request timeout (`503`) and the checkout-session header; then the body limit. One layer
+//! rather than a `tower-http` layer each: on the Redis-only paths the layers cost more than
+//! the handler (docs/decisions.md, issue 16).
 
 use crate::app::state::AppState;
 use crate::platform::error::ApiError;
 use axum::Router;
-use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
-use axum::http::{HeaderName, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
+use futures::FutureExt;
 use shared::error::codes;
 use std::any::Any;
+use std::panic::AssertUnwindSafe;
 use std::time::{Duration, Instant};
-use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::request_id::{
-    MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
-};
-use tower_http::timeout::TimeoutLayer;
-use tower_http::trace::TraceLayer;
+use tracing::Instrument;
 
 /// Longest request id taken from a caller; a longer one is replaced by a fresh id.
 const MAX_REQUEST_ID: usize = 128;
 
 pub fn router(state: AppState) -> Router {
     let body_limit = state.config.booking.body_limit_bytes;
-    let timeout = Duration::from_millis(state.config.booking.request_timeout_ms.max(1));
-    Router::new()
+    let routes = Router::new()
         .merge(crate::app::health::router())
         .merge(crate::inventory::events::router().with_state(state.inventory.clone()))
         .merge(crate::inventory::seats::router().with_state(state.inventory.clone()))
@@ -42,23 +38,68 @@ pub fn router(state: AppState) -> Router {
         .merge(crate::inventory::storefront::router().with_state(state.inventory.clone()))
         .merge(crate::payments::router().with_state(state.payments.clone()))
         .merge(crate::payments::webhooks::router().with_state(state.payments.clone()))
-        .fallback(fallback)
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            crate::app::session::until,
-        ))
+        .fallback(fallback);
+    routes
         .layer(DefaultBodyLimit::max(body_limit))
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::SERVICE_UNAVAILABLE,
-            timeout,
-        ))
-        .layer(CatchPanicLayer::custom(panicked))
-        .layer(middleware::from_fn_with_state(state.clone(), observe))
-        .layer(TraceLayer::new_for_http().make_span_with(span_for))
-        .layer(PropagateRequestIdLayer::new(request_id_header()))
-        .layer(SetRequestIdLayer::new(request_id_header(), NewRequestId))
-        .layer(middleware::map_request(drop_overlong_request_id))
+        .layer(middleware::from_fn_with_state(state.clone(), edge))
         .with_state(state)
+}
+
+/// Everything a request passes through on its way in and out, in one middleware (one boxed
+/// future instead of a layer each): the request id (the caller's `x-request-id` if it is
+/// short text, else a fresh one; echoed on the answer), a span when tracing is on at `info`
+/// (a disabled span builds nothing), panic catching (the standard `500` body), the request
+/// timeout (the standard `503` body with `Retry-After`), the checkout-session header and the
+/// per-route metrics.
+async fn edge(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+    let start = Instant::now();
+    let request_id = request_id(req.headers_mut());
+    let route = req.extensions().get::<MatchedPath>().cloned();
+    let method = req.method().clone();
+    let route_str = route.as_ref().map_or("unmatched", MatchedPath::as_str);
+    let span = tracing::info_span!("http", request_id = ?request_id, method = %method, route = %route_str);
+    let timeout = Duration::from_millis(state.config.booking.request_timeout_ms.max(1));
+    let work = AssertUnwindSafe(crate::app::session::until(State(state.clone()), req, next))
+        .catch_unwind();
+    let mut resp = match tokio::time::timeout(timeout, work).instrument(span).await {
+        Ok(Ok(resp)) => resp,
+        Ok(Err(panic)) => panicked(panic),
+        Err(_) => {
+            ApiError::Unavailable(anyhow::anyhow!("request timed out in booking")).into_response()
+        }
+    };
+    resp.headers_mut().insert(request_id_header(), request_id);
+    let status = resp.status();
+    state
+        .metrics
+        .http_requests
+        .with_label_values(&[method.as_str(), route_str, status.as_str()])
+        .inc();
+    state
+        .metrics
+        .http_latency
+        .with_label_values(&[route_str])
+        .observe(start.elapsed().as_secs_f64());
+    if status.is_client_error() && status != StatusCode::NOT_FOUND {
+        tracing::debug!(status = status.as_u16(), "request refused");
+    }
+    resp
+}
+
+/// The request's id: the caller's (the gateway's) when it is short text, else a fresh one
+/// (it is logged and echoed, so it is bounded). Left on the request for the handlers' logs.
+fn request_id(headers: &mut HeaderMap) -> HeaderValue {
+    let name = request_id_header();
+    if let Some(v) = headers.get(&name)
+        && v.len() <= MAX_REQUEST_ID
+        && v.to_str().is_ok()
+    {
+        return v.clone();
+    }
+    let fresh = HeaderValue::from_str(&shared::ids::new_id())
+        .unwrap_or_else(|_| HeaderValue::from_static("invalid"));
+    headers.insert(name, fresh.clone());
+    fresh
 }
 
 fn request_id_header() -> HeaderName {
@@ -67,46 +108,6 @@ fn request_id_header() -> HeaderName {
 
 async fn fallback() -> ApiError {
     ApiError::not_found(codes::NOT_FOUND, "no such endpoint")
-}
-
-/// Fresh request ids: the same shape as every other id here (UUIDv7, simple form).
-#[derive(Clone, Copy)]
-struct NewRequestId;
-
-impl MakeRequestId for NewRequestId {
-    fn make_request_id<B>(&mut self, _req: &axum::http::Request<B>) -> Option<RequestId> {
-        HeaderValue::from_str(&shared::ids::new_id())
-            .ok()
-            .map(RequestId::new)
-    }
-}
-
-/// A caller's request id is logged and echoed, so it is bounded: an overlong (or non-text)
-/// one is dropped and replaced by a fresh id.
-async fn drop_overlong_request_id(mut req: Request) -> Request {
-    let name = request_id_header();
-    let keep = req
-        .headers()
-        .get(&name)
-        .is_some_and(|v| v.len() <= MAX_REQUEST_ID && v.to_str().is_ok());
-    if !keep {
-        req.headers_mut().remove(&name);
-    }
-    req
-}
-
-/// One span per request with its id, method and route template (bounded cardinality).
-fn span_for(req: &axum::http::Request<Body>) -> tracing::Span {
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or("unmatched", |p| p.as_str());
-    let request_id = req
-        .headers()
-        .get(shared::headers::REQUEST_ID)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    tracing::info_span!("http", request_id = %request_id, method = %req.method(), route = %route)
 }
 
 /// A panicking handler: logged, and the caller gets the standard `500` body.
@@ -119,43 +120,10 @@ fn panicked(err: Box<dyn Any + Send + 'static>) -> Response {
     ApiError::unexpected(anyhow::anyhow!("handler panicked: {detail}")).into_response()
 }
 
-/// Per-route metrics with the matched path template, and the standard body on an empty `503`
-/// (the timeout layer answers with a bare status).
-async fn observe(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    let start = Instant::now();
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|p| p.as_str().to_owned())
-        .unwrap_or_else(|| "unmatched".to_owned());
-    let method = req.method().as_str().to_owned();
-    let mut resp = next.run(req).await;
-    if resp.status() == StatusCode::SERVICE_UNAVAILABLE
-        && !resp.headers().contains_key(header::CONTENT_TYPE)
-    {
-        resp =
-            ApiError::Unavailable(anyhow::anyhow!("request timed out in booking")).into_response();
-    }
-    let status = resp.status();
-    state
-        .metrics
-        .http_requests
-        .with_label_values(&[method.as_str(), route.as_str(), status.as_str()])
-        .inc();
-    state
-        .metrics
-        .http_latency
-        .with_label_values(&[route.as_str()])
-        .observe(start.elapsed().as_secs_f64());
-    if status.is_client_error() && status != StatusCode::NOT_FOUND {
-        tracing::debug!(status = status.as_u16(), "request refused");
-    }
-    resp
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::header;
 
     #[tokio::test]
     async fn a_panic_becomes_the_standard_500_body() {

@@ -81,7 +81,7 @@ impl AppState {
             .context("failed to register inventory metrics")?,
         );
 
-        let orders = crate::orders::OrdersState {
+        let orders = crate::orders::OrdersState::new(crate::orders::Inner {
             pool: pool.clone(),
             redis: redis.clone(),
             auth: auth.clone(),
@@ -93,7 +93,7 @@ impl AppState {
             ),
             refusals: metrics.refusals.clone(),
             catalog: Default::default(),
-        };
+        });
 
         let outbox = crate::outbox::OutboxState {
             pool: pool.clone(),

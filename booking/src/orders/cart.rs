@@ -11,8 +11,11 @@
 //!   write touches only its own hash field).
 //! - The line limit (default 100) is checked and applied in one Lua script, so concurrent adds
 //!   cannot exceed it; the 101st line is `422 CART_FULL`.
-//! - Prices are never stored in the cart: `GET` reads current prices from Postgres and
-//!   checkout recomputes them (and checks every SKU's event again, in its transaction).
+//! - Prices are never stored in the cart: `GET` shows current prices from the per-process
+//!   catalogue cache, which every product change invalidates in every process
+//!   ([`catalog`]: one Redis round trip per read, no Postgres query while prices are
+//!   unchanged); checkout recomputes them (and checks every SKU's event again, in its
+//!   transaction).
 //! - An unknown SKU is `404 UNKNOWN_SKU`; a quantity that is not an integer in
 //!   `1..=max_line_quantity` (or 0 to remove) is `422`.
 
@@ -21,7 +24,7 @@ pub mod store;
 pub use store::{CART_TTL_S, cart_key, clear_ordered, lines};
 
 use crate::orders::OrdersState;
-use crate::orders::products;
+use crate::orders::products::{self, catalog};
 use crate::orders::repo::OrderError;
 use crate::platform::auth::Admitted;
 use crate::platform::error::{ApiError, ApiResult};
@@ -31,6 +34,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::{get, put};
 use serde::{Deserialize, Serialize};
+use std::time::Duration;
 
 pub fn router() -> Router<OrdersState> {
     Router::new()
@@ -178,25 +182,42 @@ async fn get_cart(
     show_cart(&state, &admitted).await
 }
 
+/// One Redis round trip (the cart and the catalogue's version); Postgres only for SKUs whose
+/// price this process has not cached under the current version.
 async fn show_cart(state: &OrdersState, admitted: &Admitted) -> ApiResult<ApiJson<CartView>> {
-    let lines = lines(&state.redis, admitted.account(), admitted.event()).await?;
+    let (lines, version) =
+        store::lines_and_version(&state.redis, admitted.account(), admitted.event()).await?;
     state.metrics.cart_ops.with_label_values(&["get"]).inc();
-    let skus: Vec<&str> = lines.keys().map(String::as_str).collect();
-    let prices = store::prices(&state.pool, &skus, admitted.event()).await?;
+    let prices = &state.catalog.prices;
+    let max_age = Duration::from_millis(state.settings.cart_price_max_age_ms);
+    let (mut found, missing) = prices.lookup(
+        version.as_deref(),
+        max_age,
+        lines.keys().map(String::as_str),
+    );
+    if !missing.is_empty() {
+        let read = catalog::read(&state.pool, &missing).await?;
+        prices.fill(version.as_deref(), &read);
+        found.extend(read.into_iter().map(|p| (p.sku.clone(), p)));
+    }
     let mut view = CartView {
-        lines: Vec::with_capacity(prices.len()),
+        lines: Vec::with_capacity(lines.len()),
         total: 0,
         currency: state.settings.currency.clone(),
     };
-    for p in prices {
-        let Some(&quantity) = lines.get(&p.sku) else {
+    for (sku, quantity) in lines {
+        // Only this event's products (a line of another event could only come from a bug).
+        let Some(p) = found
+            .get(&sku)
+            .filter(|p| p.event.as_deref() == Some(admitted.event()))
+        else {
             continue;
         };
         let amount = p.price.saturating_mul(quantity);
         view.total = view.total.saturating_add(amount);
         view.lines.push(CartLine {
-            sku: p.sku,
-            name: p.name,
+            sku,
+            name: p.name.clone(),
             quantity,
             unit_price: p.price,
             amount,

@@ -13,9 +13,11 @@
 //!   sold`, refused with `409` when fewer than the units already reserved or sold.
 //! - Setting `hot` (or changing the stock of a hot SKU) reconciles the flash-sale gate from
 //!   Postgres after the commit; clearing it removes the gate.
-//! - Products are never deleted, so the catalogue cache only ever caches "this SKU exists",
-//!   which cannot go stale.
+//! - Products are never deleted and their event never changes once set, so the catalogue's
+//!   "this SKU exists in event E" cannot go stale; names and prices can, and every change of
+//!   them invalidates the cart's price cache in every process ([`catalog`]).
 
+pub mod catalog;
 pub mod repo;
 
 use crate::orders::repo::{During, OrderError};
@@ -69,6 +71,8 @@ pub fn valid_sku(sku: &str) -> bool {
 #[derive(Default)]
 pub struct Catalog {
     known: RwLock<HashMap<String, String>>,
+    /// Names and prices for the cart, valid for one catalogue version ([`catalog`]).
+    pub prices: catalog::Prices,
 }
 
 impl Catalog {
@@ -257,6 +261,9 @@ async fn update_product(
         .during("begin the product transaction")?;
     repo::update_tx(&mut tx, &sku, &req).await?;
     tx.commit().await.during("commit the product transaction")?;
+    if req.name.is_some() || req.price.is_some() || req.event.is_some() {
+        catalog::changed(&state.redis, &state.catalog.prices).await;
+    }
     let view = repo::load(&state.pool, &sku)
         .await?
         .ok_or_else(|| unknown_sku(&sku))?;

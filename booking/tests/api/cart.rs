@@ -181,3 +181,71 @@ async fn devices_editing_different_skus_do_not_collide() {
     assert_eq!(cart["lines"].as_array().map(Vec::len), Some(2));
     app.stop().await;
 }
+
+/// Prices come from each process's catalogue cache: a change made through one process shows
+/// on the next cart read of every process (the catalogue version in Redis), names included.
+#[tokio::test]
+async fn a_price_change_reaches_the_cart_on_every_process() {
+    let app = TestApp::spawn().await;
+    let peer = app.spawn_peer(|_| {}).await;
+    create_product(&app, "shop", "MUG", 1200, 50, false).await;
+    create_product(&app, "shop", "CAP", 2500, 50, false).await;
+    let token = app.admission("alice", "shop");
+    json(put_line(&app, &token, "MUG", json!(2)).await).await;
+    json(put_line(&peer, &token, "CAP", json!(1)).await).await;
+    // Both processes have read (and cached) the prices.
+    for node in [&app, &peer] {
+        let (status, cart) = json(node.get("/api/cart", &token).await).await;
+        assert_eq!((status, cart["total"].as_i64()), (200, Some(2 * 1200 + 2500)));
+    }
+
+    let resp = admin_put(&app, "/admin/products/MUG", &json!({"price": 1000, "name": "Big mug"})).await;
+    assert_eq!(resp.status(), 200);
+    for node in [&peer, &app] {
+        let (_, cart) = json(node.get("/api/events/shop/cart", &token).await).await;
+        assert_eq!(cart["total"], 2 * 1000 + 2500, "{cart}");
+        assert_eq!(cart["lines"][1]["sku"], "MUG");
+        assert_eq!(cart["lines"][1]["name"], "Big mug");
+        assert_eq!(cart["lines"][1]["unit_price"], 1000);
+    }
+    // A stock change is not a price change, and a second price change is seen as well.
+    admin_put(&peer, "/admin/products/CAP", &json!({"stock": 60})).await;
+    admin_put(&peer, "/admin/products/CAP", &json!({"price": 3000})).await;
+    for node in [&app, &peer] {
+        let (_, cart) = json(node.get("/api/cart", &token).await).await;
+        assert_eq!(cart["total"], 2 * 1000 + 3000, "{cart}");
+    }
+    peer.stop().await;
+    app.stop().await;
+}
+
+/// Reading a cart (and changing a line of a known product) needs no Postgres while prices are
+/// unchanged: with booking's Postgres connections cut, both still answer from Redis and the
+/// catalogue cache.
+#[tokio::test]
+async fn cart_reads_and_writes_of_known_products_need_no_postgres() {
+    let app = TestApp::spawn_through_proxies(|c| {
+        c.database.acquire_timeout_ms = 2_000;
+        // Far longer than the test, so the cache cannot age out while Postgres is cut.
+        c.orders.cart_price_max_age_ms = 3_600_000;
+    })
+    .await;
+    create_product(&app, "shop", "MUG", 1200, 50, false).await;
+    let token = app.admission("alice", "shop");
+    json(put_line(&app, &token, "MUG", json!(2)).await).await;
+    let (_, cart) = json(app.get("/api/cart", &token).await).await;
+    assert_eq!(cart["total"], 2400);
+
+    let db = &app.chaos.as_ref().expect("proxied").db;
+    db.cut().await;
+    let (status, v) = json(put_line(&app, &token, "MUG", json!(3)).await).await;
+    assert_eq!(status, 200, "{v}");
+    let (status, cart) = json(app.get("/api/cart", &token).await).await;
+    assert_eq!(status, 200, "{cart}");
+    assert_eq!(cart["total"], 3 * 1200);
+    // A product this process has never seen does need Postgres: a clean 503, not a guess.
+    let (status, v) = json(put_line(&app, &token, "NEW", json!(1)).await).await;
+    assert_eq!((status, v["code"].as_str()), (503, Some("UNAVAILABLE")), "{v}");
+    db.restore();
+    app.stop().await;
+}

@@ -1,11 +1,11 @@
 //! The cart's storage: the Redis hash per account and event (the line limit applied in one
-//! Lua script) and the current prices of its lines from Postgres.
+//! Lua script). Prices come from the catalogue cache ([`catalog`]).
 
+use crate::orders::products::catalog;
 use crate::orders::repo::{During, OrderError};
 use crate::platform::redis::Redis;
 use redis::Script;
 use redis::aio::ConnectionManager;
-use sqlx::PgPool;
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
@@ -69,10 +69,32 @@ pub async fn lines(
         .query_async(&mut conn)
         .await
         .during("read the cart")?;
-    Ok(raw
-        .into_iter()
+    Ok(positive(raw))
+}
+
+/// The cart's lines and the catalogue's version ([`catalog`]), in one round trip (a
+/// pipeline, not a script: the two keys may live in different cluster slots).
+pub async fn lines_and_version(
+    redis: &Redis,
+    account: &str,
+    event: &str,
+) -> Result<(BTreeMap<String, i64>, Option<String>), OrderError> {
+    let mut conn = conn(redis).await?;
+    let (raw, version): (Vec<(String, String)>, Option<String>) = redis::pipe()
+        .cmd("HGETALL")
+        .arg(cart_key(redis, account, event))
+        .cmd("GET")
+        .arg(catalog::version_key(redis))
+        .query_async(&mut conn)
+        .await
+        .during("read the cart")?;
+    Ok((positive(raw), version))
+}
+
+fn positive(raw: Vec<(String, String)>) -> BTreeMap<String, i64> {
+    raw.into_iter()
         .filter_map(|(sku, q)| q.parse::<i64>().ok().filter(|q| *q > 0).map(|q| (sku, q)))
-        .collect())
+        .collect()
 }
 
 /// Best-effort removal of ordered lines after an order committed.
@@ -143,32 +165,4 @@ pub async fn remove(
         .query_async::<()>(&mut conn)
         .await
         .during("remove a cart line")
-}
-
-#[derive(sqlx::FromRow)]
-pub struct PriceRow {
-    pub sku: String,
-    pub name: String,
-    pub price: i64,
-}
-
-/// Current name and price of each of `skus` that belongs to `event`, in SKU order.
-pub async fn prices(
-    pool: &PgPool,
-    skus: &[&str],
-    event: &str,
-) -> Result<Vec<PriceRow>, OrderError> {
-    if skus.is_empty() {
-        return Ok(Vec::new());
-    }
-    // Only this event's products (a line of another event could only come from a bug).
-    sqlx::query_as(
-        "SELECT sku, name, price FROM products
-          WHERE sku = ANY($1) AND event_id = $2 ORDER BY sku",
-    )
-    .bind(skus)
-    .bind(event)
-    .fetch_all(pool)
-    .await
-    .during("read the cart's prices")
 }
