@@ -57,7 +57,8 @@ async fn edge(State(state): State<AppState>, mut req: Request, next: Next) -> Re
     let route = req.extensions().get::<MatchedPath>().cloned();
     let method = req.method().clone();
     let route_str = route.as_ref().map_or("unmatched", MatchedPath::as_str);
-    let span = tracing::info_span!("http", request_id = ?request_id, method = %method, route = %route_str);
+    let span =
+        tracing::info_span!("http", request_id = ?request_id, method = %method, route = %route_str);
     let timeout = Duration::from_millis(state.config.booking.request_timeout_ms.max(1));
     let work = AssertUnwindSafe(crate::app::session::until(State(state.clone()), req, next))
         .catch_unwind();

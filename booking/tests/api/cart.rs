@@ -196,10 +196,18 @@ async fn a_price_change_reaches_the_cart_on_every_process() {
     // Both processes have read (and cached) the prices.
     for node in [&app, &peer] {
         let (status, cart) = json(node.get("/api/cart", &token).await).await;
-        assert_eq!((status, cart["total"].as_i64()), (200, Some(2 * 1200 + 2500)));
+        assert_eq!(
+            (status, cart["total"].as_i64()),
+            (200, Some(2 * 1200 + 2500))
+        );
     }
 
-    let resp = admin_put(&app, "/admin/products/MUG", &json!({"price": 1000, "name": "Big mug"})).await;
+    let resp = admin_put(
+        &app,
+        "/admin/products/MUG",
+        &json!({"price": 1000, "name": "Big mug"}),
+    )
+    .await;
     assert_eq!(resp.status(), 200);
     for node in [&peer, &app] {
         let (_, cart) = json(node.get("/api/events/shop/cart", &token).await).await;
@@ -245,7 +253,11 @@ async fn cart_reads_and_writes_of_known_products_need_no_postgres() {
     assert_eq!(cart["total"], 3 * 1200);
     // A product this process has never seen does need Postgres: a clean 503, not a guess.
     let (status, v) = json(put_line(&app, &token, "NEW", json!(1)).await).await;
-    assert_eq!((status, v["code"].as_str()), (503, Some("UNAVAILABLE")), "{v}");
+    assert_eq!(
+        (status, v["code"].as_str()),
+        (503, Some("UNAVAILABLE")),
+        "{v}"
+    );
     db.restore();
     app.stop().await;
 }

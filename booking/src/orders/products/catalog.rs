@@ -143,12 +143,13 @@ pub async fn read(pool: &PgPool, skus: &[String]) -> Result<Vec<Arc<Priced>>, Or
     if skus.is_empty() {
         return Ok(Vec::new());
     }
-    let rows: Vec<Priced> =
-        sqlx::query_as("SELECT sku, name, price, event_id AS event FROM products WHERE sku = ANY($1)")
-            .bind(skus)
-            .fetch_all(pool)
-            .await
-            .during("read the cart's prices")?;
+    let rows: Vec<Priced> = sqlx::query_as(
+        "SELECT sku, name, price, event_id AS event FROM products WHERE sku = ANY($1)",
+    )
+    .bind(skus)
+    .fetch_all(pool)
+    .await
+    .during("read the cart's prices")?;
     Ok(rows.into_iter().map(Arc::new).collect())
 }
 
@@ -201,7 +202,10 @@ mod tests {
         assert!(found.is_empty(), "another version: nothing cached counts");
         assert_eq!(missing, ["A"]);
         let (found, _) = c.lookup(None, AGE, ["A"].into_iter());
-        assert!(found.is_empty(), "a lost version key is a version of its own");
+        assert!(
+            found.is_empty(),
+            "a lost version key is a version of its own"
+        );
     }
 
     #[test]
