@@ -8,7 +8,8 @@
 # 1. starts a release booking on a private port against a fresh database (private Postgres
 #    and Redis from deploy/stack deps), jobs on, logs at warn;
 # 2. cart: `loadgen orders --mode cart`, BENCH_CLIENTS accounts each editing its cart
-#    (90 % PUT of one of 20 SKUs, 10 % GET with current prices) -> cart ops/s, p50/p99;
+#    (90 % PUT of one of 20 SKUs, 10 % GET with current prices, from the catalogue cache)
+#    -> cart ops/s, p50/p99;
 # 3. orders on ONE SKU with ample stock, every iteration a fresh account: PUT 1 unit into the
 #    cart, POST /api/orders -> orders/s, p50/p99 of the order request; the SKU hot (through
 #    the flash gate) and not hot; then again with order commits asynchronous
@@ -216,7 +217,7 @@ flash_row() { # JSON LABEL TXS SOLD
   echo "Recorded $(date -u +%Y-%m-%dT%H:%MZ) by \`deploy/bench/orders.sh\` on $(nproc) cores, $(psql_q -d postgres -c 'SHOW server_version' | cut -d' ' -f1) Postgres (private instance), commit $(cd "$ROOT" && git rev-parse --short HEAD)$([ "$QUICK" = 1 ] && echo ' — QUICK smoke run, numbers not representative')."
   echo "Booking (release build, pool $POOL), loadgen ($CLIENTS clients), Postgres and Redis share the machine; ${DUR} s per run. Load average when the run started: $LOAD_AT_START (other work on the machine competes for the same cores)."
   echo
-  echo "**Cart** (one Redis hash per account; PUT = one Lua script after a cached SKU check, GET = HGETALL + one Postgres price query):"
+  echo "**Cart** (one Redis hash per account; PUT = one Lua script after a cached SKU check, GET = one pipelined round trip, HGETALL + the catalogue version, prices from the per-process cache, no Postgres query while prices are unchanged):"
   echo
   echo "| cart ops/s | PUT p50 | PUT p99 | GET p50 | GET p99 | seed design's peak |"
   echo "| ---: | ---: | ---: | ---: | ---: | ---: |"
@@ -242,7 +243,7 @@ flash_row() { # JSON LABEL TXS SOLD
   echo "What limits this machine:"
   echo "- **Orders on one SKU** queue on one inventory row. Its lock is taken by the last statement of the order transaction and held through the commit, so with durable commits the rate is about one WAL flush per order no matter how many clients; pgbench running the same SQL without HTTP or Redis shows that ceiling (the idempotency claim commits asynchronously, so an order waits for one flush, not two). Asynchronous order commits take the flush out from under the lock; then the two cores shared by Postgres, booking, Redis and the load generator are the limit. The seed design's 5,000 orders/s on one SKU needs both async order commits and more cores (or the SKU's stock split over several rows, as general admission does), not a different algorithm."
   echo "- **Flash rush**: the gate answers the demand beyond the stock from Redis (one Lua call, no query), so the order transactions that reach Postgres equal the units sold (plus the few a reconcile lets through), and the requests answered per second are several times the ungated path, where every refused buyer still costs a claim and a failed transaction."
-  echo "- **Cart**: a PUT is a token check, a cached SKU check and one Lua script on one Redis connection; a GET adds a Postgres price query. Both are CPU-bound here (booking, Redis and the load generator share 2 cores); the seed's 20,000 cart ops/s assumes dedicated application servers."
+  echo "- **Cart**: a PUT is a token check, a cached SKU check and one Lua script on one Redis connection; a GET is one pipelined Redis round trip (the cart and the catalogue version) with prices from the per-process cache. Both are CPU-bound here (booking, Redis and the load generator share 2 cores); the seed's 20,000 cart ops/s assumes dedicated application servers."
   echo
 } > "$OUT"
 if [ -n "$RESULTS" ]; then
