@@ -1,19 +1,121 @@
-//! The statements of a GA hold: the hold transaction (usage, hold row, units from the
-//! tier's shards), the tier's price, and the read that explains a refusal.
+//! The statements of a GA hold: the hold transaction (usage, hold row, units from one shard
+//! and the tier's price in ONE statement; units piecewise across shards only when no single
+//! free shard has enough), and the read that explains a refusal.
 
 use crate::inventory::error::{During, InventoryError};
-use crate::inventory::holds::take::{Attempt, begin_hold_tx, insert_hold, reserve_usage};
+use crate::inventory::holds::take::{Attempt, begin_hold_tx};
 use chrono::{DateTime, Utc};
-use sqlx::{PgConnection, PgPool};
+use sqlx::{Acquire, PgConnection, PgPool};
 
 type Result<T> = std::result::Result<T, InventoryError>;
 
 pub(super) struct GaTaken {
     pub hold_id: String,
     pub expires_at: DateTime<Utc>,
+    /// The tier's unit price (`None` only when the tier does not exist, i.e. never taken).
+    pub price: Option<i64>,
 }
 
-/// One GA hold transaction: usage, hold row, then the units (fast path, then slow path).
+/// THE GA hold statement: the usage upsert, the hold row (only if the usage passed and the sale
+/// has started), one shard with enough units (random start, `SKIP LOCKED`: a shard another
+/// transaction is decrementing is passed over, never waited for) decremented and recorded,
+/// and the tier's price. Every part is conditional on the one before, so one round trip
+/// decides; the caller rolls back when a part is missing. `bench/sql/ga_*.sql` run this text.
+const HOLD_FROM_ONE_SHARD: &str = "
+WITH usage AS (
+    INSERT INTO account_event_usage AS u (event_id, account_id, tickets)
+    SELECT e.id, $2, $4 FROM events e
+    WHERE e.id = $1 AND $4 <= e.max_tickets_per_account
+    ON CONFLICT (event_id, account_id) DO UPDATE
+        SET tickets = u.tickets + EXCLUDED.tickets
+        WHERE u.tickets + EXCLUDED.tickets
+              <= (SELECT max_tickets_per_account FROM events WHERE id = $1)
+    RETURNING u.tickets),
+hold AS (
+    INSERT INTO holds (id, event_id, account_id, kind, ga_tier, quantity, expires_at)
+    SELECT $5, e.id, $2, 'ga', $3, $4, clock_timestamp() + make_interval(secs => e.hold_ttl_s)
+    FROM events e, usage
+    WHERE e.id = $1 AND e.sale_start <= clock_timestamp()
+    RETURNING expires_at),
+pick AS (
+    SELECT shard FROM ga_counters
+    WHERE event_id = $1 AND tier = $3 AND available >= $4
+    ORDER BY (shard + 64 - $6) % 64
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED),
+took AS (
+    UPDATE ga_counters c SET available = c.available - $4
+    FROM pick, hold
+    WHERE c.event_id = $1 AND c.tier = $3 AND c.shard = pick.shard
+    RETURNING c.shard),
+item AS (
+    INSERT INTO hold_ga_items (hold_id, shard, quantity)
+    SELECT $5, shard, $4 FROM took
+    RETURNING shard)
+SELECT EXISTS (SELECT 1 FROM usage),
+       (SELECT expires_at FROM hold),
+       (SELECT shard FROM item),
+       (SELECT price FROM ga_tiers WHERE event_id = $1 AND tier = $3)";
+
+/// Takes what one shard with units left can give (at most `$3`), in the same order as the
+/// hold statement, and records it. `$5` is the hold's random start.
+macro_rules! take_some {
+    ($lock:literal) => {
+        concat!(
+            "WITH pick AS (
+                 SELECT shard, available FROM ga_counters
+                 WHERE event_id = $1 AND tier = $2 AND available > 0
+                 ORDER BY (shard + 64 - $5) % 64
+                 LIMIT 1
+                 ",
+            $lock,
+            "),
+             took AS (
+                 UPDATE ga_counters c SET available = c.available - LEAST(p.available, $3)
+                 FROM pick p
+                 WHERE c.event_id = $1 AND c.tier = $2 AND c.shard = p.shard
+                 RETURNING c.shard, LEAST(p.available, $3) AS qty),
+             item AS (
+                 INSERT INTO hold_ga_items (hold_id, shard, quantity)
+                 SELECT $4, shard, qty FROM took
+                 ON CONFLICT (hold_id, shard)
+                     DO UPDATE SET quantity = hold_ga_items.quantity + EXCLUDED.quantity)
+             SELECT qty FROM took"
+        )
+    };
+}
+/// Never waits: a locked shard is skipped.
+const TAKE_SOME_FREE: &str = take_some!("FOR UPDATE SKIP LOCKED");
+/// Waits for ONE shard (the first with units left from the random start).
+const TAKE_SOME_WAITING: &str = take_some!("FOR UPDATE");
+
+/// The last resort of a multi-unit hold: the tier's shards that have units, locked in shard
+/// order (waiting), the quantity split greedily in shard order, all or nothing.
+const TAKE_ACROSS_IN_ORDER: &str = "
+WITH locked AS (
+    SELECT shard, available FROM ga_counters
+    WHERE event_id = $1 AND tier = $2 AND available > 0
+    ORDER BY shard
+    FOR UPDATE),
+plan AS (
+    SELECT shard,
+           LEAST(available::bigint,
+                 GREATEST(0, $3 - (sum(available) OVER (ORDER BY shard) - available)))::int
+               AS take
+    FROM locked
+    WHERE (SELECT sum(available) FROM locked) >= $3),
+took AS (
+    UPDATE ga_counters c SET available = c.available - p.take
+    FROM plan p
+    WHERE c.event_id = $1 AND c.tier = $2 AND c.shard = p.shard AND p.take > 0
+    RETURNING c.shard, p.take)
+INSERT INTO hold_ga_items (hold_id, shard, quantity)
+SELECT $4, shard, take FROM took
+RETURNING quantity";
+
+/// One GA hold transaction: the hold statement, and when no single free shard had the whole
+/// quantity, the units piece by piece. Three round trips in the common case: begin, the
+/// statement, commit.
 pub(super) async fn take_units_tx(
     pool: &PgPool,
     async_commit: bool,
@@ -23,26 +125,33 @@ pub(super) async fn take_units_tx(
     qty: i32,
 ) -> Result<Attempt<GaTaken>> {
     let hold_id = shared::ids::new_id();
+    let start = rand::random_range(0..64i32);
     let mut tx = begin_hold_tx(pool, async_commit).await?;
-    if !reserve_usage(&mut tx, event, account, qty).await? {
+    let (usage_ok, expires_at, shard, price): (bool, Option<DateTime<Utc>>, Option<i32>, Option<i64>) =
+        sqlx::query_as(HOLD_FROM_ONE_SHARD)
+            .bind(event)
+            .bind(account)
+            .bind(tier)
+            .bind(qty)
+            .bind(&hold_id)
+            .bind(start)
+            .fetch_one(&mut *tx)
+            .await
+            .during("take the GA hold")?;
+    if !usage_ok {
         tx.rollback().await.during("roll back a refused hold")?;
         return Ok(Attempt::Limit);
     }
-    let Some(expires_at) = insert_hold(&mut tx, &hold_id, event, account, Some(tier), qty).await?
-    else {
+    let Some(expires_at) = expires_at else {
         tx.rollback().await.during("roll back a refused hold")?;
         return Ok(Attempt::NotOnSale);
-    };
-    let taken = if take_from_one_shard(&mut tx, &hold_id, event, tier, qty).await? {
-        true
-    } else {
-        take_across_shards(&mut tx, &hold_id, event, tier, qty).await?
     };
     let t = GaTaken {
         hold_id,
         expires_at,
+        price,
     };
-    if !taken {
+    if shard.is_none() && !take_piecewise(&mut *tx, &t.hold_id, event, tier, qty, start).await? {
         tx.rollback().await.during("roll back a refused hold")?;
         return Ok(Attempt::Short(t));
     }
@@ -50,91 +159,77 @@ pub(super) async fn take_units_tx(
     Ok(Attempt::Done(t))
 }
 
-/// Fast path: one free shard with enough units, starting from a random shard.
-async fn take_from_one_shard(
-    conn: &mut PgConnection,
+/// The rare path: no free shard had the whole quantity (the stock is spread thin, or every
+/// shard with enough is busy). `false` when the tier has fewer than `qty` units left (the
+/// caller rolls back).
+///
+/// - One unit: wait for ONE shard with units (the first from the random start). The hold
+///   holds no other shard lock while it waits.
+/// - More: one free shard at a time (`SKIP LOCKED`, each statement one row), inside a
+///   savepoint. If the free shards do not add up, the savepoint gives back what they gave and
+///   the shards with units are locked in shard order. Only waits in shard order (this, and
+///   the release, which locks a hold's shards in shard order) while holding shard locks, so
+///   two holds never wait for each other's shards in a cycle.
+async fn take_piecewise(
+    tx: &mut PgConnection,
     hold_id: &str,
     event: &str,
     tier: &str,
     qty: i32,
+    start: i32,
 ) -> Result<bool> {
-    let start = rand::random_range(0..64i32);
-    let shard: Option<i32> = sqlx::query_scalar(
-        "WITH pick AS (
-             SELECT shard FROM ga_counters
-             WHERE event_id = $1 AND tier = $2 AND available >= $3
-             ORDER BY (shard + 64 - $4) % 64
-             LIMIT 1
-             FOR UPDATE SKIP LOCKED),
-         took AS (
-             UPDATE ga_counters c SET available = c.available - $3
-             FROM pick
-             WHERE c.event_id = $1 AND c.tier = $2 AND c.shard = pick.shard
-             RETURNING c.shard)
-         INSERT INTO hold_ga_items (hold_id, shard, quantity)
-         SELECT $5, shard, $3 FROM took
-         RETURNING shard",
-    )
-    .bind(event)
-    .bind(tier)
-    .bind(qty)
-    .bind(start)
-    .bind(hold_id)
-    .fetch_optional(conn)
-    .await
-    .during("take the units from one shard")?;
-    Ok(shard.is_some())
-}
-
-/// Slow path: lock every shard of the tier in shard order and take `qty` across them
-/// (greedily, lowest shard first), all or nothing.
-async fn take_across_shards(
-    conn: &mut PgConnection,
-    hold_id: &str,
-    event: &str,
-    tier: &str,
-    qty: i32,
-) -> Result<bool> {
-    let parts: Vec<i32> = sqlx::query_scalar(
-        "WITH locked AS (
-             SELECT shard, available FROM ga_counters
-             WHERE event_id = $1 AND tier = $2
-             ORDER BY shard
-             FOR UPDATE),
-         plan AS (
-             SELECT shard,
-                    LEAST(available::bigint,
-                          GREATEST(0, $3 - (sum(available) OVER (ORDER BY shard) - available)))::int
-                        AS take
-             FROM locked
-             WHERE (SELECT sum(available) FROM locked) >= $3),
-         took AS (
-             UPDATE ga_counters c SET available = c.available - p.take
-             FROM plan p
-             WHERE c.event_id = $1 AND c.tier = $2 AND c.shard = p.shard AND p.take > 0
-             RETURNING c.shard, p.take)
-         INSERT INTO hold_ga_items (hold_id, shard, quantity)
-         SELECT $4, shard, take FROM took
-         RETURNING quantity",
-    )
-    .bind(event)
-    .bind(tier)
-    .bind(qty)
-    .bind(hold_id)
-    .fetch_all(conn)
-    .await
-    .during("take the units across the tier's shards")?;
+    if qty == 1 {
+        return Ok(take_some(tx, TAKE_SOME_WAITING, hold_id, event, tier, 1, start)
+            .await?
+            .is_some());
+    }
+    let mut sp = Acquire::begin(&mut *tx)
+        .await
+        .during("begin taking GA units piecewise")?;
+    let mut left = qty;
+    while left > 0 {
+        match take_some(&mut sp, TAKE_SOME_FREE, hold_id, event, tier, left, start).await? {
+            Some(n) => left -= n,
+            None => break,
+        }
+    }
+    if left == 0 {
+        sp.commit().await.during("keep the GA units taken piecewise")?;
+        return Ok(true);
+    }
+    sp.rollback()
+        .await
+        .during("give back GA units taken piecewise")?;
+    let parts: Vec<i32> = sqlx::query_scalar(TAKE_ACROSS_IN_ORDER)
+        .bind(event)
+        .bind(tier)
+        .bind(qty)
+        .bind(hold_id)
+        .fetch_all(&mut *tx)
+        .await
+        .during("take GA units across shards in order")?;
     Ok(parts.iter().map(|&q| i64::from(q)).sum::<i64>() == i64::from(qty))
 }
 
-/// The unit price of a GA tier.
-pub(super) async fn tier_price(pool: &PgPool, event: &str, tier: &str) -> Result<i64> {
-    sqlx::query_scalar("SELECT price FROM ga_tiers WHERE event_id = $1 AND tier = $2")
+/// One `take_some!` statement: the units it took from one shard, `None` when it found none.
+async fn take_some(
+    conn: &mut PgConnection,
+    sql: &'static str,
+    hold_id: &str,
+    event: &str,
+    tier: &str,
+    left: i32,
+    start: i32,
+) -> Result<Option<i32>> {
+    sqlx::query_scalar(sql)
         .bind(event)
         .bind(tier)
-        .fetch_one(pool)
+        .bind(left)
+        .bind(hold_id)
+        .bind(start)
+        .fetch_optional(conn)
         .await
-        .during("read the GA tier's price")
+        .during("take GA units from one shard")
 }
 
 /// The refusal when no units could be taken, from what is left (read after the rollback,
