@@ -165,6 +165,10 @@ loadgen_holds() {
 
 pgbench_tps() {
   local script="$1" event="$2" async="$3" dur="$4"
+  # Booking's hold-transaction settings (begin_hold_tx), for the whole session: pgbench cannot
+  # send them in BEGIN's round trip as booking does.
+  local sync=on; [ "$async" = 1 ] && sync=off
+  PGOPTIONS="-c plan_cache_mode=force_generic_plan -c enable_seqscan=off -c synchronous_commit=$sync" \
   measure "$event" "$dur" "$PGBENCH" -h 127.0.0.1 -p "$PG_PORT" -U postgres -n -M prepared -c "$POOL" -j 2 -T "$dur" \
     -D event="$event" -D async="$async" -f "$script" "$DB" > "$WORK/pgbench-$event.log" 2>&1
   cat "$WORK/pgbench-$event.log" >> "$WORK/pgbench.log"
@@ -252,7 +256,7 @@ ga_rate() { awk -v u="$1" -v d="$2" 'BEGIN { printf "%.0f", u / d }'; }
   echo
   echo "Recorded $(date -u +%Y-%m-%dT%H:%MZ) by \`deploy/bench/holds.sh\` on $(nproc) cores, $(psql_q -d postgres -c 'SHOW server_version' | cut -d' ' -f1) Postgres (private instance), commit $(cd "$ROOT" && git rev-parse --short HEAD)$([ "$QUICK" = 1 ] && echo ' — QUICK smoke run, numbers not representative')."
   echo "Booking (release build, pool $POOL) and loadgen ($CLIENTS clients) and Postgres share the machine."
-  echo "Each loadgen client holds 4 random adjacent seats of a fresh 60,000-seat event as a new account, then releases them (so every hold meets the same half-empty hall); pgbench runs [the same statements](../deploy/bench/sql/hold_seats.sql) (usage upsert, hold row, the seat statement; then the release) with $POOL connections on its own fresh 60,000-seat event. ${DUR} s per run."
+  echo "Each loadgen client holds 4 random adjacent seats of a fresh 60,000-seat event as a new account, then releases them (so every hold meets the same half-empty hall); pgbench runs [the same statements](../deploy/bench/sql/hold_seats.sql) (the one hold statement: usage, hold row, seats; then the one release statement) with $POOL connections on its own fresh 60,000-seat event. ${DUR} s per run."
   echo
   echo "60,000-seat event created through the admin API in **$(awk -v t="$T_CREATE" 'BEGIN { printf "%.2f", t }') s** (one transaction, \`generate_series\` per section)."
   echo

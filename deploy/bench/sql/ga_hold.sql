@@ -1,21 +1,19 @@
 -- pgbench baseline for GA holds: exactly the SQL booking runs for one
 -- POST /api/events/{event}/ga-holds {"tier": "FLOOR", "quantity": 1} (THE GA hold statement
 -- of booking/src/inventory/ga/repo.rs: usage, hold row, one shard from a random start with
--- SKIP LOCKED, the allocation, the price) followed by the DELETE /api/holds/{id} that releases
--- it (RELEASE_OWN of holds/release.rs), like loadgen's GA cycle. Run against a tier of 1 shard
--- or of 8. When every shard is busy booking goes on piecewise (rare); this script rolls back
--- instead, and holds.sh counts released holds, not transactions. Parameters are inlined as
--- pgbench variables; the transaction settings are booking's (begin_hold_tx).
--- Variables: -D event=<id> -D async=0|1.
+-- SKIP LOCKED, else waiting for one, the allocation, the price) followed by the
+-- DELETE /api/holds/{id} that releases it (RELEASE_OWN of holds/release.rs), like loadgen's GA
+-- cycle. Run against a tier of 1 shard or of 8. A hold that finds no units rolls back (as in
+-- booking; never with the bench's 10M units); holds.sh counts released holds. Parameters are inlined as
+-- pgbench variables. Booking sends its transaction settings
+-- (begin_hold_tx: plan_cache_mode, enable_seqscan, synchronous_commit) in BEGIN's round trip;
+-- pgbench cannot in prepared mode, so holds.sh sets them for the session (PGOPTIONS) and each
+-- transaction here is, like booking's, BEGIN + one statement + COMMIT.
+-- Variables: -D event=<id> (-D async is unused: see above).
 \set acct random(1, 2000000000)
 \set hid random(1, 9000000000000000000)
 \set start random(0, 63)
 BEGIN;
-SET LOCAL plan_cache_mode = force_generic_plan;
-SET LOCAL enable_seqscan = off;
-\if :async
-SET LOCAL synchronous_commit = off;
-\endif
 WITH usage AS (
     INSERT INTO account_event_usage AS u (event_id, account_id, tickets)
     SELECT e.id, ('pg-' || :acct), 1 FROM events e
@@ -32,11 +30,20 @@ hold AS (
     WHERE e.id = :event AND e.sale_start <= clock_timestamp()
     RETURNING expires_at),
 pick AS (
-    SELECT shard FROM ga_counters
-    WHERE event_id = :event AND tier = 'FLOOR' AND available >= 1
-    ORDER BY (shard + 64 - :start) % 64
-    LIMIT 1
-    FOR UPDATE SKIP LOCKED),
+    SELECT shard FROM (
+        SELECT shard FROM ga_counters
+        WHERE event_id = :event AND tier = 'FLOOR' AND available >= 1
+        ORDER BY (shard + 64 - :start) % 64
+        LIMIT 1
+        FOR UPDATE SKIP LOCKED) free
+    UNION ALL
+    SELECT shard FROM (
+        SELECT shard FROM ga_counters
+        WHERE event_id = :event AND tier = 'FLOOR' AND available >= 1
+        ORDER BY (shard + 64 - :start) % 64
+        LIMIT 1
+        FOR UPDATE) busy
+    LIMIT 1),
 took AS (
     UPDATE ga_counters c SET available = c.available - 1
     FROM pick, hold
@@ -53,11 +60,6 @@ SELECT EXISTS (SELECT 1 FROM usage),
 \if :took
 COMMIT;
 BEGIN;
-SET LOCAL plan_cache_mode = force_generic_plan;
-SET LOCAL enable_seqscan = off;
-\if :async
-SET LOCAL synchronous_commit = off;
-\endif
 WITH h AS (
     UPDATE holds SET status = 'released'
     WHERE id = ('pg-' || :hid) AND account_id = ('pg-' || :acct) AND status = 'active'

@@ -2,9 +2,11 @@
 -- POST /api/events/{event}/holds (4 adjacent seats, fresh account: THE seat hold statement of
 -- booking/src/inventory/holds/take.rs) followed by the DELETE /api/holds/{id} that releases it
 -- (RELEASE_OWN of holds/release.rs), so the 60,000-seat event never fills up. Parameters are
--- inlined as pgbench variables; the transaction settings are booking's (begin_hold_tx).
--- Variables: -D event=<id> (30 sections S1..S30 x 40 rows x 50 seats). -D async=1 uses
--- synchronous_commit = off like booking's async_commit_holds.
+-- inlined as pgbench variables. Booking sends its transaction settings
+-- (begin_hold_tx: plan_cache_mode, enable_seqscan, synchronous_commit) in BEGIN's round trip;
+-- pgbench cannot in prepared mode, so holds.sh sets them for the session (PGOPTIONS) and each
+-- transaction here is, like booking's, BEGIN + one statement + COMMIT.
+-- Variables: -D event=<id> (30 sections S1..S30 x 40 rows x 50 seats). -D async is unused (see above).
 \set sec random(1, 30)
 \set row random(1, 40)
 \set n1 random(1, 47)
@@ -14,11 +16,6 @@
 \set acct random(1, 2000000000)
 \set hid random(1, 9000000000000000000)
 BEGIN;
-SET LOCAL plan_cache_mode = force_generic_plan;
-SET LOCAL enable_seqscan = off;
-\if :async
-SET LOCAL synchronous_commit = off;
-\endif
 WITH usage AS (
     INSERT INTO account_event_usage AS u (event_id, account_id, tickets)
     SELECT e.id, ('pg-' || :acct), 4 FROM events e
@@ -53,11 +50,6 @@ SELECT EXISTS (SELECT 1 FROM usage), (SELECT expires_at FROM hold),
 FROM (VALUES (1)) AS one (x) LEFT JOIN took t ON true;
 COMMIT;
 BEGIN;
-SET LOCAL plan_cache_mode = force_generic_plan;
-SET LOCAL enable_seqscan = off;
-\if :async
-SET LOCAL synchronous_commit = off;
-\endif
 WITH h AS (
     UPDATE holds SET status = 'released'
     WHERE id = ('pg-' || :hid) AND account_id = ('pg-' || :acct) AND status = 'active'

@@ -17,10 +17,15 @@ pub(super) struct GaTaken {
 }
 
 /// THE GA hold statement: the usage upsert, the hold row (only if the usage passed and the sale
-/// has started), one shard with enough units (random start, `SKIP LOCKED`: a shard another
-/// transaction is decrementing is passed over, never waited for) decremented and recorded,
-/// and the tier's price. Every part is conditional on the one before, so one round trip
-/// decides; the caller rolls back when a part is missing. `bench/sql/ga_*.sql` run this text.
+/// has started), one shard with enough units decremented and recorded, and the tier's price.
+/// Every part is conditional on the one before, so one round trip decides; the caller rolls
+/// back when a part is missing. `bench/sql/ga_hold.sql` runs this text.
+///
+/// The shard: the first with enough units from a random start that no other transaction has
+/// locked (`SKIP LOCKED`: passed over, never waited for). Only when every such shard is
+/// locked at that instant (one shard under load, always) does the second branch run
+/// (`UNION ALL` under `LIMIT 1` stops at the first row) and wait for ONE shard, the first
+/// from the random start, holding no other shard lock meanwhile.
 const HOLD_FROM_ONE_SHARD: &str = "
 WITH usage AS (
     INSERT INTO account_event_usage AS u (event_id, account_id, tickets)
@@ -38,11 +43,20 @@ hold AS (
     WHERE e.id = $1 AND e.sale_start <= clock_timestamp()
     RETURNING expires_at),
 pick AS (
-    SELECT shard FROM ga_counters
-    WHERE event_id = $1 AND tier = $3 AND available >= $4
-    ORDER BY (shard + 64 - $6) % 64
-    LIMIT 1
-    FOR UPDATE SKIP LOCKED),
+    SELECT shard FROM (
+        SELECT shard FROM ga_counters
+        WHERE event_id = $1 AND tier = $3 AND available >= $4
+        ORDER BY (shard + 64 - $6) % 64
+        LIMIT 1
+        FOR UPDATE SKIP LOCKED) free
+    UNION ALL
+    SELECT shard FROM (
+        SELECT shard FROM ga_counters
+        WHERE event_id = $1 AND tier = $3 AND available >= $4
+        ORDER BY (shard + 64 - $6) % 64
+        LIMIT 1
+        FOR UPDATE) busy
+    LIMIT 1),
 took AS (
     UPDATE ga_counters c SET available = c.available - $4
     FROM pick, hold
@@ -57,37 +71,24 @@ SELECT EXISTS (SELECT 1 FROM usage),
        (SELECT shard FROM item),
        (SELECT price FROM ga_tiers WHERE event_id = $1 AND tier = $3)";
 
-/// Takes what one shard with units left can give (at most `$3`), in the same order as the
-/// hold statement, and records it. `$5` is the hold's random start.
-macro_rules! take_some {
-    ($lock:literal) => {
-        concat!(
-            "WITH pick AS (
-                 SELECT shard, available FROM ga_counters
-                 WHERE event_id = $1 AND tier = $2 AND available > 0
-                 ORDER BY (shard + 64 - $5) % 64
-                 LIMIT 1
-                 ",
-            $lock,
-            "),
-             took AS (
-                 UPDATE ga_counters c SET available = c.available - LEAST(p.available, $3)
-                 FROM pick p
-                 WHERE c.event_id = $1 AND c.tier = $2 AND c.shard = p.shard
-                 RETURNING c.shard, LEAST(p.available, $3) AS qty),
-             item AS (
-                 INSERT INTO hold_ga_items (hold_id, shard, quantity)
-                 SELECT $4, shard, qty FROM took
-                 ON CONFLICT (hold_id, shard)
-                     DO UPDATE SET quantity = hold_ga_items.quantity + EXCLUDED.quantity)
-             SELECT qty FROM took"
-        )
-    };
-}
-/// Never waits: a locked shard is skipped.
-const TAKE_SOME_FREE: &str = take_some!("FOR UPDATE SKIP LOCKED");
-/// Waits for ONE shard (the first with units left from the random start).
-const TAKE_SOME_WAITING: &str = take_some!("FOR UPDATE");
+/// Takes what one free shard (`SKIP LOCKED`) with units left can give, at most `$3`, in the
+/// order of the hold statement (`$5`: the hold's random start), and records it.
+const TAKE_SOME_FREE: &str = "
+WITH pick AS (
+    SELECT shard, available FROM ga_counters
+    WHERE event_id = $1 AND tier = $2 AND available > 0
+    ORDER BY (shard + 64 - $5) % 64
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED),
+took AS (
+    UPDATE ga_counters c SET available = c.available - LEAST(p.available, $3)
+    FROM pick p
+    WHERE c.event_id = $1 AND c.tier = $2 AND c.shard = p.shard
+    RETURNING c.shard, LEAST(p.available, $3) AS qty),
+item AS (
+    INSERT INTO hold_ga_items (hold_id, shard, quantity)
+    SELECT $4, shard, qty FROM took)
+SELECT qty FROM took";
 
 /// The last resort of a multi-unit hold: the tier's shards that have units, locked in shard
 /// order (waiting), the quantity split greedily in shard order, all or nothing.
@@ -127,8 +128,9 @@ pub(super) async fn take_units_tx(
     let hold_id = shared::ids::new_id();
     let start = rand::random_range(0..64i32);
     let mut tx = begin_hold_tx(pool, async_commit).await?;
-    let (usage_ok, expires_at, shard, price): (bool, Option<DateTime<Utc>>, Option<i32>, Option<i64>) =
-        sqlx::query_as(HOLD_FROM_ONE_SHARD)
+    // (usage passed, the hold's expiry: None before the sale, the shard, the tier's price)
+    type Row = (bool, Option<DateTime<Utc>>, Option<i32>, Option<i64>);
+    let (usage_ok, expires_at, shard, price): Row = sqlx::query_as(HOLD_FROM_ONE_SHARD)
             .bind(event)
             .bind(account)
             .bind(tier)
@@ -151,7 +153,10 @@ pub(super) async fn take_units_tx(
         expires_at,
         price,
     };
-    if shard.is_none() && !take_piecewise(&mut *tx, &t.hold_id, event, tier, qty, start).await? {
+    // No shard had the whole quantity: one unit is then sold out; more may be spread thin.
+    if shard.is_none()
+        && (qty == 1 || !take_piecewise(&mut *tx, &t.hold_id, event, tier, qty, start).await?)
+    {
         tx.rollback().await.during("roll back a refused hold")?;
         return Ok(Attempt::Short(t));
     }
@@ -159,17 +164,15 @@ pub(super) async fn take_units_tx(
     Ok(Attempt::Done(t))
 }
 
-/// The rare path: no free shard had the whole quantity (the stock is spread thin, or every
-/// shard with enough is busy). `false` when the tier has fewer than `qty` units left (the
-/// caller rolls back).
+/// The rare path of a multi-unit hold: no shard had the whole quantity, so the stock is
+/// spread thin (or was taken meanwhile). `false` when the tier has fewer than `qty` units left
+/// (the caller rolls back).
 ///
-/// - One unit: wait for ONE shard with units (the first from the random start). The hold
-///   holds no other shard lock while it waits.
-/// - More: one free shard at a time (`SKIP LOCKED`, each statement one row), inside a
-///   savepoint. If the free shards do not add up, the savepoint gives back what they gave and
-///   the shards with units are locked in shard order. Only waits in shard order (this, and
-///   the release, which locks a hold's shards in shard order) while holding shard locks, so
-///   two holds never wait for each other's shards in a cycle.
+/// What free shards give, one shard per statement (`SKIP LOCKED`), inside a savepoint. If that
+/// does not add up (shards with units are busy), the savepoint gives it back and the shards
+/// that have units are locked in shard order, all or nothing. A hold waits for shard locks only
+/// while holding none (the hold statement) or in shard order (this, and the release), so shard
+/// waits never form a cycle.
 async fn take_piecewise(
     tx: &mut PgConnection,
     hold_id: &str,
@@ -178,17 +181,12 @@ async fn take_piecewise(
     qty: i32,
     start: i32,
 ) -> Result<bool> {
-    if qty == 1 {
-        return Ok(take_some(tx, TAKE_SOME_WAITING, hold_id, event, tier, 1, start)
-            .await?
-            .is_some());
-    }
     let mut sp = Acquire::begin(&mut *tx)
         .await
         .during("begin taking GA units piecewise")?;
     let mut left = qty;
     while left > 0 {
-        match take_some(&mut sp, TAKE_SOME_FREE, hold_id, event, tier, left, start).await? {
+        match take_some_free(&mut sp, hold_id, event, tier, left, start).await? {
             Some(n) => left -= n,
             None => break,
         }
@@ -211,17 +209,16 @@ async fn take_piecewise(
     Ok(parts.iter().map(|&q| i64::from(q)).sum::<i64>() == i64::from(qty))
 }
 
-/// One `take_some!` statement: the units it took from one shard, `None` when it found none.
-async fn take_some(
+/// [`TAKE_SOME_FREE`]: the units it took from one shard, `None` when it found none.
+async fn take_some_free(
     conn: &mut PgConnection,
-    sql: &'static str,
     hold_id: &str,
     event: &str,
     tier: &str,
     left: i32,
     start: i32,
 ) -> Result<Option<i32>> {
-    sqlx::query_scalar(sql)
+    sqlx::query_scalar(TAKE_SOME_FREE)
         .bind(event)
         .bind(tier)
         .bind(left)
