@@ -88,15 +88,32 @@ async fn ga_units_are_conserved_while_holds_of_mixed_sizes_race_releases() {
                 granted += qty;
                 assert_eq!(*r, 204, "release of {body}");
             }
-            _ => assert_eq!((*status, body["code"].as_str()), (409, Some("SOLD_OUT")), "{body}"),
+            _ => assert_eq!(
+                (*status, body["code"].as_str()),
+                (409, Some("SOLD_OUT")),
+                "{body}"
+            ),
         }
     }
     assert!(kept <= i64::from(capacity), "oversold: {kept} units kept");
-    assert!(granted > i64::from(capacity), "releases made room for more holds: {granted}");
+    assert!(
+        granted > i64::from(capacity),
+        "releases made room for more holds: {granted}"
+    );
     let (available, sold, held, mismatch) = ledger(&app, "race").await;
-    assert_eq!(held, kept, "units recorded for live holds = units the fans kept");
-    assert_eq!(available + sold + held, i64::from(capacity), "units conserved");
-    assert_eq!(mismatch, 0, "each hold's recorded units add up to its quantity");
+    assert_eq!(
+        held, kept,
+        "units recorded for live holds = units the fans kept"
+    );
+    assert_eq!(
+        available + sold + held,
+        i64::from(capacity),
+        "units conserved"
+    );
+    assert_eq!(
+        mismatch, 0,
+        "each hold's recorded units add up to its quantity"
+    );
     let usage: i64 = sqlx::query_scalar(
         "SELECT COALESCE(sum(tickets), 0)::bigint FROM account_event_usage WHERE event_id = $1",
     )
@@ -134,7 +151,11 @@ async fn a_hold_succeeds_while_the_stock_is_spread_thin_across_shards() {
     let ok = results.iter().filter(|(s, _)| *s == 201).count();
     assert_eq!(ok, 2, "{results:?}");
     for (status, body) in results.iter().filter(|(s, _)| *s != 201) {
-        assert_eq!((*status, body["code"].as_str()), (409, Some("SOLD_OUT")), "{body}");
+        assert_eq!(
+            (*status, body["code"].as_str()),
+            (409, Some("SOLD_OUT")),
+            "{body}"
+        );
     }
     let (available, sold, held, mismatch) = ledger(&app, "thin").await;
     assert_eq!((available, sold, held, mismatch), (0, 8, 8, 0));

@@ -131,15 +131,15 @@ pub(super) async fn take_units_tx(
     // (usage passed, the hold's expiry: None before the sale, the shard, the tier's price)
     type Row = (bool, Option<DateTime<Utc>>, Option<i32>, Option<i64>);
     let (usage_ok, expires_at, shard, price): Row = sqlx::query_as(HOLD_FROM_ONE_SHARD)
-            .bind(event)
-            .bind(account)
-            .bind(tier)
-            .bind(qty)
-            .bind(&hold_id)
-            .bind(start)
-            .fetch_one(&mut *tx)
-            .await
-            .during("take the GA hold")?;
+        .bind(event)
+        .bind(account)
+        .bind(tier)
+        .bind(qty)
+        .bind(&hold_id)
+        .bind(start)
+        .fetch_one(&mut *tx)
+        .await
+        .during("take the GA hold")?;
     if !usage_ok {
         tx.rollback().await.during("roll back a refused hold")?;
         return Ok(Attempt::Limit);
@@ -192,7 +192,9 @@ async fn take_piecewise(
         }
     }
     if left == 0 {
-        sp.commit().await.during("keep the GA units taken piecewise")?;
+        sp.commit()
+            .await
+            .during("keep the GA units taken piecewise")?;
         return Ok(true);
     }
     sp.rollback()
