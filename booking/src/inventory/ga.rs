@@ -9,10 +9,10 @@
 //! shard with enough units (starting at a random shard, skipping shards another transaction
 //! has locked: `FOR UPDATE SKIP LOCKED`), decrements it, records the allocation and reads the
 //! tier's price; then the commit. Concurrent buyers spread over the shards instead of queueing
-//! on one row lock. Only when no free shard has the whole quantity (the stock is spread thin,
-//! or every shard with enough is busy) are the units taken piecewise, one shard per statement:
-//! free shards first, and waiting for ONE busy shard only when no free shard has units left.
-//! Nothing ever locks the whole tier.
+//! on one row lock; when every shard with enough is busy, the statement waits for ONE of them.
+//! Only when no shard has the whole quantity (the stock is spread thin) are the units taken
+//! piecewise, one free shard per statement, and as a last resort the shards with units in
+//! shard order. The common path never locks more than one shard.
 //!
 //! Files: this one (the handler), `ga/repo.rs` (the statements).
 

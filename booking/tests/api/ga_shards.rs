@@ -75,17 +75,16 @@ async fn ga_units_are_conserved_while_holds_of_mixed_sizes_race_releases() {
     }))
     .await;
     let mut kept = 0;
-    let mut granted = 0;
+    let mut let_go = 0;
     for (status, body, qty, released) in &results {
         match (*status, released) {
             (201, None) => {
                 kept += qty;
-                granted += qty;
                 assert_eq!(body["quantity"].as_i64(), Some(*qty), "{body}");
                 assert_eq!(body["total"].as_i64(), Some(9000 * qty), "{body}");
             }
             (201, Some(r)) => {
-                granted += qty;
+                let_go += 1;
                 assert_eq!(*r, 204, "release of {body}");
             }
             _ => assert_eq!(
@@ -96,10 +95,9 @@ async fn ga_units_are_conserved_while_holds_of_mixed_sizes_race_releases() {
         }
     }
     assert!(kept <= i64::from(capacity), "oversold: {kept} units kept");
-    assert!(
-        granted > i64::from(capacity),
-        "releases made room for more holds: {granted}"
-    );
+    // Releases ran among the holds (every third granted hold let go); when they landed
+    // relative to the other holds is up to the scheduler, the ledger must add up either way.
+    assert!(let_go > 0, "no hold was released: the test raced nothing");
     let (available, sold, held, mismatch) = ledger(&app, "race").await;
     assert_eq!(
         held, kept,
