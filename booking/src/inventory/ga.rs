@@ -5,12 +5,14 @@
 //! capacity (`CHECK (available >= 0)` is the last line of defence); the units a hold took are
 //! recorded per shard in `hold_ga_items`, so releasing it returns them exactly.
 //!
-//! Taking units, fast path first: ONE statement picks a shard with enough units, starting at a
-//! random shard, skipping shards another transaction has locked (`FOR UPDATE SKIP LOCKED`),
-//! decrements it and records the allocation. Concurrent buyers therefore spread over the
-//! shards instead of queueing on one row lock. Only when that finds nothing (every shard busy,
-//! or the remaining units are spread thinner than the quantity) does the slow path lock all of
-//! the tier's shards in shard order and split the quantity across them.
+//! Taking units: ONE statement reserves the account's usage, inserts the hold row, picks a
+//! shard with enough units (starting at a random shard, skipping shards another transaction
+//! has locked: `FOR UPDATE SKIP LOCKED`), decrements it, records the allocation and reads the
+//! tier's price; then the commit. Concurrent buyers spread over the shards instead of queueing
+//! on one row lock; when every shard with enough is busy, the statement waits for ONE of them.
+//! Only when no shard has the whole quantity (the stock is spread thin) are the units taken
+//! piecewise, one free shard per statement, and as a last resort the shards with units in
+//! shard order. The common path never locks more than one shard.
 //!
 //! Files: this one (the handler), `ga/repo.rs` (the statements).
 
@@ -91,7 +93,8 @@ async fn hold_ga(
         .await?;
         match attempt {
             Attempt::Done(t) => {
-                let price = repo::tier_price(pool, event, &req.tier).await?;
+                // Units were taken, so the tier exists and the statement read its price.
+                let price = t.price.unwrap_or_default();
                 return Ok(GaHoldResponse {
                     hold_id: t.hold_id,
                     event: event.to_owned(),

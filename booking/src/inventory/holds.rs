@@ -2,7 +2,7 @@
 //! and payment flows build on.
 //!
 //! Files: `repo.rs` (the helpers below and the release of ended holds), `take.rs` (the
-//! statements of the seat and GA hold paths), `http.rs` (`POST /api/events/{event}/holds`,
+//! statements of the seat and GA hold paths), `release.rs` (a fan's release in one statement), `http.rs` (`POST /api/events/{event}/holds`,
 //! `DELETE /api/holds/{hold}`).
 //!
 //! Guarantees:
@@ -40,6 +40,7 @@
 //!   [`SellOutcome::NotOrdered`] when the hold is not `ordered` for that account.
 
 pub(crate) mod http;
+mod release;
 pub mod repo;
 pub(crate) mod take;
 

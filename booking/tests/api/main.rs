@@ -13,6 +13,7 @@ mod events;
 mod faults;
 mod flash;
 mod ga;
+mod ga_shards;
 mod health;
 mod helpers;
 mod holds;

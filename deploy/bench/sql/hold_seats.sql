@@ -1,7 +1,12 @@
 -- pgbench baseline for the seat-hold benchmark: exactly the SQL booking runs for one
--- POST /api/events/{event}/holds (4 adjacent seats, fresh account) followed by the
--- DELETE /api/holds/{id} that releases it, so the 60,000-seat event never fills up.
--- Variables: -D event=<id> (30 sections S1..S30 x 40 rows x 50 seats). -D async=1 uses synchronous_commit = off like booking's async_commit_holds.
+-- POST /api/events/{event}/holds (4 adjacent seats, fresh account: THE seat hold statement of
+-- booking/src/inventory/holds/take.rs) followed by the DELETE /api/holds/{id} that releases it
+-- (RELEASE_OWN of holds/release.rs), so the 60,000-seat event never fills up. Parameters are
+-- inlined as pgbench variables. Booking sends its transaction settings
+-- (begin_hold_tx: plan_cache_mode, enable_seqscan, synchronous_commit) in BEGIN's round trip;
+-- pgbench cannot in prepared mode, so holds.sh sets them for the session (PGOPTIONS) and each
+-- transaction here is, like booking's, BEGIN + one statement + COMMIT.
+-- Variables: -D event=<id> (30 sections S1..S30 x 40 rows x 50 seats). -D async is unused (see above).
 \set sec random(1, 30)
 \set row random(1, 40)
 \set n1 random(1, 47)
@@ -9,65 +14,73 @@
 \set n3 :n1 + 2
 \set n4 :n1 + 3
 \set acct random(1, 2000000000)
+\set hid random(1, 9000000000000000000)
 BEGIN;
-\if :async
-SET LOCAL synchronous_commit = off;
-\endif
-INSERT INTO account_event_usage AS u (event_id, account_id, tickets)
-SELECT e.id, 'pg-' || :acct, 4 FROM events e
-WHERE e.id = :event AND 4 <= e.max_tickets_per_account
-ON CONFLICT (event_id, account_id) DO UPDATE
-    SET tickets = u.tickets + EXCLUDED.tickets
-    WHERE u.tickets + EXCLUDED.tickets
-          <= (SELECT max_tickets_per_account FROM events WHERE id = :event)
-RETURNING u.tickets;
-INSERT INTO holds (id, event_id, account_id, kind, ga_tier, quantity, expires_at)
-SELECT replace(gen_random_uuid()::text, '-', ''), e.id, 'pg-' || :acct, 'seats', NULL, 4,
-       clock_timestamp() + make_interval(secs => e.hold_ttl_s)
-FROM events e
-WHERE e.id = :event AND e.sale_start <= clock_timestamp()
-RETURNING id AS hold_id, expires_at AS hold_exp \gset
-WITH wanted AS (
+WITH usage AS (
+    INSERT INTO account_event_usage AS u (event_id, account_id, tickets)
+    SELECT e.id, ('pg-' || :acct), 4 FROM events e
+    WHERE e.id = :event AND 4 <= e.max_tickets_per_account
+    ON CONFLICT (event_id, account_id) DO UPDATE
+        SET tickets = u.tickets + EXCLUDED.tickets
+        WHERE u.tickets + EXCLUDED.tickets
+              <= (SELECT max_tickets_per_account FROM events WHERE id = :event)
+    RETURNING u.tickets),
+hold AS (
+    INSERT INTO holds (id, event_id, account_id, kind, ga_tier, quantity, expires_at)
+    SELECT ('pg-' || :hid), e.id, ('pg-' || :acct), 'seats', NULL, 4,
+           clock_timestamp() + make_interval(secs => e.hold_ttl_s)
+    FROM events e, usage
+    WHERE e.id = :event AND e.sale_start <= clock_timestamp()
+    RETURNING expires_at),
+wanted AS (
     SELECT seat_id, hold_id AS prev_hold FROM seats
-    WHERE event_id = :event
-      AND seat_id = ANY(ARRAY['S' || :sec || '-R' || :row || '-' || :n1,
-                              'S' || :sec || '-R' || :row || '-' || :n2,
-                              'S' || :sec || '-R' || :row || '-' || :n3,
-                              'S' || :sec || '-R' || :row || '-' || :n4])
+    WHERE event_id = :event AND seat_id = ANY(ARRAY['S' || :sec || '-R' || :row || '-' || :n1, 'S' || :sec || '-R' || :row || '-' || :n2,
+                     'S' || :sec || '-R' || :row || '-' || :n3, 'S' || :sec || '-R' || :row || '-' || :n4])
       AND (status = 'available' OR (status = 'held' AND held_until <= clock_timestamp()))
     ORDER BY seat_id
-    FOR UPDATE)
-UPDATE seats s SET status = 'held', hold_id = :hold_id, held_until = :hold_exp
-FROM wanted w, price_tiers p
-WHERE s.event_id = :event AND s.seat_id = w.seat_id
-  AND p.event_id = :event AND p.tier = s.tier
-RETURNING s.seat_id, w.prev_hold, p.price;
+    FOR UPDATE),
+took AS (
+    UPDATE seats s SET status = 'held', hold_id = ('pg-' || :hid), held_until = h.expires_at
+    FROM hold h, wanted w, price_tiers p
+    WHERE s.event_id = :event AND s.seat_id = w.seat_id
+      AND p.event_id = :event AND p.tier = s.tier
+    RETURNING s.seat_id, w.prev_hold, p.price)
+SELECT EXISTS (SELECT 1 FROM usage), (SELECT expires_at FROM hold),
+       t.seat_id, t.prev_hold, t.price
+FROM (VALUES (1)) AS one (x) LEFT JOIN took t ON true;
 COMMIT;
 BEGIN;
-\if :async
-SET LOCAL synchronous_commit = off;
-\endif
-UPDATE holds SET status = 'released'
-WHERE id = :hold_id AND status = ANY('{active}') AND ('pg-' || :acct IS NULL OR account_id = 'pg-' || :acct)
-RETURNING id, event_id, account_id, kind, quantity;
-WITH doomed AS (
-    SELECT event_id, seat_id FROM seats
-    WHERE hold_id = ANY(ARRAY[:hold_id]) AND status = 'held'
-    ORDER BY event_id, seat_id
-    FOR UPDATE)
-UPDATE seats s SET status = 'available', hold_id = NULL, held_until = NULL
-FROM doomed d
-WHERE s.event_id = d.event_id AND s.seat_id = d.seat_id;
-WITH d AS (
-    SELECT e AS event_id, a AS account_id, sum(q)::int AS q
-    FROM unnest(ARRAY[:event]::text[], ARRAY['pg-' || :acct]::text[], ARRAY[4]::int[]) AS t(e, a, q)
-    GROUP BY 1, 2),
-locked AS (
-    SELECT u.event_id, u.account_id, d.q
-    FROM account_event_usage u JOIN d USING (event_id, account_id)
-    ORDER BY u.event_id, u.account_id
-    FOR UPDATE OF u)
-UPDATE account_event_usage u SET tickets = u.tickets - l.q
-FROM locked l
-WHERE u.event_id = l.event_id AND u.account_id = l.account_id;
+WITH h AS (
+    UPDATE holds SET status = 'released'
+    WHERE id = ('pg-' || :hid) AND account_id = ('pg-' || :acct) AND status = 'active'
+    RETURNING event_id, account_id, kind, ga_tier, quantity),
+doomed AS (
+    SELECT s.event_id, s.seat_id FROM seats s, h
+    WHERE h.kind = 'seats' AND s.hold_id = ('pg-' || :hid)
+    ORDER BY s.event_id, s.seat_id
+    FOR UPDATE OF s),
+seats_back AS (
+    UPDATE seats s SET status = 'available', hold_id = NULL, held_until = NULL
+    FROM doomed d
+    WHERE s.event_id = d.event_id AND s.seat_id = d.seat_id
+      AND s.status = 'held' AND s.hold_id = ('pg-' || :hid)
+    RETURNING 1),
+units AS (
+    SELECT c.shard, i.quantity FROM h, hold_ga_items i, ga_counters c
+    WHERE h.kind = 'ga' AND i.hold_id = ('pg-' || :hid)
+      AND c.event_id = h.event_id AND c.tier = h.ga_tier AND c.shard = i.shard
+    ORDER BY c.shard
+    FOR UPDATE OF c),
+units_back AS (
+    UPDATE ga_counters c SET available = c.available + u.quantity
+    FROM h, units u
+    WHERE c.event_id = h.event_id AND c.tier = h.ga_tier AND c.shard = u.shard
+    RETURNING u.quantity),
+usage AS (
+    UPDATE account_event_usage u SET tickets = u.tickets - h.quantity
+    FROM h
+    WHERE u.event_id = h.event_id AND u.account_id = h.account_id
+    RETURNING 1)
+SELECT (SELECT count(*) FROM seats_back) + (SELECT COALESCE(sum(quantity), 0) FROM units_back)
+FROM h;
 COMMIT;

@@ -2,7 +2,7 @@
 
 use crate::inventory::InventoryState;
 use crate::inventory::error::{During, InventoryError};
-use crate::inventory::holds::repo::release_hold_inner;
+use crate::inventory::holds::release::release_own_tx;
 use crate::inventory::holds::take::{
     Attempt, begin_hold_tx, expire_account_holds, hold_status, limit_refusal, sale_not_started,
     seat_refusal, take_seats_tx,
@@ -132,20 +132,12 @@ async fn release_own_hold(
     }
     let released = db::retry(1, || async {
         let mut tx = begin_hold_tx(&state.pool, state.settings.async_commit_holds).await?;
-        let r = release_hold_inner(
-            &mut tx,
-            hold,
-            Some(account),
-            &[HoldStatus::Active],
-            HoldStatus::Released,
-        )
-        .await
-        .during("release the hold")?;
+        let r = release_own_tx(&mut tx, hold, account).await?;
         tx.commit().await.during("commit the release")?;
         Ok::<_, InventoryError>(r)
     })
     .await?;
-    if released.is_some() {
+    if released {
         return Ok(StatusCode::NO_CONTENT);
     }
     // Nothing changed; say why (a read for the answer only).

@@ -1,6 +1,6 @@
 //! The statements of the hold paths (seats here, GA units in `ga/repo.rs`): the hold
-//! transaction, the per-account usage upsert, the hold row, THE seat statement, the reclaim of
-//! expired holds, and the reads that explain a refusal. Each returns [`InventoryError`] naming
+//! transaction and its settings, THE seat hold statement (usage, hold row and seats in one),
+//! the reclaim of expired holds, and the reads that explain a refusal. Each returns [`InventoryError`] naming
 //! the statement that failed.
 
 use crate::inventory::error::{During, InventoryError};
@@ -29,77 +29,27 @@ pub(crate) enum Attempt<T> {
 /// - `plan_cache_mode = force_generic_plan`: every hold statement is a primary-key or hold-id
 ///   lookup whose best plan never depends on the values, but with array parameters Postgres
 ///   would re-plan them on every execution (custom plans cost ~0.2 ms each, measured: about a
-///   third of Postgres' work per hold).
+///   third of Postgres' work per hold);
+/// - `enable_seqscan = off`: a generic plan is made ONCE per connection, from the statistics
+///   of that moment, and kept for the connection's life. Right after a fresh start (empty
+///   `holds` and `account_event_usage`, analysed) a sequential scan looks free, so the release
+///   statements were planned as scans of those tables and stayed scans while they grew: that
+///   is why the first benchmark run, async commits, cost twice the Postgres CPU of the durable
+///   run after it (issue 16). Every statement here is an index lookup; this keeps it one.
 pub(crate) async fn begin_hold_tx(
     pool: &PgPool,
     async_commit: bool,
 ) -> Result<sqlx::Transaction<'static, sqlx::Postgres>> {
     let begin = if async_commit {
         "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan; \
-         SET LOCAL synchronous_commit = off"
+         SET LOCAL enable_seqscan = off; SET LOCAL synchronous_commit = off"
     } else {
-        "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan"
+        "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan; \
+         SET LOCAL enable_seqscan = off"
     };
     pool.begin_with(begin)
         .await
         .during("begin the hold transaction")
-}
-
-/// Adds `n` tickets to the account's usage for the event if that stays within the event's
-/// limit: ONE conditional upsert, so concurrent requests of one account cannot both pass.
-/// `false` when over the limit or the event does not exist (the caller tells them apart
-/// after rolling back).
-pub(crate) async fn reserve_usage(
-    conn: &mut PgConnection,
-    event: &str,
-    account: &str,
-    n: i32,
-) -> Result<bool> {
-    let row: Option<i32> = sqlx::query_scalar(
-        "INSERT INTO account_event_usage AS u (event_id, account_id, tickets)
-         SELECT e.id, $2, $3 FROM events e
-         WHERE e.id = $1 AND $3 <= e.max_tickets_per_account
-         ON CONFLICT (event_id, account_id) DO UPDATE
-             SET tickets = u.tickets + EXCLUDED.tickets
-             WHERE u.tickets + EXCLUDED.tickets
-                   <= (SELECT max_tickets_per_account FROM events WHERE id = $1)
-         RETURNING u.tickets",
-    )
-    .bind(event)
-    .bind(account)
-    .bind(n)
-    .fetch_optional(conn)
-    .await
-    .during("reserve the account's ticket usage")?;
-    Ok(row.is_some())
-}
-
-/// Inserts the hold row with `expires_at = clock_timestamp() + hold_ttl_s`, only if the
-/// event's sale has started. Returns `expires_at`, or `None` before the sale start.
-pub(crate) async fn insert_hold(
-    conn: &mut PgConnection,
-    hold_id: &str,
-    event: &str,
-    account: &str,
-    ga_tier: Option<&str>,
-    quantity: i32,
-) -> Result<Option<DateTime<Utc>>> {
-    sqlx::query_scalar(
-        "INSERT INTO holds (id, event_id, account_id, kind, ga_tier, quantity, expires_at)
-         SELECT $1, e.id, $3, CASE WHEN $4::text IS NULL THEN 'seats' ELSE 'ga' END, $4, $5,
-                clock_timestamp() + make_interval(secs => e.hold_ttl_s)
-         FROM events e
-         WHERE e.id = $2 AND e.sale_start <= clock_timestamp()
-         RETURNING expires_at",
-    )
-    .bind(hold_id)
-    .bind(event)
-    .bind(account)
-    .bind(ga_tier)
-    .bind(quantity)
-    .fetch_optional(conn)
-    .await
-    .during("insert the hold row")
 }
 
 /// The refusal for a refused usage upsert: no such event, or LIMIT_EXCEEDED with the numbers
@@ -156,7 +106,51 @@ pub(crate) struct SeatsTaken {
     pub reclaimed: Vec<HoldKind>,
 }
 
-/// One hold transaction: usage, hold row, the seat statement, tidying of reclaimed holds.
+/// THE seat hold statement: the usage upsert (`n` more tickets for the account, only within
+/// the event's limit: concurrent requests of one account cannot both pass), the hold row (only
+/// if the usage passed and the sale has started, `expires_at` from the database clock), and
+/// the seats. The seat part locks the requested seats in `seat_id` order (a fixed order, so
+/// two overlapping requests cannot deadlock on each other) and keeps only those that are
+/// available or whose hold has expired by the database clock; under READ COMMITTED a row
+/// another transaction took while we waited is re-checked after the lock and drops out, so the
+/// rows returned are exactly what we got. One row per seat taken, or one row with NULL seat
+/// when none was: the first two columns say whether the usage passed and when the hold
+/// expires (NULL: not on sale). `bench/sql/hold_seats.sql` runs this text.
+const HOLD_SEATS: &str = "
+WITH usage AS (
+    INSERT INTO account_event_usage AS u (event_id, account_id, tickets)
+    SELECT e.id, $2, $5 FROM events e
+    WHERE e.id = $1 AND $5 <= e.max_tickets_per_account
+    ON CONFLICT (event_id, account_id) DO UPDATE
+        SET tickets = u.tickets + EXCLUDED.tickets
+        WHERE u.tickets + EXCLUDED.tickets
+              <= (SELECT max_tickets_per_account FROM events WHERE id = $1)
+    RETURNING u.tickets),
+hold AS (
+    INSERT INTO holds (id, event_id, account_id, kind, ga_tier, quantity, expires_at)
+    SELECT $3, e.id, $2, 'seats', NULL, $5,
+           clock_timestamp() + make_interval(secs => e.hold_ttl_s)
+    FROM events e, usage
+    WHERE e.id = $1 AND e.sale_start <= clock_timestamp()
+    RETURNING expires_at),
+wanted AS (
+    SELECT seat_id, hold_id AS prev_hold FROM seats
+    WHERE event_id = $1 AND seat_id = ANY($4)
+      AND (status = 'available' OR (status = 'held' AND held_until <= clock_timestamp()))
+    ORDER BY seat_id
+    FOR UPDATE),
+took AS (
+    UPDATE seats s SET status = 'held', hold_id = $3, held_until = h.expires_at
+    FROM hold h, wanted w, price_tiers p
+    WHERE s.event_id = $1 AND s.seat_id = w.seat_id
+      AND p.event_id = $1 AND p.tier = s.tier
+    RETURNING s.seat_id, w.prev_hold, p.price)
+SELECT EXISTS (SELECT 1 FROM usage), (SELECT expires_at FROM hold),
+       t.seat_id, t.prev_hold, t.price
+FROM (VALUES (1)) AS one (x) LEFT JOIN took t ON true";
+
+/// One hold transaction: THE seat hold statement, then (rarely) tidying of reclaimed holds.
+/// Three round trips in the common case: begin, the statement, commit.
 pub(crate) async fn take_seats_tx(
     pool: &PgPool,
     async_commit: bool,
@@ -165,42 +159,37 @@ pub(crate) async fn take_seats_tx(
     seats: &[String],
     n: i32,
 ) -> Result<Attempt<SeatsTaken>> {
+    type Row = (
+        bool,
+        Option<DateTime<Utc>>,
+        Option<String>,
+        Option<String>,
+        Option<i64>,
+    );
     let hold_id = shared::ids::new_id();
     let mut tx = begin_hold_tx(pool, async_commit).await?;
-    if !reserve_usage(&mut tx, event, account, n).await? {
+    let rows: Vec<Row> = sqlx::query_as(HOLD_SEATS)
+        .bind(event)
+        .bind(account)
+        .bind(&hold_id)
+        .bind(seats)
+        .bind(n)
+        .fetch_all(&mut *tx)
+        .await
+        .during("take the requested seats")?;
+    let (usage_ok, expires_at) = rows.first().map_or((false, None), |r| (r.0, r.1));
+    if !usage_ok {
         tx.rollback().await.during("roll back a refused hold")?;
         return Ok(Attempt::Limit);
     }
-    let Some(expires_at) = insert_hold(&mut tx, &hold_id, event, account, None, n).await? else {
+    let Some(expires_at) = expires_at else {
         tx.rollback().await.during("roll back a refused hold")?;
         return Ok(Attempt::NotOnSale);
     };
-    // THE hold statement. The CTE locks the requested seats in seat_id order (a fixed order,
-    // so two overlapping requests cannot deadlock on each other) and keeps only those that
-    // are available or whose hold has expired by the database clock. Under READ COMMITTED a
-    // row another transaction took while we waited is re-checked after the lock and drops
-    // out, so the count of returned rows is exactly what we got.
-    let rows: Vec<(String, Option<String>, i64)> = sqlx::query_as(
-        "WITH wanted AS (
-             SELECT seat_id, hold_id AS prev_hold FROM seats
-             WHERE event_id = $1 AND seat_id = ANY($2)
-               AND (status = 'available'
-                    OR (status = 'held' AND held_until <= clock_timestamp()))
-             ORDER BY seat_id
-             FOR UPDATE)
-         UPDATE seats s SET status = 'held', hold_id = $3, held_until = $4
-         FROM wanted w, price_tiers p
-         WHERE s.event_id = $1 AND s.seat_id = w.seat_id
-           AND p.event_id = $1 AND p.tier = s.tier
-         RETURNING s.seat_id, w.prev_hold, p.price",
-    )
-    .bind(event)
-    .bind(seats)
-    .bind(&hold_id)
-    .bind(expires_at)
-    .fetch_all(&mut *tx)
-    .await
-    .during("take the requested seats")?;
+    let rows: Vec<(String, Option<String>, i64)> = rows
+        .into_iter()
+        .filter_map(|(_, _, seat, prev, price)| Some((seat?, prev, price?)))
+        .collect();
     if rows.len() < seats.len() {
         tx.rollback().await.during("roll back a refused hold")?;
         return Ok(Attempt::Short(SeatsTaken {

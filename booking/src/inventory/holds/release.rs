@@ -1,0 +1,66 @@
+//! A fan's release of their own active hold (`DELETE /api/holds/{hold}`) as ONE statement:
+//! the same moves as [`release_hold_tx`](super::repo::release_hold_tx) followed by
+//! `release_resources` (status change, seats, GA units to the shards they came from, the
+//! account's usage), in the same lock order (hold → seats by `seat_id` → shards by shard →
+//! usage), without a round trip per step. Everything hangs on the conditional status change:
+//! a hold that is not this account's active hold changes nothing.
+
+use crate::inventory::error::{During, InventoryError};
+use sqlx::PgConnection;
+
+/// `bench/sql/hold_seats.sql` runs this text. (`usage`, like every data-modifying `WITH`, runs
+/// whether or not the final `SELECT` reads it.)
+///
+/// The seats are found by `hold_id = $1` alone (its index), their status checked in the
+/// update: a `status = 'held'` next to it lets the planner pick the partial index of held
+/// seats, which a fresh event's statistics call empty, and then scan every held seat.
+const RELEASE_OWN: &str = "
+WITH h AS (
+    UPDATE holds SET status = 'released'
+    WHERE id = $1 AND account_id = $2 AND status = 'active'
+    RETURNING event_id, account_id, kind, ga_tier, quantity),
+doomed AS (
+    SELECT s.event_id, s.seat_id FROM seats s, h
+    WHERE h.kind = 'seats' AND s.hold_id = $1
+    ORDER BY s.event_id, s.seat_id
+    FOR UPDATE OF s),
+seats_back AS (
+    UPDATE seats s SET status = 'available', hold_id = NULL, held_until = NULL
+    FROM doomed d
+    WHERE s.event_id = d.event_id AND s.seat_id = d.seat_id
+      AND s.status = 'held' AND s.hold_id = $1
+    RETURNING 1),
+units AS (
+    SELECT c.shard, i.quantity FROM h, hold_ga_items i, ga_counters c
+    WHERE h.kind = 'ga' AND i.hold_id = $1
+      AND c.event_id = h.event_id AND c.tier = h.ga_tier AND c.shard = i.shard
+    ORDER BY c.shard
+    FOR UPDATE OF c),
+units_back AS (
+    UPDATE ga_counters c SET available = c.available + u.quantity
+    FROM h, units u
+    WHERE c.event_id = h.event_id AND c.tier = h.ga_tier AND c.shard = u.shard
+    RETURNING u.quantity),
+usage AS (
+    UPDATE account_event_usage u SET tickets = u.tickets - h.quantity
+    FROM h
+    WHERE u.event_id = h.event_id AND u.account_id = h.account_id
+    RETURNING 1)
+SELECT (SELECT count(*) FROM seats_back) + (SELECT COALESCE(sum(quantity), 0) FROM units_back)
+FROM h";
+
+/// Releases the account's active hold; `false` when nothing changed (not active, not theirs,
+/// unknown). A negative usage (a double release) violates `CHECK (tickets >= 0)` and fails.
+pub(crate) async fn release_own_tx(
+    conn: &mut PgConnection,
+    hold: &str,
+    account: &str,
+) -> Result<bool, InventoryError> {
+    let released: Option<i64> = sqlx::query_scalar(RELEASE_OWN)
+        .bind(hold)
+        .bind(account)
+        .fetch_optional(conn)
+        .await
+        .during("release the hold")?;
+    Ok(released.is_some())
+}
