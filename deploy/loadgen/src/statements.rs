@@ -40,7 +40,7 @@ pub struct StatementsArgs {
     #[arg(long, default_value_t = 20)]
     pub count: usize,
     /// Statements listed per operation.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 12)]
     pub top: usize,
     #[arg(long, env = "LOADGEN_TOKEN_SECRET")]
     pub token_secret: Option<String>,
@@ -75,11 +75,6 @@ pub struct StatementsReport {
     pub ops: Vec<OpCost>,
 }
 
-impl StatementsReport {
-    pub fn get(&self, name: &str) -> Option<&OpCost> {
-        self.ops.iter().find(|o| o.name == name)
-    }
-}
 
 struct Ctx {
     args: StatementsArgs,
@@ -198,7 +193,11 @@ impl Ctx {
             bail!("{url}: {}", resp.status());
         }
         let v: Value = resp.json().await.context("flush JSON")?;
-        Ok(v["delivered"].as_u64().unwrap_or(0))
+        // A count, or the list of deliveries.
+        let d = &v["delivered"];
+        Ok(d.as_u64()
+            .or_else(|| d.as_array().map(|a| a.len() as u64))
+            .unwrap_or(0))
     }
 }
 
