@@ -145,7 +145,13 @@ async fn pay(
         key: &key,
         fingerprint: &fp,
     };
-    let result = pay_claimed(&clients, &claim, admitted.event(), &order_id, &req.payment_method);
+    let result = pay_claimed(
+        &clients,
+        &claim,
+        admitted.event(),
+        &order_id,
+        &req.payment_method,
+    );
     match result.await {
         Ok(Done::Stored(status, body)) => Ok(idempotency::respond(status, body)),
         Ok(Done::Replay(stored)) => {
@@ -213,8 +219,16 @@ async fn pay_claimed(
     let pin_s = c.settings.pay_pin_s.max(1) as f64;
     let reconcile_s = c.settings.reconcile_after_s as f64;
     let account = key.account;
-    let (started, claim) =
-        repo::start_attempt(&c.pool, key, admission, order_id, method, pin_s, reconcile_s).await?;
+    let (started, claim) = repo::start_attempt(
+        &c.pool,
+        key,
+        admission,
+        order_id,
+        method,
+        pin_s,
+        reconcile_s,
+    )
+    .await?;
     let (attempt, claim) = match (started, claim) {
         (Start::Charge(a), Some(claim)) => (a, claim),
         (Start::Replay(stored), _) => return Ok(Done::Replay(stored)),

@@ -3,13 +3,13 @@
 //! pool or a connection and return [`PaymentError`] naming the failed statement; the database
 //! decides every race with one conditional statement.
 
+use crate::orders::model::{OrderItemView, OrderRow};
 use crate::payments::error::{PaymentError, PaymentResult, Statement};
 use crate::payments::model::{Attempt, AttemptStatus, Payability, Unpayable, payability};
 use crate::platform::db::{self, TxError};
 use crate::platform::idempotency::{
     self, Begin, Claim, Fingerprint, IdempotencyKey, IdempotencySettings, Replay,
 };
-use crate::orders::model::{OrderItemView, OrderRow};
 use sqlx::types::Json;
 use sqlx::{PgConnection, PgPool};
 
@@ -73,8 +73,14 @@ pub struct KeyClaim<'a> {
 impl KeyClaim<'_> {
     /// Claims the key inside `conn`'s transaction ([`idempotency::claim_tx`]).
     pub async fn claim_tx(&self, conn: &mut PgConnection) -> PaymentResult<Begin> {
-        match idempotency::claim_tx(conn, self.settings, self.account, self.key, self.fingerprint)
-            .await
+        match idempotency::claim_tx(
+            conn,
+            self.settings,
+            self.account,
+            self.key,
+            self.fingerprint,
+        )
+        .await
         {
             Ok(begin) => Ok(begin),
             Err(TxError::Db(source)) => Err(PaymentError::Db {

@@ -38,8 +38,7 @@ async fn hundreds_of_concurrent_duplicates_make_one_order_and_replay_it() {
     assert_eq!(put_line(&app, &token, "MUG", json!(3)).await.status(), 200);
     let body = json!({"source": "cart"});
     let results =
-        futures::future::join_all((0..200).map(|_| post_order(&app, &token, "dup-1", &body)))
-            .await;
+        futures::future::join_all((0..200).map(|_| post_order(&app, &token, "dup-1", &body))).await;
     let mut created = Vec::new();
     let mut replayed = Vec::new();
     for r in results {
@@ -61,11 +60,19 @@ async fn hundreds_of_concurrent_duplicates_make_one_order_and_replay_it() {
     assert_eq!(count(&app, "SELECT count(*) FROM orders").await, 1);
     assert_eq!(stock(&app, "MUG").await, (97, 3, 0));
     assert_eq!(
-        count(&app, "SELECT count(*) FROM idempotency_keys WHERE state = 'done'").await,
+        count(
+            &app,
+            "SELECT count(*) FROM idempotency_keys WHERE state = 'done'"
+        )
+        .await,
         1
     );
     assert_eq!(
-        count(&app, "SELECT count(*) FROM idempotency_keys WHERE state <> 'done'").await,
+        count(
+            &app,
+            "SELECT count(*) FROM idempotency_keys WHERE state <> 'done'"
+        )
+        .await,
         0
     );
     app.stop().await;
@@ -89,8 +96,7 @@ async fn concurrent_hold_orders_with_one_key_pin_once_and_another_body_is_422() 
     assert_eq!(status, 201, "{hold}");
     let body = json!({"hold_id": hold["hold_id"]});
     let results =
-        futures::future::join_all((0..100).map(|_| post_order(&app, &token, "dup-h", &body)))
-            .await;
+        futures::future::join_all((0..100).map(|_| post_order(&app, &token, "dup-h", &body))).await;
     let mut bodies = std::collections::BTreeMap::<u16, Vec<String>>::new();
     for r in results {
         let status = r.status().as_u16();

@@ -29,7 +29,11 @@ pub struct StatementsArgs {
     /// The sandbox provider booking pays through (webhooks flushed via `/_sandbox`).
     #[arg(long, default_value = "http://127.0.0.1:8099")]
     pub sandbox: String,
-    #[arg(long, env = "FLOODGATE_SANDBOX__API_KEY", default_value = "sk_test_dev")]
+    #[arg(
+        long,
+        env = "FLOODGATE_SANDBOX__API_KEY",
+        default_value = "sk_test_dev"
+    )]
     pub sandbox_key: String,
     #[arg(long, env = "FLOODGATE_ADMIN_TOKEN")]
     pub admin_token: String,
@@ -74,7 +78,6 @@ pub struct StatementsReport {
     pub count: usize,
     pub ops: Vec<OpCost>,
 }
-
 
 struct Ctx {
     args: StatementsArgs,
@@ -159,7 +162,11 @@ impl Ctx {
         let total: i64 = rows.iter().map(|r| r.0).sum();
         let set_local: i64 = rows
             .iter()
-            .filter(|r| r.1.trim_start().to_ascii_uppercase().starts_with("SET LOCAL"))
+            .filter(|r| {
+                r.1.trim_start()
+                    .to_ascii_uppercase()
+                    .starts_with("SET LOCAL")
+            })
             .map(|r| r.0)
             .sum();
         let n = requests.max(1) as f64;
@@ -261,29 +268,58 @@ async fn measure(c: &Ctx) -> anyhow::Result<StatementsReport> {
         "price_tiers": [{"tier": "A", "price": 5000}],
         "seat_map": {"sections": [{"name": "S", "rows": rows, "seats_per_row": 50, "price_tier": "A"}]},
     }), &[200, 201]).await?;
-    c.expect(post.clone(), "/admin/events", &admin, false, json!({
-        "id": ga_event, "name": "statements bench GA", "sale_start": "2020-01-01T00:00:00Z",
-        "ga_tiers": [{"tier": "FLOOR", "price": 3000, "capacity": 1_000_000, "shards": 1}],
-    }), &[200, 201]).await?;
+    c.expect(
+        post.clone(),
+        "/admin/events",
+        &admin,
+        false,
+        json!({
+            "id": ga_event, "name": "statements bench GA", "sale_start": "2020-01-01T00:00:00Z",
+            "ga_tiers": [{"tier": "FLOOR", "price": 3000, "capacity": 1_000_000, "shards": 1}],
+        }),
+        &[200, 201],
+    )
+    .await?;
     let sku = format!("STM-{r}");
-    c.expect(post.clone(), "/admin/products", &admin, false, json!({
-        "sku": sku, "event": event, "name": "statements bench", "price": 1000,
-        "stock": 1_000_000, "hot": false,
-    }), &[200, 201]).await?;
+    c.expect(
+        post.clone(),
+        "/admin/products",
+        &admin,
+        false,
+        json!({
+            "sku": sku, "event": event, "name": "statements bench", "price": 1000,
+            "stock": 1_000_000, "hot": false,
+        }),
+        &[200, 201],
+    )
+    .await?;
     let seller = c.token(&format!("stm-{r}-seller"), &event)?;
     let end = chrono::Utc::now() + chrono::Duration::hours(2);
     let auction = c
-        .expect(post.clone(), "/api/auctions", &seller, true, json!({
-            "event": event, "title": "statements bench", "start_price": 1000,
-            "min_increment": 10, "end_time": end.to_rfc3339(), "hot": false,
-        }), &[201])
+        .expect(
+            post.clone(),
+            "/api/auctions",
+            &seller,
+            true,
+            json!({
+                "event": event, "title": "statements bench", "start_price": 1000,
+                "min_increment": 10, "end_time": end.to_rfc3339(), "hot": false,
+            }),
+            &[201],
+        )
         .await?["id"]
         .as_str()
         .context("auction id")?
         .to_owned();
     let map = c
-        .expect(reqwest::Method::GET, &format!("/api/events/{event}/seats"), &seller, false,
-            Value::Null, &[200])
+        .expect(
+            reqwest::Method::GET,
+            &format!("/api/events/{event}/seats"),
+            &seller,
+            false,
+            Value::Null,
+            &[200],
+        )
         .await?;
     let seats: Vec<String> = map["seats"]
         .as_array()
@@ -303,8 +339,14 @@ async fn measure(c: &Ctx) -> anyhow::Result<StatementsReport> {
         let account = format!("stm-{r}-fan-{i}");
         let tok = c.token(&account, &event)?;
         let v = c
-            .expect(post.clone(), &format!("/api/events/{event}/holds"), &tok, false,
-                json!({"seats": [seat]}), &[201])
+            .expect(
+                post.clone(),
+                &format!("/api/events/{event}/holds"),
+                &tok,
+                false,
+                json!({"seats": [seat]}),
+                &[201],
+            )
             .await?;
         holds.push((tok, v["hold_id"].as_str().context("hold id")?.to_owned()));
     }
@@ -313,9 +355,15 @@ async fn measure(c: &Ctx) -> anyhow::Result<StatementsReport> {
     c.reset().await?;
     for i in 0..n {
         let tok = c.token(&format!("stm-{r}-ga-{i}"), &ga_event)?;
-        c.expect(post.clone(), &format!("/api/events/{ga_event}/ga-holds"), &tok, false,
-            json!({"tier": "FLOOR", "quantity": 1}), &[201])
-            .await?;
+        c.expect(
+            post.clone(),
+            &format!("/api/events/{ga_event}/ga-holds"),
+            &tok,
+            false,
+            json!({"tier": "FLOOR", "quantity": 1}),
+            &[201],
+        )
+        .await?;
     }
     ops.push(c.cost("GA hold", n).await?);
 
@@ -323,47 +371,85 @@ async fn measure(c: &Ctx) -> anyhow::Result<StatementsReport> {
     c.reset().await?;
     for (tok, hold) in &holds {
         let v = c
-            .expect(post.clone(), "/api/orders", tok, true, json!({"hold_id": hold}), &[201])
+            .expect(
+                post.clone(),
+                "/api/orders",
+                tok,
+                true,
+                json!({"hold_id": hold}),
+                &[201],
+            )
             .await?;
-        orders.push((tok.clone(), v["id"].as_str().context("order id")?.to_owned()));
+        orders.push((
+            tok.clone(),
+            v["id"].as_str().context("order id")?.to_owned(),
+        ));
     }
     ops.push(c.cost("order from hold", n).await?);
 
     let mut cart_tokens = Vec::with_capacity(n);
     for i in 0..n {
         let tok = c.token(&format!("stm-{r}-cart-{i}"), &event)?;
-        c.expect(reqwest::Method::PUT, &format!("/api/events/{event}/cart/items/{sku}"), &tok,
-            false, json!({"quantity": 1}), &[200, 201, 204])
-            .await?;
+        c.expect(
+            reqwest::Method::PUT,
+            &format!("/api/events/{event}/cart/items/{sku}"),
+            &tok,
+            false,
+            json!({"quantity": 1}),
+            &[200, 201, 204],
+        )
+        .await?;
         cart_tokens.push(tok);
     }
     c.reset().await?;
     for tok in &cart_tokens {
-        c.expect(post.clone(), "/api/orders", tok, true, json!({"source": "cart"}), &[201])
-            .await?;
+        c.expect(
+            post.clone(),
+            "/api/orders",
+            tok,
+            true,
+            json!({"source": "cart"}),
+            &[201],
+        )
+        .await?;
     }
     ops.push(c.cost("order from cart", n).await?);
 
     c.flush_webhooks().await?;
     c.reset().await?;
     for (tok, order) in &orders {
-        c.expect(post.clone(), &format!("/api/orders/{order}/pay"), tok, true,
-            json!({"payment_method": "pm_card_visa"}), &[200])
-            .await?;
+        c.expect(
+            post.clone(),
+            &format!("/api/orders/{order}/pay"),
+            tok,
+            true,
+            json!({"payment_method": "pm_card_visa"}),
+            &[200],
+        )
+        .await?;
     }
     ops.push(c.cost("pay", n).await?);
 
     c.reset().await?;
     let delivered = c.flush_webhooks().await?;
-    ops.push(c.cost("webhook", usize::try_from(delivered).unwrap_or(n)).await?);
+    ops.push(
+        c.cost("webhook", usize::try_from(delivered).unwrap_or(n))
+            .await?,
+    );
 
     c.reset().await?;
     for i in 0..n {
         let tok = c.token(&format!("stm-{r}-bidder-{i}"), &event)?;
         let amount = 1000 + 10 * (i as i64 + 1);
-        c.expect(post.clone(), &format!("/api/auctions/{auction}/bids"), &tok, true,
-            json!({"amount": amount}), &[200, 201])
-            .await?;
+        c.expect(
+            post.clone(),
+            &format!("/api/auctions/{auction}/bids"),
+            &tok,
+            true,
+            json!({"amount": amount}),
+            &[200, 201],
+        )
+        .await?;
     }
     ops.push(c.cost("bid (cold auction)", n).await?);
 
@@ -372,17 +458,36 @@ async fn measure(c: &Ctx) -> anyhow::Result<StatementsReport> {
     for (i, seat) in seats.iter().skip(n).take(n).enumerate() {
         let tok = c.token(&format!("stm-{r}-buyer-{i}"), &event)?;
         let v = c
-            .expect(post.clone(), &format!("/api/events/{event}/holds"), &tok, false,
-                json!({"seats": [seat]}), &[201])
+            .expect(
+                post.clone(),
+                &format!("/api/events/{event}/holds"),
+                &tok,
+                false,
+                json!({"seats": [seat]}),
+                &[201],
+            )
             .await?;
         let hold = v["hold_id"].as_str().context("hold id")?;
         let v = c
-            .expect(post.clone(), "/api/orders", &tok, true, json!({"hold_id": hold}), &[201])
+            .expect(
+                post.clone(),
+                "/api/orders",
+                &tok,
+                true,
+                json!({"hold_id": hold}),
+                &[201],
+            )
             .await?;
         let order = v["id"].as_str().context("order id")?;
-        c.expect(post.clone(), &format!("/api/orders/{order}/pay"), &tok, true,
-            json!({"payment_method": "pm_card_visa"}), &[200])
-            .await?;
+        c.expect(
+            post.clone(),
+            &format!("/api/orders/{order}/pay"),
+            &tok,
+            true,
+            json!({"payment_method": "pm_card_visa"}),
+            &[200],
+        )
+        .await?;
         c.flush_webhooks().await?;
     }
     ops.push(c.cost("whole purchase", n).await?);
@@ -413,7 +518,11 @@ pub fn markdown(r: &StatementsReport) -> String {
         );
     }
     for o in &r.ops {
-        let _ = writeln!(md, "\n<details><summary>{}: top statements (calls per op)</summary>\n", o.name);
+        let _ = writeln!(
+            md,
+            "\n<details><summary>{}: top statements (calls per op)</summary>\n",
+            o.name
+        );
         for t in &o.top {
             let _ = writeln!(md, "- {:.1} × `{}`", t.per_op, t.query.replace('`', "'"));
         }
