@@ -22,10 +22,12 @@ use axum::http::{Method, StatusCode};
 use axum::response::Response;
 use axum::routing::post;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 use shared::error::codes;
-use sqlx::PgConnection;
-use sqlx::types::Json;
+
+mod paid;
+
+use paid::{paid_body, paid_body_tx};
 
 pub fn router() -> Router<PaymentsState> {
     Router::new().route("/api/orders/{id}/pay", post(pay))
@@ -393,57 +395,11 @@ async fn finish_decline(
     Ok(Done::Stored(StatusCode::PAYMENT_REQUIRED, bytes))
 }
 
-/// The order (as `GET /api/orders/{id}` shows it) plus its tickets and settled payment.
-async fn paid_body_tx(
-    conn: &mut PgConnection,
-    order_id: &str,
-    account: &str,
-) -> Result<Value, TxError> {
-    let Some(paid) = repo::paid_order_tx(&mut *conn, order_id, account).await? else {
-        return Err(TxError::Api(PaymentError::OrderNotFound.into()));
-    };
-    let row = paid.order;
-    let view = crate::orders::model::OrderView {
-        id: row.id,
-        status: row.status,
-        source: row.source,
-        hold_id: row.hold_id,
-        event_id: row.event_id,
-        total: row.total,
-        currency: row.currency,
-        items: paid.items.0,
-        expires_at: row.expires_at,
-        created_at: row.created_at,
-        paid_at: row.paid_at,
-    };
-    let mut body = serde_json::to_value(&view).map_err(ApiError::unexpected)?;
-    body["tickets"] = paid
-        .tickets
-        .0
-        .into_iter()
-        .map(|t| {
-            json!({"id": t.id, "event_id": t.event_id, "seat_id": t.seat_id, "ga_tier": t.ga_tier})
-        })
-        .collect();
-    body["payment"] = match paid.payment {
-        Some(Json(p)) => json!({
-            "id": p.id, "attempt": p.attempt, "status": "succeeded",
-            "provider_payment_id": p.provider_payment_id,
-        }),
-        None => Value::Null,
-    };
-    Ok(body)
-}
-
-async fn paid_body(c: &PaymentClients, order_id: &str, account: &str) -> ApiResult<Value> {
-    let mut conn = c.pool.acquire().await?;
-    Ok(paid_body_tx(&mut conn, order_id, account).await?)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::payments::webhooks::SignatureError;
+    use serde_json::json;
 
     fn answer(e: PaymentError) -> (u16, String, Value) {
         let e = ApiError::from(e);
