@@ -21,7 +21,7 @@ fn fp(body: &str) -> Fingerprint {
     )
 }
 
-async fn count(app: &TestApp, sql: &str) -> i64 {
+async fn count(app: &TestApp, sql: &'static str) -> i64 {
     sqlx::query_scalar(sql)
         .fetch_one(&app.pool)
         .await
