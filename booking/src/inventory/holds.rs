@@ -30,14 +30,16 @@
 //! - [`pin_hold_tx`]`(conn, hold_id, account, until_interval_s)`: an `active`, unexpired hold
 //!   of `account` becomes `ordered`; its `expires_at` and its seats' `held_until` move to
 //!   `clock_timestamp() + until_interval_s`. Returns what the order needs (kind, event,
-//!   quantity, seats with tier prices, GA tier and price). `None` (and nothing changed) when
-//!   the hold is not active, not the account's, expired, or lost a seat meanwhile.
+//!   quantity, seats with tier prices, GA tier and price), in one statement. `None` when the
+//!   hold is not active, not the account's, expired, or lost a seat meanwhile; the caller then
+//!   rolls its transaction back (no savepoint: nothing else would roll back to one).
 //! - [`sell_hold_tx`]`(conn, hold_id, order_id, account)`: an `ordered` hold of `account`
 //!   becomes `sold`: its seats `sold` (one conditional `UPDATE`), GA units counted as sold on
 //!   their shards, one ticket per seat/unit inserted (`UNIQUE (event_id, seat_id)` is the
 //!   backstop). [`SellOutcome::Lost`] when a seat no longer belongs to the hold (its pin ran
-//!   out and someone reclaimed it): nothing was changed, roll back and refund.
-//!   [`SellOutcome::NotOrdered`] when the hold is not `ordered` for that account.
+//!   out and someone reclaimed it): the caller rolls back (to its own savepoint) and refunds.
+//!   [`SellOutcome::NotOrdered`] (nothing changed) when the hold is not `ordered` for that
+//!   account.
 
 pub(crate) mod http;
 mod release;

@@ -2,9 +2,11 @@
 //! orders domain's errors become HTTP answers.
 //!
 //! A cart order runs, in this order: the event check of every line (catalogue cache), the
-//! flash gate (Redis only, so a sold-out rush never reaches Postgres), the idempotency claim,
-//! one Postgres transaction retried from the top on deadlock, and after the commit, best
-//! effort, the gate settlement, the cart cleanup and the completed-order marker.
+//! flash gate (Redis only, so a sold-out rush never reaches Postgres), one Postgres
+//! transaction retried from the top on deadlock whose first statement claims the idempotency
+//! key ([`idempotency::claim_tx`]: the key commits with the order or not at all), and after
+//! the commit, best effort, the gate settlement, the cart cleanup and the completed-order
+//! marker. An order from a hold is the same transaction without the Redis steps.
 
 use crate::orders::flash::{self, Gate};
 use crate::orders::model::{
@@ -12,13 +14,14 @@ use crate::orders::model::{
     Shortage, done_marker_suffix, gate_admission, request_record_ttl_s,
 };
 use crate::orders::repo::{
-    During, OrderError, complete_claim_tx, create_cart_order_tx, create_hold_order_tx, load_order,
+    During, OrderError, claim_key_tx, complete_claim_tx, create_cart_order_tx,
+    create_hold_order_tx, load_order,
 };
 use crate::orders::{OrdersState, cart, products};
 use crate::platform::auth::Admitted;
 use crate::platform::db;
 use crate::platform::error::{ApiError, ApiResult};
-use crate::platform::idempotency::{self, Begin, Fingerprint, IdempotencyKey};
+use crate::platform::idempotency::{self, Begin, Fingerprint, IdempotencyKey, Replay};
 use crate::platform::json::ApiJson;
 use axum::Router;
 use axum::extract::{Path, State};
@@ -170,21 +173,8 @@ async fn create_from_cart(
     let admission = gate_admission(account, order_key);
     // 1. The flash gate (Redis only), so a sold-out rush never reaches Postgres.
     let taken = gate_lines(state, account, order_key, &admission, &lines).await?;
-    // 2. The idempotency claim, before any inventory is touched.
-    let claim =
-        match idempotency::begin(&state.idempotency, account.as_str(), key, fingerprint).await {
-            Ok(Begin::Started(claim)) => claim,
-            Ok(Begin::Replay(stored)) => {
-                release_slots(state, &taken, &admission).await;
-                state.metrics.orders.with_label_values(&["replayed"]).inc();
-                return Ok(stored.into_response());
-            }
-            Err(e) => {
-                release_slots(state, &taken, &admission).await;
-                return Err(e);
-            }
-        };
-    // 3. One transaction, retried from the top on deadlock.
+    // 2. One transaction, retried from the top on deadlock: the idempotency claim first (a
+    // duplicate waits on it, then replays), then the order.
     let order_id = shared::ids::new_id();
     let settings = &*state.settings;
     let result = db::retry(settings.deadlock_retries, || async {
@@ -198,6 +188,18 @@ async fn create_from_cart(
             state.pool.begin().await
         }
         .during("begin the order transaction")?;
+        let claim = match claim_key_tx(
+            &mut tx,
+            &state.idempotency.settings,
+            account,
+            key,
+            fingerprint,
+        )
+        .await?
+        {
+            Begin::Started(claim) => claim,
+            Begin::Replay(stored) => return Ok(Created::Replay(stored)),
+        };
         let (_, body) = create_cart_order_tx(
             &mut tx,
             settings,
@@ -210,13 +212,18 @@ async fn create_from_cart(
         )
         .await?;
         tx.commit().await.during("commit the order transaction")?;
-        Ok::<_, OrderError>(body)
+        Ok::<_, OrderError>(Created::Order(body))
     })
     .await;
     match result {
-        Ok(body) => {
+        Ok(Created::Replay(stored)) => {
+            release_slots(state, &taken, &admission).await;
+            state.metrics.orders.with_label_values(&["replayed"]).inc();
+            Ok(stored.into_response())
+        }
+        Ok(Created::Order(body)) => {
             state.metrics.orders.with_label_values(&["created"]).inc();
-            // 4. After the commit, best effort: the gate slots are sold, the cart, the
+            // 3. After the commit, best effort: the gate slots are sold, the cart, the
             // completed marker.
             for sku in &taken {
                 flash::settle(&state.redis, sku, &admission).await;
@@ -228,7 +235,6 @@ async fn create_from_cart(
             Ok(idempotency::respond(StatusCode::CREATED, body))
         }
         Err(e) => {
-            claim.release(&state.pool).await;
             release_slots(state, &taken, &admission).await;
             if matches!(e, OrderError::Shortage { .. }) && !taken.is_empty() {
                 // The gate let through more than Postgres had: correct it now, before
@@ -245,6 +251,13 @@ async fn create_from_cart(
     }
 }
 
+/// What the order transaction ended with: a new order's body, or the stored answer of the
+/// key's earlier order (the transaction rolled back).
+enum Created {
+    Order(Vec<u8>),
+    Replay(Replay),
+}
+
 async fn create_from_hold(
     state: &OrdersState,
     admitted: &Admitted,
@@ -253,11 +266,6 @@ async fn create_from_hold(
     hold_id: HoldId<'_>,
 ) -> ApiResult<Response> {
     let account = AccountId::new(admitted.account());
-    let claim =
-        match idempotency::begin(&state.idempotency, account.as_str(), key, fingerprint).await? {
-            Begin::Started(claim) => claim,
-            Begin::Replay(stored) => return Ok(stored.into_response()),
-        };
     let order_id = shared::ids::new_id();
     let settings = &*state.settings;
     let result = db::retry(settings.deadlock_retries, || async {
@@ -267,6 +275,18 @@ async fn create_from_hold(
             .begin()
             .await
             .during("begin the order transaction")?;
+        let claim = match claim_key_tx(
+            &mut tx,
+            &state.idempotency.settings,
+            account,
+            key,
+            fingerprint,
+        )
+        .await?
+        {
+            Begin::Started(claim) => claim,
+            Begin::Replay(stored) => return Ok(Created::Replay(stored)),
+        };
         let view = create_hold_order_tx(
             &mut tx,
             settings,
@@ -280,17 +300,14 @@ async fn create_from_hold(
         let body = serde_json::to_vec(&view).map_err(OrderError::Serialize)?;
         complete_claim_tx(&mut tx, &claim, &body).await?;
         tx.commit().await.during("commit the order transaction")?;
-        Ok::<_, OrderError>(body)
+        Ok::<_, OrderError>(Created::Order(body))
     })
-    .await;
+    .await?;
     match result {
-        Ok(body) => {
+        Created::Replay(stored) => Ok(stored.into_response()),
+        Created::Order(body) => {
             state.metrics.orders.with_label_values(&["created"]).inc();
             Ok(idempotency::respond(StatusCode::CREATED, body))
-        }
-        Err(e) => {
-            claim.release(&state.pool).await;
-            Err(e.into())
         }
     }
 }

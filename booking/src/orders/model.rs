@@ -174,7 +174,7 @@ borrowed_id!(
 );
 
 /// One order line as clients see it (and as `order_items` stores it).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, sqlx::FromRow)]
 pub struct OrderItemView {
     pub kind: ItemKind,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -11,7 +11,9 @@ use crate::orders::model::{
 };
 use crate::platform::db::{MaybeRetryable, TxError, is_retryable};
 use crate::platform::error::ApiError;
-use crate::platform::idempotency::Claim;
+use crate::platform::idempotency::{
+    self, Begin, Claim, Fingerprint, IdempotencyKey, IdempotencySettings,
+};
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
@@ -55,6 +57,9 @@ pub enum OrderError {
     /// This attempt lost its idempotency claim (`409 IDEMPOTENCY_IN_FLIGHT`).
     #[error("idempotency claim lost")]
     ClaimLost(#[source] ApiError),
+    /// The key could not be claimed: used for another request (`422`) or in flight (`409`).
+    #[error("idempotency key refused")]
+    KeyRefused(#[source] ApiError),
     #[error("failed to {statement}")]
     Db {
         statement: &'static str,
@@ -194,16 +199,21 @@ pub async fn create_cart_order_tx(
         return Err(OrderError::CartEmpty);
     }
     let skus: Vec<&str> = lines.keys().map(String::as_str).collect();
-    let prices: Vec<(String, String, i64, Option<String>)> = sqlx::query_as(
-        "SELECT sku, name, price, event_id FROM products WHERE sku = ANY($1) ORDER BY sku",
+    // The order's expiry (database clock) comes with the prices, so the order, its items and
+    // its outbox row can then be written by one statement.
+    let prices: Vec<(String, String, i64, Option<String>, DateTime<Utc>)> = sqlx::query_as(
+        "SELECT sku, name, price, event_id, clock_timestamp() + make_interval(secs => $2)
+           FROM products WHERE sku = ANY($1) ORDER BY sku",
     )
     .bind(&skus)
+    .bind(f64::from(settings.ttl_s))
     .fetch_all(&mut *conn)
     .await
     .during("read the cart's prices")?;
+    let expires_at = prices.first().map(|p| p.4);
     let prices: BTreeMap<String, PricedSku> = prices
         .into_iter()
-        .map(|(sku, name, price, event)| (sku, PricedSku { name, price, event }))
+        .map(|(sku, name, price, event, _)| (sku, PricedSku { name, price, event }))
         .collect();
     let (items, total) = price_cart_lines(lines, &prices, event)?;
     let new = NewOrder {
@@ -215,8 +225,8 @@ pub async fn create_cart_order_tx(
         event_id: Some(event),
         total,
         currency: &settings.currency,
-        expires_at: None,
-        ttl_s: settings.ttl_s,
+        // No price row means an unknown SKU, refused above.
+        expires_at: expires_at.ok_or(OrderError::CartEmpty)?,
     };
     let view = insert_order(conn, &new, items).await?;
     let body = serde_json::to_vec(&view).map_err(OrderError::Serialize)?;
@@ -253,6 +263,26 @@ pub async fn create_cart_order_tx(
         }
     }
     Ok((view, body))
+}
+
+/// Claims the order's `Idempotency-Key` as the first statement of the order's transaction
+/// ([`idempotency::claim_tx`]): `Begin::Replay` means this key already produced an order (roll
+/// back and replay it).
+pub async fn claim_key_tx(
+    conn: &mut PgConnection,
+    settings: &IdempotencySettings,
+    account: AccountId<'_>,
+    key: &IdempotencyKey,
+    fingerprint: &Fingerprint,
+) -> Result<Begin, OrderError> {
+    match idempotency::claim_tx(conn, settings, account.as_str(), key, fingerprint).await {
+        Ok(begin) => Ok(begin),
+        Err(TxError::Db(source)) => Err(OrderError::Db {
+            statement: "claim the Idempotency-Key",
+            source,
+        }),
+        Err(TxError::Api(e)) => Err(OrderError::KeyRefused(e)),
+    }
 }
 
 /// Stores the order's response under its idempotency claim, in the order's transaction.
@@ -329,8 +359,7 @@ pub async fn create_hold_order_tx(
         event_id: Some(EventId::new(&pinned.event_id)),
         total,
         currency: &settings.currency,
-        expires_at: Some(pinned.expires_at),
-        ttl_s: settings.ttl_s,
+        expires_at: pinned.expires_at,
     };
     insert_order(conn, &new, items).await
 }
@@ -345,39 +374,16 @@ struct NewOrder<'a> {
     total: i64,
     currency: &'a str,
     /// The hold's pinned expiry; cart orders expire `ttl_s` from now (database clock).
-    expires_at: Option<DateTime<Utc>>,
-    ttl_s: u32,
+    expires_at: DateTime<Utc>,
 }
 
+/// The order row, its items and its `order.created` outbox row in ONE statement (the items
+/// and the event are only written when the order row is).
 async fn insert_order(
     conn: &mut PgConnection,
     o: &NewOrder<'_>,
     items: Vec<OrderItemView>,
 ) -> Result<OrderView, OrderError> {
-    let times: Option<(DateTime<Utc>, DateTime<Utc>)> = sqlx::query_as(
-        "INSERT INTO orders (id, account_id, idempotency_key, source, hold_id, event_id, total,
-                             currency, expires_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
-                 COALESCE($9, clock_timestamp() + make_interval(secs => $10)))
-         ON CONFLICT (account_id, idempotency_key) DO NOTHING
-         RETURNING expires_at, created_at",
-    )
-    .bind(o.id.as_str())
-    .bind(o.account.as_str())
-    .bind(o.key.as_str())
-    .bind(o.source.as_str())
-    .bind(o.hold_id.map(HoldId::as_str))
-    .bind(o.event_id.map(EventId::as_str))
-    .bind(o.total)
-    .bind(o.currency)
-    .bind(o.expires_at)
-    .bind(f64::from(o.ttl_s))
-    .fetch_optional(&mut *conn)
-    .await
-    .during("insert the order")?;
-    // No row: the idempotency row was purged (older than the retention) but an order still
-    // carries this key, so the key cannot be used for a new order.
-    let (expires_at, created_at) = times.ok_or(OrderError::KeyReused)?;
     let n = items.len();
     let mut line = Vec::with_capacity(n);
     let mut kind = Vec::with_capacity(n);
@@ -397,15 +403,49 @@ async fn insert_order(
         qty.push(it.quantity);
         price.push(it.unit_price);
     }
-    sqlx::query(
-        "INSERT INTO order_items (order_id, line, kind, sku, seat_id, ga_tier, name, quantity,
-                                  unit_price)
-         SELECT $1, l.line, l.kind, l.sku, l.seat_id, l.ga_tier, l.name, l.quantity, l.unit_price
-           FROM unnest($2::int[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
-                       $8::int[], $9::bigint[])
-                AS l(line, kind, sku, seat_id, ga_tier, name, quantity, unit_price)",
+    let status = OrderStatus::PendingPayment;
+    let payload = serde_json::json!({
+        "order_id": o.id.as_str(),
+        "account_id": o.account.as_str(),
+        "status": status,
+        "source": o.source,
+        "hold_id": o.hold_id.map(HoldId::as_str),
+        "event_id": o.event_id.map(EventId::as_str),
+        "total": o.total,
+        "currency": o.currency,
+        "items": items,
+        "expires_at": o.expires_at,
+    });
+    let created_at: Option<DateTime<Utc>> = sqlx::query_scalar(
+        "WITH o AS (
+             INSERT INTO orders (id, account_id, idempotency_key, source, hold_id, event_id,
+                                 total, currency, expires_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+             ON CONFLICT (account_id, idempotency_key) DO NOTHING
+             RETURNING id, created_at),
+         i AS (
+             INSERT INTO order_items (order_id, line, kind, sku, seat_id, ga_tier, name,
+                                      quantity, unit_price)
+             SELECT o.id, l.line, l.kind, l.sku, l.seat_id, l.ga_tier, l.name, l.quantity,
+                    l.unit_price
+               FROM o, unnest($10::int[], $11::text[], $12::text[], $13::text[], $14::text[],
+                              $15::text[], $16::int[], $17::bigint[])
+                    AS l(line, kind, sku, seat_id, ga_tier, name, quantity, unit_price)),
+         e AS (
+             -- The row outbox::write_tx writes.
+             INSERT INTO outbox (event_id, topic, aggregate_id, payload)
+             SELECT $18, 'order.created', o.id, $19 FROM o)
+         SELECT created_at FROM o",
     )
     .bind(o.id.as_str())
+    .bind(o.account.as_str())
+    .bind(o.key.as_str())
+    .bind(o.source.as_str())
+    .bind(o.hold_id.map(HoldId::as_str))
+    .bind(o.event_id.map(EventId::as_str))
+    .bind(o.total)
+    .bind(o.currency)
+    .bind(o.expires_at)
     .bind(&line)
     .bind(&kind)
     .bind(&sku)
@@ -414,38 +454,27 @@ async fn insert_order(
     .bind(&name)
     .bind(&qty)
     .bind(&price)
-    .execute(&mut *conn)
+    .bind(shared::ids::new_id())
+    .bind(&payload)
+    .fetch_optional(&mut *conn)
     .await
-    .during("insert the order's items")?;
-    let view = OrderView {
+    .during("insert the order, its items and order.created")?;
+    // No row: the idempotency row was purged (older than the retention) but an order still
+    // carries this key, so the key cannot be used for a new order.
+    let created_at = created_at.ok_or(OrderError::KeyReused)?;
+    Ok(OrderView {
         id: o.id.as_str().to_owned(),
-        status: OrderStatus::PendingPayment,
+        status,
         source: o.source,
         hold_id: o.hold_id.map(|h| h.as_str().to_owned()),
         event_id: o.event_id.map(|e| e.as_str().to_owned()),
         total: o.total,
         currency: o.currency.to_owned(),
         items,
-        expires_at,
+        expires_at: o.expires_at,
         created_at,
         paid_at: None,
-    };
-    let payload = serde_json::json!({
-        "order_id": view.id,
-        "account_id": o.account.as_str(),
-        "status": view.status,
-        "source": view.source,
-        "hold_id": view.hold_id,
-        "event_id": view.event_id,
-        "total": view.total,
-        "currency": view.currency,
-        "items": view.items,
-        "expires_at": view.expires_at,
-    });
-    write_outbox(conn, "order.created", o.id, &payload)
-        .await
-        .during("write the order.created event")?;
-    Ok(view)
+    })
 }
 
 /// One outbox row for an order transition, in the caller's transaction.

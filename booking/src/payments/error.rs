@@ -30,6 +30,9 @@ pub enum PaymentError {
     BadSignature(SignatureError),
     #[error("webhook body is not a provider event")]
     MalformedEvent,
+    /// The `Idempotency-Key` could not be claimed (`422` another request, `409` in flight).
+    #[error("idempotency key refused")]
+    KeyRefused(#[source] crate::platform::error::ApiError),
     #[error("database statement failed: {statement}")]
     Db {
         statement: &'static str,

@@ -9,12 +9,12 @@ use crate::payments::model::{
     valid_payment_method,
 };
 use crate::payments::provider::{PaymentStatus, ProviderPayment};
-use crate::payments::repo::{self, Start};
+use crate::payments::repo::{self, KeyClaim, Start};
 use crate::payments::{PaymentClients, PaymentsState, transitions};
 use crate::platform::auth::Admitted;
 use crate::platform::db::{self, TxError, is_retryable};
 use crate::platform::error::{ApiError, ApiResult};
-use crate::platform::idempotency::{self, Begin, Claim, Fingerprint, IdempotencyKey};
+use crate::platform::idempotency::{self, Begin, Claim, Fingerprint, IdempotencyKey, Replay};
 use crate::platform::json::ApiJson;
 use axum::Router;
 use axum::extract::{Path, State};
@@ -22,9 +22,12 @@ use axum::http::{Method, StatusCode};
 use axum::response::Response;
 use axum::routing::post;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 use shared::error::codes;
-use sqlx::PgConnection;
+
+mod paid;
+
+use paid::{paid_body, paid_body_tx};
 
 pub fn router() -> Router<PaymentsState> {
     Router::new().route("/api/orders/{id}/pay", post(pay))
@@ -90,6 +93,7 @@ impl From<PaymentError> for ApiError {
                 codes::MALFORMED_JSON,
                 "webhook body is not a provider event",
             ),
+            PaymentError::KeyRefused(e) => e,
             // Unavailability stays a 503 (ApiError's sqlx mapping); the statement goes into
             // the logged cause.
             PaymentError::Db { statement, source } => match ApiError::from(source) {
@@ -133,20 +137,40 @@ async fn pay(
         return Err(PaymentError::OrderNotFound.into());
     }
     let account = admitted.account().to_owned();
-    check_order_event(&state, &admitted, &order_id).await?;
     let body = serde_json::to_value(&req).map_err(ApiError::unexpected)?;
     let path = format!("/api/orders/{order_id}/pay");
     let fp = Fingerprint::of_json(&Method::POST, &path, &body);
-    let claim = match idempotency::begin(&state.idempotency, &account, &key, &fp).await? {
-        Begin::Replay(stored) => return Ok(axum::response::IntoResponse::into_response(stored)),
-        Begin::Started(claim) => claim,
-    };
     let clients = state.clients();
-    let result = pay_claimed(&clients, &claim, &account, &order_id, &req.payment_method).await;
-    match result {
+    let claim = KeyClaim {
+        settings: &state.idempotency.settings,
+        account: &account,
+        key: &key,
+        fingerprint: &fp,
+    };
+    let result = pay_claimed(
+        &clients,
+        &claim,
+        admitted.event(),
+        &order_id,
+        &req.payment_method,
+    );
+    match result.await {
         Ok(Done::Stored(status, body)) => Ok(idempotency::respond(status, body)),
+        Ok(Done::Replay(stored)) => {
+            // The event check comes first for every answer, a replay included.
+            check_order_event(&state, &admitted, &order_id).await?;
+            Ok(axum::response::IntoResponse::into_response(stored))
+        }
+        // The key refused (reused, in flight): no attempt was made.
+        Err(e)
+            if e.code() == codes::IDEMPOTENCY_KEY_REUSED
+                || e.code() == codes::IDEMPOTENCY_IN_FLIGHT =>
+        {
+            check_order_event(&state, &admitted, &order_id).await?;
+            Err(e)
+        }
+        Ok(Done::Released(e)) if e.code() == codes::WRONG_EVENT => Err(e),
         Ok(Done::Released(e)) | Err(e) => {
-            claim.release(&state.pool).await;
             record(&clients, outcome_label(e.code()));
             Err(e)
         }
@@ -154,10 +178,11 @@ async fn pay(
 }
 
 /// One admission, one event: an order is paid only with an admission token of its event
-/// (`403 WRONG_EVENT` before anything is claimed or charged). An order's event never changes,
-/// so reading it first is not a race. Orders without an event (cart orders created before
-/// orders recorded one) are their owner's to pay; someone else's order or a missing one is
-/// left to the pay flow's `404`.
+/// (`403 WRONG_EVENT`, nothing claimed or charged). The pay transaction checks it on the
+/// order row it pins ([`Start::WrongEvent`]); an answer decided before that row is read (a
+/// replay, a refused key) is checked here. An order's event never changes, so either is not
+/// a race. Orders without an event (cart orders created before orders recorded one) are their
+/// owner's to pay; someone else's order or a missing one is left to the pay flow's `404`.
 async fn check_order_event(
     state: &PaymentsState,
     admitted: &Admitted,
@@ -173,7 +198,9 @@ async fn check_order_event(
 enum Done {
     /// A response stored under the idempotency key (state changed).
     Stored(StatusCode, Vec<u8>),
-    /// A refusal or an unknown outcome: the key is released so a retry runs again.
+    /// The key's earlier answer.
+    Replay(Replay),
+    /// A refusal or an unknown outcome: the key is not kept, so a retry runs again.
     Released(ApiError),
 }
 
@@ -181,21 +208,35 @@ fn record(c: &PaymentClients, outcome: &str) {
     c.metrics.attempts.with_label_values(&[outcome]).inc();
 }
 
+/// The key is claimed in the pin-and-record transaction ([`repo::start_attempt`]); every
+/// outcome that does not call the provider rolled it back with that transaction. After a
+/// provider call the answer is stored under it, or it is released.
 async fn pay_claimed(
     c: &PaymentClients,
-    claim: &Claim,
-    account: &str,
+    key: &KeyClaim<'_>,
+    admission: &str,
     order_id: &str,
     method: &str,
 ) -> ApiResult<Done> {
     let pin_s = c.settings.pay_pin_s.max(1) as f64;
     let reconcile_s = c.settings.reconcile_after_s as f64;
-    let started =
-        repo::start_attempt(&c.pool, account, order_id, method, pin_s, reconcile_s).await?;
-    let attempt = match started {
-        Start::Charge(a) => a,
-        Start::NotFound => return Ok(Done::Released(PaymentError::OrderNotFound.into())),
-        Start::OtherAttemptPending { attempt } => {
+    let account = key.account;
+    let (started, claim) = repo::start_attempt(
+        &c.pool,
+        key,
+        admission,
+        order_id,
+        method,
+        pin_s,
+        reconcile_s,
+    )
+    .await?;
+    let (attempt, claim) = match (started, claim) {
+        (Start::Charge(a), Some(claim)) => (a, claim),
+        (Start::Replay(stored), _) => return Ok(Done::Replay(stored)),
+        (Start::NotFound, _) => return Ok(Done::Released(PaymentError::OrderNotFound.into())),
+        (Start::WrongEvent, _) => return Ok(Done::Released(ApiError::wrong_event())),
+        (Start::OtherAttemptPending { attempt }, _) => {
             return Ok(Done::Released(
                 PaymentError::InProgress {
                     attempt: Some(attempt),
@@ -203,26 +244,43 @@ async fn pay_claimed(
                 .into(),
             ));
         }
-        Start::Unpayable(why) => {
+        (Start::Unpayable(why), _) => {
             return match flow::settle_open_attempt(c, order_id, account, why).await {
                 Ok(e) => Ok(Done::Released(e.into())),
                 // The open attempt had been charged and the order was still pending.
                 Err(Paid) => {
                     let body = paid_body(c, order_id, account).await?;
-                    store(c, claim, StatusCode::OK, body).await
+                    store(c, key, StatusCode::OK, body).await
                 }
             };
         }
-        Start::AlreadyPaid => {
+        (Start::AlreadyPaid, _) => {
             let body = paid_body(c, order_id, account).await?;
-            return store(c, claim, StatusCode::OK, body).await;
+            return store(c, key, StatusCode::OK, body).await;
+        }
+        (Start::Charge(_), None) => {
+            return Err(ApiError::unexpected(anyhow::anyhow!(
+                "a payment attempt started without its idempotency claim"
+            )));
         }
     };
-    match flow::call_provider(c, &attempt).await {
+    let done = charge(c, &claim, &attempt).await;
+    match done {
+        Ok(Done::Released(e)) | Err(e) => {
+            claim.release(&c.pool).await;
+            Ok(Done::Released(e))
+        }
+        stored => stored,
+    }
+}
+
+/// Calls the provider for a started attempt and applies its answer.
+async fn charge(c: &PaymentClients, claim: &Claim, attempt: &Attempt) -> ApiResult<Done> {
+    match flow::call_provider(c, attempt).await {
         Ok(p) => match &p.status {
-            PaymentStatus::Succeeded => finish_success(c, claim, &attempt, &p).await,
+            PaymentStatus::Succeeded => finish_success(c, claim, attempt, &p).await,
             PaymentStatus::Declined { decline_code } => {
-                finish_decline(c, claim, &attempt, &p.id, decline_code).await
+                finish_decline(c, claim, attempt, &p.id, decline_code).await
             }
             PaymentStatus::Other(s) => {
                 tracing::warn!(payment_id = %attempt.id, provider_status = %s, "payment not final");
@@ -232,21 +290,27 @@ async fn pay_claimed(
             }
         },
         Err(e) => Ok(Done::Released(
-            flow::provider_failure(c, &attempt, e).await.into(),
+            flow::provider_failure(c, attempt, e).await.into(),
         )),
     }
 }
 
-/// Stores `body` under the idempotency key (its own small transaction: the state change it
-/// describes is already committed) and answers with it.
+/// Stores `body` under the request's key in a transaction of its own (the state change it
+/// describes is already committed): the key's claim and its answer at once.
 async fn store(
     c: &PaymentClients,
-    claim: &Claim,
+    key: &KeyClaim<'_>,
     status: StatusCode,
     body: Value,
 ) -> ApiResult<Done> {
     let bytes = serde_json::to_vec(&body).map_err(ApiError::unexpected)?;
-    claim.complete(&c.pool, status, &bytes).await?;
+    let mut tx = c.pool.begin().await?;
+    let claim = match key.claim_tx(&mut tx).await? {
+        Begin::Started(claim) => claim,
+        Begin::Replay(stored) => return Ok(Done::Replay(stored)),
+    };
+    claim.complete_tx(&mut tx, status, &bytes).await?;
+    tx.commit().await?;
     Ok(Done::Stored(status, bytes))
 }
 
@@ -331,44 +395,11 @@ async fn finish_decline(
     Ok(Done::Stored(StatusCode::PAYMENT_REQUIRED, bytes))
 }
 
-/// The order (as `GET /api/orders/{id}` shows it) plus its tickets and settled payment.
-async fn paid_body_tx(
-    conn: &mut PgConnection,
-    order_id: &str,
-    account: &str,
-) -> Result<Value, TxError> {
-    let Some((_, view)) = crate::orders::load_order(&mut *conn, order_id, Some(account)).await?
-    else {
-        return Err(TxError::Api(PaymentError::OrderNotFound.into()));
-    };
-    let tickets = repo::tickets_tx(&mut *conn, order_id).await?;
-    let payment = repo::settled_payment_tx(&mut *conn, order_id).await?;
-    let mut body = serde_json::to_value(&view).map_err(ApiError::unexpected)?;
-    body["tickets"] = tickets
-        .into_iter()
-        .map(|t| {
-            json!({"id": t.id, "event_id": t.event_id, "seat_id": t.seat_id, "ga_tier": t.ga_tier})
-        })
-        .collect();
-    body["payment"] = match payment {
-        Some(p) => json!({
-            "id": p.id, "attempt": p.attempt, "status": "succeeded",
-            "provider_payment_id": p.provider_payment_id,
-        }),
-        None => Value::Null,
-    };
-    Ok(body)
-}
-
-async fn paid_body(c: &PaymentClients, order_id: &str, account: &str) -> ApiResult<Value> {
-    let mut conn = c.pool.acquire().await?;
-    Ok(paid_body_tx(&mut conn, order_id, account).await?)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::payments::webhooks::SignatureError;
+    use serde_json::json;
 
     fn answer(e: PaymentError) -> (u16, String, Value) {
         let e = ApiError::from(e);

@@ -3,10 +3,15 @@
 //! pool or a connection and return [`PaymentError`] naming the failed statement; the database
 //! decides every race with one conditional statement.
 
-use crate::payments::error::{PaymentResult, Statement};
+use crate::orders::model::{OrderItemView, OrderRow};
+use crate::payments::error::{PaymentError, PaymentResult, Statement};
 use crate::payments::model::{Attempt, AttemptStatus, Payability, Unpayable, payability};
-use crate::platform::db;
-use sqlx::{Acquire, PgConnection, PgPool};
+use crate::platform::db::{self, TxError};
+use crate::platform::idempotency::{
+    self, Begin, Claim, Fingerprint, IdempotencyKey, IdempotencySettings, Replay,
+};
+use sqlx::types::Json;
+use sqlx::{PgConnection, PgPool};
 
 /// The columns of [`Attempt`], as a literal so the SQL using it stays `'static`.
 macro_rules! attempt_columns {
@@ -44,31 +49,81 @@ pub enum Start {
     Unpayable(Unpayable),
     /// The order is already paid.
     AlreadyPaid,
+    /// The `Idempotency-Key` already has an answer: replay it (nothing was done).
+    Replay(Replay),
+    /// The order belongs to another event than the admission's (nothing was done).
+    WrongEvent,
 }
 
-/// The pin-and-record transaction (step 2 of [`crate::payments::flow`]'s docs): pins the
-/// order and its hold at least `pin_s` into the future and records the attempt — or reuses
-/// the order's pending one — committing its provider key before any provider call.
+/// One admission, one event: does an admission of event `admission` open an order of
+/// `event`? Orders recorded without an event (cart orders from before orders had one) are
+/// their owner's to pay.
+fn opens(event: Option<&str>, admission: &str) -> bool {
+    event.is_none_or(|e| e == admission)
+}
+
+/// The request's `Idempotency-Key`, claimed in the pay transaction.
+pub struct KeyClaim<'a> {
+    pub settings: &'a IdempotencySettings,
+    pub account: &'a str,
+    pub key: &'a IdempotencyKey,
+    pub fingerprint: &'a Fingerprint,
+}
+
+impl KeyClaim<'_> {
+    /// Claims the key inside `conn`'s transaction ([`idempotency::claim_tx`]).
+    pub async fn claim_tx(&self, conn: &mut PgConnection) -> PaymentResult<Begin> {
+        match idempotency::claim_tx(
+            conn,
+            self.settings,
+            self.account,
+            self.key,
+            self.fingerprint,
+        )
+        .await
+        {
+            Ok(begin) => Ok(begin),
+            Err(TxError::Db(source)) => Err(PaymentError::Db {
+                statement: "claim the Idempotency-Key",
+                source,
+            }),
+            Err(TxError::Api(e)) => Err(PaymentError::KeyRefused(e)),
+        }
+    }
+}
+
+/// The pin-and-record transaction (step 2 of [`crate::payments::flow`]'s docs): claims the
+/// request's `Idempotency-Key`, pins the order and its hold at least `pin_s` into the future
+/// and records the attempt — or reuses the order's pending one — committing its provider key
+/// (and the claim, in flight until the answer is stored) before any provider call. Every
+/// other outcome rolls back, the claim with it. An order of another event than `admission`
+/// is [`Start::WrongEvent`], checked on the pinned (or refused) order row itself.
 pub async fn start_attempt(
     pool: &PgPool,
-    account: &str,
+    claim: &KeyClaim<'_>,
+    admission: &str,
     order_id: &str,
     method: &str,
     pin_s: f64,
     reconcile_after_s: f64,
-) -> PaymentResult<Start> {
+) -> PaymentResult<(Start, Option<Claim>)> {
+    let account = claim.account;
     db::retry(3, || async {
         let mut tx = pool.begin().await.statement("begin the pay transaction")?;
+        let key = match claim.claim_tx(&mut tx).await? {
+            Begin::Started(key) => key,
+            Begin::Replay(stored) => return Ok((Start::Replay(stored), None)),
+        };
         // The order row lock taken here also serialises concurrent pay requests for this
         // order through the attempt bookkeeping below.
-        let order: Option<(Option<String>, i64, String)> = sqlx::query_as(
+        let order: Option<(Option<String>, i64, String, Option<String>)> = sqlx::query_as(
             "UPDATE orders
                 SET expires_at = GREATEST(expires_at,
                                           clock_timestamp() + make_interval(secs => $3)),
                     updated_at = clock_timestamp()
               WHERE id = $1 AND account_id = $2 AND status = 'PENDING_PAYMENT'
                 AND expires_at > clock_timestamp()
-             RETURNING hold_id, total, currency",
+             RETURNING hold_id, total, currency, event_id",
         )
         .bind(order_id)
         .bind(account)
@@ -76,14 +131,18 @@ pub async fn start_attempt(
         .fetch_optional(&mut *tx)
         .await
         .statement("pin the order")?;
-        let Some((hold_id, total, currency)) = order else {
+        let Some((hold_id, total, currency, event)) = order else {
             drop(tx);
-            return not_payable(pool, order_id, account).await;
+            return Ok((not_payable(pool, order_id, account, admission).await?, None));
         };
+        if !opens(event.as_deref(), admission) {
+            // Dropping the transaction undoes the pin and the claim.
+            return Ok((Start::WrongEvent, None));
+        }
         if let Some(hold_id) = &hold_id
             && !extend_hold_tx(&mut tx, hold_id, pin_s).await?
         {
-            return Ok(Start::Unpayable(Unpayable::HoldLost));
+            return Ok((Start::Unpayable(Unpayable::HoldLost), None));
         }
         let inserted: Option<Attempt> = sqlx::query_as(concat!(
             "INSERT INTO payments (id, order_id, account_id, attempt, provider_key, amount,
@@ -121,75 +180,66 @@ pub async fn start_attempt(
                 .await
                 .statement("read the order's pending attempt")?;
                 if pending.payment_method != method {
-                    return Ok(Start::OtherAttemptPending {
-                        attempt: pending.attempt,
-                    });
+                    return Ok((
+                        Start::OtherAttemptPending {
+                            attempt: pending.attempt,
+                        },
+                        None,
+                    ));
                 }
                 pending
             }
         };
         tx.commit().await.statement("commit the pay transaction")?;
-        Ok(Start::Charge(attempt))
+        Ok((Start::Charge(attempt), Some(key)))
     })
     .await
 }
 
-/// Extends an ordered hold and its seats to at least now + `pin_s` (never shortens). False
-/// when the hold no longer holds all its seats (nothing was changed then).
+/// Extends an ordered hold and its seats to at least now + `pin_s` (never shortens), in ONE
+/// statement (seats locked in `seat_id` order, like every other seat path). False when the
+/// hold no longer holds all its seats: the statement may have changed rows then, so the
+/// caller rolls its transaction back (it does: no pin, no attempt).
 async fn extend_hold_tx(conn: &mut PgConnection, hold_id: &str, pin_s: f64) -> PaymentResult<bool> {
-    let mut sp = conn
-        .begin()
-        .await
-        .statement("savepoint before pinning the hold")?;
-    let hold: Option<(String, String, i32, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(
-        "UPDATE holds
-            SET expires_at = GREATEST(expires_at, clock_timestamp() + make_interval(secs => $2))
-          WHERE id = $1 AND status = 'ordered'
-         RETURNING event_id, kind, quantity, expires_at",
+    let hold: Option<(String, i32, i64)> = sqlx::query_as(
+        "WITH h AS (
+             UPDATE holds
+                SET expires_at = GREATEST(expires_at,
+                                          clock_timestamp() + make_interval(secs => $2))
+              WHERE id = $1 AND status = 'ordered'
+             RETURNING id, event_id, kind, quantity, expires_at),
+         mine AS (
+             SELECT s.event_id, s.seat_id FROM seats s JOIN h ON s.event_id = h.event_id
+              WHERE h.kind = 'seats' AND s.hold_id = h.id AND s.status = 'held'
+              ORDER BY s.seat_id
+              FOR UPDATE OF s),
+         upd AS (
+             UPDATE seats s SET held_until = GREATEST(s.held_until, h.expires_at)
+               FROM mine m, h
+              WHERE s.event_id = m.event_id AND s.seat_id = m.seat_id
+             RETURNING 1)
+         SELECT h.kind, h.quantity, (SELECT count(*) FROM upd)::bigint FROM h",
     )
     .bind(hold_id)
     .bind(pin_s)
-    .fetch_optional(&mut *sp)
+    .fetch_optional(&mut *conn)
     .await
-    .statement("pin the order's hold")?;
-    let Some((event_id, kind, quantity, until)) = hold else {
-        sp.rollback().await.statement("roll back the hold pin")?;
-        return Ok(false);
-    };
-    if kind == "seats" {
-        // Seats locked in seat_id order, like every other seat path.
-        let extended = sqlx::query(
-            "WITH mine AS (
-                 SELECT seat_id FROM seats
-                  WHERE event_id = $1 AND hold_id = $2 AND status = 'held'
-                  ORDER BY seat_id
-                  FOR UPDATE)
-             UPDATE seats s SET held_until = GREATEST(s.held_until, $3)
-               FROM mine m
-              WHERE s.event_id = $1 AND s.seat_id = m.seat_id",
-        )
-        .bind(&event_id)
-        .bind(hold_id)
-        .bind(until)
-        .execute(&mut *sp)
-        .await
-        .statement("pin the hold's seats")?
-        .rows_affected();
-        if i64::try_from(extended).ok() != Some(i64::from(quantity)) {
-            sp.rollback().await.statement("roll back the hold pin")?;
-            return Ok(false);
-        }
-    }
-    sp.commit()
-        .await
-        .statement("release the hold-pin savepoint")?;
-    Ok(true)
+    .statement("pin the order's hold and its seats")?;
+    Ok(match hold {
+        None => false,
+        Some((kind, quantity, extended)) => kind != "seats" || extended == i64::from(quantity),
+    })
 }
 
 /// Why an order cannot be paid now (read after the conditional pin changed nothing).
-async fn not_payable(pool: &PgPool, order_id: &str, account: &str) -> PaymentResult<Start> {
-    let row: Option<(String, bool)> = sqlx::query_as(
-        "SELECT status, expires_at <= clock_timestamp() FROM orders
+async fn not_payable(
+    pool: &PgPool,
+    order_id: &str,
+    account: &str,
+    admission: &str,
+) -> PaymentResult<Start> {
+    let row: Option<(String, bool, Option<String>)> = sqlx::query_as(
+        "SELECT status, expires_at <= clock_timestamp(), event_id FROM orders
           WHERE id = $1 AND account_id = $2",
     )
     .bind(order_id)
@@ -200,7 +250,8 @@ async fn not_payable(pool: &PgPool, order_id: &str, account: &str) -> PaymentRes
     Ok(match row {
         // Someone else's order looks exactly like a missing one.
         None => Start::NotFound,
-        Some((status, expired)) => match payability(&status, expired) {
+        Some((_, _, event)) if !opens(event.as_deref(), admission) => Start::WrongEvent,
+        Some((status, expired, _)) => match payability(&status, expired) {
             Payability::AlreadyPaid => Start::AlreadyPaid,
             Payability::Unpayable(why) => Start::Unpayable(why),
         },
@@ -239,7 +290,7 @@ pub async fn close_failed(pool: &PgPool, payment_id: &str) -> PaymentResult<bool
 }
 
 /// A ticket of a paid order, as the pay answer lists it.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone, serde::Deserialize)]
 pub struct TicketRow {
     pub id: String,
     pub event_id: String,
@@ -247,38 +298,55 @@ pub struct TicketRow {
     pub ga_tier: Option<String>,
 }
 
-/// The tickets of an order, seats first in seat order.
-pub async fn tickets_tx(conn: &mut PgConnection, order_id: &str) -> PaymentResult<Vec<TicketRow>> {
-    sqlx::query_as(
-        "SELECT id, event_id, seat_id, ga_tier FROM tickets
-          WHERE order_id = $1 ORDER BY seat_id NULLS LAST, id",
-    )
-    .bind(order_id)
-    .fetch_all(conn)
-    .await
-    .statement("read the order's tickets")
-}
-
 /// The attempt that paid an order.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone, serde::Deserialize)]
 pub struct SettledPayment {
     pub id: String,
     pub attempt: i32,
     pub provider_payment_id: Option<String>,
 }
 
-pub async fn settled_payment_tx(
+/// An order of `account` with what the pay answer lists: its items (in line order), its
+/// tickets (seats first in seat order) and the attempt that paid it.
+#[derive(sqlx::FromRow)]
+pub struct PaidOrder {
+    #[sqlx(flatten)]
+    pub order: OrderRow,
+    pub items: Json<Vec<OrderItemView>>,
+    pub tickets: Json<Vec<TicketRow>>,
+    pub payment: Option<Json<SettledPayment>>,
+}
+
+/// [`PaidOrder`] in ONE statement (it was four reads).
+pub async fn paid_order_tx(
     conn: &mut PgConnection,
     order_id: &str,
-) -> PaymentResult<Option<SettledPayment>> {
+    account: &str,
+) -> PaymentResult<Option<PaidOrder>> {
     sqlx::query_as(
-        "SELECT id, attempt, provider_payment_id FROM payments
-          WHERE order_id = $1 AND status = 'succeeded'",
+        "SELECT o.id, o.account_id, o.status, o.source, o.hold_id, o.event_id, o.total,
+                o.currency, o.expires_at, o.created_at, o.paid_at,
+                (SELECT COALESCE(json_agg(json_build_object(
+                            'kind', i.kind, 'sku', i.sku, 'seat_id', i.seat_id,
+                            'ga_tier', i.ga_tier, 'name', i.name, 'quantity', i.quantity,
+                            'unit_price', i.unit_price, 'amount', i.unit_price * i.quantity)
+                          ORDER BY i.line), '[]'::json)
+                   FROM order_items i WHERE i.order_id = o.id) AS items,
+                (SELECT COALESCE(json_agg(json_build_object(
+                            'id', t.id, 'event_id', t.event_id, 'seat_id', t.seat_id,
+                            'ga_tier', t.ga_tier)
+                          ORDER BY t.seat_id NULLS LAST, t.id), '[]'::json)
+                   FROM tickets t WHERE t.order_id = o.id) AS tickets,
+                (SELECT json_build_object('id', p.id, 'attempt', p.attempt,
+                                          'provider_payment_id', p.provider_payment_id)
+                   FROM payments p WHERE p.order_id = o.id AND p.status = 'succeeded') AS payment
+           FROM orders o WHERE o.id = $1 AND o.account_id = $2",
     )
     .bind(order_id)
+    .bind(account)
     .fetch_optional(conn)
     .await
-    .statement("read the order's settled payment")
+    .statement("read the paid order")
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -29,15 +29,22 @@ pub async fn apply_success_tx(
     provider_payment_id: &str,
 ) -> PaymentResult<Success> {
     // order_id/account_id never change, so reading them unlocked is safe.
-    let payment: Option<(String, String)> =
-        sqlx::query_as("SELECT order_id, account_id FROM payments WHERE id = $1")
+    let payment: Option<(String, String, AttemptStatus)> =
+        sqlx::query_as("SELECT order_id, account_id, status FROM payments WHERE id = $1")
             .bind(payment_id)
             .fetch_optional(&mut *conn)
             .await
             .statement("read the paid attempt")?;
-    let Some((order_id, account_id)) = payment else {
+    let Some((order_id, account_id, status)) = payment else {
         return Ok(Success::Unknown);
     };
+    if status == AttemptStatus::Succeeded {
+        // This attempt paid its order already (`succeeded` is only ever set together with
+        // the order's PAID): the other path won, exactly what the order update below would
+        // conclude after finding the order no longer pending. The common case of the webhook
+        // that follows a pay answer, decided without a savepoint or touching the order.
+        return Ok(Success::AlreadyPaid);
+    }
     let mut sp = conn
         .begin()
         .await

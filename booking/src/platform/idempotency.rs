@@ -14,17 +14,25 @@
 //!   IDEMPOTENCY_IN_FLIGHT` (with `Retry-After`); no key or an empty one → `400
 //!   IDEMPOTENCY_KEY_MISSING`; a key longer than 255 characters or with non-printable characters
 //!   → `422 VALIDATION_FAILED`.
-//! - The claim is one committed statement **before** any business work, so a retry of a request
-//!   that succeeded is replayed and never re-evaluated ("sold out" for an order you already
-//!   have cannot happen). The claim commits with `synchronous_commit = off`: the business
-//!   transaction's durable commit flushes it anyway, and a claim lost in a database crash only
-//!   lets a retry start afresh. Work done **outside** Postgres that must never repeat (a
-//!   payment provider call) needs its own durable record before the call, as payments keep.
-//! - An attempt that fails calls [`Claim::release`], deleting its claim so a retry with the same
-//!   key proceeds. If the process dies in between, the claim goes stale and a retry older than
-//!   `[idempotency] stale_after_s` (default 60) takes it over; the old attempt, should it wake
-//!   up, can no longer complete (its `claim_id` no longer matches), so its transaction rolls
-//!   back.
+//! - The claim is one statement **before** any business work, so a retry of a request that
+//!   succeeded is replayed and never re-evaluated ("sold out" for an order you already have
+//!   cannot happen). Two ways to claim:
+//!   - [`claim_tx`], when the answer is known inside one business transaction (orders): the
+//!     claim is the transaction's first statement, so it commits with the business change and
+//!     its completion, or vanishes with them on a rollback or a crash (no release, no stale
+//!     claim, no transaction of its own). A concurrent duplicate waits on the key's unique
+//!     index until the first transaction ends and then replays its answer, instead of getting
+//!     `409 IDEMPOTENCY_IN_FLIGHT`.
+//!   - [`begin`], when work outside Postgres lies between claim and answer (a provider call):
+//!     the claim commits on its own with `synchronous_commit = off` (the business
+//!     transaction's durable commit flushes it anyway; a claim lost in a crash only lets a
+//!     retry start afresh), and a duplicate meanwhile is `409`. Work done **outside** Postgres
+//!     that must never repeat needs its own durable record before the call, as payments keep.
+//! - An attempt that fails after [`begin`] calls [`Claim::release`], deleting its claim so a
+//!   retry with the same key proceeds. If the process dies in between, the claim goes stale
+//!   and a retry older than `[idempotency] stale_after_s` (default 60) takes it over; the old
+//!   attempt, should it wake up, can no longer complete (its `claim_id` no longer matches), so
+//!   its transaction rolls back.
 //!
 //! # What is stored
 //! Only results that changed something are stored: success, plus any outcome a caller
@@ -201,7 +209,9 @@ impl crate::platform::jobs::Job for PurgeKeys {
 }
 
 /// Claims `key` for `account` (one statement in its own, asynchronously committed
-/// transaction), or tells why not.
+/// transaction), or tells why not. For work whose answer is only known after something
+/// outside Postgres (a provider call); when the answer is known inside one transaction, use
+/// [`claim_tx`].
 ///
 /// Errors: `422 IDEMPOTENCY_KEY_REUSED` (different request), `409 IDEMPOTENCY_IN_FLIGHT`
 /// (another attempt is running), `503` when Postgres is unavailable.
@@ -212,11 +222,9 @@ pub async fn begin(
     key: &IdempotencyKey,
     fingerprint: &Fingerprint,
 ) -> ApiResult<Begin> {
-    let settings = &keys.settings;
     // The row can vanish between the two statements below (the running attempt released
     // it); then the INSERT simply runs again. Bounded: a key cannot flip forever.
     for _ in 0..3 {
-        let claim_id = shared::ids::new_id();
         // The claim commits asynchronously: losing it in a crash is harmless (the attempt that
         // owned it fails to complete and its client retries), and the business transaction's
         // durable commit flushes the WAL up to and including this claim anyway. So a request
@@ -225,69 +233,131 @@ pub async fn begin(
             .pool
             .begin_with("BEGIN; SET LOCAL synchronous_commit = off")
             .await?;
-        // Insert a fresh claim, or take over a stale one of the *same* request. A live claim
-        // or a finished key is left alone (no row returned).
-        let claimed: Option<String> = sqlx::query_scalar(
-            "INSERT INTO idempotency_keys (account_id, key, fingerprint, state, claim_id)
-             VALUES ($1, $2, $3, 'in_flight', $4)
-             ON CONFLICT (account_id, key) DO UPDATE
-                SET claim_id = EXCLUDED.claim_id, locked_at = clock_timestamp()
-              WHERE idempotency_keys.state = 'in_flight'
-                AND idempotency_keys.fingerprint = EXCLUDED.fingerprint
-                AND idempotency_keys.locked_at
-                    < clock_timestamp() - make_interval(secs => $5)
-             RETURNING claim_id",
-        )
-        .bind(account)
-        .bind(key.as_str())
-        .bind(fingerprint.as_bytes())
-        .bind(&claim_id)
-        .bind(f64::from(settings.stale_after_s))
-        .fetch_optional(&mut *tx)
-        .await?;
+        let claimed = insert_claim(&mut tx, &keys.settings, account, key, fingerprint).await?;
         tx.commit().await?;
-        if claimed.is_some() {
-            tracing::Span::current().record("idempotency.outcome", "started");
-            return Ok(Begin::Started(Claim {
-                account_id: account.to_owned(),
-                key: key.as_str().to_owned(),
-                claim_id,
-            }));
+        if let Some(claim) = claimed {
+            return Ok(Begin::Started(claim));
         }
-        let row: Option<KeyRow> = sqlx::query_as(
-            "SELECT fingerprint, state, response_status, response_body
-               FROM idempotency_keys WHERE account_id = $1 AND key = $2",
-        )
-        .bind(account)
-        .bind(key.as_str())
-        .fetch_optional(&keys.pool)
-        .await?;
-        let Some(row) = row else { continue };
-        if row.fingerprint != fingerprint.as_bytes() {
-            tracing::Span::current().record("idempotency.outcome", "reused");
-            return Err(ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                codes::IDEMPOTENCY_KEY_REUSED,
-                "this Idempotency-Key was already used for a different request",
-            ));
+        let mut conn = keys.pool.acquire().await?;
+        if let Some(decided) = existing(&mut conn, account, key, fingerprint).await? {
+            return decided;
         }
-        if row.state == "done"
-            && let (Some(status), Some(body)) = (row.response_status, row.response_body)
-        {
-            tracing::Span::current().record("idempotency.outcome", "replay");
-            let status = u16::try_from(status)
-                .ok()
-                .and_then(|s| StatusCode::from_u16(s).ok())
-                .unwrap_or(StatusCode::OK);
-            return Ok(Begin::Replay(Replay {
-                status,
-                body: Bytes::from(body),
-            }));
-        }
-        tracing::Span::current().record("idempotency.outcome", "in_flight");
-        return Err(in_flight());
     }
     Err(in_flight())
+}
+
+/// Claims `key` for `account` **inside the caller's business transaction** (one statement;
+/// nothing of its own to commit). The claim commits or vanishes with the business change, so
+/// an attempt that fails, or dies, needs no [`Claim::release`]: its rollback is the release.
+/// Complete it with [`Claim::complete_tx`] before the commit.
+///
+/// A concurrent duplicate (same account and key) does not get `409 IDEMPOTENCY_IN_FLIGHT`: its
+/// claim waits on the key's unique index until this transaction ends, then replays the stored
+/// answer (this one committed) or runs itself (this one rolled back). A committed claim still
+/// in flight (a pay request waiting for its provider) is `409` as with [`begin`].
+///
+/// `Ok(Begin::Replay)` and errors leave the caller's transaction with nothing of ours in it;
+/// the caller rolls it back and answers. Errors: `422 IDEMPOTENCY_KEY_REUSED`, `409
+/// IDEMPOTENCY_IN_FLIGHT` ([`TxError::Api`]), or the database error ([`TxError::Db`]).
+#[tracing::instrument(skip_all, fields(idempotency.outcome))]
+pub async fn claim_tx(
+    conn: &mut PgConnection,
+    settings: &IdempotencySettings,
+    account: &str,
+    key: &IdempotencyKey,
+    fingerprint: &Fingerprint,
+) -> Result<Begin, TxError> {
+    for _ in 0..3 {
+        if let Some(claim) = insert_claim(conn, settings, account, key, fingerprint).await? {
+            return Ok(Begin::Started(claim));
+        }
+        // READ COMMITTED: this statement sees what the blocking transaction committed.
+        if let Some(decided) = existing(conn, account, key, fingerprint).await? {
+            return decided.map_err(TxError::Api);
+        }
+    }
+    Err(TxError::Api(in_flight()))
+}
+
+/// Inserts a fresh claim, or takes over a stale one of the *same* request. A live claim or a
+/// finished key is left alone (`None`).
+async fn insert_claim(
+    conn: &mut PgConnection,
+    settings: &IdempotencySettings,
+    account: &str,
+    key: &IdempotencyKey,
+    fingerprint: &Fingerprint,
+) -> sqlx::Result<Option<Claim>> {
+    let claim_id = shared::ids::new_id();
+    let claimed: Option<String> = sqlx::query_scalar(
+        "INSERT INTO idempotency_keys (account_id, key, fingerprint, state, claim_id)
+         VALUES ($1, $2, $3, 'in_flight', $4)
+         ON CONFLICT (account_id, key) DO UPDATE
+            SET claim_id = EXCLUDED.claim_id, locked_at = clock_timestamp()
+          WHERE idempotency_keys.state = 'in_flight'
+            AND idempotency_keys.fingerprint = EXCLUDED.fingerprint
+            AND idempotency_keys.locked_at
+                < clock_timestamp() - make_interval(secs => $5)
+         RETURNING claim_id",
+    )
+    .bind(account)
+    .bind(key.as_str())
+    .bind(fingerprint.as_bytes())
+    .bind(&claim_id)
+    .bind(f64::from(settings.stale_after_s))
+    .fetch_optional(conn)
+    .await?;
+    if claimed.is_none() {
+        return Ok(None);
+    }
+    tracing::Span::current().record("idempotency.outcome", "started");
+    Ok(Some(Claim {
+        account_id: account.to_owned(),
+        key: key.as_str().to_owned(),
+        claim_id,
+    }))
+}
+
+/// What an existing key means for this request: its stored answer, `422` for another
+/// request, `409` while it is in flight. `None` when the key vanished meanwhile (claim again).
+async fn existing(
+    conn: &mut PgConnection,
+    account: &str,
+    key: &IdempotencyKey,
+    fingerprint: &Fingerprint,
+) -> sqlx::Result<Option<ApiResult<Begin>>> {
+    let row: Option<KeyRow> = sqlx::query_as(
+        "SELECT fingerprint, state, response_status, response_body
+           FROM idempotency_keys WHERE account_id = $1 AND key = $2",
+    )
+    .bind(account)
+    .bind(key.as_str())
+    .fetch_optional(conn)
+    .await?;
+    let Some(row) = row else { return Ok(None) };
+    if row.fingerprint != fingerprint.as_bytes() {
+        tracing::Span::current().record("idempotency.outcome", "reused");
+        return Ok(Some(Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            codes::IDEMPOTENCY_KEY_REUSED,
+            "this Idempotency-Key was already used for a different request",
+        ))));
+    }
+    if row.state == "done"
+        && let (Some(status), Some(body)) = (row.response_status, row.response_body)
+    {
+        tracing::Span::current().record("idempotency.outcome", "replay");
+        let status = u16::try_from(status)
+            .ok()
+            .and_then(|s| StatusCode::from_u16(s).ok())
+            .unwrap_or(StatusCode::OK);
+        return Ok(Some(Ok(Begin::Replay(Replay {
+            status,
+            body: Bytes::from(body),
+        }))));
+    }
+    tracing::Span::current().record("idempotency.outcome", "in_flight");
+    Ok(Some(Err(in_flight())))
 }
 
 fn in_flight() -> ApiError {

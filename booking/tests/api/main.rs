@@ -19,6 +19,7 @@ mod helpers;
 mod holds;
 mod hot_auctions;
 mod idempotency;
+mod idempotency_tx;
 mod orders;
 mod outbox;
 mod payments;

@@ -8,6 +8,7 @@ mod holds;
 mod orders;
 mod promtext;
 mod report;
+mod statements;
 mod stats;
 mod surge;
 mod svg;
@@ -44,6 +45,8 @@ enum Command {
     Orders(orders::OrdersArgs),
     /// Hundreds of concurrent bidders on one cold or hot auction: bids/s, p50/p99.
     Auctions(auctions::AuctionsArgs),
+    /// Postgres statements and round trips per booking operation (pg_stat_statements).
+    Statements(statements::StatementsArgs),
 }
 
 // mimalloc: a surge keeps ~200,000 fan tasks alive and allocates per request; glibc malloc
@@ -65,6 +68,7 @@ async fn main() -> ExitCode {
         Command::Holds(a) => run_holds(a).await,
         Command::Orders(a) => run_orders(a).await,
         Command::Auctions(a) => run_auctions(a).await,
+        Command::Statements(a) => run_statements(a).await,
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
@@ -134,6 +138,19 @@ async fn run_orders(a: orders::OrdersArgs) -> anyhow::Result<bool> {
     orders::print(&report);
     if let Some(path) = json {
         std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
+    }
+    Ok(true)
+}
+
+async fn run_statements(a: statements::StatementsArgs) -> anyhow::Result<bool> {
+    let (json, md) = (a.json.clone(), a.markdown.clone());
+    let report = statements::run(a).await?;
+    statements::print(&report);
+    if let Some(path) = json {
+        std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
+    }
+    if let Some(path) = md {
+        std::fs::write(&path, statements::markdown(&report))?;
     }
     Ok(true)
 }

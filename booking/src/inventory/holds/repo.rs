@@ -8,7 +8,7 @@
 use crate::inventory::model::{HoldKind, HoldStatus};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::{Acquire, PgConnection};
+use sqlx::PgConnection;
 
 /// A hold that [`release_hold_tx`] ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -226,39 +226,62 @@ pub(crate) async fn release_resources(
     Ok((seats_released, ga_units))
 }
 
+/// One row per seat the pin (or sale) statement moved, the hold's columns repeated; one row
+/// with no seat for a GA hold or when no seat moved.
 #[derive(sqlx::FromRow)]
-struct PinRow {
+struct HoldSeatRow {
     event_id: String,
     kind: HoldKind,
     ga_tier: Option<String>,
     quantity: i32,
     expires_at: DateTime<Utc>,
+    ga_price: Option<i64>,
+    seat_id: Option<String>,
+    tier: Option<String>,
+    price: Option<i64>,
 }
 
-/// Pins an active hold for an order. See the module docs. Runs inside a savepoint so that
-/// `None` always means "nothing changed".
+/// Pins an active hold for an order. See the module docs. ONE statement: the hold row, then
+/// its seats locked in `seat_id` order with their tier prices (or the GA tier's price).
+/// `None` when the hold is not pinnable or lost a seat; the statement may have changed rows
+/// then, so the caller must roll back (every caller does: no hold, no order).
 pub async fn pin_hold_tx(
     conn: &mut PgConnection,
     hold_id: &str,
     account: &str,
     until_interval_s: i64,
 ) -> sqlx::Result<Option<PinnedHold>> {
-    let mut sp = conn.begin().await?;
-    let row: Option<PinRow> = sqlx::query_as(
-        "UPDATE holds
-         SET status = 'ordered',
-             expires_at = clock_timestamp() + make_interval(secs => $3::double precision)
-         WHERE id = $1 AND account_id = $2 AND status = 'active'
-           AND expires_at > clock_timestamp()
-         RETURNING event_id, kind, ga_tier, quantity, expires_at",
+    let rows: Vec<HoldSeatRow> = sqlx::query_as(
+        "WITH h AS (
+             UPDATE holds
+             SET status = 'ordered',
+                 expires_at = clock_timestamp() + make_interval(secs => $3::double precision)
+             WHERE id = $1 AND account_id = $2 AND status = 'active'
+               AND expires_at > clock_timestamp()
+             RETURNING id, event_id, kind, ga_tier, quantity, expires_at),
+         mine AS (
+             SELECT s.event_id, s.seat_id FROM seats s JOIN h ON s.event_id = h.event_id
+             WHERE h.kind = 'seats' AND s.hold_id = h.id AND s.status = 'held'
+             ORDER BY s.seat_id
+             FOR UPDATE OF s),
+         upd AS (
+             UPDATE seats s SET held_until = h.expires_at
+             FROM mine m, h, price_tiers p
+             WHERE s.event_id = m.event_id AND s.seat_id = m.seat_id
+               AND p.event_id = s.event_id AND p.tier = s.tier
+             RETURNING s.seat_id, s.tier, p.price)
+         SELECT h.event_id, h.kind, h.ga_tier, h.quantity, h.expires_at,
+                (SELECT g.price FROM ga_tiers g
+                  WHERE g.event_id = h.event_id AND g.tier = h.ga_tier) AS ga_price,
+                u.seat_id, u.tier, u.price
+         FROM h LEFT JOIN upd u ON true",
     )
     .bind(hold_id)
     .bind(account)
     .bind(until_interval_s as f64)
-    .fetch_optional(&mut *sp)
+    .fetch_all(&mut *conn)
     .await?;
-    let Some(row) = row else {
-        sp.rollback().await?;
+    let Some(row) = rows.first() else {
         return Ok(None);
     };
     let mut pinned = PinnedHold {
@@ -273,86 +296,76 @@ pub async fn pin_hold_tx(
         total: 0,
     };
     if row.kind == HoldKind::Seats {
-        let mut seats: Vec<PinnedSeat> = sqlx::query_as(
-            "WITH mine AS (
-                 SELECT seat_id FROM seats
-                 WHERE event_id = $1 AND hold_id = $2 AND status = 'held'
-                 ORDER BY seat_id
-                 FOR UPDATE)
-             UPDATE seats s SET held_until = $3
-             FROM mine m, price_tiers p
-             WHERE s.event_id = $1 AND s.seat_id = m.seat_id
-               AND p.event_id = $1 AND p.tier = s.tier
-             RETURNING s.seat_id, s.tier, p.price",
-        )
-        .bind(&row.event_id)
-        .bind(hold_id)
-        .bind(row.expires_at)
-        .fetch_all(&mut *sp)
-        .await?;
+        let mut seats: Vec<PinnedSeat> = rows
+            .iter()
+            .filter_map(|r| {
+                Some(PinnedSeat {
+                    seat_id: r.seat_id.clone()?,
+                    tier: r.tier.clone()?,
+                    price: r.price?,
+                })
+            })
+            .collect();
         if i32::try_from(seats.len()).ok() != Some(row.quantity) {
             // A seat was reclaimed between the hold's expiry check and the lock.
-            sp.rollback().await?;
             return Ok(None);
         }
         seats.sort_by(|a, b| a.seat_id.cmp(&b.seat_id));
         pinned.total = seats.iter().map(|s| s.price).sum();
         pinned.seats = seats;
     } else {
-        let price: i64 =
-            sqlx::query_scalar("SELECT price FROM ga_tiers WHERE event_id = $1 AND tier = $2")
-                .bind(&row.event_id)
-                .bind(&row.ga_tier)
-                .fetch_one(&mut *sp)
-                .await?;
+        let price = row.ga_price.ok_or(sqlx::Error::RowNotFound)?;
         pinned.ga_price = Some(price);
         pinned.total = price * i64::from(row.quantity);
     }
-    sp.commit().await?;
     Ok(Some(pinned))
 }
 
-/// Sells an ordered hold. See the module docs. Runs inside a savepoint so that `Lost` and
-/// `NotOrdered` always mean "nothing changed".
+/// Sells an ordered hold. See the module docs. The hold row and its seats are ONE statement.
+/// `NotOrdered` means nothing changed; after `Lost` the caller must roll back (to a
+/// savepoint taken before), as the payment transition does.
 pub async fn sell_hold_tx(
     conn: &mut PgConnection,
     hold_id: &str,
     order_id: &str,
     account: &str,
 ) -> sqlx::Result<SellOutcome> {
-    let mut sp = conn.begin().await?;
-    let row: Option<(String, HoldKind, Option<String>, i32)> = sqlx::query_as(
-        "UPDATE holds SET status = 'sold'
-         WHERE id = $1 AND account_id = $2 AND status = 'ordered'
-         RETURNING event_id, kind, ga_tier, quantity",
+    let rows: Vec<HoldSeatRow> = sqlx::query_as(
+        "WITH h AS (
+             UPDATE holds SET status = 'sold'
+             WHERE id = $1 AND account_id = $2 AND status = 'ordered'
+             RETURNING id, event_id, kind, ga_tier, quantity, expires_at),
+         mine AS (
+             SELECT s.event_id, s.seat_id FROM seats s JOIN h ON s.event_id = h.event_id
+             WHERE h.kind = 'seats' AND s.hold_id = h.id AND s.status = 'held'
+             ORDER BY s.seat_id
+             FOR UPDATE OF s),
+         upd AS (
+             UPDATE seats s SET status = 'sold', order_id = $3, held_until = NULL
+             FROM mine m
+             WHERE s.event_id = m.event_id AND s.seat_id = m.seat_id
+             RETURNING s.seat_id, s.tier)
+         SELECT h.event_id, h.kind, h.ga_tier, h.quantity, h.expires_at,
+                NULL::bigint AS ga_price, u.seat_id, u.tier, NULL::bigint AS price
+         FROM h LEFT JOIN upd u ON true",
     )
     .bind(hold_id)
     .bind(account)
-    .fetch_optional(&mut *sp)
+    .bind(order_id)
+    .fetch_all(&mut *conn)
     .await?;
-    let Some((event_id, kind, ga_tier, quantity)) = row else {
-        sp.rollback().await?;
+    let Some(first) = rows.first() else {
         return Ok(SellOutcome::NotOrdered);
     };
+    let (event_id, kind, ga_tier, quantity) = (
+        first.event_id.clone(),
+        first.kind,
+        first.ga_tier.clone(),
+        first.quantity,
+    );
     let tickets = if kind == HoldKind::Seats {
-        let mut sold: Vec<String> = sqlx::query_scalar(
-            "WITH mine AS (
-                 SELECT seat_id FROM seats
-                 WHERE event_id = $1 AND hold_id = $2 AND status = 'held'
-                 ORDER BY seat_id
-                 FOR UPDATE)
-             UPDATE seats s SET status = 'sold', order_id = $3, held_until = NULL
-             FROM mine m
-             WHERE s.event_id = $1 AND s.seat_id = m.seat_id
-             RETURNING s.seat_id",
-        )
-        .bind(&event_id)
-        .bind(hold_id)
-        .bind(order_id)
-        .fetch_all(&mut *sp)
-        .await?;
+        let mut sold: Vec<String> = rows.iter().filter_map(|r| r.seat_id.clone()).collect();
         if i32::try_from(sold.len()).ok() != Some(quantity) {
-            sp.rollback().await?;
             return Ok(SellOutcome::Lost {
                 expected: quantity,
                 still_held: sold.len() as u64,
@@ -382,7 +395,7 @@ pub async fn sell_hold_tx(
         .bind(hold_id)
         .bind(&event_id)
         .bind(&ga_tier)
-        .execute(&mut *sp)
+        .execute(&mut *conn)
         .await?;
         (0..quantity)
             .map(|_| IssuedTicket {
@@ -406,8 +419,7 @@ pub async fn sell_hold_tx(
     .bind(&event_id)
     .bind(order_id)
     .bind(account)
-    .execute(&mut *sp)
+    .execute(&mut *conn)
     .await?;
-    sp.commit().await?;
     Ok(SellOutcome::Sold { event_id, tickets })
 }

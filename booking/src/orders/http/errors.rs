@@ -62,7 +62,7 @@ impl From<OrderError> for ApiError {
                 codes::IDEMPOTENCY_KEY_REUSED,
                 "this Idempotency-Key was already used for another order",
             ),
-            OrderError::ClaimLost(e) | OrderError::RedisUnavailable(e) => e,
+            OrderError::ClaimLost(e) | OrderError::KeyRefused(e) | OrderError::RedisUnavailable(e) => e,
             // Through the platform's mappings, so an unreachable database or Redis stays a
             // `503`; the statement or command is added to the logged cause.
             OrderError::Db { statement, source } => {

@@ -1,0 +1,62 @@
+//! The pay answer of a paid order: the order as `GET /api/orders/{id}` shows it, plus its
+//! tickets and the attempt that paid it, read in one statement.
+
+use crate::payments::PaymentClients;
+use crate::payments::error::PaymentError;
+use crate::payments::repo;
+use crate::platform::db::TxError;
+use crate::platform::error::{ApiError, ApiResult};
+use serde_json::{Value, json};
+use sqlx::PgConnection;
+use sqlx::types::Json;
+
+/// The order (as `GET /api/orders/{id}` shows it) plus its tickets and settled payment.
+pub(super) async fn paid_body_tx(
+    conn: &mut PgConnection,
+    order_id: &str,
+    account: &str,
+) -> Result<Value, TxError> {
+    let Some(paid) = repo::paid_order_tx(&mut *conn, order_id, account).await? else {
+        return Err(TxError::Api(PaymentError::OrderNotFound.into()));
+    };
+    let row = paid.order;
+    let view = crate::orders::model::OrderView {
+        id: row.id,
+        status: row.status,
+        source: row.source,
+        hold_id: row.hold_id,
+        event_id: row.event_id,
+        total: row.total,
+        currency: row.currency,
+        items: paid.items.0,
+        expires_at: row.expires_at,
+        created_at: row.created_at,
+        paid_at: row.paid_at,
+    };
+    let mut body = serde_json::to_value(&view).map_err(ApiError::unexpected)?;
+    body["tickets"] = paid
+        .tickets
+        .0
+        .into_iter()
+        .map(|t| {
+            json!({"id": t.id, "event_id": t.event_id, "seat_id": t.seat_id, "ga_tier": t.ga_tier})
+        })
+        .collect();
+    body["payment"] = match paid.payment {
+        Some(Json(p)) => json!({
+            "id": p.id, "attempt": p.attempt, "status": "succeeded",
+            "provider_payment_id": p.provider_payment_id,
+        }),
+        None => Value::Null,
+    };
+    Ok(body)
+}
+
+pub(super) async fn paid_body(
+    c: &PaymentClients,
+    order_id: &str,
+    account: &str,
+) -> ApiResult<Value> {
+    let mut conn = c.pool.acquire().await?;
+    Ok(paid_body_tx(&mut conn, order_id, account).await?)
+}
