@@ -8,6 +8,7 @@ mod holds;
 mod orders;
 mod promtext;
 mod report;
+mod seatmap;
 mod stats;
 mod surge;
 mod svg;
@@ -44,6 +45,9 @@ enum Command {
     Orders(orders::OrdersArgs),
     /// Hundreds of concurrent bidders on one cold or hot auction: bids/s, p50/p99.
     Auctions(auctions::AuctionsArgs),
+    /// Fans refreshing one event's seat map (JSON or compact) while writers change it:
+    /// bytes per fetch, p50/p99.
+    Seatmap(seatmap::SeatMapArgs),
 }
 
 // mimalloc: a surge keeps ~200,000 fan tasks alive and allocates per request; glibc malloc
@@ -65,6 +69,7 @@ async fn main() -> ExitCode {
         Command::Holds(a) => run_holds(a).await,
         Command::Orders(a) => run_orders(a).await,
         Command::Auctions(a) => run_auctions(a).await,
+        Command::Seatmap(a) => run_seatmap(a).await,
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
@@ -106,6 +111,16 @@ async fn run_verify(a: verify::VerifyArgs) -> anyhow::Result<bool> {
         std::fs::write(path, text)?;
     }
     Ok(v.ok)
+}
+
+async fn run_seatmap(a: seatmap::SeatMapArgs) -> anyhow::Result<bool> {
+    let json = a.json.clone();
+    let report = seatmap::run(a).await?;
+    seatmap::print(&report);
+    if let Some(path) = json {
+        std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
+    }
+    Ok(true)
 }
 
 async fn run_holds(a: holds::HoldsArgs) -> anyhow::Result<bool> {
