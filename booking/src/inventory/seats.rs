@@ -35,7 +35,10 @@ pub fn router() -> Router<InventoryState> {
     Router::new()
         .route("/api/events/{event}/seats", get(seat_map))
         .route("/api/events/{event}/seats/layout", get(seat_layout))
-        .route("/api/events/{event}/seats/availability", get(seat_availability))
+        .route(
+            "/api/events/{event}/seats/availability",
+            get(seat_availability),
+        )
 }
 
 /// How long a client may keep the layout without asking (it never changes for an event).

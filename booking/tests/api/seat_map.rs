@@ -14,7 +14,10 @@ use std::io::Read;
 
 /// Decodes a compact layout and availability into the JSON map's `seats` array.
 fn decode(layout: &Value, avail: &Value) -> Vec<Value> {
-    assert_eq!(avail["layout"], layout["id"], "availability of another layout");
+    assert_eq!(
+        avail["layout"], layout["id"],
+        "availability of another layout"
+    );
     assert_eq!(avail["encoding"], "2bit-base64");
     let bits = base64::engine::general_purpose::STANDARD
         .decode(avail["data"].as_str().expect("data"))
@@ -62,7 +65,12 @@ async fn get_json(app: &TestApp, path: &str, token: &str) -> Value {
 async fn compact_equals_json(app: &TestApp, event: &str) -> Vec<Value> {
     let token = app.admission("viewer", event);
     let layout = get_json(app, &format!("/api/events/{event}/seats/layout"), &token).await;
-    let avail = get_json(app, &format!("/api/events/{event}/seats/availability"), &token).await;
+    let avail = get_json(
+        app,
+        &format!("/api/events/{event}/seats/availability"),
+        &token,
+    )
+    .await;
     let map = get_json(app, &format!("/api/events/{event}/seats"), &token).await;
     let decoded = decode(&layout, &avail);
     assert_eq!(&Value::Array(decoded.clone()), &map["seats"]);
@@ -135,7 +143,12 @@ async fn the_compact_map_matches_the_json_map_after_holds_sales_releases_and_exp
     let shown: Vec<(&str, &str)> = seats
         .iter()
         .filter(|s| s["status"] != "available")
-        .map(|s| (s["seat_id"].as_str().unwrap(), s["status"].as_str().unwrap()))
+        .map(|s| {
+            (
+                s["seat_id"].as_str().unwrap(),
+                s["status"].as_str().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(shown, vec![("S1-R2-3", "sold"), ("S1-R2-4", "sold")]);
 }
@@ -165,9 +178,12 @@ fn builds(app: &TestApp, part: &str) -> u64 {
 async fn an_unchanged_map_is_a_304_and_a_hold_gives_a_new_etag_built_once() {
     // A long cache, so every rebuild below is owed to a change, never to age.
     let app = TestApp::spawn_with(|c| c.booking.seat_map_cache_s = 3600).await;
-    create_event(&app, &small_event("tag", 3, 10, 10, 1)).await;
+    create_event(&app, &small_event("tag", 50, 40, 10, 1)).await;
     let token = app.admission("viewer", "tag");
-    let (avail, layout) = ("/api/events/tag/seats/availability", "/api/events/tag/seats/layout");
+    let (avail, layout) = (
+        "/api/events/tag/seats/availability",
+        "/api/events/tag/seats/layout",
+    );
 
     let first = fetch(&app, avail, &token, None).await;
     assert_eq!(first.status(), 200);
@@ -268,15 +284,22 @@ async fn hundreds_of_fetches_during_concurrent_holds_see_consistent_maps() {
 async fn a_sixty_thousand_seat_map_is_compact() {
     let app = TestApp::spawn().await;
     let sections: Vec<Value> = (1..=30)
-        .map(|s| json!({"name": format!("S{s}"), "rows": 50, "seats_per_row": 40,
-                        "price_tier": if s % 2 == 0 { "A" } else { "B" }}))
+        .map(|s| {
+            json!({"name": format!("S{s}"), "rows": 50, "seats_per_row": 40,
+                        "price_tier": if s % 2 == 0 { "A" } else { "B" }})
+        })
         .collect();
     let mut event = small_event("big", 1, 1, 10, 1);
     event["seat_map"]["sections"] = Value::Array(sections);
     create_event(&app, &event).await;
     // Scattered holds make the availability as irregular as a sale in progress.
     for i in 0..40 {
-        let seat = format!("S{}-R{}-{}", 1 + i % 30, 1 + (i * 7) % 50, 1 + (i * 13) % 40);
+        let seat = format!(
+            "S{}-R{}-{}",
+            1 + i % 30,
+            1 + (i * 7) % 50,
+            1 + (i * 13) % 40
+        );
         hold(&app, "big", &format!("fan{i}"), &[seat.as_str()]).await;
     }
     let token = app.admission("viewer", "big");
@@ -286,8 +309,13 @@ async fn a_sixty_thousand_seat_map_is_compact() {
     let layout_bytes = layout.bytes().await.expect("body").len();
     let map = app.get("/api/events/big/seats", &token).await;
     let json_bytes = map.bytes().await.expect("body").len();
-    eprintln!("60,000 seats: availability {avail_bytes} B, layout {layout_bytes} B, JSON {json_bytes} B");
-    assert!(avail_bytes <= 300 * 1024, "availability is {avail_bytes} bytes");
+    eprintln!(
+        "60,000 seats: availability {avail_bytes} B, layout {layout_bytes} B, JSON {json_bytes} B"
+    );
+    assert!(
+        avail_bytes <= 300 * 1024,
+        "availability is {avail_bytes} bytes"
+    );
     assert!(layout_bytes <= 300 * 1024, "layout is {layout_bytes} bytes");
     assert!(json_bytes > 20 * avail_bytes);
     let seats = compact_equals_json(&app, "big").await;

@@ -112,7 +112,8 @@ pub async fn run(args: SeatMapArgs) -> anyhow::Result<SeatMapReport> {
     }
     let mut writers = Vec::with_capacity(args.writers);
     for w in 0..args.writers {
-        let (http, tokens, args, shape) = (http.clone(), tokens.clone(), args.clone(), shape.clone());
+        let (http, tokens, args, shape) =
+            (http.clone(), tokens.clone(), args.clone(), shape.clone());
         writers.push(tokio::spawn(async move {
             writer_loop(http, tokens, args, shape, w, deadline).await
         }));
@@ -228,7 +229,8 @@ async fn fan_loop(
     let phase = rand::rng().random_range(0..args.every_ms.max(1));
     let mut next = Instant::now() + Duration::from_millis(phase);
     if args.form == Form::Compact {
-        if let Ok((200, _, body)) = get(&http, &format!("{base}/layout"), &token, args.gzip, None).await
+        if let Ok((200, _, body)) =
+            get(&http, &format!("{base}/layout"), &token, args.gzip, None).await
         {
             out.layout_bytes = body.len() as u64;
         } else {
@@ -241,7 +243,11 @@ async fn fan_loop(
         tokio::time::sleep_until(next.into()).await;
         next += every;
         let t0 = Instant::now();
-        let cond = if args.form == Form::Compact { etag.as_deref() } else { None };
+        let cond = if args.form == Form::Compact {
+            etag.as_deref()
+        } else {
+            None
+        };
         match get(&http, &url, &token, args.gzip, cond).await {
             Ok((status, tag, body)) => {
                 out.rec.record(t0.elapsed(), &outcome(status, &body));

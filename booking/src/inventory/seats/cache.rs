@@ -53,7 +53,12 @@ impl Snapshot {
             .get_or_try_init(|| async {
                 builds.with_label_values(&["json"]).inc();
                 let body = layout::json_map(event, &self.layout, &self.statuses)?;
-                let tag = self.availability.etag.to_str().unwrap_or("x").trim_matches('"');
+                let tag = self
+                    .availability
+                    .etag
+                    .to_str()
+                    .unwrap_or("x")
+                    .trim_matches('"');
                 Ok::<_, InventoryError>(Arc::new(Encoded::new(body, &format!("j{tag}"))))
             })
             .await

@@ -138,7 +138,10 @@ mod tests {
         assert_eq!(bytes, vec![0b0010_0100, 0b0000_0010]);
         assert_eq!(pack_statuses(&[]), "");
         // The worked example in docs/api.md ("Compact seat map").
-        assert_eq!(pack_statuses(&[Available, Held, Available, Sold, Available]), "hAA=");
+        assert_eq!(
+            pack_statuses(&[Available, Held, Available, Sold, Available]),
+            "hAA="
+        );
     }
 
     #[test]
@@ -154,14 +157,20 @@ mod tests {
             &ours
         ));
         assert!(not_modified(&headers(header::IF_NONE_MATCH, "*"), &ours));
-        assert!(!not_modified(&headers(header::IF_NONE_MATCH, "\"a-2\""), &ours));
+        assert!(!not_modified(
+            &headers(header::IF_NONE_MATCH, "\"a-2\""),
+            &ours
+        ));
         assert!(!not_modified(&HeaderMap::new(), &ours));
     }
 
     #[test]
     fn gzip_is_used_only_when_accepted() {
         assert!(accepts_gzip(&headers(header::ACCEPT_ENCODING, "br, gzip")));
-        assert!(accepts_gzip(&headers(header::ACCEPT_ENCODING, "GZIP;q=0.5")));
+        assert!(accepts_gzip(&headers(
+            header::ACCEPT_ENCODING,
+            "GZIP;q=0.5"
+        )));
         assert!(accepts_gzip(&headers(header::ACCEPT_ENCODING, "*")));
         assert!(!accepts_gzip(&headers(header::ACCEPT_ENCODING, "gzip;q=0")));
         assert!(!accepts_gzip(&headers(header::ACCEPT_ENCODING, "br")));
@@ -173,7 +182,10 @@ mod tests {
         let body = vec![b'a'; 10_000];
         let e = Encoded::new(body.clone(), &content_tag("v-", &body));
         assert!(e.gzip.as_ref().unwrap().len() < 200);
-        assert_eq!(e.etag, Encoded::new(body.clone(), &content_tag("v-", &body)).etag);
+        assert_eq!(
+            e.etag,
+            Encoded::new(body.clone(), &content_tag("v-", &body)).etag
+        );
         assert!(Encoded::new(b"{}".to_vec(), "t").gzip.is_none());
     }
 }

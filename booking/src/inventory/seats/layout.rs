@@ -72,7 +72,11 @@ pub(crate) async fn load(pool: &PgPool, event: &str) -> Result<Layout, Inventory
     build(event, tiers, rows)
 }
 
-fn build(event: &str, tiers: Vec<(String, i64)>, rows: Vec<SeatRow>) -> Result<Layout, InventoryError> {
+fn build(
+    event: &str,
+    tiers: Vec<(String, i64)>,
+    rows: Vec<SeatRow>,
+) -> Result<Layout, InventoryError> {
     let mut tier_ix: HashMap<String, u32> = HashMap::new();
     let mut tier_list: Vec<Tier> = Vec::new();
     for (tier, price) in tiers {
@@ -188,10 +192,14 @@ fn compact_body(
             tier == seat.tier && i64::from(first) + i64::from(count) == i64::from(seat.number)
         };
         match row.runs.last_mut() {
-            Some(Run::Generated(first, count, tier)) if !named && extends(*first, *count, *tier) => {
+            Some(Run::Generated(first, count, tier))
+                if !named && extends(*first, *count, *tier) =>
+            {
                 *count += 1;
             }
-            Some(Run::Named(first, count, tier, ids)) if named && extends(*first, *count, *tier) => {
+            Some(Run::Named(first, count, tier, ids))
+                if named && extends(*first, *count, *tier) =>
+            {
                 *count += 1;
                 ids.push(seat.seat_id.clone());
             }
@@ -299,10 +307,8 @@ mod tests {
             ])
         );
         assert_eq!(layout.index["BOX-2"], 5);
-        let map: serde_json::Value = serde_json::from_slice(
-            &json_map("ev", &layout, &[Shown::Sold; 7]).unwrap(),
-        )
-        .unwrap();
+        let map: serde_json::Value =
+            serde_json::from_slice(&json_map("ev", &layout, &[Shown::Sold; 7]).unwrap()).unwrap();
         assert_eq!(
             map["seats"][4],
             serde_json::json!({"seat_id": "BOX-1", "section": "S1", "row": 2, "number": 1,
