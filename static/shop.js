@@ -286,8 +286,8 @@
   // Seat map: normalise, load, refresh
   // ---------------------------------------------------------------------------------------
 
-  // `seats` is GET /api/events/{event}/seats: {"event", "seats": [{seat_id, section, row,
-  // number, tier, status}]}. `info` is GET /api/events/{event}: name, venue,
+  // `seats` is the JSON map's shape (GET /api/events/{event}/seats, or the compact map
+  // decoded by loadSeats): {"event", "seats": [{seat_id, section, row, number, tier, status}]}. `info` is GET /api/events/{event}: name, venue,
   // max_tickets_per_account, currency, price_tiers [{tier, price}], ga_tiers [{tier, price,
   // capacity, available}] (empty object until it has loaded once).
   function normalise(seats, info) {
@@ -359,13 +359,98 @@
     return (S.map && S.map.limit) || 10;
   }
 
+  // The compact seat map (docs/api.md, "Compact seat map"): the layout (what exists; never
+  // changes for an event) is read once, the availability (2 bits per seat, ~20 KB for 60,000
+  // seats) on every refresh with its ETag, so an unchanged map costs a 304 and no parsing.
+  // Servers without the compact form get the JSON map as before.
+  var compact = { layout: null, availTag: null, decoded: null, unsupported: false };
+
+  // GET with our own If-None-Match; resolves like api() plus {etag, notModified}.
+  function getTagged(path, tag) {
+    var headers = { "Accept": "application/json" };
+    if (tag) headers["If-None-Match"] = tag;
+    return fetch(path, { method: "GET", credentials: "same-origin", headers: headers, cache: "no-store" })
+      .then(function (resp) {
+        noteServerDate(resp);
+        var ra = parseInt(resp.headers.get("Retry-After") || "", 10);
+        var etag = resp.headers.get("ETag");
+        if (resp.status === 304) return { status: 304, ok: true, notModified: true, data: null, etag: tag, retryAfter: null };
+        return resp.text().then(function (text) {
+          var data = {};
+          if (text) { try { data = JSON.parse(text); } catch (e) { data = {}; } }
+          return { status: resp.status, ok: resp.ok, data: data || {}, etag: etag, retryAfter: isFinite(ra) ? ra : null };
+        });
+      }, function () {
+        return { status: 0, ok: false, data: { code: "NETWORK" }, retryAfter: null };
+      });
+  }
+
+  // Layout + availability -> the JSON map's shape {event, seats: [{seat_id, section, row,
+  // number, tier, status}]}. Seat i of the layout (sections, rows, runs in order) has status
+  // bits 2*(i%4).. of byte i/4: 0 available, 1 held, 2 sold.
+  function decodeCompact(layout, avail) {
+    var bin = atob(String(avail.data || ""));
+    var tiers = Array.isArray(layout.tiers) ? layout.tiers : [];
+    var seats = [];
+    (layout.sections || []).forEach(function (sec) {
+      (sec.rows || []).forEach(function (row) {
+        (row.runs || []).forEach(function (run) {
+          var tier = tiers[run[2]] ? String(tiers[run[2]].tier) : "";
+          for (var k = 0; k < run[1]; k++) {
+            var i = seats.length;
+            var code = (bin.charCodeAt(i >> 2) >> ((i & 3) * 2)) & 3;
+            var n = run[0] + k;
+            seats.push({
+              seat_id: run[3] ? String(run[3][k]) : sec.name + "-R" + row.row + "-" + n,
+              section: sec.name, row: row.row, number: n, tier: tier,
+              status: code === 1 ? "held" : code === 2 ? "sold" : "available"
+            });
+          }
+        });
+      });
+    });
+    return { event: layout.event, seats: seats };
+  }
+
+  // Resolves like api(); `unchanged` when the availability answered 304.
+  function loadSeats(cacheMode, retried) {
+    var base = "/api/events/" + encodeURIComponent(EVENT);
+    if (compact.unsupported) return api("GET", base + "/seats", undefined, null, cacheMode || "default");
+    var layoutP = compact.layout ? Promise.resolve({ ok: true, data: compact.layout }) : getTagged(base + "/seats/layout", null);
+    return layoutP.then(function (rl) {
+      if (!rl.ok) {
+        if (rl.status === 404 && !(rl.data && rl.data.code === "UNKNOWN_EVENT")) {
+          compact.unsupported = true;  // an older server: the JSON map
+          return loadSeats(cacheMode, retried);
+        }
+        return rl;
+      }
+      compact.layout = rl.data;
+      var tag = compact.decoded ? compact.availTag : null;
+      return getTagged(base + "/seats/availability", tag).then(function (ra) {
+        if (ra.notModified) return { status: 200, ok: true, unchanged: true, data: compact.decoded };
+        if (!ra.ok) return ra;
+        if (ra.data.layout !== compact.layout.id) {
+          // Availability of another layout (the event was recreated): read both again, once.
+          compact.layout = null;
+          compact.decoded = null;
+          if (retried) return { status: 502, ok: false, data: { code: "BAD_SEAT_MAP" }, retryAfter: null };
+          return loadSeats(cacheMode, true);
+        }
+        compact.decoded = decodeCompact(compact.layout, ra.data);
+        compact.availTag = ra.etag;
+        return { status: 200, ok: true, data: compact.decoded };
+      });
+    });
+  }
+
   // The seat map and the event details (limit, prices, GA availability) load together; the
   // details are re-read on refresh only when the event has GA tiers (their counts move).
   function loadMap(cacheMode) {
     var base = "/api/events/" + encodeURIComponent(EVENT);
     var needInfo = !S.info || (Array.isArray(S.info.ga_tiers) && S.info.ga_tiers.length > 0);
     return Promise.all([
-      api("GET", base + "/seats", undefined, null, cacheMode || "default"),
+      loadSeats(cacheMode),
       needInfo ? api("GET", base, undefined, null, cacheMode || "default") : Promise.resolve(null)
     ]).then(function (rs) {
       var r = rs[0];
@@ -374,7 +459,8 @@
       if (ri && ri.ok) S.info = ri.data;
       else if (ri && (ri.status === 401 || ri.status === 403 || ri.status === 429 || ri.status >= 500)) return ri;
       var prev = S.map;
-      var next = normalise(r.data, S.info || {});
+      // An unchanged availability with unchanged details keeps the map as it is.
+      var next = r.unchanged && !ri && prev ? prev : normalise(r.data, S.info || {});
       S.map = next;
       if (S.pollFailures >= 2) notice("");  // the "could not refresh" note is stale now
       S.pollFailures = 0;

@@ -75,7 +75,9 @@ pub struct InventorySettings {
     /// Use `synchronous_commit = off` for hold transactions (holds move no money; a crash can
     /// lose the last few milliseconds of holds, never a sale). See docs/decisions.md.
     pub async_commit_holds: bool,
-    /// Seconds the seat map stays cached in memory (and `Cache-Control: max-age`).
+    /// Longest a cached seat map is served without re-reading (seconds; also the JSON map's
+    /// `Cache-Control: max-age`): the bound on how late changes made by other processes or
+    /// by the order and payment flows show. 0 reads on every request.
     pub seat_map_cache_s: u64,
     /// The store currency; prices are in its minor units.
     pub currency: String,
@@ -91,6 +93,9 @@ pub struct InventoryMetrics {
     /// Client-facing refusals by code (`refusals_total`). One counter for the whole process,
     /// shared with the other domains' refusals, so the app registers it and hands it in.
     pub refusals: IntCounterVec,
+    /// Seat-map renderings by part (`layout`/`availability`/`json`):
+    /// `seat_map_builds_total`. Once per change per process, not per request.
+    pub seat_map_builds: IntCounterVec,
 }
 
 impl InventoryMetrics {
@@ -104,12 +109,18 @@ impl InventoryMetrics {
             Opts::new("holds_expired_total", "Holds released on expiry"),
             &["kind"],
         )?;
+        let seat_map_builds = IntCounterVec::new(
+            Opts::new("seat_map_builds_total", "Seat-map renderings by part"),
+            &["part"],
+        )?;
         registry.register(Box::new(holds.clone()))?;
         registry.register(Box::new(holds_expired.clone()))?;
+        registry.register(Box::new(seat_map_builds.clone()))?;
         Ok(Self {
             holds,
             holds_expired,
             refusals,
+            seat_map_builds,
         })
     }
 }

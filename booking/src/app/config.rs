@@ -74,7 +74,9 @@ pub struct BookingSettings {
     /// Use `synchronous_commit = off` for hold transactions (holds move no money; a crash can
     /// lose the last few milliseconds of holds, never a sale). See docs/decisions.md.
     pub async_commit_holds: bool,
-    /// Seconds the seat map stays cached in memory (and `Cache-Control: max-age`).
+    /// Longest a cached seat map is served without re-reading it (seconds; also the JSON
+    /// map's `Cache-Control: max-age`). Bounds how late changes made elsewhere show; this
+    /// process's holds and releases show at once. 0 re-reads for every request.
     pub seat_map_cache_s: u64,
     /// Longest time a request may take before booking answers `503` (a stuck dependency
     /// must not hold a fan's phone on a spinner). Dependency timeouts are shorter.

@@ -1,146 +1,146 @@
-//! The seat map: `GET /api/events/{event}/seats`.
+//! The seat map, in two forms (docs/api.md, "Seat map" and "Compact seat map"):
+//! - `GET /api/events/{event}/seats`: the JSON map, one object per seat (about 5 MB for
+//!   60,000 seats), kept for existing clients;
+//! - `GET /api/events/{event}/seats/layout` (what exists: sections, rows, seat ids, tiers and
+//!   prices; written once per event, cacheable for long) and
+//!   `GET /api/events/{event}/seats/availability` (2 bits per seat in the layout's order,
+//!   base64: 20 KB for 60,000 seats), each with its own `ETag`; `If-None-Match` → `304`.
 //!
-//! The map of a 60,000-seat event is a few megabytes and every admitted fan asks for it, so
-//! the rendered body is cached per event for `seat_map_cache_s` (one second by default) and
-//! rendered by ONE request at a time per event (the others wait for it instead of stampeding
-//! Postgres). Availability is a hint here: the hold statement decides. A seat whose hold has
-//! expired (by the database clock) is shown as available, as the next hold would take it.
+//! All three are rendered from one cached snapshot per event and process, built once per
+//! change by one request (single flight) and gzipped once when the client accepts gzip
+//! ([`cache`] says when a snapshot is stale). Availability is a hint: the hold statement
+//! decides. A seat whose hold has expired (by the database clock) is shown as available, as
+//! the next hold would take it.
+
+mod cache;
+mod encode;
+mod layout;
+
+pub use cache::SeatMapCache;
 
 use crate::inventory::InventoryState;
-use crate::inventory::error::{During, InventoryError};
 use crate::inventory::http::{admitted_for, counted};
 use crate::platform::auth::Admitted;
 use crate::platform::error::{ApiError, ApiResult};
 use axum::Router;
 use axum::extract::{Path, State};
-use axum::http::{HeaderValue, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use bytes::Bytes;
-use serde::Serialize;
-use sqlx::PgPool;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use encode::{Encoded, accepts_gzip, not_modified};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub fn router() -> Router<InventoryState> {
-    Router::new().route("/api/events/{event}/seats", get(seat_map))
+    Router::new()
+        .route("/api/events/{event}/seats", get(seat_map))
+        .route("/api/events/{event}/seats/layout", get(seat_layout))
+        .route(
+            "/api/events/{event}/seats/availability",
+            get(seat_availability),
+        )
 }
 
-type Slot = Arc<tokio::sync::Mutex<Option<(Instant, Bytes)>>>;
+/// How long a client may keep the layout without asking (it never changes for an event).
+const LAYOUT_MAX_AGE: &str = "private, max-age=86400";
 
-/// In-memory cache of rendered seat maps, one slot per event. The outer lock is held only
-/// to find the slot; the slot's async lock serialises rendering for that event.
-#[derive(Default)]
-pub struct SeatMapCache {
-    slots: Mutex<HashMap<String, Slot>>,
-}
-
-impl SeatMapCache {
-    fn slot(&self, event: &str) -> Slot {
-        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-        slots.entry(event.to_owned()).or_default().clone()
-    }
-
-    fn forget(&self, event: &str) {
-        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-        slots.remove(event);
-    }
-}
-
-#[derive(Serialize, sqlx::FromRow)]
-struct SeatView {
-    seat_id: String,
-    section: String,
-    #[sqlx(rename = "row_no")]
-    row: i32,
-    number: i32,
-    tier: String,
-    status: String,
-}
-
-#[derive(Serialize)]
-struct SeatMapView<'a> {
-    event: &'a str,
-    seats: Vec<SeatView>,
+#[derive(Clone, Copy)]
+enum Form {
+    Json,
+    Layout,
+    Availability,
 }
 
 async fn seat_map(
     State(state): State<InventoryState>,
     Path(event): Path<String>,
+    headers: HeaderMap,
     admitted: Result<Admitted, ApiError>,
 ) -> ApiResult<Response> {
+    serve(&state, &event, &headers, admitted, Form::Json).await
+}
+
+async fn seat_layout(
+    State(state): State<InventoryState>,
+    Path(event): Path<String>,
+    headers: HeaderMap,
+    admitted: Result<Admitted, ApiError>,
+) -> ApiResult<Response> {
+    serve(&state, &event, &headers, admitted, Form::Layout).await
+}
+
+async fn seat_availability(
+    State(state): State<InventoryState>,
+    Path(event): Path<String>,
+    headers: HeaderMap,
+    admitted: Result<Admitted, ApiError>,
+) -> ApiResult<Response> {
+    serve(&state, &event, &headers, admitted, Form::Availability).await
+}
+
+async fn serve(
+    state: &InventoryState,
+    event: &str,
+    headers: &HeaderMap,
+    admitted: Result<Admitted, ApiError>,
+    form: Form,
+) -> ApiResult<Response> {
+    let arrived = Instant::now();
     let r = async {
-        admitted_for(admitted, &event)?;
-        Ok(cached_body(&state, &event).await?)
+        admitted_for(admitted, event)?;
+        let ttl = Duration::from_secs(state.settings.seat_map_cache_s);
+        let builds = &state.metrics.seat_map_builds;
+        let snap = state
+            .seat_maps
+            .snapshot(&state.pool, event, ttl, arrived, builds)
+            .await?;
+        let encoded: Arc<Encoded> = match form {
+            Form::Json => snap.json(event, builds).await?,
+            Form::Layout => return Ok(respond(&snap.layout.compact, headers, form, state)),
+            Form::Availability => return Ok(respond(&snap.availability, headers, form, state)),
+        };
+        Ok(respond(&encoded, headers, form, state))
     }
     .await;
-    let body = counted(&state, r)?;
-    let max_age = state.settings.seat_map_cache_s;
-    let cache_control = HeaderValue::from_str(&format!("private, max-age={max_age}"))
-        .unwrap_or(HeaderValue::from_static("private, max-age=1"));
-    Ok((
-        [
-            (
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            ),
-            (header::CACHE_CONTROL, cache_control),
-        ],
-        body,
-    )
-        .into_response())
+    counted(state, r)
 }
 
-async fn cached_body(state: &InventoryState, event: &str) -> Result<Bytes, InventoryError> {
-    let ttl = Duration::from_secs(state.settings.seat_map_cache_s);
-    if ttl.is_zero() {
-        return render(&state.pool, event).await;
-    }
-    let slot = state.seat_maps.slot(event);
-    let mut cached = slot.lock().await;
-    if let Some((at, body)) = cached.as_ref()
-        && at.elapsed() < ttl
-    {
-        return Ok(body.clone());
-    }
-    match render(&state.pool, event).await {
-        Ok(body) => {
-            *cached = Some((Instant::now(), body.clone()));
-            Ok(body)
+/// The body (gzipped if accepted) with its `ETag`, or `304` when the client has it.
+fn respond(enc: &Encoded, req: &HeaderMap, form: Form, state: &InventoryState) -> Response {
+    let cache_control = match form {
+        // The JSON map keeps the header it always had.
+        Form::Json => HeaderValue::from_str(&format!(
+            "private, max-age={}",
+            state.settings.seat_map_cache_s
+        ))
+        .unwrap_or(HeaderValue::from_static("private, max-age=1")),
+        Form::Layout => HeaderValue::from_static(LAYOUT_MAX_AGE),
+        // Always revalidate: a 304 costs a few bytes, a stale map costs a lost pick.
+        Form::Availability => HeaderValue::from_static("private, no-cache"),
+    };
+    let modified = !not_modified(req, &enc.etag);
+    let mut resp = if !modified {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else {
+        match (&enc.gzip, accepts_gzip(req)) {
+            (Some(gz), true) => {
+                let mut r = gz.clone().into_response();
+                r.headers_mut()
+                    .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+                r
+            }
+            _ => enc.body.clone().into_response(),
         }
-        Err(e) => {
-            drop(cached);
-            // Do not keep slots for events that do not exist.
-            state.seat_maps.forget(event);
-            Err(e)
-        }
+    };
+    let h = resp.headers_mut();
+    if modified {
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
     }
-}
-
-/// The seat map's body, read from Postgres.
-async fn render(pool: &PgPool, event: &str) -> Result<Bytes, InventoryError> {
-    let exists: Option<i32> = sqlx::query_scalar("SELECT 1 FROM events WHERE id = $1")
-        .bind(event)
-        .fetch_optional(pool)
-        .await
-        .during("check that the event exists")?;
-    if exists.is_none() {
-        return Err(InventoryError::UnknownEvent);
-    }
-    let seats: Vec<SeatView> = sqlx::query_as(
-        "SELECT seat_id, section, row_no, number, tier,
-                CASE WHEN status = 'held' AND held_until <= clock_timestamp() THEN 'available'
-                     -- Held back after a refund: to a fan it is simply not for sale.
-                     WHEN status = 'held_back' THEN 'sold'
-                     ELSE status END AS status
-         FROM seats WHERE event_id = $1
-         ORDER BY section, row_no, number, seat_id",
-    )
-    .bind(event)
-    .fetch_all(pool)
-    .await
-    .during("read the seat map")?;
-    let body = serde_json::to_vec(&SeatMapView { event, seats }).map_err(InventoryError::Render)?;
-    Ok(Bytes::from(body))
+    h.insert(header::CACHE_CONTROL, cache_control);
+    h.insert(header::ETAG, enc.etag.clone());
+    h.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
+    resp
 }

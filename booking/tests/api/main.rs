@@ -24,6 +24,7 @@ mod orders;
 mod outbox;
 mod payments;
 mod products;
+mod seat_map;
 mod session;
 mod startup_config;
 mod storefront;

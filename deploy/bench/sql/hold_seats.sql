@@ -81,6 +81,7 @@ usage AS (
     FROM h
     WHERE u.event_id = h.event_id AND u.account_id = h.account_id
     RETURNING 1)
-SELECT (SELECT count(*) FROM seats_back) + (SELECT COALESCE(sum(quantity), 0) FROM units_back)
+SELECT h.event_id, h.kind = 'seats',
+       (SELECT count(*) FROM seats_back) + (SELECT COALESCE(sum(quantity), 0) FROM units_back)
 FROM h;
 COMMIT;

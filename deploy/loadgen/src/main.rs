@@ -9,6 +9,7 @@ mod orders;
 mod promtext;
 mod report;
 mod statements;
+mod seatmap;
 mod stats;
 mod surge;
 mod svg;
@@ -47,6 +48,9 @@ enum Command {
     Auctions(auctions::AuctionsArgs),
     /// Postgres statements and round trips per booking operation (pg_stat_statements).
     Statements(statements::StatementsArgs),
+    /// Fans refreshing one event's seat map (JSON or compact) while writers change it:
+    /// bytes per fetch, p50/p99.
+    Seatmap(seatmap::SeatMapArgs),
 }
 
 // mimalloc: a surge keeps ~200,000 fan tasks alive and allocates per request; glibc malloc
@@ -69,6 +73,7 @@ async fn main() -> ExitCode {
         Command::Orders(a) => run_orders(a).await,
         Command::Auctions(a) => run_auctions(a).await,
         Command::Statements(a) => run_statements(a).await,
+        Command::Seatmap(a) => run_seatmap(a).await,
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
@@ -110,6 +115,16 @@ async fn run_verify(a: verify::VerifyArgs) -> anyhow::Result<bool> {
         std::fs::write(path, text)?;
     }
     Ok(v.ok)
+}
+
+async fn run_seatmap(a: seatmap::SeatMapArgs) -> anyhow::Result<bool> {
+    let json = a.json.clone();
+    let report = seatmap::run(a).await?;
+    seatmap::print(&report);
+    if let Some(path) = json {
+        std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
+    }
+    Ok(true)
 }
 
 async fn run_holds(a: holds::HoldsArgs) -> anyhow::Result<bool> {

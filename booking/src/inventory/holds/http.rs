@@ -76,6 +76,7 @@ async fn hold_seats(
         .await?;
         match attempt {
             Attempt::Done(taken) => {
+                state.seat_maps.changed(event);
                 for kind in &taken.reclaimed {
                     state
                         .metrics
@@ -137,7 +138,10 @@ async fn release_own_hold(
         Ok::<_, InventoryError>(r)
     })
     .await?;
-    if released {
+    if let Some(r) = released {
+        if r.seats {
+            state.seat_maps.changed(&r.event_id);
+        }
         return Ok(StatusCode::NO_CONTENT);
     }
     // Nothing changed; say why (a read for the answer only).

@@ -46,21 +46,29 @@ usage AS (
     FROM h
     WHERE u.event_id = h.event_id AND u.account_id = h.account_id
     RETURNING 1)
-SELECT (SELECT count(*) FROM seats_back) + (SELECT COALESCE(sum(quantity), 0) FROM units_back)
+SELECT h.event_id, h.kind = 'seats',
+       (SELECT count(*) FROM seats_back) + (SELECT COALESCE(sum(quantity), 0) FROM units_back)
 FROM h";
 
-/// Releases the account's active hold; `false` when nothing changed (not active, not theirs,
+/// What a release changed: the hold's event, and whether it held seats (the seat map's cache
+/// then has to be rebuilt).
+pub(crate) struct Released {
+    pub event_id: String,
+    pub seats: bool,
+}
+
+/// Releases the account's active hold; `None` when nothing changed (not active, not theirs,
 /// unknown). A negative usage (a double release) violates `CHECK (tickets >= 0)` and fails.
 pub(crate) async fn release_own_tx(
     conn: &mut PgConnection,
     hold: &str,
     account: &str,
-) -> Result<bool, InventoryError> {
-    let released: Option<i64> = sqlx::query_scalar(RELEASE_OWN)
+) -> Result<Option<Released>, InventoryError> {
+    let released: Option<(String, bool, i64)> = sqlx::query_as(RELEASE_OWN)
         .bind(hold)
         .bind(account)
         .fetch_optional(conn)
         .await
         .during("release the hold")?;
-    Ok(released.is_some())
+    Ok(released.map(|(event_id, seats, _)| Released { event_id, seats }))
 }
