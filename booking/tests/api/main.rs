@@ -23,6 +23,7 @@ mod outbox;
 mod payments;
 mod products;
 mod session;
+mod split_stock;
 mod startup_config;
 mod storefront;
 mod sweeper;
