@@ -24,6 +24,7 @@ use crate::orders::repo::{During, OrderError};
 use crate::orders::stock::MAX_STOCK_SHARDS;
 use crate::orders::{OrdersState, flash};
 use crate::platform::auth::Admin;
+use crate::platform::db;
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::json::ApiJson;
 use axum::Router;
@@ -279,13 +280,18 @@ async fn update_product(
     if !valid_sku(&sku) {
         return Err(unknown_sku(&sku));
     }
-    let mut tx = state
-        .pool
-        .begin()
-        .await
-        .during("begin the product transaction")?;
-    repo::update_tx(&mut tx, &sku, &req).await?;
-    tx.commit().await.during("commit the product transaction")?;
+    // Retried on deadlock: spreading the stock locks all the SKU's rows while orders take
+    // theirs (an order waiting for a row can keep a row it re-checked and passed over).
+    db::retry(3, || async {
+        let mut tx = state
+            .pool
+            .begin()
+            .await
+            .during("begin the product transaction")?;
+        repo::update_tx(&mut tx, &sku, &req).await?;
+        tx.commit().await.during("commit the product transaction")
+    })
+    .await?;
     let view = repo::load(&state.pool, &sku)
         .await?
         .ok_or_else(|| unknown_sku(&sku))?;

@@ -4,12 +4,12 @@
 
 use crate::inventory::holds;
 use crate::orders::OrderSettings;
-use crate::orders::stock;
 use crate::orders::model::{
     AccountId, EventId, HeldSeat, HeldUnits, HoldId, OrderId, OrderItemView, OrderKey, OrderRow,
     OrderSource, OrderStatus, OrderView, PricedSku, PricingError, Shortage, price_cart_lines,
     price_hold,
 };
+use crate::orders::stock;
 use crate::platform::db::{MaybeRetryable, TxError, is_retryable};
 use crate::platform::error::ApiError;
 use crate::platform::idempotency::Claim;

@@ -19,10 +19,10 @@ pub async fn stock(app: &TestApp, sku: &str) -> (i64, i64, i64) {
         "SELECT sum(available)::bigint, sum(reserved)::bigint, sum(sold)::bigint
            FROM inventory WHERE sku = $1 GROUP BY sku",
     )
-        .bind(sku)
-        .fetch_one(&app.pool)
-        .await
-        .expect("inventory row")
+    .bind(sku)
+    .fetch_one(&app.pool)
+    .await
+    .expect("inventory row")
 }
 
 /// `PUT /api/cart/items/{sku}`.

@@ -39,11 +39,7 @@ async fn fill_carts(app: &TestApp, buyers: &[(String, i64)], sku: &str) {
 
 /// Every buyer orders their cart at once (`in_flight` requests open at a time). Answers
 /// come with the buyer's quantity, in completion order.
-async fn rush(
-    app: &TestApp,
-    buyers: &[(String, i64)],
-    in_flight: usize,
-) -> Vec<(i64, u16, Value)> {
+async fn rush(app: &TestApp, buyers: &[(String, i64)], in_flight: usize) -> Vec<(i64, u16, Value)> {
     let tokens: Vec<(String, i64)> = buyers
         .iter()
         .map(|(a, q)| (app.admission(a, "drop"), *q))
@@ -131,7 +127,10 @@ async fn assert_conserved(app: &TestApp, sku: &str, total: i64) -> i64 {
 async fn split_stock_sells_exactly_the_stock_through_the_gate() {
     let app = TestApp::spawn_with(|c| c.database.acquire_timeout_ms = 60_000).await;
     let v = create_split(&app, "SPLIT-G", 600, 8, true).await;
-    assert_eq!((v["stock_shards"].as_i64(), v["available"].as_i64()), (Some(8), Some(600)));
+    assert_eq!(
+        (v["stock_shards"].as_i64(), v["available"].as_i64()),
+        (Some(8), Some(600))
+    );
     let per_shard: Vec<i64> = shards(&app, "SPLIT-G").await.iter().map(|r| r.1).collect();
     assert_eq!(per_shard, vec![75; 8], "stock spread evenly");
     let buyers: Vec<(String, i64)> = (0..2000).map(|i| (format!("fan{i}"), 1)).collect();
@@ -148,7 +147,11 @@ async fn split_stock_sells_exactly_the_stock_through_the_gate() {
     assert_eq!(assert_conserved(&app, "SPLIT-G", 600).await, 0);
     let (_, v) = json(app.admin_get("/admin/products/SPLIT-G").await).await;
     assert_eq!(
-        (v["available"].as_i64(), v["reserved"].as_i64(), v["stock"].as_i64()),
+        (
+            v["available"].as_i64(),
+            v["reserved"].as_i64(),
+            v["stock"].as_i64()
+        ),
         (Some(0), Some(600), Some(600))
     );
     app.stop().await;
@@ -178,12 +181,18 @@ async fn split_stock_without_the_gate_mixed_quantities() {
             _ => panic!("unexpected answer {status} {v}"),
         }
     }
-    assert!(smallest_refused < i64::MAX, "demand 1,000 > 500 refuses someone");
+    assert!(
+        smallest_refused < i64::MAX,
+        "demand 1,000 > 500 refuses someone"
+    );
     let left = assert_conserved(&app, "SPLIT-M", 500).await;
     assert_eq!(left + sold, 500, "nothing oversold");
     // Units only went down during the rush, so what is left was already too few for every
     // refused request when it was refused.
-    assert!(left < smallest_refused, "{left} left, a {smallest_refused} refused");
+    assert!(
+        left < smallest_refused,
+        "{left} left, a {smallest_refused} refused"
+    );
     app.stop().await;
 }
 
@@ -206,16 +215,18 @@ async fn rebalancing_racing_orders_conserves_units() {
     fill_carts(&app, &first, "SPLIT-R").await;
     let reshapes = async {
         for n in [3, 8, 5, 8, 1, 8] {
-            let (status, v) = json(
-                admin_put(&app, "/admin/products/SPLIT-R", &json!({"stock_shards": n})).await,
-            )
-            .await;
+            let (status, v) =
+                json(admin_put(&app, "/admin/products/SPLIT-R", &json!({"stock_shards": n})).await)
+                    .await;
             assert_eq!(status, 200, "{v}");
         }
     };
     let (answers, ()) = tokio::join!(rush(&app, &first, 300), reshapes);
     let left = assert_conserved(&app, "SPLIT-R", 400).await;
-    assert!(left < smallest_refused(&answers), "{left} left; demand 450 > 400");
+    assert!(
+        left < smallest_refused(&answers),
+        "{left} left; demand 450 > 400"
+    );
 
     // Cancel half of the orders and expire the rest while a second wave buys.
     let ids: Vec<String> = sqlx::query_scalar("SELECT id FROM orders ORDER BY id")
@@ -296,14 +307,22 @@ async fn units_go_back_to_their_shard_and_reads_sum_the_shards() {
     );
     let rows = shards(&app, "SPLIT-S").await;
     let paid_row = rows.iter().find(|r| r.0 == taken[1].1).expect("paid shard");
-    assert_eq!((paid_row.3, paid_row.2), (5, 0), "sold on the row it came from");
+    assert_eq!(
+        (paid_row.3, paid_row.2),
+        (5, 0),
+        "sold on the row it came from"
+    );
     assert_eq!(rows.iter().map(|r| r.1).sum::<i64>(), 35);
     assert_eq!(assert_conserved(&app, "SPLIT-S", 40).await, 35);
 
     // Reads are sums; stock updates spread over the shards; the count can change.
     let (status, v) = json(
-        admin_put(&app, "/admin/products/SPLIT-S", &json!({"stock": 45, "stock_shards": 2}))
-            .await,
+        admin_put(
+            &app,
+            "/admin/products/SPLIT-S",
+            &json!({"stock": 45, "stock_shards": 2}),
+        )
+        .await,
     )
     .await;
     assert_eq!(status, 200, "{v}");
@@ -338,10 +357,8 @@ async fn units_go_back_to_their_shard_and_reads_sum_the_shards() {
         )
         .await;
         assert_eq!(status, 422, "{bad} -> {v}");
-        let (status, _) = json(
-            admin_put(&app, "/admin/products/ONE", &json!({"stock_shards": bad})).await,
-        )
-        .await;
+        let (status, _) =
+            json(admin_put(&app, "/admin/products/ONE", &json!({"stock_shards": bad})).await).await;
         assert_eq!(status, 422, "{bad}");
     }
     app.stop().await;
