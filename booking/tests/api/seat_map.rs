@@ -29,12 +29,15 @@ fn decode(layout: &Value, avail: &Value) -> Vec<Value> {
         for row in sec["rows"].as_array().expect("rows") {
             let r = row["row"].as_i64().expect("row");
             for run in row["runs"].as_array().expect("runs") {
-                let (first, count) = (run[0].as_i64().unwrap(), run[1].as_i64().unwrap());
-                let tier = &tiers[run[2].as_u64().unwrap() as usize]["tier"];
+                let (first, count) = (
+                    run[0].as_i64().expect("run start"),
+                    run[1].as_i64().expect("run count"),
+                );
+                let tier = &tiers[run[2].as_u64().expect("run tier") as usize]["tier"];
                 for k in 0..count {
                     let number = first + k;
                     let id = match run.get(3) {
-                        Some(ids) => ids[k as usize].as_str().unwrap().to_owned(),
+                        Some(ids) => ids[k as usize].as_str().expect("seat id").to_owned(),
                         None => format!("{name}-R{r}-{number}"),
                     };
                     let i = out.len();

@@ -115,7 +115,10 @@ impl Ctx {
         if idem {
             req = req.header("Idempotency-Key", shared::ids::new_id());
         }
-        let resp = req.send().await.with_context(|| format!("{url}"))?;
+        let resp = req
+            .send()
+            .await
+            .with_context(|| format!("request to {url}"))?;
         let status = resp.status().as_u16();
         let v = resp.json().await.unwrap_or(Value::Null);
         Ok((status, v))

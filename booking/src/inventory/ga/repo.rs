@@ -155,7 +155,7 @@ pub(super) async fn take_units_tx(
     };
     // No shard had the whole quantity: one unit is then sold out; more may be spread thin.
     if shard.is_none()
-        && (qty == 1 || !take_piecewise(&mut *tx, &t.hold_id, event, tier, qty, start).await?)
+        && (qty == 1 || !take_piecewise(&mut tx, &t.hold_id, event, tier, qty, start).await?)
     {
         tx.rollback().await.during("roll back a refused hold")?;
         return Ok(Attempt::Short(t));
