@@ -37,7 +37,8 @@
 //!   becomes `sold`: its seats `sold` (one conditional `UPDATE`), GA units counted as sold on
 //!   their shards, one ticket per seat/unit inserted (`UNIQUE (event_id, seat_id)` is the
 //!   backstop). [`SellOutcome::Lost`] when a seat no longer belongs to the hold (its pin ran
-//!   out and someone reclaimed it): the caller rolls back (to its own savepoint) and refunds.
+//!   out and someone reclaimed it): nothing changed; the caller undoes its own earlier steps and
+//!   refunds.
 //!   [`SellOutcome::NotOrdered`] (nothing changed) when the hold is not `ordered` for that
 //!   account.
 

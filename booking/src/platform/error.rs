@@ -130,9 +130,24 @@ impl From<sqlx::Error> for ApiError {
             | sqlx::Error::Protocol(_) => {
                 ApiError::Unavailable(anyhow::Error::new(e).context("database unavailable"))
             }
+            // A deadlock or serialization failure that outlived its retries, a lock or
+            // statement timeout: the transaction rolled back and a retry may well succeed, so
+            // the caller gets "retry shortly", not an internal error.
+            other if is_transient(&other) => ApiError::Unavailable(
+                anyhow::Error::new(other).context("database contention, transaction rolled back"),
+            ),
             other => ApiError::Unexpected(anyhow::Error::new(other).context("database error")),
         }
     }
+}
+
+/// Deadlock (40P01), serialization failure (40001), lock not available (55P03) and statement
+/// timeout (57014): the transaction changed nothing and may succeed when retried.
+fn is_transient(e: &sqlx::Error) -> bool {
+    matches!(
+        e.as_database_error().and_then(|d| d.code()).as_deref(),
+        Some("40P01" | "40001" | "55P03" | "57014")
+    )
 }
 
 impl From<redis::RedisError> for ApiError {

@@ -321,9 +321,9 @@ pub async fn pin_hold_tx(
     Ok(Some(pinned))
 }
 
-/// Sells an ordered hold. See the module docs. The hold row and its seats are ONE statement.
-/// `NotOrdered` means nothing changed; after `Lost` the caller must roll back (to a
-/// savepoint taken before), as the payment transition does.
+/// Sells an ordered hold. See the module docs. The hold row and its seats are ONE statement,
+/// which changes nothing unless every seat is still the hold's: `NotOrdered` and `Lost` leave
+/// the hold and its seats as they were (a lost seat's rows are listed, not sold).
 pub async fn sell_hold_tx(
     conn: &mut PgConnection,
     hold_id: &str,
@@ -331,23 +331,31 @@ pub async fn sell_hold_tx(
     account: &str,
 ) -> sqlx::Result<SellOutcome> {
     let rows: Vec<HoldSeatRow> = sqlx::query_as(
-        "WITH h AS (
-             UPDATE holds SET status = 'sold'
+        "WITH hold AS (
+             SELECT id, event_id, kind, ga_tier, quantity, expires_at FROM holds
              WHERE id = $1 AND account_id = $2 AND status = 'ordered'
-             RETURNING id, event_id, kind, ga_tier, quantity, expires_at),
+             FOR UPDATE),
          mine AS (
-             SELECT s.event_id, s.seat_id FROM seats s JOIN h ON s.event_id = h.event_id
+             SELECT s.event_id, s.seat_id, s.tier FROM seats s JOIN hold h ON s.event_id = h.event_id
              WHERE h.kind = 'seats' AND s.hold_id = h.id AND s.status = 'held'
              ORDER BY s.seat_id
              FOR UPDATE OF s),
+         ok AS (
+             SELECT id FROM hold
+             WHERE kind <> 'seats' OR (SELECT count(*) FROM mine) = quantity),
+         sold AS (
+             UPDATE holds SET status = 'sold' FROM ok WHERE holds.id = ok.id),
          upd AS (
              UPDATE seats s SET status = 'sold', order_id = $3, held_until = NULL
-             FROM mine m
+             FROM mine m, ok
              WHERE s.event_id = m.event_id AND s.seat_id = m.seat_id
              RETURNING s.seat_id, s.tier)
          SELECT h.event_id, h.kind, h.ga_tier, h.quantity, h.expires_at,
                 NULL::bigint AS ga_price, u.seat_id, u.tier, NULL::bigint AS price
-         FROM h LEFT JOIN upd u ON true",
+         FROM hold h LEFT JOIN (
+             SELECT seat_id, tier FROM upd
+             UNION ALL
+             SELECT seat_id, tier FROM mine WHERE NOT EXISTS (SELECT 1 FROM ok)) u ON true",
     )
     .bind(hold_id)
     .bind(account)
