@@ -9,7 +9,6 @@ use crate::orders::model::{
     OrderSource, OrderStatus, OrderView, PricedSku, PricingError, Shortage, price_cart_lines,
     price_hold,
 };
-use crate::orders::stock;
 use crate::platform::db::{MaybeRetryable, TxError, is_retryable};
 use crate::platform::error::ApiError;
 use crate::platform::idempotency::{
@@ -174,8 +173,8 @@ pub async fn load_order(
 /// Statement order keeps hot rows locked as briefly as possible: prices are read without
 /// locks (the snapshot is the committed price at order time), then the order, its items, the
 /// outbox row and the idempotent response are written, and only then is each SKU reserved by
-/// [`stock::reserve_stock_tx`] (one shard row per line in the common case, sorted SKU order).
-/// The stock row locks are therefore held for one statement plus the commit. On a shortage it
+/// its conditional `UPDATE` (sorted SKU order, so carts sharing SKUs cannot deadlock). The
+/// inventory row locks are therefore held for one statement plus the commit. On a shortage it
 /// returns [`OrderError::Shortage`] (with the real remaining quantity) with earlier lines
 /// already reserved: the caller must roll back (dropping the transaction does), which undoes
 /// everything.
@@ -196,15 +195,13 @@ pub async fn create_cart_order_tx(
     lines: &BTreeMap<String, i64>,
     claim: Option<&Claim>,
 ) -> Result<(OrderView, Vec<u8>), OrderError> {
-    /// sku, name, price, event, the order's expiry.
-    type PriceRow = (String, String, i64, Option<String>, DateTime<Utc>);
     if lines.is_empty() {
         return Err(OrderError::CartEmpty);
     }
     let skus: Vec<&str> = lines.keys().map(String::as_str).collect();
     // The order's expiry (database clock) comes with the prices, so the order, its items and
     // its outbox row can then be written by one statement.
-    let prices: Vec<PriceRow> = sqlx::query_as(
+    let prices: Vec<(String, String, i64, Option<String>, DateTime<Utc>)> = sqlx::query_as(
         "SELECT sku, name, price, event_id, clock_timestamp() + make_interval(secs => $2)
            FROM products WHERE sku = ANY($1) ORDER BY sku",
     )
@@ -236,7 +233,35 @@ pub async fn create_cart_order_tx(
     if let Some(claim) = claim {
         complete_claim_tx(conn, claim, &body).await?;
     }
-    stock::reserve_stock_tx(conn, order_id.as_str(), lines).await?;
+    for (sku, &q) in lines {
+        let reserved = sqlx::query(
+            "UPDATE inventory SET available = available - $2, reserved = reserved + $2
+              WHERE sku = $1 AND available >= $2",
+        )
+        .bind(sku)
+        .bind(q)
+        .execute(&mut *conn)
+        .await
+        .during("reserve a cart line's stock")?
+        .rows_affected();
+        if reserved == 0 {
+            // Report the real remaining quantity (the latest committed row).
+            let available: Option<i64> =
+                sqlx::query_scalar("SELECT available FROM inventory WHERE sku = $1")
+                    .bind(sku)
+                    .fetch_optional(&mut *conn)
+                    .await
+                    .during("read the remaining stock after a shortage")?;
+            return Err(match available {
+                Some(a) => OrderError::Shortage {
+                    sku: sku.clone(),
+                    requested: q,
+                    shortage: Shortage::of(a),
+                },
+                None => OrderError::UnknownSku(sku.clone()),
+            });
+        }
+    }
     Ok((view, body))
 }
 
