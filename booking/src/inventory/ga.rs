@@ -87,7 +87,7 @@ async fn hold_ga(
     let (pool, async_commit) = (&state.pool, state.settings.async_commit_holds);
     let mut healed = false;
     loop {
-        let attempt = db::retry(1, || {
+        let attempt = db::retry(4, || {
             repo::take_units_tx(pool, async_commit, event, account, &req.tier, qty)
         })
         .await?;

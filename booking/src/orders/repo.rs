@@ -195,13 +195,15 @@ pub async fn create_cart_order_tx(
     lines: &BTreeMap<String, i64>,
     claim: Option<&Claim>,
 ) -> Result<(OrderView, Vec<u8>), OrderError> {
+    /// sku, name, price, event, the order's expiry.
+    type PriceRow = (String, String, i64, Option<String>, DateTime<Utc>);
     if lines.is_empty() {
         return Err(OrderError::CartEmpty);
     }
     let skus: Vec<&str> = lines.keys().map(String::as_str).collect();
     // The order's expiry (database clock) comes with the prices, so the order, its items and
     // its outbox row can then be written by one statement.
-    let prices: Vec<(String, String, i64, Option<String>, DateTime<Utc>)> = sqlx::query_as(
+    let prices: Vec<PriceRow> = sqlx::query_as(
         "SELECT sku, name, price, event_id, clock_timestamp() + make_interval(secs => $2)
            FROM products WHERE sku = ANY($1) ORDER BY sku",
     )

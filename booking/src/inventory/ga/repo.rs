@@ -92,6 +92,10 @@ SELECT qty FROM took";
 
 /// The last resort of a multi-unit hold: the tier's shards that have units, locked in shard
 /// order (waiting), the quantity split greedily in shard order, all or nothing.
+/// `c.available >= p.take` guards against a plan made from a stale `available`: seen in
+/// `ga_shards::ga_units_are_conserved_while_holds_of_mixed_sizes_race_releases` as a
+/// `CHECK (available >= 0)` violation (a 500) when piecewise takes raced releases. A shard the
+/// guard skips makes the sum short, and the caller rolls the hold back (`SOLD_OUT`).
 const TAKE_ACROSS_IN_ORDER: &str = "
 WITH locked AS (
     SELECT shard, available FROM ga_counters
@@ -109,6 +113,7 @@ took AS (
     UPDATE ga_counters c SET available = c.available - p.take
     FROM plan p
     WHERE c.event_id = $1 AND c.tier = $2 AND c.shard = p.shard AND p.take > 0
+      AND c.available >= p.take
     RETURNING c.shard, p.take)
 INSERT INTO hold_ga_items (hold_id, shard, quantity)
 SELECT $4, shard, take FROM took
