@@ -101,7 +101,9 @@ run json-plain json "$JSON_FANS"
 run json-gzip json "$JSON_FANS" --gzip
 run compact-plain compact "$FANS"
 run compact-gzip compact "$FANS" --gzip
-BUILDS="$(curl -fsS "$URL/metrics" | grep -E '^seat_map_builds_total' | sed -E 's/seat_map_builds_total\{part="([a-z]+)"\} /\1=/' | tr '\n' ' ')"
+# Booking's registry prefixes its metrics (floodgate_booking_); informational, never fatal.
+BUILDS="$(curl -fsS "$URL/metrics" | grep -E '^(floodgate_booking_)?seat_map_builds_total' \
+  | sed -E 's/^(floodgate_booking_)?seat_map_builds_total\{part="([a-z]+)"\} /\2=/' | tr '\n' ' ' || true)"
 
 row() { # row NAME LABEL: one markdown row from a loadgen report
   python3 - "$WORK/$1.json" "$2" <<'PY'
