@@ -9,10 +9,12 @@
 //! shard with enough units (starting at a random shard, skipping shards another transaction
 //! has locked: `FOR UPDATE SKIP LOCKED`), decrements it, records the allocation and reads the
 //! tier's price; then the commit. Concurrent buyers spread over the shards instead of queueing
-//! on one row lock; when every shard with enough is busy, the statement waits for ONE of them.
-//! Only when no shard has the whole quantity (the stock is spread thin) are the units taken
-//! piecewise, one free shard per statement, and as a last resort the shards with units in
-//! shard order. The common path never locks more than one shard.
+//! on one row lock, and this statement never waits for a shard (except the only shard of a
+//! one-shard tier). Only when it finds none do further transactions run: one that waits for ONE
+//! shard with enough (every such shard was busy), and as a last resort one that locks the
+//! shards with units in shard order and splits the quantity across them (the stock is spread
+//! thinner than the quantity). A transaction never waits for a shard while holding a shard
+//! lock out of shard order, so holds, releases, expiries and sales cannot deadlock.
 //!
 //! Files: this one (the handler), `ga/repo.rs` (the statements).
 

@@ -212,6 +212,37 @@ impl TestApp {
         }
     }
 
+    /// Stops the server, closes its connections, and returns how many deadlocks Postgres
+    /// detected in the test's database while it ran. A backend reports its counts when it
+    /// exits, so this waits (a bounded wait for a condition, not a sleep) until none is left.
+    pub async fn stop_counting_deadlocks(self) -> i64 {
+        let (pool, db_name) = (self.pool.clone(), self.db_name.clone());
+        let booking_pool = self.state.pool.clone();
+        self.stop().await;
+        booking_pool.close().await;
+        pool.close().await;
+        let mut admin = PgConnection::connect(&database_url())
+            .await
+            .expect("connect to count deadlocks");
+        for _ in 0..200 {
+            let left: i64 =
+                sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE datname = $1")
+                    .bind(&db_name)
+                    .fetch_one(&mut admin)
+                    .await
+                    .expect("count the test database's backends");
+            if left == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        sqlx::query_scalar("SELECT deadlocks FROM pg_stat_database WHERE datname = $1")
+            .bind(&db_name)
+            .fetch_one(&mut admin)
+            .await
+            .expect("read the test database's deadlock count")
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.addr, path)
     }

@@ -1,7 +1,8 @@
 -- pgbench baseline for GA holds: exactly the SQL booking runs for one
 -- POST /api/events/{event}/ga-holds {"tier": "FLOOR", "quantity": 1} (THE GA hold statement
--- of booking/src/inventory/ga/repo.rs: usage, hold row, one shard from a random start with
--- SKIP LOCKED, else waiting for one, the allocation, the price) followed by the
+-- of booking/src/inventory/ga/repo.rs, HOLD_FROM_A_FREE_SHARD: usage, hold row, one shard from
+-- a random start with SKIP LOCKED, waiting only when the tier has one shard, the allocation,
+-- the price; booking's fallbacks when every shard is busy are not here) followed by the
 -- DELETE /api/holds/{id} that releases it (RELEASE_OWN of holds/release.rs), like loadgen's GA
 -- cycle. Run against a tier of 1 shard or of 8. A hold that finds no units rolls back (as in
 -- booking; never with the bench's 10M units); holds.sh counts released holds. Parameters are inlined as
@@ -40,9 +41,9 @@ pick AS (
     SELECT shard FROM (
         SELECT shard FROM ga_counters
         WHERE event_id = :event AND tier = 'FLOOR' AND available >= 1
-        ORDER BY (shard + 64 - :start) % 64
-        LIMIT 1
-        FOR UPDATE) busy
+          AND NOT EXISTS (SELECT 1 FROM ga_counters o
+                          WHERE o.event_id = :event AND o.tier = 'FLOOR' AND o.shard <> 0)
+        FOR UPDATE) only_shard
     LIMIT 1),
 took AS (
     UPDATE ga_counters c SET available = c.available - 1

@@ -1,11 +1,11 @@
-//! The statements of a GA hold: the hold transaction (usage, hold row, units from one shard
-//! and the tier's price in ONE statement; units piecewise across shards only when no single
-//! free shard has enough), and the read that explains a refusal.
+//! The statements of a GA hold: the hold transaction (usage, hold row, units from one free
+//! shard and the tier's price in ONE statement; waiting for a shard, or taking units across
+//! shards, only when that found none), and the read that explains a refusal.
 
 use crate::inventory::error::{During, InventoryError};
 use crate::inventory::holds::take::{Attempt, begin_hold_tx};
 use chrono::{DateTime, Utc};
-use sqlx::{Acquire, PgConnection, PgPool};
+use sqlx::PgPool;
 
 type Result<T> = std::result::Result<T, InventoryError>;
 
@@ -16,17 +16,25 @@ pub(super) struct GaTaken {
     pub price: Option<i64>,
 }
 
-/// THE GA hold statement: the usage upsert, the hold row (only if the usage passed and the sale
-/// has started), one shard with enough units decremented and recorded, and the tier's price.
-/// Every part is conditional on the one before, so one round trip decides; the caller rolls
-/// back when a part is missing. `bench/sql/ga_hold.sql` runs this text.
-///
-/// The shard: the first with enough units from a random start that no other transaction has
-/// locked (`SKIP LOCKED`: passed over, never waited for). Only when every such shard is
-/// locked at that instant (one shard under load, always) does the second branch run
-/// (`UNION ALL` under `LIMIT 1` stops at the first row) and wait for ONE shard, the first
-/// from the random start, holding no other shard lock meanwhile.
-const HOLD_FROM_ONE_SHARD: &str = "
+// How the hold statements lock shards, and why they cannot deadlock. A row lock that a
+// `FOR UPDATE` (or an `UPDATE`) took stays until the transaction ends even when the row then
+// fails its condition (it was changed meanwhile and has too few units left), so a statement
+// that waited or skipped its way through several shards may hold locks on shards it did not
+// use. The rule: a transaction waits for a shard only while it holds no other shard of the
+// tier, or only lower ones (shard order, like the release, the expiry and the sale). So each
+// way of taking units below is its own transaction, and only the first (which never waits) is
+// used under normal load. Before this, the hold statement skipped through locked shards and
+// then waited for one in its random order while keeping the skipped-through locks: two holds
+// could each keep the shard the other waited for. Postgres found the cycle after
+// `deadlock_timeout` (1 s), and after four such retries a fan got 503
+// (`ga::ga_mixed_quantities_never_exceed_capacity`, CI; `ga_shards::no_deadlock_*`).
+
+/// The usage upsert and the hold row (only if the usage passed and the sale has started): the
+/// first part of every GA hold statement. `$1` event, `$2` account, `$3` tier, `$4` quantity,
+/// `$5` hold id, `$6` the hold's random start shard.
+macro_rules! usage_and_hold {
+    () => {
+        "
 WITH usage AS (
     INSERT INTO account_event_usage AS u (event_id, account_id, tickets)
     SELECT e.id, $2, $4 FROM events e
@@ -41,7 +49,37 @@ hold AS (
     SELECT $5, e.id, $2, 'ga', $3, $4, clock_timestamp() + make_interval(secs => e.hold_ttl_s)
     FROM events e, usage
     WHERE e.id = $1 AND e.sale_start <= clock_timestamp()
-    RETURNING expires_at),
+    RETURNING expires_at),"
+    };
+}
+
+/// The last part of every GA hold statement: (usage passed, the hold's expiry: `None` before
+/// the sale, the units taken: `None` when none, the tier's price; the tier's units and the
+/// most on one shard, as the statement's snapshot saw them).
+macro_rules! hold_outcome {
+    () => {
+        "
+SELECT EXISTS (SELECT 1 FROM usage),
+       (SELECT expires_at FROM hold),
+       (SELECT sum(quantity)::int FROM item),
+       (SELECT price FROM ga_tiers WHERE event_id = $1 AND tier = $3),
+       (SELECT sum(available)::bigint FROM ga_counters WHERE event_id = $1 AND tier = $3),
+       (SELECT max(available) FROM ga_counters WHERE event_id = $1 AND tier = $3)"
+    };
+}
+
+/// THE GA hold statement, the one that runs under normal load: the usage, the hold row, one
+/// shard with enough units decremented and recorded, and the tier's price; every part
+/// conditional on the one before, so one round trip decides. `bench/sql/ga_hold.sql` runs
+/// this text.
+///
+/// The shard: the first with enough units from a random start that no other transaction has
+/// locked (`SKIP LOCKED`: passed over, never waited for). A tier of ONE shard has nothing to
+/// skip to, so there (and only there: the statement then locks no other shard) the second
+/// branch waits for it (`UNION ALL` under `LIMIT 1` stops at the first row).
+const HOLD_FROM_A_FREE_SHARD: &str = concat!(
+    usage_and_hold!(),
+    "
 pick AS (
     SELECT shard FROM (
         SELECT shard FROM ga_counters
@@ -53,9 +91,9 @@ pick AS (
     SELECT shard FROM (
         SELECT shard FROM ga_counters
         WHERE event_id = $1 AND tier = $3 AND available >= $4
-        ORDER BY (shard + 64 - $6) % 64
-        LIMIT 1
-        FOR UPDATE) busy
+          AND NOT EXISTS (SELECT 1 FROM ga_counters o
+                          WHERE o.event_id = $1 AND o.tier = $3 AND o.shard <> 0)
+        FOR UPDATE) only_shard
     LIMIT 1),
 took AS (
     UPDATE ga_counters c SET available = c.available - $4
@@ -65,63 +103,104 @@ took AS (
 item AS (
     INSERT INTO hold_ga_items (hold_id, shard, quantity)
     SELECT $5, shard, $4 FROM took
-    RETURNING shard)
-SELECT EXISTS (SELECT 1 FROM usage),
-       (SELECT expires_at FROM hold),
-       (SELECT shard FROM item),
-       (SELECT price FROM ga_tiers WHERE event_id = $1 AND tier = $3)";
+    RETURNING quantity)",
+    hold_outcome!()
+);
 
-/// Takes what one free shard (`SKIP LOCKED`) with units left can give, at most `$3`, in the
-/// order of the hold statement (`$5`: the hold's random start), and records it.
-const TAKE_SOME_FREE: &str = "
-WITH pick AS (
-    SELECT shard, available FROM ga_counters
-    WHERE event_id = $1 AND tier = $2 AND available > 0
-    ORDER BY (shard + 64 - $5) % 64
-    LIMIT 1
-    FOR UPDATE SKIP LOCKED),
+/// Every shard with enough units was locked by another hold: wait for ONE of them (the first
+/// from the random start, as the snapshot saw it). The update names one row, so it waits for
+/// one lock while holding no other shard; if that shard has too few units by the time it is
+/// ours, nothing is taken.
+const HOLD_WAITING_FOR_ONE_SHARD: &str = concat!(
+    usage_and_hold!(),
+    "
+pick AS (
+    SELECT shard FROM ga_counters
+    WHERE event_id = $1 AND tier = $3 AND available >= $4
+    ORDER BY (shard + 64 - $6) % 64
+    LIMIT 1),
 took AS (
-    UPDATE ga_counters c SET available = c.available - LEAST(p.available, $3)
-    FROM pick p
-    WHERE c.event_id = $1 AND c.tier = $2 AND c.shard = p.shard
-    RETURNING c.shard, LEAST(p.available, $3) AS qty),
+    UPDATE ga_counters c SET available = c.available - $4
+    FROM pick, hold
+    WHERE c.event_id = $1 AND c.tier = $3 AND c.shard = pick.shard AND c.available >= $4
+    RETURNING c.shard),
 item AS (
     INSERT INTO hold_ga_items (hold_id, shard, quantity)
-    SELECT $4, shard, qty FROM took)
-SELECT qty FROM took";
+    SELECT $5, shard, $4 FROM took
+    RETURNING quantity)",
+    hold_outcome!()
+);
 
-/// The last resort of a multi-unit hold: the tier's shards that have units, locked in shard
-/// order (waiting), the quantity split greedily in shard order, all or nothing.
-/// `c.available >= p.take` guards against a plan made from a stale `available`: seen in
-/// `ga_shards::ga_units_are_conserved_while_holds_of_mixed_sizes_race_releases` as a
-/// `CHECK (available >= 0)` violation (a 500) when piecewise takes raced releases. A shard the
-/// guard skips makes the sum short, and the caller rolls the hold back (`SOLD_OUT`).
-const TAKE_ACROSS_IN_ORDER: &str = "
-WITH locked AS (
+/// The last resort, and the definitive answer: the tier's shards that have units, locked in
+/// shard order (waiting), the quantity split greedily in shard order, all or nothing. Runs
+/// when no single shard has the whole quantity (the stock is spread thin) or the shard waited
+/// for was drained meanwhile. `c.available >= p.take` is a second guard against a plan made
+/// from a stale `available` (a `CHECK (available >= 0)` violation would be a 500); a shard it
+/// skips makes the sum short, and the caller rolls the hold back (`SOLD_OUT`).
+const HOLD_ACROSS_SHARDS_IN_ORDER: &str = concat!(
+    usage_and_hold!(),
+    "
+locked AS (
     SELECT shard, available FROM ga_counters
-    WHERE event_id = $1 AND tier = $2 AND available > 0
+    WHERE event_id = $1 AND tier = $3 AND available > 0
     ORDER BY shard
     FOR UPDATE),
 plan AS (
     SELECT shard,
            LEAST(available::bigint,
-                 GREATEST(0, $3 - (sum(available) OVER (ORDER BY shard) - available)))::int
+                 GREATEST(0, $4 - (sum(available) OVER (ORDER BY shard) - available)))::int
                AS take
     FROM locked
-    WHERE (SELECT sum(available) FROM locked) >= $3),
+    WHERE (SELECT sum(available) FROM locked) >= $4),
 took AS (
     UPDATE ga_counters c SET available = c.available - p.take
-    FROM plan p
-    WHERE c.event_id = $1 AND c.tier = $2 AND c.shard = p.shard AND p.take > 0
+    FROM plan p, hold
+    WHERE c.event_id = $1 AND c.tier = $3 AND c.shard = p.shard AND p.take > 0
       AND c.available >= p.take
-    RETURNING c.shard, p.take)
-INSERT INTO hold_ga_items (hold_id, shard, quantity)
-SELECT $4, shard, take FROM took
-RETURNING quantity";
+    RETURNING c.shard, p.take),
+item AS (
+    INSERT INTO hold_ga_items (hold_id, shard, quantity)
+    SELECT $5, shard, take FROM took
+    RETURNING quantity)",
+    hold_outcome!()
+);
 
-/// One GA hold transaction: the hold statement, and when no single free shard had the whole
-/// quantity, the units piece by piece. Three round trips in the common case: begin, the
-/// statement, commit.
+/// The ways of taking units, in the order they are tried; each is one transaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Way {
+    FreeShard,
+    WaitForOne,
+    AcrossInOrder,
+}
+
+impl Way {
+    fn statement(self) -> &'static str {
+        match self {
+            Way::FreeShard => HOLD_FROM_A_FREE_SHARD,
+            Way::WaitForOne => HOLD_WAITING_FOR_ONE_SHARD,
+            Way::AcrossInOrder => HOLD_ACROSS_SHARDS_IN_ORDER,
+        }
+    }
+
+    /// What to try after this way took nothing, from what its snapshot saw (`left`: the
+    /// tier's units, `most`: the most on one shard); `None` when the tier is sold out for
+    /// this quantity.
+    fn next(self, qty: i32, left: Option<i64>, most: Option<i32>) -> Option<Way> {
+        let qty64 = i64::from(qty);
+        if left.unwrap_or(0) < qty64 || self == Way::AcrossInOrder {
+            return None;
+        }
+        match self {
+            // A shard had enough but every such shard was locked: wait for one.
+            Way::FreeShard if most.unwrap_or(0) >= qty => Some(Way::WaitForOne),
+            // Spread thinner than the quantity, or the shard waited for was drained.
+            _ => Some(Way::AcrossInOrder),
+        }
+    }
+}
+
+/// A GA hold: the ways of taking units in turn, each its own transaction of three round trips
+/// (begin, the statement, commit or rollback). Under normal load the first decides.
 pub(super) async fn take_units_tx(
     pool: &PgPool,
     async_commit: bool,
@@ -130,110 +209,53 @@ pub(super) async fn take_units_tx(
     tier: &str,
     qty: i32,
 ) -> Result<Attempt<GaTaken>> {
-    let hold_id = shared::ids::new_id();
     let start = rand::random_range(0..64i32);
-    let mut tx = begin_hold_tx(pool, async_commit).await?;
-    // (usage passed, the hold's expiry: None before the sale, the shard, the tier's price)
-    type Row = (bool, Option<DateTime<Utc>>, Option<i32>, Option<i64>);
-    let (usage_ok, expires_at, shard, price): Row = sqlx::query_as(HOLD_FROM_ONE_SHARD)
-        .bind(event)
-        .bind(account)
-        .bind(tier)
-        .bind(qty)
-        .bind(&hold_id)
-        .bind(start)
-        .fetch_one(&mut *tx)
-        .await
-        .during("take the GA hold")?;
-    if !usage_ok {
+    let mut way = Way::FreeShard;
+    loop {
+        let hold_id = shared::ids::new_id();
+        let mut tx = begin_hold_tx(pool, async_commit).await?;
+        type Row = (
+            bool,
+            Option<DateTime<Utc>>,
+            Option<i32>,
+            Option<i64>,
+            Option<i64>,
+            Option<i32>,
+        );
+        let (usage_ok, expires_at, took, price, left, most): Row = sqlx::query_as(way.statement())
+            .bind(event)
+            .bind(account)
+            .bind(tier)
+            .bind(qty)
+            .bind(&hold_id)
+            .bind(start)
+            .fetch_one(&mut *tx)
+            .await
+            .during("take the GA hold")?;
+        if !usage_ok {
+            tx.rollback().await.during("roll back a refused hold")?;
+            return Ok(Attempt::Limit);
+        }
+        let Some(expires_at) = expires_at else {
+            tx.rollback().await.during("roll back a refused hold")?;
+            return Ok(Attempt::NotOnSale);
+        };
+        let t = GaTaken {
+            hold_id,
+            expires_at,
+            price,
+        };
+        if took == Some(qty) {
+            tx.commit().await.during("commit the hold")?;
+            return Ok(Attempt::Done(t));
+        }
+        // Nothing taken (or, across shards, less than all: rolled back with the rest).
         tx.rollback().await.during("roll back a refused hold")?;
-        return Ok(Attempt::Limit);
-    }
-    let Some(expires_at) = expires_at else {
-        tx.rollback().await.during("roll back a refused hold")?;
-        return Ok(Attempt::NotOnSale);
-    };
-    let t = GaTaken {
-        hold_id,
-        expires_at,
-        price,
-    };
-    // No shard had the whole quantity: one unit is then sold out; more may be spread thin.
-    if shard.is_none()
-        && (qty == 1 || !take_piecewise(&mut tx, &t.hold_id, event, tier, qty, start).await?)
-    {
-        tx.rollback().await.during("roll back a refused hold")?;
-        return Ok(Attempt::Short(t));
-    }
-    tx.commit().await.during("commit the hold")?;
-    Ok(Attempt::Done(t))
-}
-
-/// The rare path of a multi-unit hold: no shard had the whole quantity, so the stock is
-/// spread thin (or was taken meanwhile). `false` when the tier has fewer than `qty` units left
-/// (the caller rolls back).
-///
-/// What free shards give, one shard per statement (`SKIP LOCKED`), inside a savepoint. If that
-/// does not add up (shards with units are busy), the savepoint gives it back and the shards
-/// that have units are locked in shard order, all or nothing. A hold waits for shard locks only
-/// while holding none (the hold statement) or in shard order (this, and the release), so shard
-/// waits never form a cycle.
-async fn take_piecewise(
-    tx: &mut PgConnection,
-    hold_id: &str,
-    event: &str,
-    tier: &str,
-    qty: i32,
-    start: i32,
-) -> Result<bool> {
-    let mut sp = Acquire::begin(&mut *tx)
-        .await
-        .during("begin taking GA units piecewise")?;
-    let mut left = qty;
-    while left > 0 {
-        match take_some_free(&mut sp, hold_id, event, tier, left, start).await? {
-            Some(n) => left -= n,
-            None => break,
+        match way.next(qty, left, most) {
+            Some(next) => way = next,
+            None => return Ok(Attempt::Short(t)),
         }
     }
-    if left == 0 {
-        sp.commit()
-            .await
-            .during("keep the GA units taken piecewise")?;
-        return Ok(true);
-    }
-    sp.rollback()
-        .await
-        .during("give back GA units taken piecewise")?;
-    let parts: Vec<i32> = sqlx::query_scalar(TAKE_ACROSS_IN_ORDER)
-        .bind(event)
-        .bind(tier)
-        .bind(qty)
-        .bind(hold_id)
-        .fetch_all(&mut *tx)
-        .await
-        .during("take GA units across shards in order")?;
-    Ok(parts.iter().map(|&q| i64::from(q)).sum::<i64>() == i64::from(qty))
-}
-
-/// [`TAKE_SOME_FREE`]: the units it took from one shard, `None` when it found none.
-async fn take_some_free(
-    conn: &mut PgConnection,
-    hold_id: &str,
-    event: &str,
-    tier: &str,
-    left: i32,
-    start: i32,
-) -> Result<Option<i32>> {
-    sqlx::query_scalar(TAKE_SOME_FREE)
-        .bind(event)
-        .bind(tier)
-        .bind(left)
-        .bind(hold_id)
-        .bind(start)
-        .fetch_optional(conn)
-        .await
-        .during("take GA units from one shard")
 }
 
 /// The refusal when no units could be taken, from what is left (read after the rollback,
