@@ -125,18 +125,24 @@ json_num() { grep -oE "\"$2\": *[0-9.eE+-]+" "$1" | head -1 | sed -E 's/.*: *//'
 # so alongside the rates we measure CPU seconds per hold+release cycle for each party from
 # /proc: that figure does not depend on how busy the machine is.
 TICK="$(getconf CLK_TCK)"
-proc_cpu() { awk -v t="$TICK" '{ print ($14 + $15) / t }' "/proc/$1/stat" 2>/dev/null || echo 0; }
-backend_pids() { psql_q -d postgres -c "SELECT pid FROM pg_stat_activity WHERE datname = '$DB'"; }
+# proc_cpu PID: CPU seconds so far; nothing when the process is gone.
+proc_cpu() { awk -v t="$TICK" '{ print ($14 + $15) / t }' "/proc/$1/stat" 2>/dev/null || true; }
+# Client backends only: an autovacuum worker that exited between the listing and the read
+# counted as minus its CPU at the mark (negative CPU columns, seen in a run after the seat
+# holds left dead tuples behind).
+backend_pids() {
+  psql_q -d postgres -c "SELECT pid FROM pg_stat_activity WHERE datname = '$DB' AND backend_type = 'client backend'"
+}
 declare -A CPU0
 cpu_mark() { # cpu_mark PID...: remembers the CPU time of the given pids and of $DB's backends
   CPU0=(); local p
-  for p in "$@" $(backend_pids); do CPU0[$p]="$(proc_cpu "$p")"; done
+  for p in "$@" $(backend_pids); do CPU0[$p]="$(proc_cpu "$p")"; done  # empty (gone): 0
   T0="$(date +%s.%N)"
 }
 cpu_since() { # cpu_since PID...: prints "app_cpu_s pg_cpu_s wall_s" since cpu_mark
   local app=0 pg=0 p c
-  for p in "$@"; do c="$(proc_cpu "$p")"; app="$(awk -v a="$app" -v b="$c" -v z="${CPU0[$p]:-0}" 'BEGIN { print a + b - z }')"; done
-  for p in $(backend_pids); do c="$(proc_cpu "$p")"; pg="$(awk -v a="$pg" -v b="$c" -v z="${CPU0[$p]:-0}" 'BEGIN { print a + b - z }')"; done
+  for p in "$@"; do c="$(proc_cpu "$p")"; [ -n "$c" ] || continue; app="$(awk -v a="$app" -v b="$c" -v z="${CPU0[$p]:-0}" 'BEGIN { print a + b - z }')"; done
+  for p in $(backend_pids); do c="$(proc_cpu "$p")"; [ -n "$c" ] || continue; pg="$(awk -v a="$pg" -v b="$c" -v z="${CPU0[$p]:-0}" 'BEGIN { print a + b - z }')"; done
   echo "$app $pg $(awk -v a="$(date +%s.%N)" -v b="$T0" 'BEGIN { print a - b }')"
 }
 # measure NAME DUR CMD...: runs CMD in the background, samples CPU from 1 s in to 3/4 of the

@@ -54,8 +54,8 @@ hold AS (
 }
 
 /// The last part of every GA hold statement: (usage passed, the hold's expiry: `None` before
-/// the sale, the units taken: `None` when none, the tier's price; the tier's units and the
-/// most on one shard, as the statement's snapshot saw them).
+/// the sale, the units taken: `None` when none, the tier's price; when nothing was taken, the
+/// tier's units and the most on one shard, as the statement's snapshot saw them).
 macro_rules! hold_outcome {
     () => {
         "
@@ -63,8 +63,12 @@ SELECT EXISTS (SELECT 1 FROM usage),
        (SELECT expires_at FROM hold),
        (SELECT sum(quantity)::int FROM item),
        (SELECT price FROM ga_tiers WHERE event_id = $1 AND tier = $3),
-       (SELECT sum(available)::bigint FROM ga_counters WHERE event_id = $1 AND tier = $3),
-       (SELECT max(available) FROM ga_counters WHERE event_id = $1 AND tier = $3)"
+       CASE WHEN NOT EXISTS (SELECT 1 FROM item) THEN
+           (SELECT sum(available)::bigint FROM ga_counters WHERE event_id = $1 AND tier = $3)
+       END,
+       CASE WHEN NOT EXISTS (SELECT 1 FROM item) THEN
+           (SELECT max(available) FROM ga_counters WHERE event_id = $1 AND tier = $3)
+       END"
     };
 }
 
