@@ -4,8 +4,9 @@
 //!
 //! Layout: [`model`] (statuses, ids, views, pure rules), [`repo`] (creating and reading orders
 //! in a transaction, [`OrderError`]), [`transitions`] (paid, expired, cancelled), [`http`]
-//! (handlers; the only mapping to HTTP errors), [`expiry`] (the expiry job), and [`cart`],
-//! [`flash`], [`products`].
+//! (handlers; the only mapping to HTTP errors), [`expiry`] (the expiry job), [`stock`] (a
+//! SKU's stock split over shard rows: take, move, spread), and [`cart`], [`flash`],
+//! [`products`].
 //!
 //! # Status transitions
 //! ```text
@@ -19,7 +20,8 @@
 //!
 //! # Guarantees
 //! - One transaction creates the order: order row (`UNIQUE (account_id, idempotency_key)`),
-//!   each SKU reserved by a conditional `UPDATE ... WHERE available >= q` in sorted SKU order,
+//!   each SKU reserved by a conditional `UPDATE ... WHERE available >= q` on one of its stock
+//!   shard rows (or their sum, [`stock`]) in sorted SKU order,
 //!   unit prices snapshotted into `order_items`, an `order.created` outbox row, and the stored
 //!   idempotent response. Any shortage rolls everything back: `409 INSUFFICIENT_STOCK` with
 //!   the real remaining quantity (`SOLD_OUT` when none is left). Deadlocks and serialization
@@ -48,12 +50,14 @@ pub mod http;
 pub mod model;
 pub mod products;
 pub mod repo;
+pub mod stock;
 pub mod transitions;
 
 pub use expiry::ExpireOrders;
 pub use http::router;
 pub use model::{EndedOrder, OrderItemView, OrderRow, OrderStatus, OrderView};
 pub use repo::{OrderError, create_cart_order_tx, create_hold_order_tx, load_order};
+pub use stock::StockWay;
 pub use transitions::{cancel_order_tx, commit_reserved_stock_tx, expire_order_tx, mark_paid_tx};
 
 use crate::platform::auth::Auth;

@@ -19,8 +19,14 @@
 #    Postgres (booking's order_db_transactions_total);
 # 5. pgbench runs deploy/bench/sql/order_hot.sql (the same statements, no HTTP/Redis) on one
 #    hot row, durable and async;
-# 6. invariants: every SKU's available + reserved + sold equals its stock, reserved equals the
-#    units in pending orders, the flash SKUs sold exactly their stock, no key left in flight.
+# 6. split SKU (issue 16): the same order loop on a SKU whose stock is split over
+#    BENCH_SPLIT_SHARDS rows (default 8), through the gate, against pgbench's one-row rate;
+#    pgbench runs deploy/bench/sql/order_hot_split.sql on N rows (the raw split rate); and a
+#    rush of RUSH_BUYERS concurrent buyers (4,000; quick 1,000) on RUSH_STOCK units split over
+#    the same number of rows, which must sell exactly its stock;
+# 7. invariants: every SKU's available + reserved + sold (summed over its rows) equals its
+#    stock, each shard row's reserved equals the units pending orders took from it, the flash
+#    and rush SKUs sold exactly their stock, no key left in flight.
 # Results go to $BENCH_OUT as a markdown section (see deploy/bench/run), raw JSON to OUT_DIR.
 set -euo pipefail
 
@@ -38,6 +44,10 @@ CLIENTS="${BENCH_CLIENTS:-64}"
 POOL="${BENCH_POOL:-32}"
 if [ "$QUICK" = 1 ]; then FLASH_STOCK="${FLASH_STOCK:-100}"; else FLASH_STOCK="${FLASH_STOCK:-500}"; fi
 BIG=1000000000
+SHARDS="${BENCH_SPLIT_SHARDS:-8}"
+if [ "$QUICK" = 1 ]; then RUSH_BUYERS="${RUSH_BUYERS:-1000}"; RUSH_STOCK="${RUSH_STOCK:-300}"
+else RUSH_BUYERS="${RUSH_BUYERS:-4000}"; RUSH_STOCK="${RUSH_STOCK:-1000}"; fi
+RUSH_DUR=$(( FLASH_DUR > 5 ? FLASH_DUR : 5 ))
 OUT="${BENCH_OUT:-/dev/stdout}"
 DB="fg_bench_orders_$(date +%s)_$$"
 URL="http://127.0.0.1:$PORT"
@@ -72,8 +82,8 @@ if [ "${BENCH_NO_BUILD:-0}" != 1 ]; then
   log "building release binaries"
   (cd "$ROOT" && cargo build --workspace --bins --release)
 fi
-BOOKING_BIN="$ROOT/target/release/booking"
-LOADGEN_BIN="$ROOT/target/release/loadgen"
+BOOKING_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/booking"
+LOADGEN_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/loadgen"
 [ -x "$BOOKING_BIN" ] && [ -x "$LOADGEN_BIN" ] || die "release binaries missing"
 
 psql_q -d postgres -c "CREATE DATABASE \"$DB\"" >/dev/null
@@ -113,9 +123,9 @@ event() {
     "$URL/admin/events" || die "creating event $EVENT failed"
 }
 
-product() { # SKU STOCK HOT
+product() { # SKU STOCK HOT [STOCK_SHARDS]
   curl -fsS -o /dev/null -H "authorization: Bearer $ADMIN" -H 'content-type: application/json' \
-    -d "{\"sku\":\"$1\",\"event\":\"$EVENT\",\"name\":\"bench $1\",\"price\":1000,\"stock\":$2,\"hot\":$3}" \
+    -d "{\"sku\":\"$1\",\"event\":\"$EVENT\",\"name\":\"bench $1\",\"price\":1000,\"stock\":$2,\"hot\":$3,\"stock_shards\":${4:-1}}" \
     "$URL/admin/products" || die "creating product $1 failed"
 }
 
@@ -128,9 +138,9 @@ loadgen_orders() { # JSON ARGS...
   "$LOADGEN_BIN" orders --booking "$URL" --event "$EVENT" --clients "$CLIENTS" --json "$json" "$@" >&2
 }
 
-pgbench_tps() { # SKU ASYNC
+pgbench_tps() { # SKU ASYNC [SQL]
   "$PGBENCH" -h 127.0.0.1 -p "$PG_PORT" -U postgres -n -M prepared -c "$POOL" -j 2 -T "$DUR" \
-    -D sku="$1" -D async="$2" -f "$BENCH/sql/order_hot.sql" "$DB" 2>&1 | tee -a "$WORK/pgbench.log" \
+    -D sku="$1" -D async="$2" -f "$BENCH/sql/${3:-order_hot.sql}" "$DB" 2>&1 | tee -a "$WORK/pgbench.log" \
     | sed -nE 's/^tps = ([0-9.]+) \(without initial connection time\).*/\1/p'
 }
 
@@ -151,6 +161,9 @@ product FLASH-G "$FLASH_STOCK" true
 product FLASH-N "$FLASH_STOCK" false
 product PG-SYNC "$BIG" false
 product PG-ASYNC "$BIG" false
+product HOT-SPLIT "$BIG" true "$SHARDS"
+product RUSH-SPLIT "$RUSH_STOCK" true "$SHARDS"
+product PG-SPLIT "$BIG" false "$SHARDS"
 psql_q -d "$DB" -c "VACUUM ANALYZE" >/dev/null
 
 log "cart: $CLIENTS clients x ${DUR}s"
@@ -159,6 +172,12 @@ log "orders on one hot SKU through the gate (durable commits)"
 loadgen_orders "$WORK/hot-gated.json" --mode order --sku HOT-GATED --duration-s "$DUR"
 log "orders on one SKU without the gate (durable commits)"
 loadgen_orders "$WORK/hot-plain.json" --mode order --sku HOT-PLAIN --duration-s "$DUR"
+
+log "orders on one hot SKU split over $SHARDS rows, through the gate (durable commits)"
+loadgen_orders "$WORK/hot-split.json" --mode order --sku HOT-SPLIT --duration-s "$DUR"
+log "split rush: $RUSH_STOCK units over $SHARDS rows, $RUSH_BUYERS concurrent buyers, ${RUSH_DUR}s"
+"$LOADGEN_BIN" orders --booking "$URL" --event "$EVENT" --clients "$RUSH_BUYERS" \
+  --json "$WORK/rush-split.json" --mode order --sku RUSH-SPLIT --duration-s "$RUSH_DUR" >&2
 
 log "flash rush: $FLASH_STOCK units, ${FLASH_DUR}s, gated"
 T0="$(db_txs)"
@@ -177,26 +196,40 @@ stop_booking
 log "pgbench, the same order statements on one hot row, $POOL connections"
 PG_SYNC="$(pgbench_tps PG-SYNC 0)"
 PG_ASYNC="$(pgbench_tps PG-ASYNC 1)"
-[ -n "$PG_SYNC" ] && [ -n "$PG_ASYNC" ] || { tail -30 "$WORK/pgbench.log" >&2; die "pgbench failed"; }
+log "pgbench, the split order statement on $SHARDS rows, $POOL connections"
+PG_SPLIT="$(pgbench_tps PG-SPLIT 0 order_hot_split.sql)"
+[ -n "$PG_SYNC" ] && [ -n "$PG_ASYNC" ] && [ -n "$PG_SPLIT" ] || { tail -30 "$WORK/pgbench.log" >&2; die "pgbench failed"; }
 
 # Invariants. pgbench's orders (account 'pg-...') reserve without items for loadgen's SKUs.
 BAD="$(psql_q -d "$DB" -c "
-  SELECT (SELECT count(*) FROM inventory i
-          WHERE i.available + i.reserved + i.sold
-                <> CASE WHEN i.sku LIKE 'FLASH-%' THEN $FLASH_STOCK ELSE $BIG END)
-       + (SELECT count(*) FROM inventory i
+  WITH per_sku AS (SELECT sku, sum(available + reserved + sold) AS total, sum(reserved) AS reserved
+                     FROM inventory GROUP BY sku)
+  SELECT (SELECT count(*) FROM per_sku i
+          WHERE i.total <> CASE WHEN i.sku LIKE 'FLASH-%' THEN $FLASH_STOCK
+                                WHEN i.sku = 'RUSH-SPLIT' THEN $RUSH_STOCK ELSE $BIG END)
+       + (SELECT count(*) FROM per_sku i
           WHERE i.sku NOT LIKE 'PG-%'
             AND i.reserved <> (SELECT COALESCE(sum(oi.quantity), 0) FROM order_items oi
                                JOIN orders o ON o.id = oi.order_id
                                WHERE oi.sku = i.sku AND o.status = 'PENDING_PAYMENT'))
+       + (SELECT count(*) FROM inventory i
+          WHERE i.sku NOT LIKE 'PG-%'
+            AND i.reserved <> (SELECT COALESCE(sum(os.quantity), 0) FROM order_stock os
+                               JOIN orders o ON o.id = os.order_id
+                               WHERE os.sku = i.sku AND os.shard = i.shard
+                                 AND o.status = 'PENDING_PAYMENT'))
        + (SELECT count(*) FROM idempotency_keys WHERE state = 'in_flight' AND account_id NOT LIKE 'pg-%')")"
 [ "$BAD" = 0 ] || die "invariant violated after the run ($BAD rows)"
 SOLD_G="$(j "$WORK/flash-g.json" '.order.outcomes["201"] // 0')"
 SOLD_N="$(j "$WORK/flash-n.json" '.order.outcomes["201"] // 0')"
-RES_G="$(psql_q -d "$DB" -c "SELECT reserved FROM inventory WHERE sku = 'FLASH-G'")"
-RES_N="$(psql_q -d "$DB" -c "SELECT reserved FROM inventory WHERE sku = 'FLASH-N'")"
+RES_G="$(psql_q -d "$DB" -c "SELECT sum(reserved) FROM inventory WHERE sku = 'FLASH-G'")"
+RES_N="$(psql_q -d "$DB" -c "SELECT sum(reserved) FROM inventory WHERE sku = 'FLASH-N'")"
 [ "$SOLD_G" = "$RES_G" ] && [ "$SOLD_N" = "$RES_N" ] || die "flash: 201s ($SOLD_G/$SOLD_N) != reserved ($RES_G/$RES_N)"
 [ "$RES_G" -le "$FLASH_STOCK" ] && [ "$RES_N" -le "$FLASH_STOCK" ] || die "flash oversold"
+SOLD_R="$(j "$WORK/rush-split.json" '.order.outcomes["201"] // 0')"
+RES_R="$(psql_q -d "$DB" -c "SELECT sum(reserved) || ' ' || sum(available) FROM inventory WHERE sku = 'RUSH-SPLIT'")"
+[ "$SOLD_R" = "$RUSH_STOCK" ] && [ "$RES_R" = "$RUSH_STOCK 0" ] \
+  || die "split rush: $SOLD_R orders, reserved/available $RES_R, stock $RUSH_STOCK: not exactly the stock sold"
 
 order_row() { # JSON LABEL RAW
   local f="$1"
@@ -232,6 +265,17 @@ flash_row() { # JSON LABEL TXS SOLD
   order_row "$WORK/hot-plain.json" "no gate, durable commits" "$PG_SYNC"
   order_row "$WORK/hot-gated.json" "flash gate, durable commits (default)" "$PG_SYNC"
   order_row "$WORK/hot-async.json" "flash gate, async order commits" "$PG_ASYNC"
+  order_row "$WORK/hot-split.json" "stock split over $SHARDS rows, flash gate, durable" "$PG_SYNC"
+  echo
+  echo "**Split SKU** (issue 16): the service on a SKU split over $SHARDS rows against pgbench on one row (the table above, same run; target ≥ 3×) and pgbench running [the split statement](../deploy/bench/sql/order_hot_split.sql) on $SHARDS rows (the raw split ceiling); and a rush of $RUSH_BUYERS concurrent buyers on $RUSH_STOCK units over $SHARDS rows:"
+  echo
+  echo "| split orders/s | one-row pgbench | × one-row raw | pgbench on $SHARDS rows | service / split raw | rush: sold of stock | rush 409 SOLD_OUT | rush p99 |"
+  echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+  printf '| %s | %s | %s | %s | %s | %s of %s | %s | %s |\n' "$(fmt "$(j "$WORK/hot-split.json" .orders_per_s)")" \
+    "$(fmt "$PG_SYNC")" "$(awk -v a="$(j "$WORK/hot-split.json" .orders_per_s)" -v b="$PG_SYNC" 'BEGIN { if (b > 0) printf "%.2f×", a / b; else print "n/a" }')" \
+    "$(fmt "$PG_SPLIT")" "$(ratio "$(j "$WORK/hot-split.json" .orders_per_s)" "$PG_SPLIT")" \
+    "$SOLD_R" "$RUSH_STOCK" "$(j "$WORK/rush-split.json" '.order.outcomes["409 SOLD_OUT"] // 0')" \
+    "$(ms "$(j "$WORK/rush-split.json" .order.p99_ms)")"
   echo
   echo "**Flash rush**: $FLASH_STOCK units, $CLIENTS clients buying for ${FLASH_DUR} s (demand far above stock):"
   echo
@@ -249,9 +293,10 @@ flash_row() { # JSON LABEL TXS SOLD
 if [ -n "$RESULTS" ]; then
   mkdir -p "$RESULTS"
   cp "$WORK"/*.json "$RESULTS/" 2>/dev/null || true
-  printf '{"cart_ops_per_s": %s, "orders_gated_per_s": %s, "orders_plain_per_s": %s, "orders_async_per_s": %s, "pgbench_sync_per_s": %s, "pgbench_async_per_s": %s, "flash_gated_db_txs": %s, "flash_plain_db_txs": %s}\n' \
+  printf '{"cart_ops_per_s": %s, "orders_gated_per_s": %s, "orders_plain_per_s": %s, "orders_async_per_s": %s, "pgbench_sync_per_s": %s, "pgbench_async_per_s": %s, "flash_gated_db_txs": %s, "flash_plain_db_txs": %s, "orders_split_per_s": %s, "pgbench_split_per_s": %s, "split_shards": %s, "rush_split_sold": %s}\n' \
     "$(j "$WORK/cart.json" .cart_ops_per_s)" "$(j "$WORK/hot-gated.json" .orders_per_s)" \
     "$(j "$WORK/hot-plain.json" .orders_per_s)" "$(j "$WORK/hot-async.json" .orders_per_s)" \
-    "$PG_SYNC" "$PG_ASYNC" "$TX_G" "$TX_N" > "$RESULTS/orders.json"
+    "$PG_SYNC" "$PG_ASYNC" "$TX_G" "$TX_N" "$(j "$WORK/hot-split.json" .orders_per_s)" "$PG_SPLIT" \
+    "$SHARDS" "$SOLD_R" > "$RESULTS/orders.json"
 fi
 log "done"

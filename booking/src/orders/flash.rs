@@ -13,8 +13,9 @@
 //!   a retry of a successful order is replayed, never answered "sold out"), and a release gives
 //!   a slot back at most once.
 //! - A failed order releases its slot (`INCRBY`); [`reconcile`] resets the counter from
-//!   Postgres `available` (on the hot flag, after expiry returns stock, on a job, and via
-//!   `POST /admin/products/{sku}/flash/reconcile`). Reconciling while orders are in flight
+//!   Postgres `available` (summed over the SKU's stock rows; on the hot flag, after expiry
+//!   returns stock, on a job, and via `POST /admin/products/{sku}/flash/reconcile`).
+//!   Reconciling while orders are in flight
 //!   can only raise the count above the truth (those orders' releases add back); Postgres
 //!   then refuses the surplus and the next reconcile corrects it.
 //!
@@ -255,7 +256,8 @@ async fn set_gate(
 /// gated).
 pub async fn reconcile(pool: &PgPool, redis: &Redis, sku: &str) -> Result<Option<i64>, OrderError> {
     let row: Option<(bool, i64)> = sqlx::query_as(
-        "SELECT p.hot, i.available FROM products p JOIN inventory i USING (sku) WHERE p.sku = $1",
+        "SELECT p.hot, sum(i.available)::bigint FROM products p JOIN inventory i USING (sku)
+          WHERE p.sku = $1 GROUP BY p.sku",
     )
     .bind(sku)
     .fetch_optional(pool)
@@ -288,8 +290,8 @@ pub async fn remove(redis: &Redis, sku: &str) -> Result<(), OrderError> {
 /// Reconciles every hot SKU. Returns how many gates were set.
 pub async fn reconcile_all(pool: &PgPool, redis: &Redis) -> anyhow::Result<usize> {
     let rows: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT p.sku, i.available FROM products p JOIN inventory i USING (sku)
-          WHERE p.hot ORDER BY p.sku",
+        "SELECT p.sku, sum(i.available)::bigint FROM products p JOIN inventory i USING (sku)
+          WHERE p.hot GROUP BY p.sku ORDER BY p.sku",
     )
     .fetch_all(pool)
     .await

@@ -17,6 +17,7 @@ use crate::orders::repo::{
     During, OrderError, claim_key_tx, complete_claim_tx, create_cart_order_tx,
     create_hold_order_tx, load_order,
 };
+use crate::orders::stock::StockWay;
 use crate::orders::{OrdersState, cart, products};
 use crate::platform::auth::Admitted;
 use crate::platform::db;
@@ -173,48 +174,27 @@ async fn create_from_cart(
     let admission = gate_admission(account, order_key);
     // 1. The flash gate (Redis only), so a sold-out rush never reaches Postgres.
     let taken = gate_lines(state, account, order_key, &admission, &lines).await?;
-    // 2. One transaction, retried from the top on deadlock: the idempotency claim first (a
-    // duplicate waits on it, then replays), then the order.
+    // 2. The order transaction (`create_cart_order`).
     let order_id = shared::ids::new_id();
-    let settings = &*state.settings;
-    let result = db::retry(settings.deadlock_retries, || async {
-        state.metrics.order_db_transactions.inc();
-        let mut tx = if settings.async_commit {
-            state
-                .pool
-                .begin_with("BEGIN; SET LOCAL synchronous_commit = off")
-                .await
-        } else {
-            state.pool.begin().await
-        }
-        .during("begin the order transaction")?;
-        let claim = match claim_key_tx(
-            &mut tx,
-            &state.idempotency.settings,
-            account,
-            key,
-            fingerprint,
-        )
-        .await?
-        {
-            Begin::Started(claim) => claim,
-            Begin::Replay(stored) => return Ok(Created::Replay(stored)),
-        };
-        let (_, body) = create_cart_order_tx(
-            &mut tx,
-            settings,
-            OrderId::new(&order_id),
+    // Each way of taking the stock is its own transaction (`stock::StockWay`); the first
+    // serves the order unless every row with enough units is busy at that instant.
+    let mut way = StockWay::FreeRow;
+    let result = loop {
+        let attempt = create_cart_order(
+            state,
+            &order_id,
             account,
             event,
-            order_key,
+            key,
+            fingerprint,
             &lines,
-            Some(&claim),
-        )
-        .await?;
-        tx.commit().await.during("commit the order transaction")?;
-        Ok::<_, OrderError>(Created::Order(body))
-    })
-    .await;
+            way,
+        );
+        match attempt.await {
+            Err(OrderError::StockBusy) if way != StockWay::AcrossInOrder => way = way.next(),
+            other => break other,
+        }
+    };
     match result {
         Ok(Created::Replay(stored)) => {
             release_slots(state, &taken, &admission).await;
@@ -256,6 +236,65 @@ async fn create_from_cart(
 enum Created {
     Order(Vec<u8>),
     Replay(Replay),
+}
+
+/// One cart order transaction taking the stock `way`, retried from the top on deadlock: the
+/// idempotency claim first (a duplicate waits on it, then replays), then the order.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one order's whole input, each a distinct typed value"
+)]
+async fn create_cart_order(
+    state: &OrdersState,
+    order_id: &str,
+    account: AccountId<'_>,
+    event: EventId<'_>,
+    key: &IdempotencyKey,
+    fingerprint: &Fingerprint,
+    lines: &BTreeMap<String, i64>,
+    way: StockWay,
+) -> Result<Created, OrderError> {
+    let settings = &*state.settings;
+    let order_key = OrderKey::new(key.as_str());
+    db::retry(settings.deadlock_retries, || async {
+        state.metrics.order_db_transactions.inc();
+        let mut tx = if settings.async_commit {
+            state
+                .pool
+                .begin_with("BEGIN; SET LOCAL synchronous_commit = off")
+                .await
+        } else {
+            state.pool.begin().await
+        }
+        .during("begin the order transaction")?;
+        let claim = match claim_key_tx(
+            &mut tx,
+            &state.idempotency.settings,
+            account,
+            key,
+            fingerprint,
+        )
+        .await?
+        {
+            Begin::Started(claim) => claim,
+            Begin::Replay(stored) => return Ok(Created::Replay(stored)),
+        };
+        let (_, body) = create_cart_order_tx(
+            &mut tx,
+            settings,
+            OrderId::new(order_id),
+            account,
+            event,
+            order_key,
+            lines,
+            Some(&claim),
+            way,
+        )
+        .await?;
+        tx.commit().await.during("commit the order transaction")?;
+        Ok::<_, OrderError>(Created::Order(body))
+    })
+    .await
 }
 
 async fn create_from_hold(

@@ -6,8 +6,10 @@
 //!   when booking has no such event). Carts and orders only take it with an admission token
 //!   of that event. A product's event never changes once set; a product created before
 //!   events were required has none (no token opens it) until `PUT` assigns one.
-//! - Stock lives in `inventory` (available/reserved/sold) with `CHECK (available >= 0)`; every
-//!   change is one conditional statement on the row, never read-then-write in Rust.
+//! - Stock lives in `inventory` (available/reserved/sold) with `CHECK (available >= 0)`, split
+//!   over `stock_shards` rows (default 1, at most 64, settable on update; see
+//!   [`super::stock`]) and summed for every read; every change is one conditional statement on
+//!   the locked rows, never read-then-write in Rust.
 //! - `stock` is the **total** number of units (available + reserved + sold). Setting it is an
 //!   absolute (idempotent) change computed on the locked row: `available = stock - reserved -
 //!   sold`, refused with `409` when fewer than the units already reserved or sold.
@@ -21,8 +23,10 @@ pub mod catalog;
 pub mod repo;
 
 use crate::orders::repo::{During, OrderError};
+use crate::orders::stock::MAX_STOCK_SHARDS;
 use crate::orders::{OrdersState, flash};
 use crate::platform::auth::Admin;
+use crate::platform::db;
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::json::ApiJson;
 use axum::Router;
@@ -146,6 +150,14 @@ pub struct NewProduct {
     pub stock: i64,
     #[serde(default)]
     pub hot: bool,
+    /// Rows the stock is split over (1 to [`MAX_STOCK_SHARDS`]); more rows let more orders
+    /// of a hot SKU commit at once.
+    #[serde(default = "one_shard")]
+    pub stock_shards: i32,
+}
+
+fn one_shard() -> i32 {
+    1
 }
 
 /// `PUT /admin/products/{sku}`: every field optional, every field absolute.
@@ -160,6 +172,8 @@ pub struct ProductUpdate {
     /// Assigns the event of a product that has none (created before events were required);
     /// the same event again is a no-op, another event `409`.
     pub event: Option<String>,
+    /// Rows the stock is split over; the available units are spread over them again.
+    pub stock_shards: Option<i32>,
 }
 
 #[derive(Debug, Clone, Serialize, sqlx::FromRow)]
@@ -170,6 +184,8 @@ pub struct ProductView {
     pub name: String,
     pub price: i64,
     pub hot: bool,
+    pub stock_shards: i32,
+    /// Summed over the stock's shard rows, like `available`, `reserved` and `sold`.
     pub stock: i64,
     pub available: i64,
     pub reserved: i64,
@@ -203,6 +219,16 @@ fn validate_stock(stock: i64) -> ApiResult<()> {
     Ok(())
 }
 
+fn validate_shards(shards: i32) -> ApiResult<()> {
+    if !(1..=MAX_STOCK_SHARDS).contains(&shards) {
+        return Err(ApiError::validation(format!(
+            "stock_shards must be between 1 and {MAX_STOCK_SHARDS}"
+        ))
+        .with("field", "stock_shards"));
+    }
+    Ok(())
+}
+
 #[tracing::instrument(skip_all, fields(sku = %req.sku))]
 async fn create_product(
     _admin: Admin,
@@ -218,6 +244,7 @@ async fn create_product(
     validate_name(&req.name)?;
     validate_price(req.price)?;
     validate_stock(req.stock)?;
+    validate_shards(req.stock_shards)?;
     let mut tx = state
         .pool
         .begin()
@@ -251,16 +278,24 @@ async fn update_product(
     if let Some(stock) = req.stock {
         validate_stock(stock)?;
     }
+    if let Some(shards) = req.stock_shards {
+        validate_shards(shards)?;
+    }
     if !valid_sku(&sku) {
         return Err(unknown_sku(&sku));
     }
-    let mut tx = state
-        .pool
-        .begin()
-        .await
-        .during("begin the product transaction")?;
-    repo::update_tx(&mut tx, &sku, &req).await?;
-    tx.commit().await.during("commit the product transaction")?;
+    // Retried on deadlock: spreading the stock locks all the SKU's rows while orders take
+    // theirs (an order waiting for a row can keep a row it re-checked and passed over).
+    db::retry(3, || async {
+        let mut tx = state
+            .pool
+            .begin()
+            .await
+            .during("begin the product transaction")?;
+        repo::update_tx(&mut tx, &sku, &req).await?;
+        tx.commit().await.during("commit the product transaction")
+    })
+    .await?;
     if req.name.is_some() || req.price.is_some() || req.event.is_some() {
         catalog::changed(&state.redis, &state.catalog.prices).await;
     }
@@ -268,7 +303,7 @@ async fn update_product(
         .await?
         .ok_or_else(|| unknown_sku(&sku))?;
     // Keep the gate in step with Postgres (outside the transaction: Redis is not part of it).
-    if view.hot && (req.hot == Some(true) || req.stock.is_some()) {
+    if view.hot && (req.hot == Some(true) || req.stock.is_some() || req.stock_shards.is_some()) {
         flash::reconcile(&state.pool, &state.redis, &sku).await?;
     } else if req.hot == Some(false) {
         flash::remove(&state.redis, &sku).await?;

@@ -9,6 +9,7 @@ use crate::orders::model::{
     OrderSource, OrderStatus, OrderView, PricedSku, PricingError, Shortage, price_cart_lines,
     price_hold,
 };
+use crate::orders::stock;
 use crate::platform::db::{MaybeRetryable, TxError, is_retryable};
 use crate::platform::error::ApiError;
 use crate::platform::idempotency::{
@@ -47,6 +48,10 @@ pub enum OrderError {
         requested: i64,
         shortage: Shortage,
     },
+    /// This way of taking stock found a line's rows busy ([`stock::StockWay`]): the caller
+    /// rolls back and runs the order again the next way. Never reaches a client.
+    #[error("stock rows busy; the order runs again the next way")]
+    StockBusy,
     #[error("order total is too large")]
     Overflow,
     #[error("hold {hold_id} is not active")]
@@ -173,8 +178,9 @@ pub async fn load_order(
 /// Statement order keeps hot rows locked as briefly as possible: prices are read without
 /// locks (the snapshot is the committed price at order time), then the order, its items, the
 /// outbox row and the idempotent response are written, and only then is each SKU reserved by
-/// its conditional `UPDATE` (sorted SKU order, so carts sharing SKUs cannot deadlock). The
-/// inventory row locks are therefore held for one statement plus the commit. On a shortage it
+/// [`stock::reserve_stock_tx`] the `way` given (one shard row per line in the common case,
+/// sorted SKU order; [`OrderError::StockBusy`]: run the order again with `way.next()`).
+/// The stock row locks are therefore held for one statement plus the commit. On a shortage it
 /// returns [`OrderError::Shortage`] (with the real remaining quantity) with earlier lines
 /// already reserved: the caller must roll back (dropping the transaction does), which undoes
 /// everything.
@@ -194,6 +200,7 @@ pub async fn create_cart_order_tx(
     key: OrderKey<'_>,
     lines: &BTreeMap<String, i64>,
     claim: Option<&Claim>,
+    way: stock::StockWay,
 ) -> Result<(OrderView, Vec<u8>), OrderError> {
     /// sku, name, price, event, the order's expiry.
     type PriceRow = (String, String, i64, Option<String>, DateTime<Utc>);
@@ -235,35 +242,7 @@ pub async fn create_cart_order_tx(
     if let Some(claim) = claim {
         complete_claim_tx(conn, claim, &body).await?;
     }
-    for (sku, &q) in lines {
-        let reserved = sqlx::query(
-            "UPDATE inventory SET available = available - $2, reserved = reserved + $2
-              WHERE sku = $1 AND available >= $2",
-        )
-        .bind(sku)
-        .bind(q)
-        .execute(&mut *conn)
-        .await
-        .during("reserve a cart line's stock")?
-        .rows_affected();
-        if reserved == 0 {
-            // Report the real remaining quantity (the latest committed row).
-            let available: Option<i64> =
-                sqlx::query_scalar("SELECT available FROM inventory WHERE sku = $1")
-                    .bind(sku)
-                    .fetch_optional(&mut *conn)
-                    .await
-                    .during("read the remaining stock after a shortage")?;
-            return Err(match available {
-                Some(a) => OrderError::Shortage {
-                    sku: sku.clone(),
-                    requested: q,
-                    shortage: Shortage::of(a),
-                },
-                None => OrderError::UnknownSku(sku.clone()),
-            });
-        }
-    }
+    stock::reserve_stock_tx(conn, order_id.as_str(), lines, way).await?;
     Ok((view, body))
 }
 

@@ -5,71 +5,19 @@
 use crate::inventory::holds;
 use crate::orders::model::{EndedOrder, OrderEnd, OrderId, OrderSource};
 use crate::orders::repo::{During, OrderError, write_outbox};
+use crate::orders::stock::{self, StockMove};
 use sqlx::PgConnection;
 
-/// Moves a cart order's reserved units to sold (`reserved -= q, sold += q` per SKU, rows
-/// locked in SKU order). Call it in the transaction that won the order's
-/// `PENDING_PAYMENT → PAID` transition. Returns the number of SKUs updated (0 for hold
-/// orders, whose seats/GA units are sold by `holds::sell_hold_tx`).
+/// Moves a cart order's reserved units to sold (`reserved -= q, sold += q` on the shard rows
+/// its lines took from, rows locked in (SKU, shard) order). Call it in the transaction that
+/// won the order's `PENDING_PAYMENT → PAID` transition. Returns the number of SKUs updated (0
+/// for hold orders, whose seats/GA units are sold by `holds::sell_hold_tx`).
 pub async fn commit_reserved_stock_tx(
     conn: &mut PgConnection,
     order_id: &str,
 ) -> Result<u64, OrderError> {
-    move_stock_tx(conn, &[order_id.to_owned()], StockMove::Sell).await
-}
-
-#[derive(Clone, Copy)]
-enum StockMove {
-    /// reserved → sold (payment).
-    Sell,
-    /// reserved → available (expiry, cancel).
-    Return,
-}
-
-/// Aggregates the SKU lines of `order_ids` per SKU and applies `how` to each inventory row,
-/// locking the rows in SKU order first.
-async fn move_stock_tx(
-    conn: &mut PgConnection,
-    order_ids: &[String],
-    how: StockMove,
-) -> Result<u64, OrderError> {
-    let lines: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT sku, SUM(quantity)::bigint FROM order_items
-          WHERE order_id = ANY($1) AND kind = 'sku'
-          GROUP BY sku ORDER BY sku",
-    )
-    .bind(order_ids)
-    .fetch_all(&mut *conn)
-    .await
-    .during("sum the orders' SKU lines")?;
-    if lines.is_empty() {
-        return Ok(0);
-    }
-    let (skus, qs): (Vec<String>, Vec<i64>) = lines.into_iter().unzip();
-    sqlx::query("SELECT sku FROM inventory WHERE sku = ANY($1) ORDER BY sku FOR UPDATE")
-        .bind(&skus)
-        .execute(&mut *conn)
-        .await
-        .during("lock the inventory rows in SKU order")?;
-    let (sql, statement) = match how {
-        StockMove::Sell => (
-            "UPDATE inventory i SET reserved = i.reserved - l.q, sold = i.sold + l.q
-               FROM unnest($1::text[], $2::bigint[]) AS l(sku, q) WHERE i.sku = l.sku",
-            "move reserved units to sold",
-        ),
-        StockMove::Return => (
-            "UPDATE inventory i SET reserved = i.reserved - l.q, available = i.available + l.q
-               FROM unnest($1::text[], $2::bigint[]) AS l(sku, q) WHERE i.sku = l.sku",
-            "return reserved units to available",
-        ),
-    };
-    Ok(sqlx::query(sql)
-        .bind(&skus)
-        .bind(&qs)
-        .execute(&mut *conn)
-        .await
-        .during(statement)?
-        .rows_affected())
+    let skus = stock::move_order_stock_tx(conn, &[order_id.to_owned()], StockMove::Sell).await?;
+    Ok(skus.len() as u64)
 }
 
 /// `PENDING_PAYMENT → PAID` (one conditional `UPDATE`) and, for cart orders, reserved units
@@ -129,15 +77,7 @@ pub async fn end_orders_tx(
         .collect();
     let mut skus = Vec::new();
     if !cart_ids.is_empty() {
-        skus = sqlx::query_scalar(
-            "SELECT DISTINCT sku FROM order_items
-              WHERE order_id = ANY($1) AND kind = 'sku' ORDER BY sku",
-        )
-        .bind(&cart_ids)
-        .fetch_all(&mut *conn)
-        .await
-        .during("read the ended orders' SKUs")?;
-        move_stock_tx(conn, &cart_ids, StockMove::Return).await?;
+        skus = stock::move_order_stock_tx(conn, &cart_ids, StockMove::Return).await?;
     }
     let mut hold_ids: Vec<&str> = ended.iter().filter_map(|o| o.hold_id.as_deref()).collect();
     hold_ids.sort_unstable();

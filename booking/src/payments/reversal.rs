@@ -20,6 +20,7 @@
 //! - A partial refund is recorded by the provider but changes no order here (per-line
 //!   refunds are an ops feature); only a full refund reverses the order.
 
+use crate::orders::stock::{self, StockMove};
 use crate::outbox;
 use crate::payments::error::{PaymentResult, Statement};
 pub use crate::payments::model::Reversal;
@@ -251,39 +252,18 @@ async fn reverse_order_tx(
         }
     }
     if order.source == "cart" {
-        let lines: Vec<(String, i64)> = sqlx::query_as(
-            "SELECT sku, SUM(quantity)::bigint FROM order_items
-              WHERE order_id = $1 AND kind = 'sku'
-              GROUP BY sku ORDER BY sku",
-        )
-        .bind(order_id)
-        .fetch_all(&mut *conn)
-        .await
-        .statement("read the order's SKU lines")?;
-        if !lines.is_empty() {
-            let (skus, qs): (Vec<String>, Vec<i64>) = lines.into_iter().unzip();
-            sqlx::query("SELECT sku FROM inventory WHERE sku = ANY($1) ORDER BY sku FOR UPDATE")
-                .bind(&skus)
-                .execute(&mut *conn)
-                .await
-                .statement("lock the SKUs' stock")?;
-            sqlx::query(
-                "UPDATE inventory i
-                    SET sold = i.sold - l.q,
-                        available = i.available + CASE WHEN $3 THEN l.q ELSE 0 END,
-                        held_back = i.held_back + CASE WHEN $3 THEN 0 ELSE l.q END
-                   FROM unnest($1::text[], $2::bigint[]) AS l(sku, q)
-                  WHERE i.sku = l.sku",
-            )
-            .bind(&skus)
-            .bind(&qs)
-            .bind(release)
-            .execute(&mut *conn)
+        // The units go back to the shard rows the order took them from.
+        let how = if release {
+            StockMove::Release
+        } else {
+            StockMove::HoldBack
+        };
+        let skus = stock::move_order_stock_tx(conn, &[order_id.to_owned()], how)
             .await
+            .map_err(sqlx::Error::from)
             .statement("give the SKU stock back")?;
-            if release {
-                released_skus = skus;
-            }
+        if release {
+            released_skus = skus;
         }
     }
     let voided: Vec<String> = sqlx::query_scalar(

@@ -164,6 +164,7 @@ async fn a_token_of_another_event_cannot_cart_order_pay_or_bid() {
         OrderKey::new("k"),
         &lines,
         None,
+        booking::orders::StockWay::FreeRow,
     )
     .await
     .expect_err("another event's SKU");

@@ -26,6 +26,7 @@ mod payments;
 mod products;
 mod seat_map;
 mod session;
+mod split_stock;
 mod startup_config;
 mod storefront;
 mod sweeper;

@@ -187,6 +187,7 @@ async fn multi_line_shortage_rolls_back_earlier_lines() {
         OrderKey::new("k"),
         &lines,
         None,
+        booking::orders::StockWay::FreeRow,
     )
     .await
     .expect_err("shortage");

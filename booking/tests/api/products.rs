@@ -13,13 +13,16 @@ pub async fn admin_put(app: &TestApp, path: &str, body: &Value) -> reqwest::Resp
         .expect("request")
 }
 
-/// `(available, reserved, sold)` straight from the database.
+/// `(available, reserved, sold)` straight from the database, summed over the stock's rows.
 pub async fn stock(app: &TestApp, sku: &str) -> (i64, i64, i64) {
-    sqlx::query_as("SELECT available, reserved, sold FROM inventory WHERE sku = $1")
-        .bind(sku)
-        .fetch_one(&app.pool)
-        .await
-        .expect("inventory row")
+    sqlx::query_as(
+        "SELECT sum(available)::bigint, sum(reserved)::bigint, sum(sold)::bigint
+           FROM inventory WHERE sku = $1 GROUP BY sku",
+    )
+    .bind(sku)
+    .fetch_one(&app.pool)
+    .await
+    .expect("inventory row")
 }
 
 /// `PUT /api/cart/items/{sku}`.

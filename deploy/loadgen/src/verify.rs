@@ -224,12 +224,13 @@ SELECT (SELECT count(*) FROM scope), bad.id FROM (SELECT 1) one LEFT JOIN bad ON
 
 const SKU_CONSERVED: &str = "
 WITH bad AS (
-  SELECT v.sku AS id FROM inventory v
+  SELECT v.sku AS id
+    FROM (SELECT sku, sum(sold) AS sold, sum(reserved) AS reserved FROM inventory GROUP BY sku) v
   WHERE v.sold <> (SELECT coalesce(sum(i.quantity), 0) FROM order_items i JOIN orders o ON o.id = i.order_id
                    WHERE i.kind = 'sku' AND i.sku = v.sku AND o.status IN ('PAID', 'REFUNDED'))
      OR v.reserved <> (SELECT coalesce(sum(i.quantity), 0) FROM order_items i JOIN orders o ON o.id = i.order_id
                        WHERE i.kind = 'sku' AND i.sku = v.sku AND o.status = 'PENDING_PAYMENT'))
-SELECT (SELECT count(*) FROM inventory), bad.id
+SELECT (SELECT count(DISTINCT sku) FROM inventory), bad.id
 FROM (SELECT 1) one LEFT JOIN bad ON true";
 
 /// Cart orders (that record an event) holding a product of another event.

@@ -52,6 +52,10 @@ impl From<OrderError> for ApiError {
                 shortage,
             } => insufficient(&sku, requested, shortage),
             OrderError::Overflow => ApiError::validation("order total is too large"),
+            // The order runs again until the last way answers; only a bug ends here.
+            OrderError::StockBusy => {
+                ApiError::Unavailable(anyhow::anyhow!("stock rows busy after every way"))
+            }
             OrderError::HoldNotActive { hold_id } => ApiError::conflict(
                 codes::HOLD_EXPIRED,
                 "the hold is not active: it expired, was released, is already ordered, or is not yours",

@@ -1,8 +1,10 @@
 //! Products and their stock in Postgres. Every change is one conditional statement on the
-//! row, computed by the database on the locked row, never read-then-write in Rust.
+//! rows, computed by the database on the locked rows, never read-then-write in Rust (the
+//! stock's shard rows: [`super::super::stock`]).
 
 use crate::orders::products::{NewProduct, ProductUpdate, ProductView};
 use crate::orders::repo::{During, OrderError};
+use crate::orders::stock;
 use sqlx::{PgConnection, PgPool};
 
 /// True when booking has event `event`.
@@ -30,7 +32,8 @@ pub async fn create_tx(conn: &mut PgConnection, p: &NewProduct) -> Result<(), Or
         return Err(OrderError::UnknownEvent(p.event.clone()));
     }
     let inserted = sqlx::query(
-        "INSERT INTO products (sku, name, price, hot, event_id) VALUES ($1, $2, $3, $4, $5)
+        "INSERT INTO products (sku, name, price, hot, event_id, stock_shards)
+         VALUES ($1, $2, $3, $4, $5, $6)
          ON CONFLICT (sku) DO NOTHING",
     )
     .bind(&p.sku)
@@ -38,6 +41,7 @@ pub async fn create_tx(conn: &mut PgConnection, p: &NewProduct) -> Result<(), Or
     .bind(p.price)
     .bind(p.hot)
     .bind(&p.event)
+    .bind(p.stock_shards)
     .execute(&mut *conn)
     .await
     .during("insert the product")?
@@ -45,12 +49,7 @@ pub async fn create_tx(conn: &mut PgConnection, p: &NewProduct) -> Result<(), Or
     if inserted == 0 {
         return Err(OrderError::ProductExists(p.sku.clone()));
     }
-    sqlx::query("INSERT INTO inventory (sku, available) VALUES ($1, $2)")
-        .bind(&p.sku)
-        .bind(p.stock)
-        .execute(&mut *conn)
-        .await
-        .during("insert the product's stock")?;
+    stock::create_rows_tx(conn, &p.sku, p.stock, p.stock_shards).await?;
     Ok(())
 }
 
@@ -88,13 +87,15 @@ pub async fn update_tx(
     let found = sqlx::query(
         "UPDATE products
             SET name = COALESCE($2, name), price = COALESCE($3, price),
-                hot = COALESCE($4, hot), updated_at = clock_timestamp()
+                hot = COALESCE($4, hot), stock_shards = COALESCE($5, stock_shards),
+                updated_at = clock_timestamp()
           WHERE sku = $1",
     )
     .bind(sku)
     .bind(u.name.as_deref().map(str::trim))
     .bind(u.price)
     .bind(u.hot)
+    .bind(u.stock_shards)
     .execute(&mut *conn)
     .await
     .during("update the product")?
@@ -102,35 +103,22 @@ pub async fn update_tx(
     if found == 0 {
         return Err(OrderError::UnknownSku(sku.to_owned()));
     }
-    if let Some(stock) = u.stock {
-        // Absolute total, applied on the locked row; refused if it would undercut units
-        // already promised (reserved) or sold.
-        let changed = sqlx::query(
-            "UPDATE inventory SET available = $2 - reserved - sold
-              WHERE sku = $1 AND $2 - reserved - sold >= 0",
-        )
-        .bind(sku)
-        .bind(stock)
-        .execute(&mut *conn)
-        .await
-        .during("set the product's stock")?
-        .rows_affected();
-        if changed == 0 {
-            let committed: i64 =
-                sqlx::query_scalar("SELECT reserved + sold FROM inventory WHERE sku = $1")
-                    .bind(sku)
-                    .fetch_one(&mut *conn)
-                    .await
-                    .during("read the product's reserved and sold units")?;
-            return Err(OrderError::StockBelowCommitted { committed });
-        }
+    if u.stock.is_some() || u.stock_shards.is_some() {
+        // Absolute total and/or shard count, applied on the locked rows; a total that would
+        // undercut units already promised (reserved) or sold is refused.
+        stock::reshape_tx(conn, sku, u.stock, u.stock_shards).await?;
     }
     Ok(())
 }
 
-const VIEW_SQL: &str = "SELECT p.sku, p.event_id AS event, p.name, p.price, p.hot,
+const VIEW_SQL: &str = "SELECT p.sku, p.event_id AS event, p.name, p.price, p.hot, p.stock_shards,
         i.available + i.reserved + i.sold AS stock, i.available, i.reserved, i.sold
-   FROM products p JOIN inventory i USING (sku) WHERE p.sku = $1";
+   FROM products p
+   CROSS JOIN LATERAL (
+       SELECT sum(available)::bigint AS available, sum(reserved)::bigint AS reserved,
+              sum(sold)::bigint AS sold
+         FROM inventory WHERE sku = p.sku) i
+  WHERE p.sku = $1 AND i.available IS NOT NULL";
 
 /// A product with its stock, as the admin API shows it.
 pub async fn load(pool: &PgPool, sku: &str) -> Result<Option<ProductView>, OrderError> {
