@@ -9,3 +9,4 @@ pub mod jobs;
 pub mod json;
 pub mod redis;
 pub mod revocation;
+pub mod session_until;

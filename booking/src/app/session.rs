@@ -6,8 +6,10 @@
 //! `x-floodgate-session-until: <unix ms>`, the latest end of the caller's live holds and
 //! `PENDING_PAYMENT` orders in the token's event, `0` when none is left. The gateway then
 //! re-mints the token and keeps the `max_active` slot until then, or frees the slot at once.
-//! Reads and failed writes say nothing (no header), so the extra query runs on checkout
-//! writes only. The answer is measured after the write committed, from Postgres.
+//! Reads and failed writes say nothing (no header). Holds, releases and orders read the answer
+//! in the statement that made the write (`platform::session_until`) and set the header
+//! themselves; for any other checkout write this middleware measures it after the write
+//! committed, with one more query.
 
 use crate::app::state::AppState;
 use crate::platform::auth::token_from_headers;
@@ -43,7 +45,8 @@ pub async fn until(State(state): State<AppState>, req: Request, next: Next) -> R
     let Some((account, event)) = caller else {
         return resp;
     };
-    if !resp.status().is_success() {
+    // A write whose own statement read the answer has set it (`platform::session_until`).
+    if !resp.status().is_success() || resp.headers().contains_key(SESSION_UNTIL) {
         return resp;
     }
     match live_until_ms(&state, &account, &event).await {

@@ -31,6 +31,7 @@ use crate::platform::auth::Admitted;
 use crate::platform::db;
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::json::ApiJson;
+use crate::platform::session_until::SessionUntil;
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -67,16 +68,20 @@ async fn create_ga_hold(
     Path(event): Path<String>,
     admitted: Result<Admitted, ApiError>,
     body: Result<ApiJson<GaHoldRequest>, ApiError>,
-) -> ApiResult<(StatusCode, ApiJson<GaHoldResponse>)> {
+) -> ApiResult<(StatusCode, SessionUntil, ApiJson<GaHoldResponse>)> {
     let r = async {
         let account = admitted_for(admitted, &event)?;
         let ApiJson(req) = body?;
         Ok(hold_ga(&state, &event, &account, req).await?)
     }
     .await;
-    let resp = counted(&state, r)?;
+    let (resp, until) = counted(&state, r)?;
     state.metrics.holds.with_label_values(&["ga"]).inc();
-    Ok((StatusCode::CREATED, ApiJson(resp)))
+    Ok((
+        StatusCode::CREATED,
+        SessionUntil(Some(until)),
+        ApiJson(resp),
+    ))
 }
 
 async fn hold_ga(
@@ -84,7 +89,7 @@ async fn hold_ga(
     event: &str,
     account: &str,
     req: GaHoldRequest,
-) -> Result<GaHoldResponse, InventoryError> {
+) -> Result<(GaHoldResponse, i64), InventoryError> {
     let qty = check_ga_request(&req.tier, req.quantity)?;
     let (pool, async_commit) = (&state.pool, state.settings.async_commit_holds);
     let mut healed = false;
@@ -97,7 +102,7 @@ async fn hold_ga(
             Attempt::Done(t) => {
                 // Units were taken, so the tier exists and the statement read its price.
                 let price = t.price.unwrap_or_default();
-                return Ok(GaHoldResponse {
+                let resp = GaHoldResponse {
                     hold_id: t.hold_id,
                     event: event.to_owned(),
                     kind: HoldKind::Ga,
@@ -106,7 +111,8 @@ async fn hold_ga(
                     held_until: t.expires_at,
                     expires_at: t.expires_at,
                     total: price * i64::from(qty),
-                });
+                };
+                return Ok((resp, t.live_until_ms));
             }
             Attempt::Limit if !healed => {
                 healed = true;

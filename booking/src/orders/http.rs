@@ -24,6 +24,7 @@ use crate::platform::db;
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::idempotency::{self, Begin, Fingerprint, IdempotencyKey, Replay};
 use crate::platform::json::ApiJson;
+use crate::platform::session_until::SessionUntil;
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::{Method, StatusCode};
@@ -201,7 +202,7 @@ async fn create_from_cart(
             state.metrics.orders.with_label_values(&["replayed"]).inc();
             Ok(stored.into_response())
         }
-        Ok(Created::Order(body)) => {
+        Ok(Created::Order(body, until)) => {
             state.metrics.orders.with_label_values(&["created"]).inc();
             // 3. After the commit, best effort: the gate slots are sold, the cart, the
             // completed marker.
@@ -212,7 +213,8 @@ async fn create_from_cart(
             // Lets a later retry with this key through a gate that has since hit zero (only
             // consulted on a refusal), even if this order had no hot line.
             set_done_marker(state, account, order_key).await;
-            Ok(idempotency::respond(StatusCode::CREATED, body))
+            let resp = idempotency::respond(StatusCode::CREATED, body);
+            Ok((SessionUntil(Some(until)), resp).into_response())
         }
         Err(e) => {
             release_slots(state, &taken, &admission).await;
@@ -234,7 +236,8 @@ async fn create_from_cart(
 /// What the order transaction ended with: a new order's body, or the stored answer of the
 /// key's earlier order (the transaction rolled back).
 enum Created {
-    Order(Vec<u8>),
+    /// The body and the account's checkout end with the order.
+    Order(Vec<u8>, i64),
     Replay(Replay),
 }
 
@@ -279,7 +282,7 @@ async fn create_cart_order(
             Begin::Started(claim) => claim,
             Begin::Replay(stored) => return Ok(Created::Replay(stored)),
         };
-        let (_, body) = create_cart_order_tx(
+        let order = create_cart_order_tx(
             &mut tx,
             settings,
             OrderId::new(order_id),
@@ -292,7 +295,7 @@ async fn create_cart_order(
         )
         .await?;
         tx.commit().await.during("commit the order transaction")?;
-        Ok::<_, OrderError>(Created::Order(body))
+        Ok::<_, OrderError>(Created::Order(order.body, order.live_until_ms))
     })
     .await
 }
@@ -326,7 +329,7 @@ async fn create_from_hold(
             Begin::Started(claim) => claim,
             Begin::Replay(stored) => return Ok(Created::Replay(stored)),
         };
-        let view = create_hold_order_tx(
+        let (view, until) = create_hold_order_tx(
             &mut tx,
             settings,
             OrderId::new(&order_id),
@@ -339,14 +342,15 @@ async fn create_from_hold(
         let body = serde_json::to_vec(&view).map_err(OrderError::Serialize)?;
         complete_claim_tx(&mut tx, &claim, &body).await?;
         tx.commit().await.during("commit the order transaction")?;
-        Ok::<_, OrderError>(Created::Order(body))
+        Ok::<_, OrderError>(Created::Order(body, until))
     })
     .await?;
     match result {
         Created::Replay(stored) => Ok(stored.into_response()),
-        Created::Order(body) => {
+        Created::Order(body, until) => {
             state.metrics.orders.with_label_values(&["created"]).inc();
-            Ok(idempotency::respond(StatusCode::CREATED, body))
+            let resp = idempotency::respond(StatusCode::CREATED, body);
+            Ok((SessionUntil(Some(until)), resp).into_response())
         }
     }
 }

@@ -171,9 +171,18 @@ pub async fn load_order(
     Ok(Some((row, view)))
 }
 
+/// A new cart order: its view, the serialised body (the bytes the client gets and, with a
+/// claim, the stored idempotent response), and the account's checkout end with it
+/// (`platform::session_until`).
+#[derive(Debug)]
+pub struct CartOrder {
+    pub view: OrderView,
+    pub body: Vec<u8>,
+    pub live_until_ms: i64,
+}
+
 /// Creates a `PENDING_PAYMENT` cart order for `lines` (SKU → quantity) inside the caller's
-/// transaction and reserves the stock. Returns the view and its serialised body (the bytes
-/// the client gets and, with `claim`, the stored idempotent response).
+/// transaction and reserves the stock ([`CartOrder`]).
 ///
 /// Statement order keeps hot rows locked as briefly as possible: prices are read without
 /// locks (the snapshot is the committed price at order time), then the order, its items, the
@@ -201,7 +210,7 @@ pub async fn create_cart_order_tx(
     lines: &BTreeMap<String, i64>,
     claim: Option<&Claim>,
     way: stock::StockWay,
-) -> Result<(OrderView, Vec<u8>), OrderError> {
+) -> Result<CartOrder, OrderError> {
     /// sku, name, price, event, the order's expiry.
     type PriceRow = (String, String, i64, Option<String>, DateTime<Utc>);
     if lines.is_empty() {
@@ -237,13 +246,17 @@ pub async fn create_cart_order_tx(
         // No price row means an unknown SKU, refused above.
         expires_at: expires_at.ok_or(OrderError::CartEmpty)?,
     };
-    let view = insert_order(conn, &new, items).await?;
+    let (view, live_until_ms) = insert_order(conn, &new, items).await?;
     let body = serde_json::to_vec(&view).map_err(OrderError::Serialize)?;
     if let Some(claim) = claim {
         complete_claim_tx(conn, claim, &body).await?;
     }
     stock::reserve_stock_tx(conn, order_id.as_str(), lines, way).await?;
-    Ok((view, body))
+    Ok(CartOrder {
+        view,
+        body,
+        live_until_ms,
+    })
 }
 
 /// Claims the order's `Idempotency-Key` as the first statement of the order's transaction
@@ -284,7 +297,8 @@ pub async fn complete_claim_tx(
 
 /// Creates a `PENDING_PAYMENT` order from an active seat/GA hold of `account` inside the
 /// caller's transaction (the hold becomes `ordered`, pinned until the order expires).
-/// `expected_event`: the event of the caller's admission, checked against the hold's.
+/// `expected_event`: the event of the caller's admission, checked against the hold's. Returns
+/// the view and the account's checkout end with the order (`platform::session_until`).
 pub async fn create_hold_order_tx(
     conn: &mut PgConnection,
     settings: &OrderSettings,
@@ -293,7 +307,7 @@ pub async fn create_hold_order_tx(
     key: OrderKey<'_>,
     hold_id: HoldId<'_>,
     expected_event: Option<EventId<'_>>,
-) -> Result<OrderView, OrderError> {
+) -> Result<(OrderView, i64), OrderError> {
     let pinned = holds::pin_hold_tx(
         conn,
         hold_id.as_str(),
@@ -364,7 +378,7 @@ async fn insert_order(
     conn: &mut PgConnection,
     o: &NewOrder<'_>,
     items: Vec<OrderItemView>,
-) -> Result<OrderView, OrderError> {
+) -> Result<(OrderView, i64), OrderError> {
     let n = items.len();
     let mut line = Vec::with_capacity(n);
     let mut kind = Vec::with_capacity(n);
@@ -397,13 +411,13 @@ async fn insert_order(
         "items": items,
         "expires_at": o.expires_at,
     });
-    let created_at: Option<DateTime<Utc>> = sqlx::query_scalar(
+    let created: Option<(DateTime<Utc>, i64)> = sqlx::query_as(concat!(
         "WITH o AS (
              INSERT INTO orders (id, account_id, idempotency_key, source, hold_id, event_id,
                                  total, currency, expires_at)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
              ON CONFLICT (account_id, idempotency_key) DO NOTHING
-             RETURNING id, created_at),
+             RETURNING id, created_at, expires_at),
          i AS (
              INSERT INTO order_items (order_id, line, kind, sku, seat_id, ga_tier, name,
                                       quantity, unit_price)
@@ -416,8 +430,10 @@ async fn insert_order(
              -- The row outbox::write_tx writes.
              INSERT INTO outbox (event_id, topic, aggregate_id, payload)
              SELECT $18, 'order.created', o.id, $19 FROM o)
-         SELECT created_at FROM o",
-    )
+         SELECT created_at, ",
+        crate::live_until_ms_sql!("$2", "$6", "(SELECT expires_at FROM o)", "NULL"),
+        " FROM o"
+    ))
     .bind(o.id.as_str())
     .bind(o.account.as_str())
     .bind(o.key.as_str())
@@ -442,8 +458,8 @@ async fn insert_order(
     .during("insert the order, its items and order.created")?;
     // No row: the idempotency row was purged (older than the retention) but an order still
     // carries this key, so the key cannot be used for a new order.
-    let created_at = created_at.ok_or(OrderError::KeyReused)?;
-    Ok(OrderView {
+    let (created_at, live_until_ms) = created.ok_or(OrderError::KeyReused)?;
+    let view = OrderView {
         id: o.id.as_str().to_owned(),
         status,
         source: o.source,
@@ -455,7 +471,8 @@ async fn insert_order(
         expires_at: o.expires_at,
         created_at,
         paid_at: None,
-    })
+    };
+    Ok((view, live_until_ms))
 }
 
 /// One outbox row for an order transition, in the caller's transaction.

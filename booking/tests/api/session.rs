@@ -58,6 +58,21 @@ async fn checkout_writes_say_when_the_callers_checkout_ends() {
     let end2 = end_ms(&app, "holds", &h2).await;
     assert_eq!(u2, Some(end2), "the latest end of the fan's live holds");
 
+    // A GA hold reads its fan's checkout end in its own statement, like the seat hold.
+    let ga_fan = app.admission("ses-ga", "ses");
+    let resp = app
+        .post(
+            "/api/events/ses/ga-holds",
+            &ga_fan,
+            &json!({"tier": "FLOOR", "quantity": 1}),
+        )
+        .await;
+    let u = until(&resp);
+    let (status, ga) = json(resp).await;
+    assert_eq!(status, 201, "{ga}");
+    let ga_hold = ga["hold_id"].as_str().expect("hold id");
+    assert_eq!(u, Some(end_ms(&app, "holds", ga_hold).await));
+
     // Reads, other fans' writes and refused writes say nothing.
     let resp = app.get("/api/events/ses/seats", &fan).await;
     assert_eq!(until(&resp), None);

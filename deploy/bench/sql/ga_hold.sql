@@ -57,7 +57,8 @@ item AS (
 SELECT EXISTS (SELECT 1 FROM usage),
        (SELECT expires_at FROM hold),
        ((SELECT shard FROM item) IS NOT NULL)::int AS took,
-       (SELECT price FROM ga_tiers WHERE event_id = :event AND tier = 'FLOOR') \gset
+       (SELECT price FROM ga_tiers WHERE event_id = :event AND tier = 'FLOOR'),
+       COALESCE(ceil(extract(epoch FROM GREATEST((SELECT expires_at FROM hold), (SELECT max(expires_at) FROM holds WHERE account_id = ('pg-' || :acct) AND event_id = :event AND status = 'active' AND expires_at > clock_timestamp() AND id IS DISTINCT FROM NULL), (SELECT max(expires_at) FROM orders WHERE account_id = ('pg-' || :acct) AND (event_id = :event OR event_id IS NULL) AND status = 'PENDING_PAYMENT' AND expires_at > clock_timestamp()))) * 1000)::bigint, 0) AS until \gset
 \if :took
 COMMIT;
 BEGIN;
@@ -93,7 +94,8 @@ usage AS (
     WHERE u.event_id = h.event_id AND u.account_id = h.account_id
     RETURNING 1)
 SELECT h.event_id, h.kind = 'seats',
-       (SELECT count(*) FROM seats_back) + (SELECT COALESCE(sum(quantity), 0) FROM units_back)
+       (SELECT count(*) FROM seats_back) + (SELECT COALESCE(sum(quantity), 0) FROM units_back),
+       COALESCE(ceil(extract(epoch FROM GREATEST(NULL::timestamptz, (SELECT max(expires_at) FROM holds WHERE account_id = ('pg-' || :acct) AND event_id = :event AND status = 'active' AND expires_at > clock_timestamp() AND id IS DISTINCT FROM ('pg-' || :hid)), (SELECT max(expires_at) FROM orders WHERE account_id = ('pg-' || :acct) AND (event_id = :event OR event_id IS NULL) AND status = 'PENDING_PAYMENT' AND expires_at > clock_timestamp()))) * 1000)::bigint, 0)
 FROM h;
 COMMIT;
 \else

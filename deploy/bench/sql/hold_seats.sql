@@ -1,6 +1,7 @@
 -- pgbench baseline for the seat-hold benchmark: exactly the SQL booking runs for one
 -- POST /api/events/{event}/holds (4 adjacent seats, fresh account: THE seat hold statement of
--- booking/src/inventory/holds/take.rs) followed by the DELETE /api/holds/{id} that releases it
+-- booking/src/inventory/holds/take.rs, with the checkout end it reads: platform/session_until.rs)
+-- followed by the DELETE /api/holds/{id} that releases it
 -- (RELEASE_OWN of holds/release.rs), so the 60,000-seat event never fills up. Parameters are
 -- inlined as pgbench variables. Booking sends its transaction settings
 -- (begin_hold_tx: plan_cache_mode, enable_seqscan, synchronous_commit) in BEGIN's round trip;
@@ -46,7 +47,8 @@ took AS (
       AND p.event_id = :event AND p.tier = s.tier
     RETURNING s.seat_id, w.prev_hold, p.price)
 SELECT EXISTS (SELECT 1 FROM usage), (SELECT expires_at FROM hold),
-       t.seat_id, t.prev_hold, t.price
+       t.seat_id, t.prev_hold, t.price,
+       COALESCE(ceil(extract(epoch FROM GREATEST((SELECT expires_at FROM hold), (SELECT max(expires_at) FROM holds WHERE account_id = ('pg-' || :acct) AND event_id = :event AND status = 'active' AND expires_at > clock_timestamp() AND id IS DISTINCT FROM NULL), (SELECT max(expires_at) FROM orders WHERE account_id = ('pg-' || :acct) AND (event_id = :event OR event_id IS NULL) AND status = 'PENDING_PAYMENT' AND expires_at > clock_timestamp()))) * 1000)::bigint, 0)
 FROM (VALUES (1)) AS one (x) LEFT JOIN took t ON true;
 COMMIT;
 BEGIN;
@@ -82,6 +84,7 @@ usage AS (
     WHERE u.event_id = h.event_id AND u.account_id = h.account_id
     RETURNING 1)
 SELECT h.event_id, h.kind = 'seats',
-       (SELECT count(*) FROM seats_back) + (SELECT COALESCE(sum(quantity), 0) FROM units_back)
+       (SELECT count(*) FROM seats_back) + (SELECT COALESCE(sum(quantity), 0) FROM units_back),
+       COALESCE(ceil(extract(epoch FROM GREATEST(NULL::timestamptz, (SELECT max(expires_at) FROM holds WHERE account_id = ('pg-' || :acct) AND event_id = :event AND status = 'active' AND expires_at > clock_timestamp() AND id IS DISTINCT FROM ('pg-' || :hid)), (SELECT max(expires_at) FROM orders WHERE account_id = ('pg-' || :acct) AND (event_id = :event OR event_id IS NULL) AND status = 'PENDING_PAYMENT' AND expires_at > clock_timestamp()))) * 1000)::bigint, 0)
 FROM h;
 COMMIT;

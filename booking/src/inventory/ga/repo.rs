@@ -14,6 +14,8 @@ pub(super) struct GaTaken {
     pub expires_at: DateTime<Utc>,
     /// The tier's unit price (`None` only when the tier does not exist, i.e. never taken).
     pub price: Option<i64>,
+    /// The account's checkout end with this hold (`platform::session_until`).
+    pub live_until_ms: i64,
 }
 
 // How the hold statements lock shards, and why they cannot deadlock. A row lock that a
@@ -53,9 +55,10 @@ hold AS (
     };
 }
 
-/// The last part of every GA hold statement: (usage passed, the hold's expiry: `None` before
-/// the sale, the units taken: `None` when none, the tier's price; when nothing was taken, the
-/// tier's units and the most on one shard, as the statement's snapshot saw them).
+/// The last part of every GA hold statement but its last column: (usage passed, the hold's
+/// expiry: `None` before the sale, the units taken: `None` when none, the tier's price; when
+/// nothing was taken, the tier's units and the most on one shard, as the statement's snapshot
+/// saw them; then the account's checkout end, `platform::session_until`).
 macro_rules! hold_outcome {
     () => {
         "
@@ -68,7 +71,8 @@ SELECT EXISTS (SELECT 1 FROM usage),
        END,
        CASE WHEN NOT EXISTS (SELECT 1 FROM item) THEN
            (SELECT max(available) FROM ga_counters WHERE event_id = $1 AND tier = $3)
-       END"
+       END,
+       "
     };
 }
 
@@ -108,7 +112,8 @@ item AS (
     INSERT INTO hold_ga_items (hold_id, shard, quantity)
     SELECT $5, shard, $4 FROM took
     RETURNING quantity)",
-    hold_outcome!()
+    hold_outcome!(),
+    crate::live_until_ms_sql!("$2", "$1", "(SELECT expires_at FROM hold)", "NULL")
 );
 
 /// Every shard with enough units was locked by another hold: wait for ONE of them (the first
@@ -132,7 +137,8 @@ item AS (
     INSERT INTO hold_ga_items (hold_id, shard, quantity)
     SELECT $5, shard, $4 FROM took
     RETURNING quantity)",
-    hold_outcome!()
+    hold_outcome!(),
+    crate::live_until_ms_sql!("$2", "$1", "(SELECT expires_at FROM hold)", "NULL")
 );
 
 /// The last resort, and the definitive answer: the tier's shards that have units, locked in
@@ -166,7 +172,8 @@ item AS (
     INSERT INTO hold_ga_items (hold_id, shard, quantity)
     SELECT $5, shard, take FROM took
     RETURNING quantity)",
-    hold_outcome!()
+    hold_outcome!(),
+    crate::live_until_ms_sql!("$2", "$1", "(SELECT expires_at FROM hold)", "NULL")
 );
 
 /// The ways of taking units, in the order they are tried; each is one transaction.
@@ -225,17 +232,19 @@ pub(super) async fn take_units_tx(
             Option<i64>,
             Option<i64>,
             Option<i32>,
+            i64,
         );
-        let (usage_ok, expires_at, took, price, left, most): Row = sqlx::query_as(way.statement())
-            .bind(event)
-            .bind(account)
-            .bind(tier)
-            .bind(qty)
-            .bind(&hold_id)
-            .bind(start)
-            .fetch_one(&mut *tx)
-            .await
-            .during("take the GA hold")?;
+        let (usage_ok, expires_at, took, price, left, most, live_until_ms): Row =
+            sqlx::query_as(way.statement())
+                .bind(event)
+                .bind(account)
+                .bind(tier)
+                .bind(qty)
+                .bind(&hold_id)
+                .bind(start)
+                .fetch_one(&mut *tx)
+                .await
+                .during("take the GA hold")?;
         if !usage_ok {
             tx.rollback().await.during("roll back a refused hold")?;
             return Ok(Attempt::Limit);
@@ -248,6 +257,7 @@ pub(super) async fn take_units_tx(
             hold_id,
             expires_at,
             price,
+            live_until_ms,
         };
         if took == Some(qty) {
             tx.commit().await.during("commit the hold")?;

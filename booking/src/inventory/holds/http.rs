@@ -13,6 +13,7 @@ use crate::platform::auth::Admitted;
 use crate::platform::db;
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::json::ApiJson;
+use crate::platform::session_until::SessionUntil;
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -48,16 +49,20 @@ async fn create_hold(
     Path(event): Path<String>,
     admitted: Result<Admitted, ApiError>,
     body: Result<ApiJson<HoldRequest>, ApiError>,
-) -> ApiResult<(StatusCode, ApiJson<HoldResponse>)> {
+) -> ApiResult<(StatusCode, SessionUntil, ApiJson<HoldResponse>)> {
     let r = async {
         let account = admitted_for(admitted, &event)?;
         let ApiJson(req) = body?;
         Ok(hold_seats(&state, &event, &account, req.seats).await?)
     }
     .await;
-    let resp = counted(&state, r)?;
+    let (resp, until) = counted(&state, r)?;
     state.metrics.holds.with_label_values(&["seats"]).inc();
-    Ok((StatusCode::CREATED, ApiJson(resp)))
+    Ok((
+        StatusCode::CREATED,
+        SessionUntil(Some(until)),
+        ApiJson(resp),
+    ))
 }
 
 async fn hold_seats(
@@ -65,7 +70,7 @@ async fn hold_seats(
     event: &str,
     account: &str,
     seats: Vec<String>,
-) -> Result<HoldResponse, InventoryError> {
+) -> Result<(HoldResponse, i64), InventoryError> {
     let n = check_seat_list(&seats, state.settings.max_seats_per_hold)?;
     let (pool, async_commit) = (&state.pool, state.settings.async_commit_holds);
     let mut healed = false;
@@ -85,7 +90,7 @@ async fn hold_seats(
                         .inc();
                 }
                 let total = taken.seats.iter().map(|(_, p)| p).sum();
-                return Ok(HoldResponse {
+                let resp = HoldResponse {
                     hold_id: taken.hold_id,
                     event: event.to_owned(),
                     kind: HoldKind::Seats,
@@ -93,7 +98,8 @@ async fn hold_seats(
                     held_until: taken.expires_at,
                     expires_at: taken.expires_at,
                     total,
-                });
+                };
+                return Ok((resp, taken.live_until_ms));
             }
             Attempt::Limit if !healed => {
                 // The account's own expired holds still count until swept; expire them now
@@ -114,10 +120,10 @@ async fn delete_hold(
     State(state): State<InventoryState>,
     Path(hold): Path<String>,
     admitted: Result<Admitted, ApiError>,
-) -> ApiResult<StatusCode> {
+) -> ApiResult<(SessionUntil, StatusCode)> {
     let r = async {
         let admitted = admitted?;
-        Ok(release_own_hold(&state, &hold, admitted.account()).await?)
+        Ok(release_own_hold(&state, &hold, admitted.account(), admitted.event()).await?)
     }
     .await;
     counted(&state, r)
@@ -127,7 +133,8 @@ async fn release_own_hold(
     state: &InventoryState,
     hold: &str,
     account: &str,
-) -> Result<StatusCode, InventoryError> {
+    admission_event: &str,
+) -> Result<(SessionUntil, StatusCode), InventoryError> {
     if !is_plausible_hold_id(hold) {
         return Err(InventoryError::HoldNotFound);
     }
@@ -135,7 +142,7 @@ async fn release_own_hold(
     // multi-unit hold racing releases can still deadlock (seen in ga_shards tests): retried.
     let released = db::retry(4, || async {
         let mut tx = begin_hold_tx(&state.pool, state.settings.async_commit_holds).await?;
-        let r = release_own_tx(&mut tx, hold, account).await?;
+        let r = release_own_tx(&mut tx, hold, account, admission_event).await?;
         tx.commit().await.during("commit the release")?;
         Ok::<_, InventoryError>(r)
     })
@@ -144,10 +151,11 @@ async fn release_own_hold(
         if r.seats {
             state.seat_maps.changed(&r.event_id);
         }
-        return Ok(StatusCode::NO_CONTENT);
+        return Ok((SessionUntil(Some(r.live_until_ms)), StatusCode::NO_CONTENT));
     }
-    // Nothing changed; say why (a read for the answer only).
-    why_not_released(hold_status(&state.pool, hold).await?, account)
+    // Nothing changed; say why (a read for the answer only; the middleware reads the end).
+    let status = why_not_released(hold_status(&state.pool, hold).await?, account)?;
+    Ok((SessionUntil(None), status))
 }
 
 /// The answer to a release that changed nothing, from the hold's status and owner: someone

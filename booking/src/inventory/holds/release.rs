@@ -14,7 +14,8 @@ use sqlx::PgConnection;
 /// The seats are found by `hold_id = $1` alone (its index), their status checked in the
 /// update: a `status = 'held'` next to it lets the planner pick the partial index of held
 /// seats, which a fresh event's statistics call empty, and then scan every held seat.
-const RELEASE_OWN: &str = "
+const RELEASE_OWN: &str = concat!(
+    "
 WITH h AS (
     UPDATE holds SET status = 'released'
     WHERE id = $1 AND account_id = $2 AND status = 'active'
@@ -47,28 +48,42 @@ usage AS (
     WHERE u.event_id = h.event_id AND u.account_id = h.account_id
     RETURNING 1)
 SELECT h.event_id, h.kind = 'seats',
-       (SELECT count(*) FROM seats_back) + (SELECT COALESCE(sum(quantity), 0) FROM units_back)
-FROM h";
+       (SELECT count(*) FROM seats_back) + (SELECT COALESCE(sum(quantity), 0) FROM units_back),
+       ",
+    crate::live_until_ms_sql!("$2", "$3", "NULL::timestamptz", "$1"),
+    "
+FROM h"
+);
 
 /// What a release changed: the hold's event, and whether it held seats (the seat map's cache
-/// then has to be rebuilt).
+/// then has to be rebuilt); the account's checkout end in the admission's event without it.
 pub(crate) struct Released {
     pub event_id: String,
     pub seats: bool,
+    pub live_until_ms: i64,
 }
 
-/// Releases the account's active hold; `None` when nothing changed (not active, not theirs,
+/// Releases the account's active hold (`admission_event`: the event of the caller's admission,
+/// for the checkout end); `None` when nothing changed (not active, not theirs,
 /// unknown). A negative usage (a double release) violates `CHECK (tickets >= 0)` and fails.
 pub(crate) async fn release_own_tx(
     conn: &mut PgConnection,
     hold: &str,
     account: &str,
+    admission_event: &str,
 ) -> Result<Option<Released>, InventoryError> {
-    let released: Option<(String, bool, i64)> = sqlx::query_as(RELEASE_OWN)
+    let released: Option<(String, bool, i64, i64)> = sqlx::query_as(RELEASE_OWN)
         .bind(hold)
         .bind(account)
+        .bind(admission_event)
         .fetch_optional(conn)
         .await
         .during("release the hold")?;
-    Ok(released.map(|(event_id, seats, _)| Released { event_id, seats }))
+    Ok(
+        released.map(|(event_id, seats, _, live_until_ms)| Released {
+            event_id,
+            seats,
+            live_until_ms,
+        }),
+    )
 }

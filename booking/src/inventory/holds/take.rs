@@ -104,6 +104,8 @@ pub(crate) struct SeatsTaken {
     pub seats: Vec<(String, i64)>,
     /// Kinds of the expired holds this transaction ended because it reclaimed their seats.
     pub reclaimed: Vec<HoldKind>,
+    /// The account's checkout end with this hold (`platform::session_until`).
+    pub live_until_ms: i64,
 }
 
 /// THE seat hold statement: the usage upsert (`n` more tickets for the account, only within
@@ -116,7 +118,8 @@ pub(crate) struct SeatsTaken {
 /// rows returned are exactly what we got. One row per seat taken, or one row with NULL seat
 /// when none was: the first two columns say whether the usage passed and when the hold
 /// expires (NULL: not on sale). `bench/sql/hold_seats.sql` runs this text.
-const HOLD_SEATS: &str = "
+const HOLD_SEATS: &str = concat!(
+    "
 WITH usage AS (
     INSERT INTO account_event_usage AS u (event_id, account_id, tickets)
     SELECT e.id, $2, $5 FROM events e
@@ -146,8 +149,11 @@ took AS (
       AND p.event_id = $1 AND p.tier = s.tier
     RETURNING s.seat_id, w.prev_hold, p.price)
 SELECT EXISTS (SELECT 1 FROM usage), (SELECT expires_at FROM hold),
-       t.seat_id, t.prev_hold, t.price
-FROM (VALUES (1)) AS one (x) LEFT JOIN took t ON true";
+       t.seat_id, t.prev_hold, t.price, ",
+    crate::live_until_ms_sql!("$2", "$1", "(SELECT expires_at FROM hold)", "NULL"),
+    "
+FROM (VALUES (1)) AS one (x) LEFT JOIN took t ON true"
+);
 
 /// One hold transaction: THE seat hold statement, then (rarely) tidying of reclaimed holds.
 /// Three round trips in the common case: begin, the statement, commit.
@@ -165,6 +171,7 @@ pub(crate) async fn take_seats_tx(
         Option<String>,
         Option<String>,
         Option<i64>,
+        i64,
     );
     let hold_id = shared::ids::new_id();
     let mut tx = begin_hold_tx(pool, async_commit).await?;
@@ -177,7 +184,8 @@ pub(crate) async fn take_seats_tx(
         .fetch_all(&mut *tx)
         .await
         .during("take the requested seats")?;
-    let (usage_ok, expires_at) = rows.first().map_or((false, None), |r| (r.0, r.1));
+    let (usage_ok, expires_at, live_until_ms) =
+        rows.first().map_or((false, None, 0), |r| (r.0, r.1, r.5));
     if !usage_ok {
         tx.rollback().await.during("roll back a refused hold")?;
         return Ok(Attempt::Limit);
@@ -188,7 +196,7 @@ pub(crate) async fn take_seats_tx(
     };
     let rows: Vec<(String, Option<String>, i64)> = rows
         .into_iter()
-        .filter_map(|(_, _, seat, prev, price)| Some((seat?, prev, price?)))
+        .filter_map(|(_, _, seat, prev, price, _)| Some((seat?, prev, price?)))
         .collect();
     if rows.len() < seats.len() {
         tx.rollback().await.during("roll back a refused hold")?;
@@ -197,6 +205,7 @@ pub(crate) async fn take_seats_tx(
             expires_at,
             seats: rows.into_iter().map(|(s, _, p)| (s, p)).collect(),
             reclaimed: Vec::new(),
+            live_until_ms,
         }));
     }
     let reclaimed: BTreeSet<&str> = rows.iter().filter_map(|(_, h, _)| h.as_deref()).collect();
@@ -211,6 +220,7 @@ pub(crate) async fn take_seats_tx(
         expires_at,
         seats: rows.into_iter().map(|(s, _, p)| (s, p)).collect(),
         reclaimed: ended.into_iter().map(|h| h.kind).collect(),
+        live_until_ms,
     }))
 }
 

@@ -1,0 +1,53 @@
+//! The `x-floodgate-session-until` answer of a checkout write, when the write's own statement
+//! already read it (`app/session.rs` explains the header; it queries Postgres itself only
+//! for writes that do not set it).
+
+use axum::http::HeaderValue;
+use axum::response::{IntoResponseParts, ResponseParts};
+use shared::headers::SESSION_UNTIL;
+use std::convert::Infallible;
+
+/// The latest end (unix ms, rounded up) of the caller's live holds and `PENDING_PAYMENT` orders
+/// in the admission's event, 0 when none is left; `None` leaves it to the middleware.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionUntil(pub Option<i64>);
+
+impl IntoResponseParts for SessionUntil {
+    type Error = Infallible;
+
+    fn into_response_parts(self, mut res: ResponseParts) -> Result<ResponseParts, Infallible> {
+        if let Some(ms) = self.0 {
+            res.headers_mut()
+                .insert(SESSION_UNTIL, HeaderValue::from(ms));
+        }
+        Ok(res)
+    }
+}
+
+/// The SQL of that answer as one scalar (`bigint`, never NULL), for the statement that made
+/// the write: `$account` and `$event` are the statement's parameters (for example `$2`, `$1`),
+/// `$new` the end of a hold or order the statement itself wrote (its snapshot does not show
+/// it; `NULL` when none), `$skip_hold` a hold the statement ended (its snapshot still shows it
+/// active; `NULL` when none). Holds and orders that other transactions commit after the
+/// statement began are not seen; the same fan's concurrent writes each answer their own view.
+#[macro_export]
+macro_rules! live_until_ms_sql {
+    ($account:literal, $event:literal, $new:literal, $skip_hold:literal) => {
+        concat!(
+            "COALESCE(ceil(extract(epoch FROM GREATEST(",
+            $new,
+            ", (SELECT max(expires_at) FROM holds WHERE account_id = ",
+            $account,
+            " AND event_id = ",
+            $event,
+            " AND status = 'active' AND expires_at > clock_timestamp() AND id IS DISTINCT FROM ",
+            $skip_hold,
+            "), (SELECT max(expires_at) FROM orders WHERE account_id = ",
+            $account,
+            " AND (event_id = ",
+            $event,
+            " OR event_id IS NULL) AND status = 'PENDING_PAYMENT'",
+            " AND expires_at > clock_timestamp()))) * 1000)::bigint, 0)"
+        )
+    };
+}
