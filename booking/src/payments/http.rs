@@ -16,10 +16,11 @@ use crate::platform::db::{self, TxError, is_retryable};
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::idempotency::{self, Begin, Claim, Fingerprint, IdempotencyKey, Replay};
 use crate::platform::json::ApiJson;
+use crate::platform::session_until::SessionUntil;
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::{Method, StatusCode};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -155,7 +156,9 @@ async fn pay(
         &req.payment_method,
     );
     match result.await {
-        Ok(Done::Stored(status, body)) => Ok(idempotency::respond(status, body)),
+        Ok(Done::Stored(status, body, until)) => {
+            Ok((SessionUntil(until), idempotency::respond(status, body)).into_response())
+        }
         Ok(Done::Replay(stored)) => {
             // The event check comes first for every answer, a replay included.
             check_order_event(&state, &admitted, &order_id).await?;
@@ -196,8 +199,9 @@ async fn check_order_event(
 
 /// How a pay request ended.
 enum Done {
-    /// A response stored under the idempotency key (state changed).
-    Stored(StatusCode, Vec<u8>),
+    /// A response stored under the idempotency key (state changed), with the account's
+    /// checkout end when the answer's own read had it.
+    Stored(StatusCode, Vec<u8>, Option<i64>),
     /// The key's earlier answer.
     Replay(Replay),
     /// A refusal or an unknown outcome: the key is not kept, so a retry runs again.
@@ -249,14 +253,14 @@ async fn pay_claimed(
                 Ok(e) => Ok(Done::Released(e.into())),
                 // The open attempt had been charged and the order was still pending.
                 Err(Paid) => {
-                    let body = paid_body(c, order_id, account).await?;
-                    store(c, key, StatusCode::OK, body).await
+                    let (body, until) = paid_body(c, order_id, account).await?;
+                    store(c, key, StatusCode::OK, body, until).await
                 }
             };
         }
         (Start::AlreadyPaid, _) => {
-            let body = paid_body(c, order_id, account).await?;
-            return store(c, key, StatusCode::OK, body).await;
+            let (body, until) = paid_body(c, order_id, account).await?;
+            return store(c, key, StatusCode::OK, body, until).await;
         }
         (Start::Charge(_), None) => {
             return Err(ApiError::unexpected(anyhow::anyhow!(
@@ -302,6 +306,7 @@ async fn store(
     key: &KeyClaim<'_>,
     status: StatusCode,
     body: Value,
+    until: Option<i64>,
 ) -> ApiResult<Done> {
     let bytes = serde_json::to_vec(&body).map_err(ApiError::unexpected)?;
     let mut tx = c.pool.begin().await?;
@@ -311,7 +316,7 @@ async fn store(
     };
     claim.complete_tx(&mut tx, status, &bytes).await?;
     tx.commit().await?;
-    Ok(Done::Stored(status, bytes))
+    Ok(Done::Stored(status, bytes, until))
 }
 
 async fn finish_success(
@@ -322,33 +327,38 @@ async fn finish_success(
 ) -> ApiResult<Done> {
     let outcome = db::retry(3, || async {
         let mut tx = c.pool.begin().await?;
-        let outcome = transitions::apply_success_tx(&mut tx, &a.id, &p.id).await?;
-        let (status, body) = match &outcome {
+        let outcome =
+            transitions::apply_success_of_tx(&mut tx, &a.id, &a.order_id, &a.account_id, &p.id)
+                .await?;
+        let (status, (body, until)) = match &outcome {
             Success::Paid { .. } | Success::AlreadyPaid => (
                 StatusCode::OK,
                 paid_body_tx(&mut tx, &a.order_id, &a.account_id).await?,
             ),
             Success::RefundNeeded { .. } | Success::Unknown => (
                 StatusCode::CONFLICT,
-                serde_json::to_value(
-                    shared::error::ErrorBody::new(
-                        codes::PAYMENT_REFUNDED,
-                        "the order could no longer be fulfilled (it expired or its seats were \
+                (
+                    serde_json::to_value(
+                        shared::error::ErrorBody::new(
+                            codes::PAYMENT_REFUNDED,
+                            "the order could no longer be fulfilled (it expired or its seats were \
                          taken); the payment is being refunded",
+                        )
+                        .with("order_id", a.order_id.clone())
+                        .with("payment_id", a.id.clone()),
                     )
-                    .with("order_id", a.order_id.clone())
-                    .with("payment_id", a.id.clone()),
-                )
-                .map_err(ApiError::unexpected)?,
+                    .map_err(ApiError::unexpected)?,
+                    None,
+                ),
             ),
         };
         let bytes = serde_json::to_vec(&body).map_err(ApiError::unexpected)?;
         claim.complete_tx(&mut tx, status, &bytes).await?;
         tx.commit().await?;
-        Ok::<_, TxError>((outcome, status, bytes))
+        Ok::<_, TxError>((outcome, status, bytes, until))
     })
     .await;
-    let (outcome, status, bytes) = outcome?;
+    let (outcome, status, bytes, until) = outcome?;
     match outcome {
         Success::Paid { .. } => record(c, "paid"),
         Success::AlreadyPaid => record(c, "already_paid"),
@@ -363,7 +373,7 @@ async fn finish_success(
         // refund_pending and is retried by reconciliation.
         let _refunded = flow::refund(c, payment_id, provider_payment_id).await;
     }
-    Ok(Done::Stored(status, bytes))
+    Ok(Done::Stored(status, bytes, until))
 }
 
 async fn finish_decline(
@@ -392,7 +402,7 @@ async fn finish_decline(
     })
     .await?;
     record(c, "declined");
-    Ok(Done::Stored(StatusCode::PAYMENT_REQUIRED, bytes))
+    Ok(Done::Stored(StatusCode::PAYMENT_REQUIRED, bytes, None))
 }
 
 #[cfg(test)]

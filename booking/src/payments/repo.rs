@@ -315,6 +315,9 @@ pub struct PaidOrder {
     pub items: Json<Vec<OrderItemView>>,
     pub tickets: Json<Vec<TicketRow>>,
     pub payment: Option<Json<SettledPayment>>,
+    /// The account's checkout end in the order's event (`platform::session_until`); `None`
+    /// for an order without an event.
+    pub live_until_ms: Option<i64>,
 }
 
 /// [`PaidOrder`] in ONE statement (it was four reads).
@@ -323,7 +326,7 @@ pub async fn paid_order_tx(
     order_id: &str,
     account: &str,
 ) -> PaymentResult<Option<PaidOrder>> {
-    sqlx::query_as(
+    sqlx::query_as(concat!(
         "SELECT o.id, o.account_id, o.status, o.source, o.hold_id, o.event_id, o.total,
                 o.currency, o.expires_at, o.created_at, o.paid_at,
                 (SELECT COALESCE(json_agg(json_build_object(
@@ -339,9 +342,12 @@ pub async fn paid_order_tx(
                    FROM tickets t WHERE t.order_id = o.id) AS tickets,
                 (SELECT json_build_object('id', p.id, 'attempt', p.attempt,
                                           'provider_payment_id', p.provider_payment_id)
-                   FROM payments p WHERE p.order_id = o.id AND p.status = 'succeeded') AS payment
-           FROM orders o WHERE o.id = $1 AND o.account_id = $2",
-    )
+                   FROM payments p WHERE p.order_id = o.id AND p.status = 'succeeded') AS payment,
+                CASE WHEN o.event_id IS NOT NULL THEN ",
+        crate::live_until_ms_sql!("$2", "o.event_id", "NULL::timestamptz", "NULL"),
+        " END AS live_until_ms
+           FROM orders o WHERE o.id = $1 AND o.account_id = $2"
+    ))
     .bind(order_id)
     .bind(account)
     .fetch_optional(conn)

@@ -45,6 +45,28 @@ pub async fn apply_success_tx(
         // that follows a pay answer, decided without a savepoint or touching the order.
         return Ok(Success::AlreadyPaid);
     }
+    apply_success_of_tx(
+        conn,
+        payment_id,
+        &order_id,
+        &account_id,
+        provider_payment_id,
+    )
+    .await
+}
+
+/// [`apply_success_tx`] for a caller that knows the attempt's order and account (they never
+/// change): the pay request, right after its provider call, without reading the attempt
+/// first. An attempt another path completed meanwhile is found out by the order update, as
+/// in [`apply_success_tx`].
+pub async fn apply_success_of_tx(
+    conn: &mut PgConnection,
+    payment_id: &str,
+    order_id: &str,
+    account_id: &str,
+    provider_payment_id: &str,
+) -> PaymentResult<Success> {
+    let (order_id, account_id) = (order_id.to_owned(), account_id.to_owned());
     let mut sp = conn
         .begin()
         .await

@@ -187,3 +187,49 @@ async fn booking_refuses_tokens_the_gateway_revoked() {
     assert_eq!(app.get("/api/events/rev/seats", &later).await.status(), 200);
     app.stop().await;
 }
+
+/// The pay answer carries the checkout end read in its own transaction (the order is paid, so
+/// only the fan's other live hold counts), and its replay the same value, from the middleware.
+#[tokio::test]
+async fn a_paid_order_says_when_the_rest_of_the_checkout_ends() {
+    let env = crate::payments::PayEnv::spawn().await;
+    let app = &env.app;
+    let o = crate::payments::seat_order(app, "ses-pay", true, "payer", &["S1-R1-1"]).await;
+    let other = {
+        let resp = app
+            .post(
+                "/api/events/ses-pay/holds",
+                &o.token,
+                &json!({"seats": ["S1-R1-2"]}),
+            )
+            .await;
+        let (status, body) = json(resp).await;
+        assert_eq!(status, 201, "{body}");
+        body["hold_id"].as_str().expect("hold id").to_owned()
+    };
+    let pay = || async {
+        app.client
+            .post(app.url(&format!("/api/orders/{}/pay", o.order_id)))
+            .bearer_auth(&o.token)
+            .header("Idempotency-Key", "ses-pay-1")
+            .json(&json!({"payment_method": "pm_card_visa"}))
+            .send()
+            .await
+            .expect("pay")
+    };
+    let resp = pay().await;
+    let u = until(&resp);
+    let (status, body) = json(resp).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["status"], "PAID");
+    let hold_end = end_ms(app, "holds", &other).await;
+    assert_eq!(
+        u,
+        Some(hold_end),
+        "the paid order no longer counts; the live hold does"
+    );
+    let replay = pay().await;
+    assert_eq!(replay.status(), 200);
+    assert_eq!(until(&replay), Some(hold_end), "the replay says the same");
+    env.app.stop().await;
+}

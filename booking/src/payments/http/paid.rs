@@ -10,12 +10,13 @@ use serde_json::{Value, json};
 use sqlx::PgConnection;
 use sqlx::types::Json;
 
-/// The order (as `GET /api/orders/{id}` shows it) plus its tickets and settled payment.
+/// The order (as `GET /api/orders/{id}` shows it) plus its tickets and settled payment, and
+/// the account's checkout end (`platform::session_until`; `None`: the middleware reads it).
 pub(super) async fn paid_body_tx(
     conn: &mut PgConnection,
     order_id: &str,
     account: &str,
-) -> Result<Value, TxError> {
+) -> Result<(Value, Option<i64>), TxError> {
     let Some(paid) = repo::paid_order_tx(&mut *conn, order_id, account).await? else {
         return Err(TxError::Api(PaymentError::OrderNotFound.into()));
     };
@@ -49,14 +50,14 @@ pub(super) async fn paid_body_tx(
         }),
         None => Value::Null,
     };
-    Ok(body)
+    Ok((body, paid.live_until_ms))
 }
 
 pub(super) async fn paid_body(
     c: &PaymentClients,
     order_id: &str,
     account: &str,
-) -> ApiResult<Value> {
+) -> ApiResult<(Value, Option<i64>)> {
     let mut conn = c.pool.acquire().await?;
     Ok(paid_body_tx(&mut conn, order_id, account).await?)
 }
