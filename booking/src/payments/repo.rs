@@ -434,44 +434,6 @@ pub async fn unseen_attempt(
     .statement("load the attempt to settle")
 }
 
-// ---------------------------------------------------------------------------------------------
-// Webhooks
-// ---------------------------------------------------------------------------------------------
-
-/// Our attempt behind a provider payment id we recorded.
-pub async fn payment_by_provider_id(
-    pool: &PgPool,
-    provider_payment_id: &str,
-) -> PaymentResult<Option<String>> {
-    sqlx::query_scalar("SELECT id FROM payments WHERE provider_payment_id = $1")
-        .bind(provider_payment_id)
-        .fetch_optional(pool)
-        .await
-        .statement("find the attempt of a provider payment")
-}
-
-/// Inserts a provider event id; false when it was applied before. Written in the same
-/// transaction as the change the event causes.
-pub async fn record_event_tx(
-    conn: &mut PgConnection,
-    event_id: &str,
-    kind: &str,
-    payment_id: &str,
-) -> PaymentResult<bool> {
-    Ok(sqlx::query(
-        "INSERT INTO payment_webhook_events (provider_event_id, event_type, payment_id)
-         VALUES ($1, $2, $3) ON CONFLICT (provider_event_id) DO NOTHING",
-    )
-    .bind(event_id)
-    .bind(kind)
-    .bind(payment_id)
-    .execute(conn)
-    .await
-    .statement("record the provider event")?
-    .rows_affected()
-        == 1)
-}
-
 #[cfg(test)]
 mod tests {
     /// `Attempt` is decoded by name: the column list must name every field.

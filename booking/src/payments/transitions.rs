@@ -35,7 +35,18 @@ pub async fn apply_success_tx(
             .fetch_optional(&mut *conn)
             .await
             .statement("read the paid attempt")?;
-    let Some((order_id, account_id, status)) = payment else {
+    apply_success_seen_tx(conn, payment_id, payment, provider_payment_id).await
+}
+
+/// [`apply_success_tx`] with the attempt already read (`None`: no such attempt), by the
+/// webhook's first statement (`webhooks/repo.rs`, `record_outcome_event_tx`).
+pub async fn apply_success_seen_tx(
+    conn: &mut PgConnection,
+    payment_id: &str,
+    attempt: Option<(String, String, AttemptStatus)>,
+    provider_payment_id: &str,
+) -> PaymentResult<Success> {
+    let Some((order_id, account_id, status)) = attempt else {
         return Ok(Success::Unknown);
     };
     if status == AttemptStatus::Succeeded {

@@ -18,13 +18,14 @@
 //!   ([`crate::payments::reversal`]): `REFUNDED` / `DISPUTED`, tickets voided, stock back on
 //!   sale or held back, whatever the order and duplication of the events.
 
+mod repo;
 pub mod signature;
 
 use crate::payments::error::{PaymentError, PaymentResult, Statement};
 use crate::payments::model::{Reversal, Success};
 use crate::payments::provider::ProviderError;
 use crate::payments::reversal::{self, Reversed};
-use crate::payments::{PaymentsState, flow, repo, transitions};
+use crate::payments::{PaymentsState, flow, transitions};
 use crate::platform::db;
 use crate::platform::error::ApiResult;
 use axum::Router;
@@ -230,11 +231,15 @@ async fn apply_outcome(
             .begin()
             .await
             .statement("begin the webhook transaction")?;
-        if !repo::record_event_tx(&mut tx, &event.id, &event.kind, payment_id).await? {
+        let Some(attempt) =
+            repo::record_outcome_event_tx(&mut tx, &event.id, &event.kind, payment_id).await?
+        else {
             return Ok::<_, PaymentError>(None);
-        }
+        };
         let outcome = match declined {
-            None => transitions::apply_success_tx(&mut tx, payment_id, intent_id).await?,
+            None => {
+                transitions::apply_success_seen_tx(&mut tx, payment_id, attempt, intent_id).await?
+            }
             Some(code) => {
                 transitions::apply_decline_tx(&mut tx, payment_id, intent_id, code).await?;
                 Success::Unknown
