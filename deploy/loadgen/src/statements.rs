@@ -6,7 +6,8 @@
 //!
 //! Counted: every top-level statement booking sent (`pg_stat_statements.track = all`,
 //! `track_utility = on`: BEGIN, COMMIT, SET, SAVEPOINT included). Round trips: the same,
-//! less the `SET LOCAL`s, which booking only ever sends in one simple query with their `BEGIN`.
+//! less the `SET LOCAL`s and `SELECT set_config(…)`s, which booking only ever sends in one simple
+//! query with their `BEGIN`.
 //! Needs booking with its jobs off (their statements would be counted) and the sandbox with
 //! `webhook_mode = manual`.
 
@@ -166,9 +167,8 @@ impl Ctx {
         let set_local: i64 = rows
             .iter()
             .filter(|r| {
-                r.1.trim_start()
-                    .to_ascii_uppercase()
-                    .starts_with("SET LOCAL")
+                let q = r.1.trim_start().to_ascii_uppercase();
+                q.starts_with("SET LOCAL") || q.starts_with("SELECT SET_CONFIG(")
             })
             .map(|r| r.0)
             .sum();
