@@ -116,17 +116,39 @@ pub async fn apply_success_of_tx(
                 }
             }
         }
-        let marked = sqlx::query(
-            "UPDATE payments
-                SET status = 'succeeded', provider_payment_id = $2, updated_at = clock_timestamp()
-              WHERE id = $1 AND status IN ('pending', 'failed')",
+        let n = tickets.len();
+        let paid = json!({
+            "order_id": order_id,
+            "account_id": account_id,
+            "event": event_id,
+            "source": order.source,
+            "total": order.total,
+            "payment_id": payment_id,
+            "provider_payment_id": provider_payment_id,
+            "tickets": tickets,
+        });
+        // The attempt `succeeded` and `order.paid` in the outbox (the row outbox::write_tx
+        // writes), in one statement: the event only if the attempt was still open.
+        let marked: i64 = sqlx::query_scalar(
+            "WITH p AS (
+                 UPDATE payments
+                    SET status = 'succeeded', provider_payment_id = $2,
+                        updated_at = clock_timestamp()
+                  WHERE id = $1 AND status IN ('pending', 'failed')
+                 RETURNING id),
+             e AS (
+                 INSERT INTO outbox (event_id, topic, aggregate_id, payload)
+                 SELECT $3, 'order.paid', $4, $5 FROM p)
+             SELECT count(*) FROM p",
         )
         .bind(payment_id)
         .bind(provider_payment_id)
-        .execute(&mut *sp)
+        .bind(shared::ids::new_id())
+        .bind(&order_id)
+        .bind(&paid)
+        .fetch_one(&mut *sp)
         .await
-        .statement("mark the attempt succeeded")?
-        .rows_affected();
+        .statement("mark the attempt succeeded and write order.paid")?;
         if marked != 1 {
             // The attempt was already declined/refunded: a provider contradiction. Keep the
             // order as it was and refund this money rather than guess.
@@ -139,24 +161,6 @@ pub async fn apply_success_of_tx(
                 .statement("roll back the contradicted success")?;
             return mark_refund_pending_tx(conn, payment_id, provider_payment_id).await;
         }
-        let n = tickets.len();
-        outbox::write_tx(
-            &mut sp,
-            "order.paid",
-            &order_id,
-            &json!({
-                "order_id": order_id,
-                "account_id": account_id,
-                "event": event_id,
-                "source": order.source,
-                "total": order.total,
-                "payment_id": payment_id,
-                "provider_payment_id": provider_payment_id,
-                "tickets": tickets,
-            }),
-        )
-        .await
-        .statement("write order.paid to the outbox")?;
         sp.commit()
             .await
             .statement("release the payment savepoint")?;
