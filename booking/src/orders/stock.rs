@@ -299,29 +299,32 @@ pub async fn move_order_stock_tx(
         shards.push(shard);
         qs.push(q);
     }
+    // The same update for every move; only the columns the units move between differ.
+    macro_rules! move_units {
+        ($set:literal) => {
+            concat!(
+                "UPDATE inventory i SET ",
+                $set,
+                " FROM unnest($1::text[], $2::int[], $3::bigint[]) AS l(sku, shard, q)
+                  WHERE i.sku = l.sku AND i.shard = l.shard"
+            )
+        };
+    }
     let (sql, statement) = match how {
         StockMove::Sell => (
-            "UPDATE inventory i SET reserved = i.reserved - l.q, sold = i.sold + l.q
-               FROM unnest($1::text[], $2::int[], $3::bigint[]) AS l(sku, shard, q)
-              WHERE i.sku = l.sku AND i.shard = l.shard",
+            move_units!("reserved = i.reserved - l.q, sold = i.sold + l.q"),
             "move reserved units to sold",
         ),
         StockMove::Return => (
-            "UPDATE inventory i SET reserved = i.reserved - l.q, available = i.available + l.q
-               FROM unnest($1::text[], $2::int[], $3::bigint[]) AS l(sku, shard, q)
-              WHERE i.sku = l.sku AND i.shard = l.shard",
+            move_units!("reserved = i.reserved - l.q, available = i.available + l.q"),
             "return reserved units to available",
         ),
         StockMove::Release => (
-            "UPDATE inventory i SET sold = i.sold - l.q, available = i.available + l.q
-               FROM unnest($1::text[], $2::int[], $3::bigint[]) AS l(sku, shard, q)
-              WHERE i.sku = l.sku AND i.shard = l.shard",
+            move_units!("sold = i.sold - l.q, available = i.available + l.q"),
             "put refunded units back on sale",
         ),
         StockMove::HoldBack => (
-            "UPDATE inventory i SET sold = i.sold - l.q, held_back = i.held_back + l.q
-               FROM unnest($1::text[], $2::int[], $3::bigint[]) AS l(sku, shard, q)
-              WHERE i.sku = l.sku AND i.shard = l.shard",
+            move_units!("sold = i.sold - l.q, held_back = i.held_back + l.q"),
             "hold refunded units back",
         ),
     };
