@@ -52,6 +52,10 @@ pub struct ReceiptClaims {
     pub kind: String,
     /// When the place was taken (Redis time, ms).
     pub joined_ms: i64,
+    /// FIFO places: fans ever queued ahead (fixed for the place's life), so any gateway can
+    /// compute the rank from its in-memory queue progress (`progress.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before: Option<u64>,
 }
 
 /// Signs and checks receipts: `base64url(json).tags`, one base64url HMAC-SHA256 tag per
@@ -132,6 +136,7 @@ mod tests {
             score: "-12".into(),
             kind: "draw".into(),
             joined_ms: 5,
+            before: None,
         };
         let t = r.sign(&c);
         assert_eq!(r.verify(&t), Some(c.clone()));

@@ -27,6 +27,7 @@ pub mod live;
 pub mod metrics;
 pub mod pages;
 pub mod pow;
+pub mod progress;
 pub mod proxy;
 pub mod queue;
 pub mod respond;

@@ -8,6 +8,7 @@
 use crate::auto::UpstreamWindow;
 use crate::limits::Limits;
 use crate::metrics::Metrics;
+use crate::progress::{DrawHistogram, Progress};
 use crate::store::{EventSnapshot, Store};
 use async_trait::async_trait;
 use pingora_core::server::ShutdownWatch;
@@ -40,20 +41,29 @@ impl Live {
             .collect()
     }
 
-    pub fn upsert(&self, event: &str, snap: EventSnapshot) {
-        self.events
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(event.to_owned(), Arc::new(snap));
+    pub fn upsert(&self, event: &str, mut snap: EventSnapshot) {
+        let mut events = self.events.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(old) = events.get(event) {
+            carry_progress(&mut snap, &old.progress);
+        }
+        events.insert(event.to_owned(), Arc::new(snap));
     }
 
+    /// Installs a refresh. Events whose progress was not read this time keep the last one,
+    /// and a progress read without its draw histogram keeps the last histogram.
     fn replace(&self, all: Vec<(String, EventSnapshot)>) {
+        let mut events = self.events.write().unwrap_or_else(|p| p.into_inner());
         let map = all
             .into_iter()
             .filter(|(_, s)| s.config.is_some())
-            .map(|(e, s)| (e, Arc::new(s)))
+            .map(|(e, mut s)| {
+                if let Some(old) = events.get(&e) {
+                    carry_progress(&mut s, &old.progress);
+                }
+                (e, Arc::new(s))
+            })
             .collect();
-        *self.events.write().unwrap_or_else(|p| p.into_inner()) = map;
+        *events = map;
     }
 
     /// True when ops revoked this token's account or session after its admission (a token
@@ -65,6 +75,16 @@ impl Live {
         };
         let hit = |at: Option<&i64>| at.is_some_and(|at| c.revoked_by(*at));
         hit(s.revoked_accounts.get(&c.sub)) || hit(s.revoked_sessions.get(&c.sid))
+    }
+}
+
+fn carry_progress(snap: &mut EventSnapshot, old: &Arc<Progress>) {
+    if !snap.progress.known {
+        snap.progress = old.clone();
+    } else if snap.progress.hist.is_none()
+        && let (Some(p), Some(h)) = (Arc::get_mut(&mut snap.progress), &old.hist)
+    {
+        p.hist = Some(h.clone());
     }
 }
 
@@ -81,6 +101,46 @@ pub struct Refresher {
     pub window_s: u64,
 }
 
+/// How often the refresher reads queue progress.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+
+impl Refresher {
+    /// Adds the draw histogram to each fresh progress: re-read only for events whose draw
+    /// count moved since the last read (so once the sale starts, never again).
+    async fn attach_histograms(&self, all: &mut [(String, EventSnapshot)]) {
+        let mut stale = Vec::new();
+        for (i, (event, snap)) in all.iter().enumerate() {
+            let draws = snap.progress.draws;
+            let have = self
+                .live
+                .get(event)
+                .and_then(|s| s.progress.hist.as_ref().map(|h| h.draws));
+            if snap.progress.known && draws > 0 && have != Some(draws) {
+                stale.push(i);
+            }
+        }
+        if stale.is_empty() {
+            return;
+        }
+        let names: Vec<String> = stale.iter().map(|&i| all[i].0.clone()).collect();
+        match self.store.load_histograms(&names).await {
+            Ok(hists) => {
+                for (i, bytes) in stale.into_iter().zip(hists) {
+                    let snap = &mut all[i].1;
+                    let draws = snap.progress.draws;
+                    if let Some(p) = Arc::get_mut(&mut snap.progress) {
+                        p.hist = Some(Arc::new(DrawHistogram::from_bitfield(draws, &bytes)));
+                    }
+                }
+            }
+            Err(e) => {
+                self.metrics.redis_errors.inc();
+                tracing::debug!(error = %e, "reading draw histograms failed");
+            }
+        }
+    }
+}
+
 #[async_trait]
 impl BackgroundService for Refresher {
     async fn start(&self, mut shutdown: ShutdownWatch) {
@@ -88,6 +148,7 @@ impl BackgroundService for Refresher {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_publish = Instant::now();
         let mut last_prune = Instant::now();
+        let mut last_progress = Instant::now() - PROGRESS_EVERY;
         let mut pruning: Option<tokio::task::JoinHandle<()>> = None;
         let mut redis_ok = true;
         loop {
@@ -95,8 +156,16 @@ impl BackgroundService for Refresher {
                 _ = shutdown.changed() => return,
                 _ = tick.tick() => {}
             }
-            match self.store.load_all().await {
-                Ok(all) => {
+            // Queue progress (status polls answered from memory) at most once a second.
+            let with_progress = last_progress.elapsed() >= PROGRESS_EVERY;
+            if with_progress {
+                last_progress = Instant::now();
+            }
+            match self.store.load_all(with_progress).await {
+                Ok(mut all) => {
+                    if with_progress {
+                        self.attach_histograms(&mut all).await;
+                    }
                     if !redis_ok {
                         tracing::info!("redis reachable again; live config refreshed");
                     }

@@ -12,6 +12,7 @@ pub struct Metrics {
     registry: Registry,
     pub joins: IntCounter,
     pub status_polls: IntCounter,
+    pub status_from_memory: IntCounter,
     pub admitted: IntCounterVec,
     pub expired_unclaimed: IntCounterVec,
     pub queue_length: IntGaugeVec,
@@ -43,6 +44,10 @@ impl Metrics {
         let m = Metrics {
             joins: counter("fg_joins_total", "Queue joins (new places and repeats)")?,
             status_polls: counter("fg_status_polls_total", "Queue status polls")?,
+            status_from_memory: counter(
+                "fg_status_polls_from_memory_total",
+                "Queue status polls answered from the gateway's queue progress, without Redis",
+            )?,
             admitted: IntCounterVec::new(
                 Opts::new(
                     "fg_admitted_total",
@@ -108,6 +113,8 @@ impl Metrics {
         };
         m.registry.register(Box::new(m.joins.clone()))?;
         m.registry.register(Box::new(m.status_polls.clone()))?;
+        m.registry
+            .register(Box::new(m.status_from_memory.clone()))?;
         m.registry.register(Box::new(m.admitted.clone()))?;
         m.registry.register(Box::new(m.expired_unclaimed.clone()))?;
         m.registry.register(Box::new(m.queue_length.clone()))?;

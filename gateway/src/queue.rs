@@ -1,13 +1,15 @@
 //! The fan-facing waiting room: join, status, draw commitment, receipts, dev login.
 //!
 //! Guarantees: one place per account per event (the join script's `HSETNX`-style check and
-//! `ZADD NX` run atomically in Redis); a status poll is one Redis round trip; an admission is
+//! `ZADD NX` run atomically in Redis); a waiting fan's status poll that carries their place
+//! receipt is answered from memory (`progress.rs`), any other is one Redis round trip; an admission is
 //! claimed (and the token minted, with Redis time) only by the account it was given to;
 //! with Redis down a fan gets `503 WAITING_ROOM_UNAVAILABLE` with `Retry-After`, never a hang.
 
 use crate::draw::{ReceiptClaims, presale_score};
 use crate::event_config::{EventConfig, Mode};
 use crate::limits::{Scope, retry_after_secs};
+use crate::progress::Located;
 use crate::respond::{Reply, is_json, parse_json, read_body};
 use crate::state::Shared;
 use crate::store::{EventSnapshot, JoinOutcome, Place, StatusOutcome, Store, StoreError};
@@ -195,6 +197,7 @@ pub async fn join(shared: &Shared, store: &Store, session: &mut Session, event: 
             new,
             admitted,
             ahead,
+            before,
         }) => {
             let receipt = shared.receipts.sign(&ReceiptClaims {
                 evt: event.to_owned(),
@@ -203,7 +206,9 @@ pub async fn join(shared: &Shared, store: &Store, session: &mut Session, event: 
                 score: place.score.clone(),
                 kind: place.kind.clone(),
                 joined_ms: place.joined_ms,
+                before: before.filter(|_| place.kind == "fifo"),
             });
+            let cookie = place_cookie(event, &receipt);
             let mut body = json!({
                 "event": event,
                 "state": if admitted { "admitted" } else { "waiting" },
@@ -229,9 +234,45 @@ pub async fn join(shared: &Shared, store: &Store, session: &mut Session, event: 
             } else if !admitted {
                 body["poll_after_ms"] = json!(MIN_POLL_MS);
             }
-            Reply::json(if new { 201 } else { 200 }, &body)
+            Reply::json(if new { 201 } else { 200 }, &body).header("set-cookie", cookie)
         }
     }
+}
+
+/// Header and cookie carrying a fan's place receipt on status polls: with it the gateway
+/// answers a waiting fan from memory (`progress.rs`); without it, from Redis.
+pub const PLACE_HEADER: &str = "x-floodgate-place";
+pub const PLACE_COOKIE: &str = "fg_place";
+
+/// The place receipt as a cookie scoped to this event's queue paths, so a browser's status
+/// polls carry it without any script.
+fn place_cookie(event: &str, receipt: &str) -> String {
+    format!(
+        "{PLACE_COOKIE}={receipt}; Max-Age=172800; Path=/queue/{event}/; HttpOnly; Secure; SameSite=Lax"
+    )
+}
+
+/// The caller's place receipt for `event`, when it is genuine and theirs.
+fn place_of(
+    shared: &Shared,
+    session: &Session,
+    event: &str,
+    account: &str,
+) -> Option<ReceiptClaims> {
+    let h = &session.req_header().headers;
+    let raw = h
+        .get(PLACE_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| {
+            h.get_all(http::header::COOKIE)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .find_map(|v| shared::token::cookie(v, PLACE_COOKIE))
+        })?;
+    shared
+        .receipts
+        .verify(raw)
+        .filter(|c| c.evt == event && c.sub == account)
 }
 
 /// Shortest and longest interval between a fan's polls.
@@ -326,6 +367,14 @@ pub async fn status(shared: &Shared, store: &Store, session: &Session, event: &s
         return unknown_event();
     };
     shared.metrics.status_polls.inc();
+    if let Some(place) = place_of(shared, session, event, &account)
+        && let Located::Waiting { rank, queue_len } =
+            snap.progress
+                .locate(&account, &place.score, &place.kind, place.before)
+    {
+        shared.metrics.status_from_memory.inc();
+        return waiting(&snap, cfg, event, rank, queue_len);
+    }
     match store.status(event, &account, cfg.token_ttl_s).await {
         Err(e) => unavailable(shared, &e),
         Ok(StatusOutcome::NotJoined) => Reply::from_error(
@@ -340,28 +389,37 @@ pub async fn status(shared: &Shared, store: &Store, session: &Session, event: &s
         ),
         Ok(StatusOutcome::Waiting {
             rank, queue_len, ..
-        }) => {
-            let w = Waiting::of(&snap, cfg, rank);
-            Reply::json(
-                200,
-                &json!({
-                    "event": event,
-                    "state": w.state,
-                    "position": rank + 1,
-                    "ahead": rank,
-                    "queue_length": queue_len,
-                    "eta_seconds": w.eta_s,
-                    "poll_after_ms": w.poll_ms,
-                    "admit_per_minute": w.rate,
-                }),
-            )
-        }
+        }) => waiting(&snap, cfg, event, rank, queue_len),
         Ok(StatusOutcome::Admitted {
             place,
             now_ms,
             expires_ms,
         }) => admitted(shared, event, &account, &place, now_ms, expires_ms),
     }
+}
+
+/// A waiting fan's status answer.
+fn waiting(
+    snap: &EventSnapshot,
+    cfg: &EventConfig,
+    event: &str,
+    rank: u64,
+    queue_len: u64,
+) -> Reply {
+    let w = Waiting::of(snap, cfg, rank);
+    Reply::json(
+        200,
+        &json!({
+            "event": event,
+            "state": w.state,
+            "position": rank + 1,
+            "ahead": rank,
+            "queue_length": queue_len,
+            "eta_seconds": w.eta_s,
+            "poll_after_ms": w.poll_ms,
+            "admit_per_minute": w.rate,
+        }),
+    )
 }
 
 fn admitted(

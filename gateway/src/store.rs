@@ -17,12 +17,13 @@
 //! quick `503`, never a hung request.
 
 use crate::event_config::EventConfig;
+use crate::progress::{GONE_READ_LIMIT, Progress};
 use redis::Value;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use secrecy::ExposeSecret;
 use shared::config::RedisSettings;
 use std::collections::HashMap;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 mod outcomes;
@@ -145,6 +146,9 @@ impl Store {
             .key(self.key(event, "adm"))
             .key(self.key(event, "sold_out"))
             .key(self.key(event, "active"))
+            .key(self.key(event, "prog"))
+            .key(self.key(event, "hist"))
+            .key(self.key(event, "qgone"))
             .arg(account)
             .arg(presale_score)
             .arg(session)
@@ -162,24 +166,28 @@ impl Store {
                 new: false,
                 admitted: false,
                 ahead: r.rank(3),
+                before: r.rank(4),
             },
             "existing_admitted" => JoinOutcome::Placed {
                 place: r.place(1)?,
                 new: false,
                 admitted: true,
                 ahead: None,
+                before: None,
             },
             "joined" => JoinOutcome::Placed {
                 place: r.place(1)?,
                 new: true,
                 admitted: false,
                 ahead: r.rank(3),
+                before: r.rank(4),
             },
             "admitted" => JoinOutcome::Placed {
                 place: r.place(1)?,
                 new: true,
                 admitted: true,
                 ahead: None,
+                before: None,
             },
             _ => return Err(StoreError::Protocol("unknown join reply")),
         })
@@ -241,6 +249,8 @@ impl Store {
             .key(self.key(event, "lease"))
             .key(self.key(event, "sold_out"))
             .key(self.key(event, "admissions"))
+            .key(self.key(event, "prog"))
+            .key(self.key(event, "qgone"))
             .arg(instance)
             .arg(lease_ttl_ms)
             .arg(auto_rate.map(|r| r.to_string()).unwrap_or_default())
@@ -346,6 +356,7 @@ impl Store {
             .key(self.key(event, "adm"))
             .key(self.key(event, "active"))
             .key(self.key(event, "places"))
+            .key(self.key(event, "qgone"))
             .arg(field)
             .arg(account.unwrap_or(""))
             .arg(keep_s.max(60))
@@ -414,26 +425,32 @@ impl Store {
         })
     }
 
-    /// Reads one event's snapshot (`None`: no config).
+    /// Reads one event's snapshot (`None`: no config), its queue progress included (without
+    /// the draw histogram, which the refresher adds).
     pub async fn load_event(&self, event: &str) -> Result<Option<EventSnapshot>, StoreError> {
-        let mut all = self.load_events(&[event.to_owned()]).await?;
+        let mut all = self.load_events(&[event.to_owned()], true).await?;
         Ok(all.pop().and_then(|(_, s)| s.config.is_some().then_some(s)))
     }
 
     /// Reads every configured event's snapshot in one pipelined round trip (plus one for
-    /// the index).
-    pub async fn load_all(&self) -> Result<Vec<(String, EventSnapshot)>, StoreError> {
+    /// the index). `with_progress`: also each event's queue progress (two more small reads
+    /// per event; the refresher asks once a second).
+    pub async fn load_all(
+        &self,
+        with_progress: bool,
+    ) -> Result<Vec<(String, EventSnapshot)>, StoreError> {
         let key = self.events_key();
         let mut events: Vec<String> = self
             .with(|mut c| async move { redis::cmd("SMEMBERS").arg(key).query_async(&mut c).await })
             .await?;
         events.sort();
-        self.load_events(&events).await
+        self.load_events(&events, with_progress).await
     }
 
     async fn load_events(
         &self,
         events: &[String],
+        with_progress: bool,
     ) -> Result<Vec<(String, EventSnapshot)>, StoreError> {
         if events.is_empty() {
             return Ok(Vec::new());
@@ -443,29 +460,56 @@ impl Store {
             pipe.cmd("HGETALL").arg(self.key(e, "cfg"));
             pipe.cmd("EXISTS").arg(self.key(e, "sold_out"));
             pipe.cmd("HGETALL").arg(self.key(e, "revoked"));
+            if with_progress {
+                pipe.cmd("HGETALL").arg(self.key(e, "prog"));
+                pipe.cmd("ZRANGE")
+                    .arg(self.key(e, "qgone"))
+                    .arg(0)
+                    .arg(GONE_READ_LIMIT - 1)
+                    .arg("WITHSCORES");
+            }
         }
-        type Row = (HashMap<String, String>, bool, HashMap<String, i64>);
-        let rows: Vec<Row> = self
+        let per_event = if with_progress { 5 } else { 3 };
+        let snaps: Vec<EventSnapshot> = self
             .with(|mut c| async move {
                 let flat: Vec<Value> = pipe.query_async(&mut c).await?;
-                let mut rows = Vec::with_capacity(flat.len() / 3);
+                let mut snaps = Vec::with_capacity(flat.len() / per_event);
                 let mut it = flat.into_iter();
                 while let (Some(a), Some(b), Some(d)) = (it.next(), it.next(), it.next()) {
-                    rows.push((
+                    let mut snap = snapshot(
                         redis::from_redis_value(a)?,
                         redis::from_redis_value(b)?,
                         redis::from_redis_value(d)?,
-                    ));
+                    );
+                    if with_progress {
+                        let prog: HashMap<String, String> =
+                            redis::from_redis_value(it.next().unwrap_or(Value::Nil))?;
+                        let gone: Vec<(String, f64)> =
+                            redis::from_redis_value(it.next().unwrap_or(Value::Nil))?;
+                        snap.progress = Arc::new(Progress::from_redis(&prog, gone));
+                    }
+                    snaps.push(snap);
                 }
-                Ok(rows)
+                Ok(snaps)
             })
             .await?;
-        Ok(events
-            .iter()
-            .cloned()
-            .zip(rows)
-            .map(|(e, (cfg, sold_out, revoked))| (e, snapshot(cfg, sold_out, revoked)))
-            .collect())
+        Ok(events.iter().cloned().zip(snaps).collect())
+    }
+
+    /// The draw-score histograms of `events` (the `BITFIELD` strings), in one round trip.
+    pub async fn load_histograms(&self, events: &[String]) -> Result<Vec<Vec<u8>>, StoreError> {
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for e in events {
+            pipe.cmd("GET").arg(self.key(e, "hist"));
+        }
+        self.with(|mut c| async move {
+            let v: Vec<Option<Vec<u8>>> = pipe.query_async(&mut c).await?;
+            Ok(v.into_iter().map(Option::unwrap_or_default).collect())
+        })
+        .await
     }
 
     /// Publishes this instance's upstream health summary (auto mode reads every instance's).

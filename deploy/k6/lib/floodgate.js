@@ -126,7 +126,11 @@ export function waitForAdmission(event, identity, maxWaitS) {
   }
   let b = body(res);
   let rejoined = false;
+  // The join's place receipt, shown on status polls: the gateway then answers a waiting
+  // fan from memory instead of Redis (a browser sends it as the fg_place cookie).
+  let receipt = b.receipt;
   for (;;) {
+    if (b.receipt) receipt = b.receipt;
     if (b.state === 'admitted' && b.token) {
       const queuedMs = Date.now() - started;
       timeInQueue.add(queuedMs);
@@ -141,7 +145,9 @@ export function waitForAdmission(event, identity, maxWaitS) {
     // mints it. Otherwise wait as long as the server asks.
     const waitMs = b.state === 'admitted' ? 0 : Number(b.poll_after_ms || 1000);
     if (waitMs > 0) sleep(waitMs / 1000);
-    res = http.get(`${BASE_URL}/queue/${event}/status`, { headers: jsonHeaders(identity), tags: { name: 'status' } });
+    const statusHeaders = jsonHeaders(identity);
+    if (receipt) statusHeaders['X-Floodgate-Place'] = receipt;
+    res = http.get(`${BASE_URL}/queue/${event}/status`, { headers: statusHeaders, tags: { name: 'status' } });
     if (res.status === 429) {
       // Over the poll budget: honour Retry-After, as the waiting page does.
       rateLimited.add(1, { step: 'status' });

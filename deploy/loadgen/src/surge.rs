@@ -302,6 +302,9 @@ impl QueueUris {
     }
 }
 
+/// The header carrying a fan's place receipt on status polls (the gateway's `PLACE_HEADER`).
+const PLACE_HEADER: &str = "x-floodgate-place";
+
 /// A join or status answer: only what decides the fan's next step.
 struct QueueReply {
     status: StatusCode,
@@ -321,6 +324,10 @@ struct QueueBody {
     poll_after_ms: Option<u64>,
     #[serde(default)]
     token: Option<String>,
+    /// The join's signed place receipt: sent on status polls so the gateway answers a
+    /// waiting fan from memory, as the waiting page's cookie does.
+    #[serde(default)]
+    receipt: Option<String>,
 }
 
 impl QueueReply {
@@ -481,15 +488,18 @@ impl Run {
         method: &Method,
         uri: &Uri,
         auth: &HeaderValue,
+        place: Option<&HeaderValue>,
     ) -> anyhow::Result<QueueReply> {
         let (parts, bytes) = self
             .timed(endpoint, async {
-                let req = Request::builder()
+                let mut req = Request::builder()
                     .method(method)
                     .uri(uri.clone())
-                    .header(AUTHORIZATION, auth.clone())
-                    .body(Empty::new())
-                    .context("building the request")?;
+                    .header(AUTHORIZATION, auth.clone());
+                if let Some(p) = place {
+                    req = req.header(PLACE_HEADER, p.clone());
+                }
+                let req = req.body(Empty::new()).context("building the request")?;
                 let exchange = async {
                     let resp = self.queue_client.request(req).await?;
                     let (parts, body) = resp.into_parts();
@@ -514,7 +524,7 @@ impl Run {
 
     /// `POST /queue/{event}/join`; a transport failure is counted and ends the fan.
     async fn join(&self, uri: &Uri, auth: &HeaderValue) -> Option<QueueReply> {
-        match self.queue_call(JOIN, &Method::POST, uri, auth).await {
+        match self.queue_call(JOIN, &Method::POST, uri, auth, None).await {
             Ok(r) => Some(r),
             Err(_) => {
                 self.error("join", None, "");
@@ -532,9 +542,13 @@ impl Run {
         };
         let mut r = self.join(join_uri, &auth).await?;
         let mut rejoined = false;
+        let mut place: Option<HeaderValue> = None;
         loop {
             if self.stop.load(Relaxed) {
                 return None;
+            }
+            if let Some(receipt) = r.body.receipt.take() {
+                place = HeaderValue::from_str(&receipt).ok();
             }
             match r.status.as_u16() {
                 200 | 201 => {}
@@ -599,7 +613,7 @@ impl Run {
                 return None;
             }
             r = match self
-                .queue_call(STATUS, &Method::GET, status_uri, &auth)
+                .queue_call(STATUS, &Method::GET, status_uri, &auth, place.as_ref())
                 .await
             {
                 Ok(r) => r,

@@ -2,7 +2,9 @@
 //! draw commitment and the per-event snapshot the gateway caches.
 
 use crate::event_config::EventConfig;
+use crate::progress::Progress;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// Outcome of a join.
 #[derive(Debug, Clone, PartialEq)]
@@ -11,12 +13,14 @@ pub enum JoinOutcome {
     Closed,
     SoldOut,
     /// A new place (`new = true`) or the existing one (repeat join); `ahead` is the number
-    /// of fans in front when waiting in the queue.
+    /// of fans in front when waiting in the queue, `before` the number ever queued in front
+    /// (those admitted or revoked since included), which stays fixed for a FIFO place.
     Placed {
         place: Place,
         new: bool,
         admitted: bool,
         ahead: Option<u64>,
+        before: Option<u64>,
     },
 }
 
@@ -109,6 +113,8 @@ pub struct EventSnapshot {
     /// Revoked account → revocation time (unix s): tokens issued at or before it are refused.
     pub revoked_accounts: HashMap<String, i64>,
     pub revoked_sessions: HashMap<String, i64>,
+    /// Queue progress for status polls answered from memory (`progress.rs`).
+    pub progress: Arc<Progress>,
 }
 
 impl EventSnapshot {
@@ -153,5 +159,6 @@ pub(super) fn snapshot(
         sold_out,
         revoked_accounts,
         revoked_sessions,
+        progress: Arc::default(),
     }
 }

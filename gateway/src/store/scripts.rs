@@ -6,6 +6,14 @@ use redis::{Script, Value};
 use std::sync::LazyLock;
 
 pub const JOIN_LUA: &str = r#"
+-- Fans ever queued ahead of a waiting place: its rank plus everyone admitted (admission pops
+-- in score order, so all of them scored lower) plus those revoked from below it. For a FIFO
+-- place this never changes, so the receipt carries it and any gateway can compute the rank
+-- later as before - admitted - revoked below, with no Redis call.
+local function before(rank, score)
+  local p = redis.call('HMGET', KEYS[7], 'popped', 'gone_passed')
+  return rank + (tonumber(p[1]) or 0) + (tonumber(p[2]) or 0) + redis.call('ZCOUNT', KEYS[9], '-inf', '(' .. score)
+end
 local t = redis.call('TIME')
 local sec = tonumber(t[1])
 local usec = tonumber(t[2])
@@ -19,7 +27,9 @@ if place then
   if redis.call('ZSCORE', KEYS[4], ARGV[1]) or redis.call('ZSCORE', KEYS[6], ARGV[1]) then
     return {'existing_admitted', place, now_str}
   end
-  return {'existing', place, now_str, redis.call('ZRANK', KEYS[2], ARGV[1]) or -1}
+  local rank = redis.call('ZRANK', KEYS[2], ARGV[1])
+  if not rank then return {'existing', place, now_str, -1, -1} end
+  return {'existing', place, now_str, rank, before(rank, redis.call('ZSCORE', KEYS[2], ARGV[1]))}
 end
 if mode == 'closed' then return {'closed'} end
 if redis.call('EXISTS', KEYS[5]) == 1 then return {'sold_out'} end
@@ -40,7 +50,16 @@ if mode == 'passthrough' then
   return {'admitted', place, now_str}
 end
 redis.call('ZADD', KEYS[2], 'NX', score, ARGV[1])
-return {'joined', place, now_str, redis.call('ZRANK', KEYS[2], ARGV[1])}
+if kind == 'draw' then
+  -- The pre-sale score histogram (top 14 bits of score + 2^52): what every gateway needs to
+  -- place a draw fan without asking Redis (status.rs).
+  redis.call('BITFIELD', KEYS[8], 'INCRBY', 'u32', '#' .. math.floor((tonumber(score) + 4503599627370496) / 274877906944), 1)
+  redis.call('HINCRBY', KEYS[7], 'draws', 1)
+else
+  redis.call('HINCRBY', KEYS[7], 'fifos', 1)
+end
+local rank = redis.call('ZRANK', KEYS[2], ARGV[1])
+return {'joined', place, now_str, rank, before(rank, score)}
 "#;
 
 pub const STATUS_LUA: &str = r#"
@@ -79,7 +98,7 @@ elseif holder == ARGV[1] then
 else
   return {'follower'}
 end
-local c = redis.call('HMGET', KEYS[1], 'mode', 'admit_per_minute', 'max_active', 'claim_deadline_ms', 'auto_rate')
+local c = redis.call('HMGET', KEYS[1], 'mode', 'admit_per_minute', 'max_active', 'claim_deadline_ms', 'auto_rate', 'sale_start_ms')
 if not c[1] then return {'unknown'} end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -107,7 +126,7 @@ local n = 0
 if mode == 'passthrough' then
   n = math.min(qlen, tonumber(ARGV[5]))
   redis.call('DEL', KEYS[6])
-elseif mode == 'queue' and redis.call('EXISTS', KEYS[8]) == 0 then
+elseif mode == 'queue' and now >= (tonumber(c[6]) or 0) and redis.call('EXISTS', KEYS[8]) == 0 then
   local b = redis.call('HMGET', KEYS[6], 'tokens', 'ts')
   local tokens = tonumber(b[1]) or 0
   local ts = tonumber(b[2]) or now
@@ -123,7 +142,8 @@ elseif mode == 'queue' and redis.call('EXISTS', KEYS[8]) == 0 then
   n = math.min(n, qlen)
   redis.call('HSET', KEYS[6], 'tokens', tokens - n, 'ts', now)
 else
-  -- paused, closed or sold out: time does not accumulate admission budget
+  -- paused, closed, sold out or before the sale start (the draw decides the pre-sale order,
+  -- so nobody leaves the queue before it): time does not accumulate admission budget
   redis.call('HSET', KEYS[6], 'ts', now)
 end
 local admitted = 0
@@ -135,6 +155,14 @@ if n > 0 then
     redis.call('XADD', KEYS[9], 'MAXLEN', '~', 1000000, '*', 'a', popped[i], 'by', ARGV[1])
     admitted = admitted + 1
   end
+  -- Queue progress for status polls answered from gateway memory: how many left by
+  -- admission, and the highest score admitted (a waiting fan at or below it asks Redis).
+  -- Revoked places the cursor has passed become a plain count.
+  local cursor = popped[#popped]
+  redis.call('HINCRBY', KEYS[10], 'popped', admitted)
+  redis.call('HSET', KEYS[10], 'cursor', cursor)
+  local passed = redis.call('ZREMRANGEBYSCORE', KEYS[11], '-inf', cursor)
+  if passed > 0 then redis.call('HINCRBY', KEYS[10], 'gone_passed', passed) end
 end
 local active = redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[4])
 return {'leader', admitted, #gone, #done, qlen - admitted, active, math.floor(rate)}
@@ -177,6 +205,8 @@ end
 if who ~= '' then
   -- Free the slot at once: the admission budget (max_active) must not wait for the token
   -- to expire.
+  local waiting = redis.call('ZSCORE', KEYS[3], who)
+  if waiting then redis.call('ZADD', KEYS[7], waiting, who) end
   redis.call('ZREM', KEYS[3], who)
   redis.call('ZREM', KEYS[4], who)
   redis.call('ZREM', KEYS[5], who)

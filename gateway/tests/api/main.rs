@@ -20,6 +20,7 @@ mod queue;
 mod redis_outage;
 mod slots;
 mod startup_config;
+mod status_memory;
 mod stepper;
 mod ticker;
 mod upstream_leg;

@@ -49,7 +49,7 @@ impl PrivateRedis {
         self.child = again.child.take();
     }
 
-    fn stop(&mut self) {
+    pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();

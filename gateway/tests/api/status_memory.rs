@@ -1,0 +1,279 @@
+//! Status polls answered from the gateway's memory: a waiting fan who shows their place
+//! receipt gets their position with no Redis command, within 1 % or 25 places of the exact
+//! rank; an admitted fan still claims through Redis. A private redis-server, so its command
+//! counters are this test's alone.
+
+use crate::helpers::*;
+use crate::redis_outage::PrivateRedis;
+use futures::StreamExt;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+struct Fan {
+    account: String,
+    token: String,
+    receipt: String,
+}
+
+async fn join_all(app: &TestApp, event: &str, prefix: &str, n: usize) -> Vec<Fan> {
+    futures::stream::iter(0..n)
+        .map(|i| async move {
+            let account = format!("{prefix}-{i:04}");
+            let token = app.login(&account).await;
+            let r = app.join(event, &token).await;
+            assert_eq!(r.status(), StatusCode::CREATED);
+            let cookie = r
+                .headers()
+                .get("set-cookie")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            let v = json(r).await;
+            let receipt = v["receipt"].as_str().unwrap().to_owned();
+            // Browsers get the receipt as a cookie scoped to this event's queue paths.
+            assert!(
+                cookie.starts_with(&format!("fg_place={receipt};"))
+                    && cookie.contains(&format!("Path=/queue/{event}/;")),
+                "{cookie}"
+            );
+            Fan {
+                account,
+                token,
+                receipt,
+            }
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await
+}
+
+async fn poll(app: &TestApp, event: &str, fan: &Fan) -> (StatusCode, Value) {
+    let r = app
+        .http
+        .get(app.url(&format!("/queue/{event}/status")))
+        .bearer_auth(&fan.token)
+        .header("x-floodgate-place", &fan.receipt)
+        .send()
+        .await
+        .unwrap();
+    let s = r.status();
+    (s, r.json().await.unwrap_or(Value::Null))
+}
+
+async fn commandstats(redis: &mut redis::aio::MultiplexedConnection) -> HashMap<String, u64> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(redis)
+        .await
+        .unwrap();
+    info.lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((name.to_owned(), calls))
+        })
+        .collect()
+}
+
+fn exact_ranks(members: Vec<String>) -> HashMap<String, u64> {
+    members
+        .into_iter()
+        .enumerate()
+        .map(|(i, a)| (a, i as u64))
+        .collect()
+}
+
+#[tokio::test]
+async fn waiting_fans_with_a_receipt_are_placed_from_memory_within_bounds() {
+    let port = free_port();
+    let dir = std::env::temp_dir().join(format!("fg-redis-{}", shared::ids::new_id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut private = PrivateRedis::start(port, &dir);
+    let url = format!("redis://127.0.0.1:{port}");
+    let app = TestApp::spawn_with(|c| {
+        c.redis.url = secrecy::SecretString::from(url.clone());
+    })
+    .await;
+    let mut redis = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let ev = "mem";
+    // Pre-sale: every arrival draws a random place.
+    let presale = json!({"sale_start": "2099-01-01T00:00:00Z", "admit_per_minute": 60000});
+    assert_eq!(app.put_config(ev, presale).await.status(), StatusCode::OK);
+    let mut fans = join_all(&app, ev, "draw", 600).await;
+    // The sale starts, paused: later arrivals queue FIFO behind every draw.
+    let started = json!({"sale_start": "2020-01-01T00:00:00Z", "admit_per_minute": 60000,
+                         "mode": "paused"});
+    assert_eq!(app.put_config(ev, started).await.status(), StatusCode::OK);
+    fans.extend(join_all(&app, ev, "fifo", 200).await);
+    // Ops revoke a few waiting fans, then admit exactly 150 (max_active stops the rest).
+    let revoked: Vec<String> = ["draw-0007", "draw-0300", "fifo-0010", "fifo-0150"]
+        .map(String::from)
+        .to_vec();
+    for a in &revoked {
+        let r = app
+            .http
+            .post(app.admin_url(&format!("/admin/events/{ev}/revoke")))
+            .bearer_auth(ADMIN)
+            .json(&json!({"account": a}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+    }
+    let admit = json!({"sale_start": "2020-01-01T00:00:00Z", "admit_per_minute": 60000,
+                       "max_active": 150});
+    assert_eq!(app.put_config(ev, admit).await.status(), StatusCode::OK);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let akey = app.key(ev, "admissions");
+    while admissions(&mut redis, &akey).await.len() < 150 {
+        assert!(Instant::now() < deadline, "150 not admitted in time");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let queued: Vec<String> = redis::cmd("ZRANGE")
+        .arg(app.key(ev, "q"))
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(queued.len(), 800 - 4 - 150);
+    let exact = exact_ranks(queued);
+    // Wait for the gateway's progress view to catch up (one refresh a second): the last
+    // FIFO fan is always answered from memory.
+    let probe = fans.iter().find(|f| f.account == "fifo-0199").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (s, v) = poll(&app, ev, probe).await;
+        assert_eq!(s, StatusCode::OK);
+        if v["queue_length"] == exact.len() as u64 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "progress not refreshed: {v}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let prog: HashMap<String, String> = redis::cmd("HGETALL")
+        .arg(app.key(ev, "prog"))
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    println!("progress: {prog:?}");
+    // Every waiting fan: placed from memory, within 1 % or 25 places (FIFO: exactly).
+    let before = commandstats(&mut redis).await;
+    let t0 = Instant::now();
+    let mut polls = 0u64;
+    let mut worst = 0i64;
+    for f in fans.iter().filter(|f| exact.contains_key(&f.account)) {
+        let (s, v) = poll(&app, ev, f).await;
+        polls += 1;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        assert_eq!(v["state"], "waiting", "{v}");
+        let want = exact[&f.account] as i64;
+        let got = v["ahead"].as_i64().unwrap();
+        assert_eq!(v["position"].as_i64().unwrap(), got + 1);
+        assert_eq!(v["queue_length"], exact.len() as u64);
+        let err = (got - want).abs();
+        if f.account.starts_with("fifo") {
+            assert_eq!(got, want, "{}", f.account);
+        } else {
+            assert!(
+                err <= 25.max(want / 100),
+                "{}: {got} vs exact {want}",
+                f.account
+            );
+        }
+        worst = worst.max(err);
+    }
+    let elapsed = t0.elapsed().as_secs() + 1;
+    let after = commandstats(&mut redis).await;
+    let delta = |cmd: &str| after.get(cmd).unwrap_or(&0) - before.get(cmd).unwrap_or(&0);
+    // The background work of one gateway is bounded by time: a tick every 250 ms and a
+    // health publish every second (EVALSHA), a config refresh every 250 ms (4 commands per
+    // event), a progress read every second. A poll through Redis would cost an EVALSHA each.
+    assert_eq!(polls, 646);
+    assert!(
+        delta("evalsha") <= 6 * elapsed,
+        "{} EVALSHA for {polls} polls in {elapsed} s",
+        delta("evalsha")
+    );
+    let total: u64 = after.values().sum::<u64>() - before.values().sum::<u64>();
+    assert!(
+        total <= 40 * elapsed,
+        "{total} commands for {polls} polls in {elapsed} s"
+    );
+    println!("{polls} polls from memory; worst error {worst} places; {total} redis commands");
+
+    // Admitted fans still claim through Redis and get their token; revoked fans are told to
+    // join again.
+    let admitted: Vec<String> = admissions(&mut redis, &akey)
+        .await
+        .into_iter()
+        .map(|a| a.0)
+        .collect();
+    let first = fans.iter().find(|f| f.account == admitted[0]).unwrap();
+    let (s, v) = poll(&app, ev, first).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(v["state"], "admitted", "{v}");
+    assert!(v["token"].as_str().is_some());
+    let gone = fans.iter().find(|f| f.account == revoked[2]).unwrap();
+    let (s, v) = poll(&app, ev, gone).await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "{v}");
+    assert_eq!(v["code"], "NOT_IN_QUEUE");
+
+    // A receipt of another account or event, or a forged one, is ignored (Redis answers).
+    let mut other = Fan {
+        account: probe.account.clone(),
+        token: probe.token.clone(),
+        receipt: gone.receipt.clone(),
+    };
+    let (_, v) = poll(&app, ev, &other).await;
+    assert_eq!(
+        v["ahead"], exact[&probe.account],
+        "someone else's receipt: {v}"
+    );
+    other.receipt = format!("{}x", probe.receipt);
+    let (_, v) = poll(&app, ev, &other).await;
+    assert_eq!(v["ahead"], exact[&probe.account], "forged receipt: {v}");
+
+    // With Redis gone, waiting fans who show their receipt still see where they stand (the
+    // queue cannot move without Redis); without it they get the usual 503.
+    private.stop();
+    let (s, v) = poll(&app, ev, probe).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["state"], "waiting");
+    let r = app.status(ev, &probe.token).await;
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+}
+
+#[tokio::test]
+async fn nobody_is_admitted_before_the_sale_start() {
+    let app = TestApp::spawn().await;
+    let start = chrono::Utc::now() + chrono::Duration::seconds(8);
+    let cfg = json!({"sale_start": start.to_rfc3339(), "admit_per_minute": 60000});
+    assert_eq!(app.put_config("early", cfg).await.status(), StatusCode::OK);
+    join_many(&app, "early", 30, "early").await;
+    // Ticks run every 250 ms; before the fix the first tick admitted the earliest arrivals.
+    while chrono::Utc::now() < start - chrono::Duration::milliseconds(1500) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let admitted = app.admissions("early").await.len();
+    assert!(chrono::Utc::now() < start, "the test itself was too slow");
+    assert_eq!(admitted, 0, "admitted before the sale start");
+    // ...and at the start the draw order runs.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while app.admissions("early").await.len() < 30 {
+        assert!(Instant::now() < deadline, "not admitted after the start");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
