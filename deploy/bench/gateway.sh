@@ -198,6 +198,26 @@ rcli ZRANGE "${PREFIX}fg:{bench}:q" 0 -1 | sed 's/^bench-//' | sort -n \
   | awk 'NR==FNR { want[$1 + 1] = 1; next } (FNR in want)' - "$TMP/tokens.txt" > "$TMP/joined.txt"
 TOKENS="$TMP/joined.txt" MODE=status wrk_run "gateway-status" "http://127.0.0.1:$GW_PORT" -s "$ROOT/deploy/bench/gateway/joins.lua"
 log "$JOINED fans joined"
+# Place receipts for the status-from-memory rows: repeat joins (not reported) return each
+# fan's receipt; pair each with the fan's identity token.
+TOKENS="$TMP/joined.txt" MODE=join RECEIPTS="$TMP/receipts" \
+  wrk -t2 -c"$CONNS" -d"$DUR"s -s "$ROOT/deploy/bench/gateway/joins.lua" "http://127.0.0.1:$GW_PORT" >/dev/null
+python3 - "$TMP/tokens.txt" "$TMP/pairs.txt" "$TMP"/receipts.* <<'PY'
+import base64, json, sys
+tokens = open(sys.argv[1]).read().split()
+seen = {}
+for f in sys.argv[3:]:
+    for r in open(f).read().split():
+        p = r.split(".")[0]
+        sub = json.loads(base64.urlsafe_b64decode(p + "=" * (-len(p) % 4)))["sub"]
+        seen[sub] = r
+with open(sys.argv[2], "w") as out:
+    for sub, r in seen.items():
+        out.write(f"{tokens[int(sub.split('-')[1])]} {r}\n")
+print(f"{len(seen)} receipts", file=sys.stderr)
+PY
+# Redis commands executed so far (every command type), for the cost of a poll from memory.
+redis_calls() { rcli INFO commandstats | awk -F'[=,:]' '/^cmdstat_/ {n += $3} END {print n + 0}'; }
 
 # Baseline: the same scripts straight into Redis.
 JSHA="$(rcli SCRIPT LOAD "$(bench_bin lua join)")"
@@ -259,6 +279,12 @@ for r in "${ROUNDS[@]}"; do
   UNDER_TEST="$GW2_PIDS" wrk_run "gateway-proxy-2x1-$r" "http://127.0.0.1:$GW2_PORT$PATH_API" -H "Authorization: Bearer $ADM"
   UNDER_TEST="$GWP_PIDS" wrk_run "gateway-pinned-2x1-$r" "http://127.0.0.1:$GWP_PORT$PATH_API" -H "Authorization: Bearer $ADM"
   UNDER_TEST="$BARE_PIDS" wrk_run "pingora-bare-2x1-$r" "http://127.0.0.1:$BARE_PORT$PATH_API"
+  # Status polls answered from memory (place receipt shown), one and two processes; the Redis
+  # commands they cost (the gateways' own background reads included) are counted.
+  c0="$(redis_calls)"
+  UNDER_TEST="$GW1_PIDS" TOKENS="$TMP/pairs.txt" MODE=status wrk_run "gateway-status-mem-1x2-$r" "http://127.0.0.1:$GW_PORT" -s "$ROOT/deploy/bench/gateway/joins.lua"
+  UNDER_TEST="$GW2_PIDS" TOKENS="$TMP/pairs.txt" MODE=status wrk_run "gateway-status-mem-2x1-$r" "http://127.0.0.1:$GW2_PORT" -s "$ROOT/deploy/bench/gateway/joins.lua"
+  echo "$(( $(redis_calls) - c0 - 1 ))" >> "$TMP/status-mem-redis-calls.txt"
 done
 stop_gateways
 # Every proxied request must have been answered by the upstream: a refused token or a 5xx
@@ -358,6 +384,36 @@ cp "$TMP/wrk.txt" "$OUT/results.txt"
   echo "to round as the scheduler moves them (and their background threads) onto a core another"
   echo "worker, wrk or the upstream is using; pinned one per core, the gateway is steady and its p99"
   echo "is nginx's (docs/gateway.md, docs/decisions.md)."
+  echo
+  echo "### Status polls from memory (place receipt shown) vs nginx proxying"
+  echo
+  echo "A waiting fan who shows their place receipt is answered from the gateway's queue progress"
+  echo "(docs/gateway.md, \"Status from memory\"): identity token, receipt signature, rank arithmetic, no"
+  echo "Redis. $(wc -l < "$TMP/pairs.txt") fans with receipts, each row in the same round as the nginx rows above."
+  echo
+  echo "| row | req/s | p50 | p99 | non-2xx | CPU µs/request (user + sys) | vs nginx-proxy, same round |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+  for r in "${ROUNDS[@]}"; do
+    for n in "gateway-status-mem-1x2-$r" "gateway-status-mem-2x1-$r"; do
+      echo "| $n | $(get $n 2) | $(get $n 3) | $(get $n 4) | $(get $n 5) | $(get $n 7) + $(get $n 8) | $(ratio "$(get $n 2)" "$(get "nginx-proxy-$r" 2)") |"
+    done
+  done
+  echo
+  round_summary gateway-status-mem-1x2 "status from memory, 1 process × 2 threads"
+  round_summary gateway-status-mem-2x1 "status from memory, 2 processes × 1 thread"
+  python3 - "$TMP/wrk.txt" "$TMP/status-mem-redis-calls.txt" "$DUR" "${ROUNDS[@]}" <<'PY'
+import sys
+rows = {l.split()[0]: l.split() for l in open(sys.argv[1]) if l.strip()}
+calls = sum(int(x) for x in open(sys.argv[2]).read().split())
+dur = float(sys.argv[3])
+polls = sum(float(rows[n][1]) * dur for r in sys.argv[4:]
+            for n in (f"gateway-status-mem-1x2-{r}", f"gateway-status-mem-2x1-{r}") if n in rows)
+print()
+print(f"Redis commands executed while these rows ran: **{calls}** for {polls:,.0f} polls "
+      f"({calls / max(polls, 1):.5f} per poll), all of them the five gateway processes' own background work "
+      "(ticks, health publishing, config and progress reads), which runs whether anyone polls or not. "
+      "A poll through Redis costs one EVALSHA each.")
+PY
   echo
   echo "### Admission-token verification (micro-benchmark)"
   echo

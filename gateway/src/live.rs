@@ -101,6 +101,9 @@ pub struct Refresher {
     pub window_s: u64,
 }
 
+/// An instance counts as live (for shared rate limits) while its health summary is this fresh.
+const MEMBER_MAX_AGE_S: u64 = 3;
+
 /// How often the refresher reads queue progress.
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
@@ -190,6 +193,13 @@ impl BackgroundService for Refresher {
                     && redis_ok
                 {
                     tracing::debug!(error = %e, "publishing upstream stats failed");
+                }
+                // Instances that published within 3 s share the rate-limit budgets. Without
+                // Redis the last count stays (the shared budgets are unreachable anyway).
+                if let Ok(live) = self.store.upstream_stats(MEMBER_MAX_AGE_S).await {
+                    let n = u32::try_from(live.len()).unwrap_or(u32::MAX).max(1);
+                    self.limits.set_members(n);
+                    self.metrics.members.set(i64::from(n));
                 }
             }
             // Pruning walks every rate-limit key (hundreds of thousands during a surge): on a

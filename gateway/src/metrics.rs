@@ -3,8 +3,8 @@
 //! is an atomic add, never a label lookup.
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 use shared::token::TokenError;
 
@@ -13,6 +13,7 @@ pub struct Metrics {
     pub joins: IntCounter,
     pub status_polls: IntCounter,
     pub status_from_memory: IntCounter,
+    pub members: IntGauge,
     pub admitted: IntCounterVec,
     pub expired_unclaimed: IntCounterVec,
     pub queue_length: IntGaugeVec,
@@ -44,6 +45,10 @@ impl Metrics {
         let m = Metrics {
             joins: counter("fg_joins_total", "Queue joins (new places and repeats)")?,
             status_polls: counter("fg_status_polls_total", "Queue status polls")?,
+            members: IntGauge::new(
+                "fg_gateway_members",
+                "Live gateway instances sharing the rate-limit budgets",
+            )?,
             status_from_memory: counter(
                 "fg_status_polls_from_memory_total",
                 "Queue status polls answered from the gateway's queue progress, without Redis",
@@ -115,6 +120,7 @@ impl Metrics {
         m.registry.register(Box::new(m.status_polls.clone()))?;
         m.registry
             .register(Box::new(m.status_from_memory.clone()))?;
+        m.registry.register(Box::new(m.members.clone()))?;
         m.registry.register(Box::new(m.admitted.clone()))?;
         m.registry.register(Box::new(m.expired_unclaimed.clone()))?;
         m.registry.register(Box::new(m.queue_length.clone()))?;

@@ -364,15 +364,17 @@ impl PublicProxy {
     }
 
     /// Decides a `/api/` or `/ws/` request; `Ok(())` lets it through to booking.
-    fn admit_api(
+    async fn admit_api(
         &self,
         session: &Session,
         event: Option<&str>,
         ctx: &mut Ctx,
     ) -> std::result::Result<(), Reply> {
         let s = &self.shared;
+        let v = s.limits.check_ip(Scope::Api, queue::client_ip(s, session));
         s.limits
-            .check_ip(Scope::Api, queue::client_ip(s, session))
+            .settle(&self.store, v)
+            .await
             .map_err(|w| rate_limited(s, w))?;
         let h = &session.req_header().headers;
         let now = unix_now();
@@ -380,8 +382,10 @@ impl PublicProxy {
             s.metrics.token_rejected(&e);
             refusal(&e, wants_html(h), event)
         })?;
+        let v = s.limits.check_account(Scope::Api, &claims.sub);
         s.limits
-            .check_account(Scope::Api, &claims.sub)
+            .settle(&self.store, v)
+            .await
             .map_err(|w| rate_limited(s, w))?;
         ctx.claims = Some(claims);
         let req = session.req_header();
@@ -483,7 +487,7 @@ impl ProxyHttp for PublicProxy {
         let action = {
             let req = session.req_header();
             match routes::public(&req.method, req.uri.path()) {
-                Route::Api { event } => match self.admit_api(session, event, ctx) {
+                Route::Api { event } => match self.admit_api(session, event, ctx).await {
                     Ok(()) => Action::Forward,
                     Err(r) => Action::Reply(r),
                 },

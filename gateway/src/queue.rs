@@ -75,15 +75,21 @@ fn limited(shared: &Shared, scope: Scope, wait: std::time::Duration) -> Reply {
 }
 
 /// Rate limits (IP first, before any token work) and identity.
-fn admit_caller(shared: &Shared, session: &Session, scope: Scope) -> Result<String, Reply> {
-    shared
-        .limits
-        .check_ip(scope, client_ip(shared, session))
+async fn admit_caller(
+    shared: &Shared,
+    store: &Store,
+    session: &Session,
+    scope: Scope,
+) -> Result<String, Reply> {
+    let l = &shared.limits;
+    let v = l.check_ip(scope, client_ip(shared, session));
+    l.settle(store, v)
+        .await
         .map_err(|w| limited(shared, scope, w))?;
     let account = account(shared, session)?;
-    shared
-        .limits
-        .check_account(scope, &account)
+    let v = l.check_account(scope, &account);
+    l.settle(store, v)
+        .await
         .map_err(|w| limited(shared, scope, w))?;
     Ok(account)
 }
@@ -137,7 +143,7 @@ struct JoinBody {
 
 /// `POST /queue/{event}/join`.
 pub async fn join(shared: &Shared, store: &Store, session: &mut Session, event: &str) -> Reply {
-    let account = match admit_caller(shared, session, Scope::Join) {
+    let account = match admit_caller(shared, store, session, Scope::Join).await {
         Ok(a) => a,
         Err(r) => return r,
     };
@@ -355,7 +361,7 @@ fn jitter() -> f64 {
 
 /// `GET /queue/{event}/status`.
 pub async fn status(shared: &Shared, store: &Store, session: &Session, event: &str) -> Reply {
-    let account = match admit_caller(shared, session, Scope::Status) {
+    let account = match admit_caller(shared, store, session, Scope::Status).await {
         Ok(a) => a,
         Err(r) => return r,
     };
@@ -532,7 +538,7 @@ pub async fn receipt(shared: &Shared, session: &mut Session, event: &str) -> Rep
 
 /// `GET /queue/{event}/challenge`: a proof-of-work challenge for this fan.
 pub async fn challenge(shared: &Shared, store: &Store, session: &Session, event: &str) -> Reply {
-    let account = match admit_caller(shared, session, Scope::Status) {
+    let account = match admit_caller(shared, store, session, Scope::Status).await {
         Ok(a) => a,
         Err(r) => return r,
     };

@@ -512,6 +512,27 @@ impl Store {
         .await
     }
 
+    /// Spends one request of a budget shared by every instance (`limits.rs`): `Ok(None)` when
+    /// it may pass, `Ok(Some(wait))` when over. `prepaid`: cells this instance let through on
+    /// its local share before asking.
+    pub async fn spend_shared(
+        &self,
+        key: &str,
+        period_ms: u64,
+        budget: u32,
+        prepaid: u32,
+    ) -> Result<Option<Duration>, StoreError> {
+        let mut inv = SCRIPTS.gcra.prepare_invoke();
+        inv.key(format!("{}fg:rl:{key}", self.prefix))
+            .arg(period_ms)
+            .arg(budget)
+            .arg(prepaid);
+        let wait_ms: u64 = self
+            .with(|mut c| async move { inv.invoke_async(&mut c).await })
+            .await?;
+        Ok((wait_ms > 0).then(|| Duration::from_millis(wait_ms)))
+    }
+
     /// Publishes this instance's upstream health summary (auto mode reads every instance's).
     pub async fn put_upstream_stats(
         &self,

@@ -248,6 +248,28 @@ end
 return out
 "#;
 
+/// A budget shared by every gateway instance (GCRA: one key holding the theoretical arrival
+/// time, ms). ARGV: period ms, budget per period, cells this instance already spent locally
+/// (its share, charged whatever the verdict, never past a full budget). Returns 0 when the
+/// request may pass, else the milliseconds until it could.
+const GCRA_LUA: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+local period = tonumber(ARGV[1])
+local interval = period / tonumber(ARGV[2])
+local v = redis.call('GET', KEYS[1])
+local tat = math.max(v and tonumber(v) or now, now)
+tat = math.min(tat + tonumber(ARGV[3]) * interval, now + period)
+local wait = 0
+if tat + interval - now > period then
+  wait = math.ceil(tat + interval - now - period)
+else
+  tat = tat + interval
+end
+redis.call('SET', KEYS[1], string.format('%.3f', tat), 'PX', math.ceil(tat - now) + 1)
+return wait
+"#;
+
 pub(super) struct Scripts {
     pub(super) join: Script,
     pub(super) status: Script,
@@ -257,6 +279,7 @@ pub(super) struct Scripts {
     pub(super) draw: Script,
     pub(super) stats_put: Script,
     pub(super) stats_get: Script,
+    pub(super) gcra: Script,
 }
 
 pub(super) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -268,6 +291,7 @@ pub(super) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     draw: Script::new(DRAW_LUA),
     stats_put: Script::new(STATS_PUT_LUA),
     stats_get: Script::new(STATS_GET_LUA),
+    gcra: Script::new(GCRA_LUA),
 });
 
 /// Positional access to a script's array reply.

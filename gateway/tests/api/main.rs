@@ -15,6 +15,7 @@ mod browser;
 mod edge;
 mod faults;
 mod helpers;
+mod limits_shared;
 mod proxy;
 mod queue;
 mod redis_outage;
