@@ -14,6 +14,7 @@ pub struct Metrics {
     pub status_polls: IntCounter,
     pub status_from_memory: IntCounter,
     pub members: IntGauge,
+    pub in_flight: IntGauge,
     pub admitted: IntCounterVec,
     pub expired_unclaimed: IntCounterVec,
     pub queue_length: IntGaugeVec,
@@ -45,6 +46,10 @@ impl Metrics {
         let m = Metrics {
             joins: counter("fg_joins_total", "Queue joins (new places and repeats)")?,
             status_polls: counter("fg_status_polls_total", "Queue status polls")?,
+            in_flight: IntGauge::new(
+                "fg_requests_in_flight",
+                "Requests this instance is handling now (waiting-room, proxied, static)",
+            )?,
             members: IntGauge::new(
                 "fg_gateway_members",
                 "Live gateway instances sharing the rate-limit budgets",
@@ -121,6 +126,7 @@ impl Metrics {
         m.registry
             .register(Box::new(m.status_from_memory.clone()))?;
         m.registry.register(Box::new(m.members.clone()))?;
+        m.registry.register(Box::new(m.in_flight.clone()))?;
         m.registry.register(Box::new(m.admitted.clone()))?;
         m.registry.register(Box::new(m.expired_unclaimed.clone()))?;
         m.registry.register(Box::new(m.queue_length.clone()))?;

@@ -64,6 +64,25 @@ pub struct Ctx {
     /// Booking said how long the fan's checkout lasts (`x-floodgate-session-until`); that
     /// decides the slot instead of the payment rule.
     session_said: bool,
+    /// Counts this request in `fg_requests_in_flight` until the context is dropped.
+    _in_flight: Option<InFlight>,
+}
+
+/// One request in `fg_requests_in_flight` (the HPA's load signal besides CPU: it rises with
+/// slow upstreams and many waiting connections, which CPU alone does not show).
+pub struct InFlight(prometheus::IntGauge);
+
+impl InFlight {
+    pub fn new(g: &prometheus::IntGauge) -> Self {
+        g.inc();
+        Self(g.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
 }
 
 fn unix_now() -> i64 {
@@ -469,7 +488,10 @@ impl ProxyHttp for PublicProxy {
     type CTX = Ctx;
 
     fn new_ctx(&self) -> Ctx {
-        Ctx::default()
+        Ctx {
+            _in_flight: Some(InFlight::new(&self.shared.metrics.in_flight)),
+            ..Ctx::default()
+        }
     }
 
     fn init_downstream_modules(&self, _modules: &mut pingora_core::modules::http::HttpModules) {

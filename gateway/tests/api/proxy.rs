@@ -456,3 +456,45 @@ async fn raw_status(addr: std::net::SocketAddr, request: &str) -> u16 {
         .and_then(|c| c.parse().ok())
         .unwrap_or(0)
 }
+
+/// `fg_requests_in_flight` (the HPA's load signal besides CPU) counts open requests: a held
+/// WebSocket is one until it closes.
+#[tokio::test]
+async fn requests_in_flight_counts_open_requests() {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let app = TestApp::spawn().await;
+    let in_flight = || async {
+        let text = app
+            .http
+            .get(app.admin_url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix("fg_requests_in_flight "))
+            .and_then(|v| v.trim().parse::<i64>().ok())
+            .expect("fg_requests_in_flight exported")
+    };
+    let tok = fan_token();
+    let mut sockets = Vec::new();
+    for _ in 0..3 {
+        let mut req = format!("ws://{}/ws/echo", app.gw().public)
+            .into_client_request()
+            .unwrap();
+        req.headers_mut()
+            .insert("authorization", format!("Bearer {tok}").parse().unwrap());
+        sockets.push(tokio_tungstenite::connect_async(req).await.unwrap().0);
+    }
+    assert_eq!(in_flight().await, 3);
+    for mut ws in sockets {
+        ws.close(None).await.unwrap();
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while in_flight().await != 0 {
+        assert!(std::time::Instant::now() < deadline, "requests never ended");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
