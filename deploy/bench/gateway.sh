@@ -14,7 +14,7 @@
 #
 #   deploy/bench/gateway.sh [--quick] OUT_DIR        (normally via deploy/bench/run)
 #
-# Uses the stack's private Redis (127.0.0.1:56379) under a unique key prefix that it deletes
+# Uses the stack's private waiting-room Redis (127.0.0.1:56380) under a unique key prefix that it deletes
 # afterwards; everything else (nginx, gateways) runs on free ports and is stopped on exit.
 set -euo pipefail
 
@@ -25,7 +25,8 @@ mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
-REDIS_PORT="${FLOODGATE_REDIS_PORT:-56379}"
+# The waiting room's own Redis (appendfsync everysec), as `deploy/stack up` runs it.
+REDIS_PORT="${FLOODGATE_QUEUE_REDIS_PORT:-56380}"
 BENCH_OUT="${BENCH_OUT:-$OUT/gateway.md}"
 if [ "$QUICK" = 1 ]; then DUR=3; NTOK=20000; RB_N=20000; else DUR=10; NTOK=300000; RB_N=200000; fi
 CONNS=64
@@ -235,8 +236,8 @@ rb() { # name, command...
   printf '%s %s %sms %sms 0 -\n' "$name" "${rps:-0}" "${p50:-?}" "${p99:-?}" >> "$TMP/wrk.txt"
   log "$name: ${rps:-0}/s"
 }
-rb "redis-join-script" EVALSHA "$JSHA" 6 "${BK}cfg" "${BK}q" "${BK}places" "${BK}adm" "${BK}sold" "${BK}active" \
-  "m:__rand_int__" -4000000000 "s:__rand_int__" 600000
+rb "redis-join-script" EVALSHA "$JSHA" 10 "${BK}cfg" "${BK}q" "${BK}places" "${BK}adm" "${BK}sold" "${BK}active" \
+  "${BK}prog" "${BK}hist" "${BK}qgone" "${BK}revoked" "m:__rand_int__" -4000000000 "s:__rand_int__" 600000 "" "" "" ""
 rb "redis-status-script" EVALSHA "$SSHA" 4 "${BK}places" "${BK}q" "${BK}adm" "${BK}active" "m:__rand_int__" 600
 rb "redis-zadd-nx" ZADD "${BK}z" NX __rand_int__ "m:__rand_int__"
 rb "redis-zrank" ZRANK "${BK}z" "m:__rand_int__"

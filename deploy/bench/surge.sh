@@ -29,6 +29,8 @@ OUT="$(cd "$OUT" && pwd)"
 BENCH_OUT="${BENCH_OUT:-$OUT/surge.md}"
 PG_PORT="${FLOODGATE_PG_PORT:-55432}"
 REDIS_PORT="${FLOODGATE_REDIS_PORT:-56379}"
+# The waiting room's own Redis (appendfsync everysec), as `deploy/stack up` runs it.
+QREDIS_PORT="${FLOODGATE_QUEUE_REDIS_PORT:-56380}"
 TARGET="${CARGO_TARGET_DIR:-$ROOT/target}/release"
 K6="$ROOT/deploy/k6/.venv/bin/k6"
 
@@ -40,6 +42,7 @@ rand_hex() { od -An -N"$1" -tx1 /dev/urandom | tr -d ' \n'; }
 
 psql_q -d postgres -c "SELECT 1" >/dev/null 2>&1 || die "private Postgres not reachable on :$PG_PORT (run deploy/stack deps)"
 redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 || die "private Redis not reachable on :$REDIS_PORT (run deploy/stack deps)"
+redis-cli -p "$QREDIS_PORT" ping >/dev/null 2>&1 || die "private waiting-room Redis not reachable on :$QREDIS_PORT (run deploy/stack deps)"
 if [ "${BENCH_NO_BUILD:-0}" != 1 ]; then
   log "building release binaries"
   (cd "$ROOT" && cargo build --workspace --bins --release)
@@ -64,8 +67,10 @@ PIDS=()
 cleanup() {
   for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
   for p in "${PIDS[@]:-}"; do [ -n "$p" ] && wait "$p" 2>/dev/null || true; done
-  redis-cli -p "$REDIS_PORT" --scan --pattern "${PREFIX}*" 2>/dev/null \
-    | xargs -r -n 1000 redis-cli -p "$REDIS_PORT" UNLINK >/dev/null 2>&1 || true
+  for port in "$REDIS_PORT" "$QREDIS_PORT"; do
+    redis-cli -p "$port" --scan --pattern "${PREFIX}*" 2>/dev/null \
+      | xargs -r -n 1000 redis-cli -p "$port" UNLINK >/dev/null 2>&1 || true
+  done
   psql_q -d postgres -c "DROP DATABASE IF EXISTS \"$DB\" WITH (FORCE)" >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
@@ -81,6 +86,7 @@ stack_env() {
     DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/$DB" \
     FLOODGATE_DATABASE__MAX_CONNECTIONS="${SURGE_DB_POOL:-8}" \
     REDIS_URL="redis://127.0.0.1:$REDIS_PORT" \
+    FLOODGATE_REDIS__QUEUE_URL="redis://127.0.0.1:$QREDIS_PORT" \
     FLOODGATE_REDIS__KEY_PREFIX="$PREFIX" \
     FLOODGATE_ADMIN_TOKEN="$ADMIN" \
     FLOODGATE_IDENTITY__KEY="$IDKEY" \

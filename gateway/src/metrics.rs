@@ -15,6 +15,7 @@ pub struct Metrics {
     pub status_from_memory: IntCounter,
     pub members: IntGauge,
     pub in_flight: IntGauge,
+    pub places_restored: IntCounter,
     pub admitted: IntCounterVec,
     pub expired_unclaimed: IntCounterVec,
     pub queue_length: IntGaugeVec,
@@ -46,6 +47,10 @@ impl Metrics {
         let m = Metrics {
             joins: counter("fg_joins_total", "Queue joins (new places and repeats)")?,
             status_polls: counter("fg_status_polls_total", "Queue status polls")?,
+            places_restored: counter(
+                "fg_places_restored_total",
+                "Queue places given back from fans' receipts after Redis lost them",
+            )?,
             in_flight: IntGauge::new(
                 "fg_requests_in_flight",
                 "Requests this instance is handling now (waiting-room, proxied, static)",
@@ -127,6 +132,7 @@ impl Metrics {
             .register(Box::new(m.status_from_memory.clone()))?;
         m.registry.register(Box::new(m.members.clone()))?;
         m.registry.register(Box::new(m.in_flight.clone()))?;
+        m.registry.register(Box::new(m.places_restored.clone()))?;
         m.registry.register(Box::new(m.admitted.clone()))?;
         m.registry.register(Box::new(m.expired_unclaimed.clone()))?;
         m.registry.register(Box::new(m.queue_length.clone()))?;

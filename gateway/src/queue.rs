@@ -187,8 +187,17 @@ pub async fn join(shared: &Shared, store: &Store, session: &mut Session, event: 
     }
     let presale = presale_score(&snap.seed, &account);
     let session_id = shared::ids::new_id();
+    // The fan's receipt (cookie or header), should this Redis have lost their place.
+    let restore = place_of(shared, session, event, &account);
     let outcome = store
-        .join(event, &account, presale, &session_id, cfg.token_ttl_s)
+        .join(
+            event,
+            &account,
+            presale,
+            &session_id,
+            cfg.token_ttl_s,
+            restore.as_ref(),
+        )
         .await;
     shared.metrics.joins.inc();
     match outcome {
@@ -204,7 +213,12 @@ pub async fn join(shared: &Shared, store: &Store, session: &mut Session, event: 
             admitted,
             ahead,
             before,
+            restored,
         }) => {
+            if restored {
+                shared.metrics.places_restored.inc();
+                tracing::info!(event, account, "place restored from the fan's receipt");
+            }
             let receipt = shared.receipts.sign(&ReceiptClaims {
                 evt: event.to_owned(),
                 sub: account.clone(),
@@ -219,6 +233,7 @@ pub async fn join(shared: &Shared, store: &Store, session: &mut Session, event: 
                 "event": event,
                 "state": if admitted { "admitted" } else { "waiting" },
                 "new": new,
+                "restored": restored,
                 "session": place.session,
                 "kind": place.kind,
                 "score": place.score,

@@ -16,6 +16,7 @@
 //! Every call is bounded by the configured response timeout, so a stalled Redis turns into a
 //! quick `503`, never a hung request.
 
+use crate::draw::ReceiptClaims;
 use crate::event_config::EventConfig;
 use crate::progress::{GONE_READ_LIMIT, Progress};
 use redis::Value;
@@ -65,8 +66,10 @@ impl std::fmt::Debug for Store {
 }
 
 impl Store {
+    /// Connects to the waiting room's Redis (`[redis] queue_url`, else `url`).
     pub fn new(settings: &RedisSettings) -> anyhow::Result<Self> {
         use anyhow::Context;
+        let settings = settings.queue();
         let client =
             redis::Client::open(settings.url.expose_secret()).context("invalid redis url")?;
         Ok(Self {
@@ -131,6 +134,8 @@ impl Store {
     }
 
     /// Joins `account` to `event` (once: a repeat join returns the existing place).
+    /// `restore`: the place from the fan's receipt, given back if this Redis lost it (see
+    /// `JOIN_LUA` for when it is refused).
     pub async fn join(
         &self,
         event: &str,
@@ -138,6 +143,7 @@ impl Store {
         presale_score: i64,
         session: &str,
         passthrough_ttl_s: u64,
+        restore: Option<&ReceiptClaims>,
     ) -> Result<JoinOutcome, StoreError> {
         let mut inv = SCRIPTS.join.prepare_invoke();
         inv.key(self.key(event, "cfg"))
@@ -153,6 +159,11 @@ impl Store {
             .arg(presale_score)
             .arg(session)
             .arg(passthrough_ttl_s.saturating_mul(1000));
+        match restore {
+            Some(r) => inv.arg(&r.score).arg(&r.sid).arg(r.joined_ms).arg(&r.kind),
+            None => inv.arg("").arg("").arg("").arg(""),
+        };
+        inv.key(self.key(event, "revoked"));
         let v: Value = self
             .with(|mut c| async move { inv.invoke_async(&mut c).await })
             .await?;
@@ -167,6 +178,7 @@ impl Store {
                 admitted: false,
                 ahead: r.rank(3),
                 before: r.rank(4),
+                restored: false,
             },
             "existing_admitted" => JoinOutcome::Placed {
                 place: r.place(1)?,
@@ -174,6 +186,7 @@ impl Store {
                 admitted: true,
                 ahead: None,
                 before: None,
+                restored: false,
             },
             "joined" => JoinOutcome::Placed {
                 place: r.place(1)?,
@@ -181,6 +194,7 @@ impl Store {
                 admitted: false,
                 ahead: r.rank(3),
                 before: r.rank(4),
+                restored: r.int(5) == Some(1),
             },
             "admitted" => JoinOutcome::Placed {
                 place: r.place(1)?,
@@ -188,6 +202,7 @@ impl Store {
                 admitted: true,
                 ahead: None,
                 before: None,
+                restored: false,
             },
             _ => return Err(StoreError::Protocol("unknown join reply")),
         })

@@ -402,16 +402,33 @@ impl Default for DatabaseSettings {
 #[serde(default, deny_unknown_fields)]
 pub struct RedisSettings {
     pub url: SecretString,
+    /// The waiting room's Redis (queue, places, admissions, revocations) when it is a server
+    /// of its own: it can run `appendfsync everysec` (joins at the arrival peak must not wait
+    /// for a disk flush each; a crash is made whole from the fans' place receipts), while
+    /// `url` (bids, carts, outbox) keeps `always`. Unset: the same server as `url`.
+    pub queue_url: Option<SecretString>,
     /// Prepended to every key this deployment writes; lets tests share one Redis.
     pub key_prefix: String,
     /// Per-command timeout: a stalled Redis must fail fast, not hang requests.
     pub response_timeout_ms: u64,
 }
 
+impl RedisSettings {
+    /// The settings for the waiting room's keys: `queue_url` when set, else `url`.
+    pub fn queue(&self) -> RedisSettings {
+        RedisSettings {
+            url: self.queue_url.clone().unwrap_or_else(|| self.url.clone()),
+            queue_url: None,
+            ..self.clone()
+        }
+    }
+}
+
 impl Default for RedisSettings {
     fn default() -> Self {
         Self {
             url: SecretString::from("redis://127.0.0.1:56379"),
+            queue_url: None,
             key_prefix: String::new(),
             response_timeout_ms: 1000,
         }

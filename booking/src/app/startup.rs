@@ -63,7 +63,7 @@ impl Application {
         // Not a batch job: every instance enforces revocations.
         jobs.push(crate::platform::jobs::spawn(
             Arc::new(RefreshRevocations::new(
-                self.state.redis.clone(),
+                self.state.queue_redis.clone(),
                 self.state.revocations().clone(),
             )),
             stop_rx.clone(),

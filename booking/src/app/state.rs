@@ -26,6 +26,9 @@ pub struct Inner {
     pub idempotency: crate::platform::idempotency::Idempotency,
     /// Redis, connected on first use.
     pub redis: Redis,
+    /// The waiting room's Redis (revocations): `[redis] queue_url` when it is a server of its
+    /// own, else the same connection as `redis`.
+    pub queue_redis: Redis,
     pub inventory: crate::inventory::InventoryState,
 
     pub orders: crate::orders::OrdersState,
@@ -58,6 +61,10 @@ impl AppState {
         )
         .context("failed to register auth metrics")?;
         let redis = Redis::new(&config.redis)?;
+        let queue_redis = match config.redis.queue_url {
+            Some(_) => Redis::new(&config.redis.queue())?,
+            None => redis.clone(),
+        };
         let idempotency = crate::platform::idempotency::Idempotency::new(
             pool.clone(),
             config.idempotency.clone(),
@@ -145,6 +152,7 @@ impl AppState {
             auth,
             metrics,
             redis,
+            queue_redis,
             pool,
             config,
         })))

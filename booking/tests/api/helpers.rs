@@ -94,6 +94,7 @@ pub fn test_config(db_url: &str) -> BookingConfig {
             key_prefix: format!("t{}:", shared::ids::new_id()),
             // As for the pool: a loaded machine must not turn a slow reply into a 503.
             response_timeout_ms: 10_000,
+            queue_url: None,
         },
         booking: booking::app::config::BookingSettings {
             listen: "127.0.0.1:0".into(),

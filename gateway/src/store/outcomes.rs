@@ -21,6 +21,8 @@ pub enum JoinOutcome {
         admitted: bool,
         ahead: Option<u64>,
         before: Option<u64>,
+        /// The place came back from the fan's receipt (this Redis had lost it).
+        restored: bool,
     },
 }
 

@@ -35,14 +35,34 @@ if mode == 'closed' then return {'closed'} end
 if redis.call('EXISTS', KEYS[5]) == 1 then return {'sold_out'} end
 local score
 local kind
-if now_ms < tonumber(cfg[2]) and not cfg[3] then
+local joined = now_str
+local session = ARGV[3]
+local restored = 0
+-- A place receipt shown with the join (ARGV[5..8]: score, session, joined_ms, kind) restores a
+-- place this Redis lost (a crash under appendfsync everysec loses the last second of joins).
+-- Never a place that admission has passed (admitted, then claimed or lapsed), one revoked
+-- while waiting, or an account ops revoked: those join at the back like anyone.
+if ARGV[8] == 'draw' or ARGV[8] == 'fifo' then
+  local cursor = tonumber(redis.call('HGET', KEYS[7], 'cursor') or '')
+  if mode ~= 'passthrough' and (not cursor or tonumber(ARGV[5]) > cursor)
+      and not redis.call('ZSCORE', KEYS[9], ARGV[1])
+      and redis.call('HEXISTS', KEYS[10], 'a:' .. ARGV[1]) == 0 then
+    score = ARGV[5]
+    kind = ARGV[8]
+    session = ARGV[6]
+    joined = ARGV[7]
+    restored = 1
+  end
+end
+if restored == 1 then
+elseif now_ms < tonumber(cfg[2]) and not cfg[3] then
   score = ARGV[2]
   kind = 'draw'
 else
   score = string.format('%d%03d.%03d', sec, math.floor(usec / 1000), usec % 1000)
   kind = 'fifo'
 end
-place = ARGV[3] .. '|' .. score .. '|' .. now_str .. '|' .. kind
+place = session .. '|' .. score .. '|' .. joined .. '|' .. kind
 if mode == 'passthrough' then place = place .. '|' .. now_str end
 redis.call('HSET', KEYS[3], ARGV[1], place)
 if mode == 'passthrough' then
@@ -52,14 +72,14 @@ end
 redis.call('ZADD', KEYS[2], 'NX', score, ARGV[1])
 if kind == 'draw' then
   -- The pre-sale score histogram (top 14 bits of score + 2^52): what every gateway needs to
-  -- place a draw fan without asking Redis (status.rs).
+  -- place a draw fan without asking Redis (progress.rs).
   redis.call('BITFIELD', KEYS[8], 'INCRBY', 'u32', '#' .. math.floor((tonumber(score) + 4503599627370496) / 274877906944), 1)
   redis.call('HINCRBY', KEYS[7], 'draws', 1)
 else
   redis.call('HINCRBY', KEYS[7], 'fifos', 1)
 end
 local rank = redis.call('ZRANK', KEYS[2], ARGV[1])
-return {'joined', place, now_str, rank, before(rank, score)}
+return {'joined', place, now_str, rank, before(rank, score), restored}
 "#;
 
 pub const STATUS_LUA: &str = r#"

@@ -81,6 +81,7 @@ pub fn redis_settings(prefix: &str) -> RedisSettings {
         url: SecretString::from(redis_url()),
         key_prefix: prefix.into(),
         response_timeout_ms: 500,
+        queue_url: None,
     }
 }
 

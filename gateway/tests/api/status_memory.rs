@@ -277,3 +277,117 @@ async fn nobody_is_admitted_before_the_sale_start() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+async fn join_with(app: &TestApp, event: &str, token: &str, receipt: &str) -> Value {
+    let r = app
+        .http
+        .post(app.url(&format!("/queue/{event}/join")))
+        .bearer_auth(token)
+        .header("x-floodgate-place", receipt)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    json(r).await
+}
+
+/// What a crash of a Redis on `appendfsync everysec` does to a place joined in its last
+/// second: the place record, the queue entry and the counter are gone.
+async fn lose(app: &TestApp, event: &str, account: &str) {
+    let mut r = app.redis.clone();
+    let _: () = redis::pipe()
+        .cmd("HDEL")
+        .arg(app.key(event, "places"))
+        .arg(account)
+        .cmd("ZREM")
+        .arg(app.key(event, "q"))
+        .arg(account)
+        .cmd("HINCRBY")
+        .arg(app.key(event, "prog"))
+        .arg("fifos")
+        .arg(-1)
+        .query_async(&mut r)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn lost_places_come_back_from_receipts_but_never_past_admission() {
+    let app = TestApp::spawn().await;
+    let ev = "lost";
+    let paused = json!({"sale_start": "2020-01-01T00:00:00Z", "admit_per_minute": 60000,
+                        "mode": "paused"});
+    assert_eq!(app.put_config(ev, paused).await.status(), StatusCode::OK);
+    let fans = join_all(&app, ev, "crash", 5).await;
+    let mut fans = fans;
+    fans.sort_by(|a, b| a.account.cmp(&b.account));
+    let ranks = |v: &Value| v["ahead"].as_u64().unwrap();
+
+    // Fan 3's place is lost; their re-join (the waiting page sends the fg_place cookie)
+    // gets the very same place back: same session, same score, same position.
+    let f = &fans[3];
+    let before = json(app.join(ev, &f.token).await).await;
+    lose(&app, ev, &f.account).await;
+    let v = join_with(&app, ev, &f.token, &f.receipt).await;
+    assert_eq!(v["restored"], true, "{v}");
+    assert_eq!(v["session"], before["session"]);
+    assert_eq!(v["score"], before["score"]);
+    assert_eq!(ranks(&v), ranks(&before));
+    // ...and the status view agrees (the FIFO arithmetic still holds).
+    let (s, st) = poll(&app, ev, f).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(st["ahead"], before["ahead"], "{st}");
+
+    // Someone else's receipt restores nothing: it is not theirs.
+    let g = &fans[4];
+    lose(&app, ev, &g.account).await;
+    let v = join_with(&app, ev, &g.token, &f.receipt).await;
+    assert_eq!(v["restored"], false);
+    assert_ne!(v["score"], before["score"]);
+    assert!(ranks(&v) >= 4, "a new place is at the back: {v}");
+
+    // Admission passes fans 0..=3; fan 0 lets the claim lapse (here: the place is deleted as
+    // the status script does) and tries to come back with the old receipt: back of the queue.
+    let admit = json!({"sale_start": "2020-01-01T00:00:00Z", "admit_per_minute": 60000,
+                       "max_active": 4});
+    assert_eq!(app.put_config(ev, admit).await.status(), StatusCode::OK);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while app.admissions(ev).await.len() < 4 {
+        assert!(Instant::now() < deadline, "not admitted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let first = &fans[0];
+    let mut r = app.redis.clone();
+    let _: () = redis::pipe()
+        .cmd("HDEL")
+        .arg(app.key(ev, "places"))
+        .arg(&first.account)
+        .cmd("ZREM")
+        .arg(app.key(ev, "adm"))
+        .arg(&first.account)
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    let v = join_with(&app, ev, &first.token, &first.receipt).await;
+    assert_eq!(
+        v["restored"], false,
+        "a place admission passed came back: {v}"
+    );
+    assert_eq!(v["kind"], "fifo");
+    assert_ne!(v["session"].as_str(), None);
+
+    // A revoked account's receipt (a place admission has not reached) restores nothing
+    // either.
+    let h = &fans[4];
+    let r = app
+        .http
+        .post(app.admin_url(&format!("/admin/events/{ev}/revoke")))
+        .bearer_auth(ADMIN)
+        .json(&json!({"account": h.account}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let v = join_with(&app, ev, &h.token, &h.receipt).await;
+    assert_eq!(v["restored"], false);
+}

@@ -30,7 +30,7 @@ async fn join(store: &Store, event: &str, prefix: &str, n: usize) {
     for i in 0..n {
         let a = format!("{prefix}-{i:04}");
         store
-            .join(event, &a, 0, &format!("s-{a}"), 600)
+            .join(event, &a, 0, &format!("s-{a}"), 600, None)
             .await
             .unwrap();
     }

@@ -145,7 +145,7 @@ async fn ends_ms(stack: &Stack, table: &str, id: &str) -> i64 {
 }
 
 async fn redis() -> redis::aio::MultiplexedConnection {
-    redis::Client::open(crate::stack::redis_url())
+    redis::Client::open(crate::stack::queue_redis_url())
         .expect("redis url")
         .get_multiplexed_async_connection()
         .await

@@ -33,6 +33,11 @@ pub fn redis_url() -> String {
     std::env::var("FLOODGATE_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:56379".into())
 }
 
+/// The waiting room's own Redis (`deploy/stack test` runs one, as `up` does), else the same.
+pub fn queue_redis_url() -> String {
+    std::env::var("FLOODGATE_TEST_QUEUE_REDIS_URL").unwrap_or_else(|_| redis_url())
+}
+
 /// A free port for a listener configured before it binds (see the shared helper).
 pub fn free_port() -> u16 {
     shared::net::free_port_outside_ephemeral_range().expect("a free test port")
@@ -127,6 +132,8 @@ impl Stack {
         config.database.url = SecretString::from(db_url);
         config.database.max_connections = 20;
         config.redis.url = SecretString::from(redis_url());
+        // Revocations come from the waiting room's Redis, as in `deploy/stack up`.
+        config.redis.queue_url = Some(SecretString::from(queue_redis_url()));
         config.redis.key_prefix = prefix.clone();
         config.booking.listen = "127.0.0.1:0".into();
         config.booking.jobs_enabled = true;
@@ -158,6 +165,7 @@ impl Stack {
         g.gateway.health_check_ms = 200;
         g.gateway.upstream_read_timeout_ms = 15_000;
         g.redis.url = SecretString::from(redis_url());
+        g.redis.queue_url = Some(SecretString::from(queue_redis_url()));
         g.redis.key_prefix = prefix.clone();
         g.admin_token = Some(SecretString::from(ADMIN));
         tune_gateway(&mut g);
