@@ -1,17 +1,19 @@
 #!/usr/bin/env python3
 """Structural check of deploy/k8s against itself and the Rust sources (no cluster needed).
 
-    python3 -m venv /tmp/yv && /tmp/yv/bin/pip install pyyaml
-    /tmp/yv/bin/python deploy/k8s/check.py
+    deploy/k8s/validate.sh     # schema validation, then this (its venv has PyYAML)
 
 Checks: every YAML document parses and has apiVersion/kind/metadata.name; every kustomization
-resource exists; selectors (Deployment, Service, PDB, NetworkPolicy) match a pod template's
-labels; Service targetPorts and probe ports name a container port; HPA targets exist;
-secretKeyRef keys exist in secret.yaml and configMap volumes in the generator; every
+resource exists; selectors (Deployment, StatefulSet, Service, PDB, NetworkPolicy, spread and
+anti-affinity) match a pod template's labels (of a Deployment, StatefulSet or Job); Service
+targetPorts and probe ports name a container port; every long-running container has
+readiness and liveness probes, every container cpu/memory requests and limits, every
+Deployment and StatefulSet a PodDisruptionBudget; HPA targets exist; floodgate-secrets
+keys exist in secret.yaml and configMap volumes in the generator or a ConfigMap here; every
 environment variable and every floodgate.toml key is one the Rust config of that process
 reads; terminationGracePeriodSeconds covers preStop sleep + the gateway's grace_period_s.
-Full schema validation is separate (e.g. `kubernetes-validate --strict` on
-`kubectl kustomize deploy/k8s`).
+Full schema validation is validate.sh's (it renders the kustomization and runs
+kubernetes-validate in strict mode), which runs this afterwards.
 """
 
 import re
@@ -106,7 +108,8 @@ for r in kust["resources"]:
         err(f"kustomization: missing resource {r}")
 listed = set(kust["resources"])
 for f in HERE.glob("*.yaml"):
-    if f.name not in listed | {"kustomization.yaml", "secret.yaml"}:
+    # redis-cluster.yaml is optional (a managed Redis Cluster replaces it); still checked.
+    if f.name not in listed | {"kustomization.yaml", "secret.yaml", "redis-cluster.yaml"}:
         err(f"{f.name} is not listed in kustomization.yaml")
 
 by_kind: dict[str, dict[str, dict]] = {}
@@ -114,6 +117,7 @@ for _, d in docs:
     by_kind.setdefault(d["kind"], {})[d["metadata"]["name"]] = d
 secret = by_kind["Secret"]["floodgate-secrets"]["stringData"]
 generated = {g["name"] for g in kust.get("configMapGenerator", [])}
+config_maps = generated | set(by_kind.get("ConfigMap", {}))
 for key, value in secret.items():
     if value.startswith("["):  # the loader parses these as a TOML value (`v = <value>`)
         try:
@@ -122,6 +126,9 @@ for key, value in secret.items():
             err(f"secret.yaml: {key} is not a TOML array: {e}")
 config = tomllib.loads((HERE / "floodgate.toml").read_text())
 deployments = by_kind.get("Deployment", {})
+# Everything with a pod template, for selectors; Jobs generate their own selector.
+workloads = {n: d for kind in ("Deployment", "StatefulSet", "Job")
+             for n, d in by_kind.get(kind, {}).items()}
 
 
 def matches(selector: dict, labels: dict) -> bool:
@@ -129,54 +136,66 @@ def matches(selector: dict, labels: dict) -> bool:
 
 
 def pods_selected(selector: dict) -> list[str]:
-    return [n for n, d in deployments.items()
+    return [n for n, d in workloads.items()
             if matches(selector, d["spec"]["template"]["metadata"]["labels"])]
 
 
-for name, d in deployments.items():
+for name, d in workloads.items():
     spec = d["spec"]
     labels = spec["template"]["metadata"]["labels"]
-    if not matches(spec["selector"]["matchLabels"], labels):
-        err(f"Deployment {name}: selector does not match the pod template labels")
+    if d["kind"] != "Job" and not matches(spec["selector"]["matchLabels"], labels):
+        err(f"{d['kind']} {name}: selector does not match the pod template labels")
     pod = spec["template"]["spec"]
     volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    claims = {t["metadata"]["name"] for t in spec.get("volumeClaimTemplates", [])}
     for v in volumes.values():
-        if "configMap" in v and v["configMap"]["name"] not in generated:
-            err(f"Deployment {name}: unknown ConfigMap {v['configMap']['name']}")
+        if "configMap" in v and v["configMap"]["name"] not in config_maps:
+            err(f"{d['kind']} {name}: unknown ConfigMap {v['configMap']['name']}")
     for c in pod["containers"]:
         ports = {p["name"] for p in c.get("ports", [])}
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             port = c.get(probe, {}).get("httpGet", {}).get("port")
             if port is not None and port not in ports:
-                err(f"Deployment {name}: {probe} port {port!r} is not a container port")
+                err(f"{d['kind']} {name}: {probe} port {port!r} is not a container port")
         for m in c.get("volumeMounts", []):
-            if m["name"] not in volumes:
-                err(f"Deployment {name}: mount of unknown volume {m['name']}")
+            if m["name"] not in volumes and m["name"] not in claims:
+                err(f"{d['kind']} {name}: mount of unknown volume {m['name']}")
         for e in c.get("env", []):
             ref = e.get("valueFrom", {}).get("secretKeyRef")
-            if ref and ref["key"] not in secret:
-                err(f"Deployment {name}: Secret key {ref['key']} missing from secret.yaml")
+            if ref and ref["name"] == "floodgate-secrets" and ref["key"] not in secret:
+                err(f"{d['kind']} {name}: Secret key {ref['key']} missing from secret.yaml")
             path = config_path(e["name"])
             if path is not None and e["name"] != "FLOODGATE_CONFIG":
                 check_key(c["name"], path, f"{name} env {e['name']}")
+        if d["kind"] != "Job" and not ("readinessProbe" in c and "livenessProbe" in c):
+            err(f"{d['kind']} {name}: container {c['name']} lacks a readiness or liveness probe")
+        res = c.get("resources", {})
+        if not all(r in res.get(k, {}) for k in ("requests", "limits") for r in ("cpu", "memory")):
+            err(f"{d['kind']} {name}: container {c['name']} lacks cpu/memory requests and limits")
         sc = c.get("securityContext", {})
         if not sc.get("readOnlyRootFilesystem") or not pod["securityContext"].get("runAsNonRoot"):
-            err(f"Deployment {name}: not read-only / non-root")
+            err(f"{d['kind']} {name}: not read-only / non-root")
         stop = c.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command", [])
         sleep = int(stop[1]) if stop[:1] == ["sleep"] else 0
         drain = config["gateway"].get("grace_period_s", 5) + 1 if c["name"] == "gateway" else 0
         if pod.get("terminationGracePeriodSeconds", 30) < sleep + drain:
-            err(f"Deployment {name}: terminationGracePeriodSeconds < preStop + drain")
+            err(f"{d['kind']} {name}: terminationGracePeriodSeconds < preStop + drain")
     for ts in pod.get("topologySpreadConstraints", []):
         if not matches(ts["labelSelector"]["matchLabels"], labels):
-            err(f"Deployment {name}: topology spread selector does not match its pods")
+            err(f"{d['kind']} {name}: topology spread selector does not match its pods")
+    anti = pod.get("affinity", {}).get("podAntiAffinity", {})
+    for term in (anti.get("requiredDuringSchedulingIgnoredDuringExecution", [])
+                 + [p["podAffinityTerm"] for p in
+                    anti.get("preferredDuringSchedulingIgnoredDuringExecution", [])]):
+        if not matches(term["labelSelector"]["matchLabels"], labels):
+            err(f"{d['kind']} {name}: pod anti-affinity selector does not match its pods")
 
 for name, s in by_kind.get("Service", {}).items():
     targets = pods_selected(s["spec"]["selector"])
     if len(targets) != 1:
-        err(f"Service {name}: selects {targets}, expected one Deployment")
+        err(f"Service {name}: selects {targets}, expected one workload")
         continue
-    cports = {p["name"] for c in deployments[targets[0]]["spec"]["template"]["spec"]["containers"]
+    cports = {p["name"] for c in workloads[targets[0]]["spec"]["template"]["spec"]["containers"]
               for p in c.get("ports", [])}
     for p in s["spec"]["ports"]:
         if p["targetPort"] not in cports:
@@ -186,12 +205,17 @@ for kind in ("PodDisruptionBudget", "NetworkPolicy"):
     for name, d in by_kind.get(kind, {}).items():
         sel = d["spec"].get("selector") or d["spec"].get("podSelector")
         if len(pods_selected(sel["matchLabels"])) != 1:
-            err(f"{kind} {name}: selector matches no single Deployment")
+            err(f"{kind} {name}: selector matches no single workload")
 for name, np in by_kind.get("NetworkPolicy", {}).items():
     for rule in np["spec"].get("ingress", []):
         for peer in rule.get("from", []):
             if "podSelector" in peer and not pods_selected(peer["podSelector"]["matchLabels"]):
                 err(f"NetworkPolicy {name}: a source selector matches no pods")
+guarded = {n for p in by_kind.get("PodDisruptionBudget", {}).values()
+           for n in pods_selected(p["spec"]["selector"]["matchLabels"])}
+for name, d in workloads.items():
+    if d["kind"] != "Job" and name not in guarded:
+        err(f"{d['kind']} {name}: no PodDisruptionBudget")
 for name, h in by_kind.get("HorizontalPodAutoscaler", {}).items():
     ref = h["spec"]["scaleTargetRef"]
     if ref["kind"] != "Deployment" or ref["name"] not in deployments:
