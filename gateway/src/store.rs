@@ -20,11 +20,10 @@ use crate::draw::ReceiptClaims;
 use crate::event_config::EventConfig;
 use crate::progress::{GONE_READ_LIMIT, Progress};
 use redis::Value;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use secrecy::ExposeSecret;
 use shared::config::RedisSettings;
+use shared::redis_conn::{Conn, Connector, query_per_slot};
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 mod outcomes;
@@ -45,14 +44,10 @@ pub enum StoreError {
     Protocol(&'static str),
 }
 
-/// One lazily connected, auto-reconnecting Redis connection plus the key layout.
-///
-/// The connection is created on first use *inside* the calling service's runtime (pingora
-/// services each own a runtime; a connection made elsewhere would be driven by a foreign
-/// runtime).
+/// The waiting room's Redis (one server or a cluster, connected on first use inside the
+/// calling service's runtime, reconnecting by itself) plus the key layout.
 pub struct Store {
-    client: redis::Client,
-    conn: OnceLock<ConnectionManager>,
+    redis: Connector,
     prefix: String,
     timeout: Duration,
 }
@@ -66,44 +61,30 @@ impl std::fmt::Debug for Store {
 }
 
 impl Store {
-    /// Connects to the waiting room's Redis (`[redis] queue_url`, else `url`).
+    /// Connects to the waiting room's Redis (`[redis] queue_url`, else `url`; `mode`).
     pub fn new(settings: &RedisSettings) -> anyhow::Result<Self> {
-        use anyhow::Context;
         let settings = settings.queue();
-        let client =
-            redis::Client::open(settings.url.expose_secret()).context("invalid redis url")?;
         Ok(Self {
-            client,
-            conn: OnceLock::new(),
+            redis: Connector::new(&settings)?,
             prefix: settings.key_prefix.clone(),
             timeout: Duration::from_millis(settings.response_timeout_ms.max(1)),
         })
     }
 
-    fn conn(&self) -> Result<ConnectionManager, StoreError> {
-        if let Some(c) = self.conn.get() {
-            return Ok(c.clone());
-        }
-        let cfg = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(self.timeout))
-            .set_connection_timeout(Some(self.timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(500));
-        let c = ConnectionManager::new_lazy_with_config(self.client.clone(), cfg)?;
-        // Two tasks may race here; the loser's (unconnected) manager is simply dropped.
-        Ok(self.conn.get_or_init(|| c).clone())
-    }
-
     /// Runs `f` with a connection, bounded by the response timeout.
     async fn with<T, F, Fut>(&self, f: F) -> Result<T, StoreError>
     where
-        F: FnOnce(ConnectionManager) -> Fut,
+        F: FnOnce(Conn) -> Fut,
         Fut: Future<Output = Result<T, redis::RedisError>>,
     {
-        let conn = self.conn()?;
-        // The connection manager has its own timeouts; this outer bound also covers
-        // waiting for a reconnect, so a caller never waits more than ~2× the timeout.
-        match tokio::time::timeout(self.timeout * 2, f(conn)).await {
+        // The connection has its own timeouts; this outer bound also covers connecting (a
+        // cluster reads its slot map) and waiting for a reconnect, so a caller never waits
+        // more than ~2× the timeout.
+        let call = async {
+            let conn = self.redis.conn().await?;
+            f(conn).await
+        };
+        match tokio::time::timeout(self.timeout * 2, call).await {
             Ok(r) => Ok(r?),
             Err(_) => Err(StoreError::Timeout),
         }
@@ -470,8 +451,9 @@ impl Store {
         if events.is_empty() {
             return Ok(Vec::new());
         }
-        let mut pipe = redis::pipe();
+        let mut pipes = Vec::with_capacity(events.len());
         for e in events {
+            let mut pipe = redis::pipe();
             pipe.cmd("HGETALL").arg(self.key(e, "cfg"));
             pipe.cmd("EXISTS").arg(self.key(e, "sold_out"));
             pipe.cmd("HGETALL").arg(self.key(e, "revoked"));
@@ -483,11 +465,12 @@ impl Store {
                     .arg(GONE_READ_LIMIT - 1)
                     .arg("WITHSCORES");
             }
+            pipes.push(pipe);
         }
         let per_event = if with_progress { 5 } else { 3 };
         let snaps: Vec<EventSnapshot> = self
             .with(|mut c| async move {
-                let flat: Vec<Value> = pipe.query_async(&mut c).await?;
+                let flat = query_per_slot(&mut c, &pipes).await?;
                 let mut snaps = Vec::with_capacity(flat.len() / per_event);
                 let mut it = flat.into_iter();
                 while let (Some(a), Some(b), Some(d)) = (it.next(), it.next(), it.next()) {
@@ -516,13 +499,23 @@ impl Store {
         if events.is_empty() {
             return Ok(Vec::new());
         }
-        let mut pipe = redis::pipe();
-        for e in events {
-            pipe.cmd("GET").arg(self.key(e, "hist"));
-        }
+        let pipes: Vec<redis::Pipeline> = events
+            .iter()
+            .map(|e| {
+                let mut p = redis::pipe();
+                p.cmd("GET").arg(self.key(e, "hist"));
+                p
+            })
+            .collect();
         self.with(|mut c| async move {
-            let v: Vec<Option<Vec<u8>>> = pipe.query_async(&mut c).await?;
-            Ok(v.into_iter().map(Option::unwrap_or_default).collect())
+            let v = query_per_slot(&mut c, &pipes).await?;
+            v.into_iter()
+                .map(|x| {
+                    redis::from_redis_value::<Option<Vec<u8>>>(x)
+                        .map(Option::unwrap_or_default)
+                        .map_err(redis::RedisError::from)
+                })
+                .collect()
         })
         .await
     }

@@ -397,11 +397,26 @@ impl Default for DatabaseSettings {
     }
 }
 
+/// Whether the waiting room's Redis is one server or a Redis Cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RedisMode {
+    #[default]
+    Standalone,
+    Cluster,
+}
+
 /// Redis connection settings.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RedisSettings {
+    /// One server (`redis://` or `rediss://`); in cluster mode the waiting room's seed nodes,
+    /// comma-separated, unless `queue_url` names them.
     pub url: SecretString,
+    /// The waiting room's server kind: `standalone` or `cluster` (Redis Cluster; applies to
+    /// `queue_url`, or to `url` when that is unset). Booking's own Redis (bids, carts, outbox)
+    /// is always a single server.
+    pub mode: RedisMode,
     /// The waiting room's Redis (queue, places, admissions, revocations) when it is a server
     /// of its own: it can run `appendfsync everysec` (joins at the arrival peak must not wait
     /// for a disk flush each; a crash is made whole from the fans' place receipts), while
@@ -429,6 +444,7 @@ impl Default for RedisSettings {
         Self {
             url: SecretString::from("redis://127.0.0.1:56379"),
             queue_url: None,
+            mode: RedisMode::Standalone,
             key_prefix: String::new(),
             response_timeout_ms: 1000,
         }

@@ -9,6 +9,7 @@ pub mod error;
 pub mod identity;
 pub mod ids;
 pub mod net;
+pub mod redis_conn;
 pub mod revocation;
 pub mod telemetry;
 pub mod token;

@@ -64,6 +64,7 @@ impl Application {
         jobs.push(crate::platform::jobs::spawn(
             Arc::new(RefreshRevocations::new(
                 self.state.queue_redis.clone(),
+                self.state.config.redis.key_prefix.clone(),
                 self.state.revocations().clone(),
             )),
             stop_rx.clone(),

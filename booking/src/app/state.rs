@@ -26,9 +26,9 @@ pub struct Inner {
     pub idempotency: crate::platform::idempotency::Idempotency,
     /// Redis, connected on first use.
     pub redis: Redis,
-    /// The waiting room's Redis (revocations): `[redis] queue_url` when it is a server of its
-    /// own, else the same connection as `redis`.
-    pub queue_redis: Redis,
+    /// The waiting room's Redis (revocations): `[redis] queue_url` (one server or a cluster)
+    /// when set, else the server `url` names.
+    pub queue_redis: Arc<shared::redis_conn::Connector>,
     pub inventory: crate::inventory::InventoryState,
 
     pub orders: crate::orders::OrdersState,
@@ -61,10 +61,16 @@ impl AppState {
         )
         .context("failed to register auth metrics")?;
         let redis = Redis::new(&config.redis)?;
-        let queue_redis = match config.redis.queue_url {
-            Some(_) => Redis::new(&config.redis.queue())?,
-            None => redis.clone(),
-        };
+        anyhow::ensure!(
+            config.redis.mode == shared::config::RedisMode::Standalone
+                || config.redis.queue_url.is_some(),
+            "redis: mode = \"cluster\" needs queue_url (the cluster's seed nodes) and url (one \
+             server for bids, carts and the outbox)"
+        );
+        let queue_redis = Arc::new(
+            shared::redis_conn::Connector::new(&config.redis.queue())
+                .context("invalid waiting-room redis settings")?,
+        );
         let idempotency = crate::platform::idempotency::Idempotency::new(
             pool.clone(),
             config.idempotency.clone(),

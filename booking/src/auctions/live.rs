@@ -407,7 +407,8 @@ mod tests {
     }
 
     fn test_redis_url() -> String {
-        std::env::var("FLOODGATE_TEST_REDIS_URL")
+        std::env::var("FLOODGATE_TEST_STANDALONE_REDIS_URL")
+            .or_else(|_| std::env::var("FLOODGATE_TEST_REDIS_URL"))
             .unwrap_or_else(|_| "redis://127.0.0.1:56379".into())
     }
 

@@ -9,10 +9,10 @@
 //! fan's sockets close within a refresh (well under a second).
 
 use crate::platform::jobs::Job;
-use crate::platform::redis::Redis;
 use anyhow::Context;
 use async_trait::async_trait;
 use redis::Value;
+use shared::redis_conn::{Connector, query_per_slot};
 use shared::revocation::{EventRevocations, Revocations, event_key, events_key};
 use shared::token::AdmissionClaims;
 use std::collections::HashMap;
@@ -65,14 +65,10 @@ impl RevocationList {
     }
 }
 
-/// Reads every configured event's revocations: one `SMEMBERS` and one pipelined round trip.
-pub async fn load(redis: &Redis) -> anyhow::Result<Revocations> {
-    let prefix = redis.prefix();
-    let mut conn = redis
-        .conn()
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))
-        .context("failed to connect to redis")?;
+/// Reads every configured event's revocations from the waiting room's Redis: one `SMEMBERS`
+/// and one pipelined round trip (one per event on a cluster).
+pub async fn load(redis: &Connector, prefix: &str) -> anyhow::Result<Revocations> {
+    let mut conn = redis.conn().await.context("failed to connect to redis")?;
     let events: Vec<String> = redis::cmd("SMEMBERS")
         .arg(events_key(prefix))
         .query_async(&mut conn)
@@ -81,12 +77,15 @@ pub async fn load(redis: &Redis) -> anyhow::Result<Revocations> {
     if events.is_empty() {
         return Ok(Revocations::default());
     }
-    let mut pipe = redis::pipe();
-    for e in &events {
-        pipe.cmd("HGETALL").arg(event_key(prefix, e, "revoked"));
-    }
-    let rows: Vec<Value> = pipe
-        .query_async(&mut conn)
+    let pipes: Vec<redis::Pipeline> = events
+        .iter()
+        .map(|e| {
+            let mut p = redis::pipe();
+            p.cmd("HGETALL").arg(event_key(prefix, e, "revoked"));
+            p
+        })
+        .collect();
+    let rows: Vec<Value> = query_per_slot(&mut conn, &pipes)
         .await
         .context("failed to read revocations")?;
     let mut all = Revocations::default();
@@ -104,15 +103,17 @@ pub async fn load(redis: &Redis) -> anyhow::Result<Revocations> {
 /// Keeps the revocation list current (every instance runs it, jobs or not). While Redis is
 /// unreachable the last known list stays in force (logged once, not every 250 ms).
 pub struct RefreshRevocations {
-    pub redis: Redis,
+    pub redis: Arc<Connector>,
+    pub prefix: String,
     pub list: Arc<RevocationList>,
     failing: AtomicBool,
 }
 
 impl RefreshRevocations {
-    pub fn new(redis: Redis, list: Arc<RevocationList>) -> Self {
+    pub fn new(redis: Arc<Connector>, prefix: String, list: Arc<RevocationList>) -> Self {
         Self {
             redis,
+            prefix,
             list,
             failing: AtomicBool::new(false),
         }
@@ -130,7 +131,7 @@ impl Job for RefreshRevocations {
     }
 
     async fn run_once(&self) -> anyhow::Result<()> {
-        match load(&self.redis).await {
+        match load(&self.redis, &self.prefix).await {
             Ok(next) => {
                 if self.failing.swap(false, Ordering::Relaxed) {
                     tracing::info!("revocations readable again");

@@ -82,7 +82,7 @@ async fn max_active_is_honoured_and_unclaimed_admissions_return_to_the_budget() 
     .await;
     stepper.watch("cap").await;
     let mut c = app.redis.clone();
-    let count = |c: &mut redis::aio::MultiplexedConnection| {
+    let count = |c: &mut Conn| {
         let adm = app.key("cap", "adm");
         let act = app.key("cap", "active");
         let mut c = c.clone();

@@ -421,6 +421,8 @@ async fn draw_and_readyz_floods_cost_bounded_redis_commands() {
     let _redis = crate::redis_outage::PrivateRedis::start(port, &dir);
     let app = TestApp::spawn_with(|c| {
         c.redis.url = secrecy::SecretString::from(format!("redis://127.0.0.1:{port}"));
+        // A private single server, whatever the suite runs on.
+        c.redis.mode = shared::config::RedisMode::Standalone;
     })
     .await;
     app.open_event("amp", 60).await;

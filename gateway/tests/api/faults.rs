@@ -14,8 +14,15 @@ use testkit::ChaosProxy;
 const ANSWER_WITHIN: Duration = Duration::from_secs(10);
 
 async fn spawn_behind_proxy() -> (TestApp, ChaosProxy) {
-    let (proxy, via) = ChaosProxy::in_front_of(&redis_url()).await.unwrap();
-    let app = TestApp::spawn_with(|c| c.redis.url = secrecy::SecretString::from(via)).await;
+    // A proxy in front of one server (a cluster would hand out its nodes' own addresses).
+    let (proxy, via) = ChaosProxy::in_front_of(&standalone_redis_url())
+        .await
+        .unwrap();
+    let app = TestApp::spawn_with(|c| {
+        c.redis.url = secrecy::SecretString::from(via);
+        c.redis.mode = shared::config::RedisMode::Standalone;
+    })
+    .await;
     (app, proxy)
 }
 

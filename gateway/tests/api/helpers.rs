@@ -11,7 +11,8 @@ use gateway::{Gateway, GatewayHandle};
 use reqwest::StatusCode;
 use secrecy::SecretString;
 use serde_json::{Value, json};
-use shared::config::{KeySettings, RedisSettings, TokenSettings};
+use shared::config::{KeySettings, RedisMode, RedisSettings, TokenSettings};
+pub use shared::redis_conn::{Conn, Connector};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,8 +20,19 @@ use std::time::{Duration, Instant};
 
 pub const ADMIN: &str = "test-admin-secret-0123456789";
 
+/// The test Redis: one server, or with `FLOODGATE_TEST_REDIS_CLUSTER=1` a Redis Cluster's
+/// seed nodes, comma-separated (`FLOODGATE_REDIS_CLUSTER=1 deploy/stack test`).
 pub fn redis_url() -> String {
     std::env::var("FLOODGATE_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:56379".into())
+}
+
+pub fn cluster() -> bool {
+    std::env::var("FLOODGATE_TEST_REDIS_CLUSTER").is_ok_and(|v| v == "1")
+}
+
+/// A single Redis server, for tests that put a proxy in front of it.
+pub fn standalone_redis_url() -> String {
+    std::env::var("FLOODGATE_TEST_STANDALONE_REDIS_URL").unwrap_or_else(|_| redis_url())
 }
 
 /// A port for a gateway listener: pingora binds an address, not a socket we hand it, so
@@ -81,7 +93,12 @@ pub fn redis_settings(prefix: &str) -> RedisSettings {
         url: SecretString::from(redis_url()),
         key_prefix: prefix.into(),
         response_timeout_ms: 500,
-        queue_url: None,
+        mode: if cluster() {
+            RedisMode::Cluster
+        } else {
+            RedisMode::Standalone
+        },
+        ..Default::default()
     }
 }
 
@@ -206,7 +223,7 @@ pub struct TestApp {
     pub echo: Echo,
     pub prefix: String,
     pub http: reqwest::Client,
-    pub redis: redis::aio::MultiplexedConnection,
+    pub redis: Conn,
 }
 
 impl TestApp {
@@ -309,8 +326,8 @@ impl TestApp {
     }
 }
 
-pub async fn admissions(
-    conn: &mut redis::aio::MultiplexedConnection,
+pub async fn admissions<C: redis::aio::ConnectionLike>(
+    conn: &mut C,
     key: &str,
 ) -> Vec<(String, String, u64)> {
     let v: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
@@ -339,10 +356,11 @@ pub fn client() -> reqwest::Client {
         .unwrap()
 }
 
-pub async fn redis_conn() -> redis::aio::MultiplexedConnection {
-    redis::Client::open(redis_url())
+/// A connection to the test Redis (cluster-aware).
+pub async fn redis_conn() -> Conn {
+    Connector::new(&redis_settings(""))
         .unwrap()
-        .get_multiplexed_async_connection()
+        .conn()
         .await
         .unwrap()
 }

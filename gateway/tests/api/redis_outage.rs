@@ -72,6 +72,8 @@ async fn redis_outage_keeps_admitted_fans_working_and_recovers() {
     let mut redis = PrivateRedis::start(port, &dir);
     let app = TestApp::spawn_with(|c| {
         c.redis.url = secrecy::SecretString::from(format!("redis://127.0.0.1:{port}"));
+        // A private single server, whatever the suite runs on.
+        c.redis.mode = shared::config::RedisMode::Standalone;
     })
     .await;
     app.open_event("out", 60000).await;

@@ -170,6 +170,15 @@ async fn assert_starts(mut env: Vec<(&'static str, String)>) {
     let admin_port = free_port();
     env.extend([
         ("REDIS_URL", redis_url()),
+        (
+            "FLOODGATE_REDIS__MODE",
+            if crate::helpers::cluster() {
+                "cluster"
+            } else {
+                "standalone"
+            }
+            .into(),
+        ),
         ("FLOODGATE_REDIS__KEY_PREFIX", unique_prefix()),
         (
             "FLOODGATE_GATEWAY__LISTEN",

@@ -99,6 +99,8 @@ async fn waiting_fans_with_a_receipt_are_placed_from_memory_within_bounds() {
     let url = format!("redis://127.0.0.1:{port}");
     let app = TestApp::spawn_with(|c| {
         c.redis.url = secrecy::SecretString::from(url.clone());
+        // A private single server, whatever the suite runs on.
+        c.redis.mode = shared::config::RedisMode::Standalone;
     })
     .await;
     let mut redis = redis::Client::open(url)

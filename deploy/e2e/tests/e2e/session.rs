@@ -144,10 +144,15 @@ async fn ends_ms(stack: &Stack, table: &str, id: &str) -> i64 {
     .expect("expires_at")
 }
 
-async fn redis() -> redis::aio::MultiplexedConnection {
-    redis::Client::open(crate::stack::queue_redis_url())
-        .expect("redis url")
-        .get_multiplexed_async_connection()
+async fn redis() -> shared::redis_conn::Conn {
+    let settings = shared::config::RedisSettings {
+        url: secrecy::SecretString::from(crate::stack::queue_redis_url()),
+        mode: crate::stack::queue_redis_mode(),
+        ..Default::default()
+    };
+    shared::redis_conn::Connector::new(&settings)
+        .expect("redis settings")
+        .conn()
         .await
         .expect("redis connection")
 }
@@ -155,7 +160,7 @@ async fn redis() -> redis::aio::MultiplexedConnection {
 /// The fan's `max_active` slot deadline (unix ms), `None` when the slot is free.
 async fn slot(
     stack: &Stack,
-    conn: &mut redis::aio::MultiplexedConnection,
+    conn: &mut shared::redis_conn::Conn,
     event: &str,
     account: &str,
 ) -> Option<i64> {

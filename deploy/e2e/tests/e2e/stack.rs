@@ -30,12 +30,24 @@ pub fn database_url() -> String {
 }
 
 pub fn redis_url() -> String {
-    std::env::var("FLOODGATE_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:56379".into())
+    // Booking's own Redis is one server even when the waiting room's tests use a cluster.
+    std::env::var("FLOODGATE_TEST_STANDALONE_REDIS_URL")
+        .or_else(|_| std::env::var("FLOODGATE_TEST_REDIS_URL"))
+        .unwrap_or_else(|_| "redis://127.0.0.1:56379".into())
 }
 
-/// The waiting room's own Redis (`deploy/stack test` runs one, as `up` does), else the same.
+/// The waiting room's own Redis (`deploy/stack test` runs one, as `up` does; with
+/// `FLOODGATE_TEST_REDIS_CLUSTER=1`, a Redis Cluster's seed nodes), else the same.
 pub fn queue_redis_url() -> String {
     std::env::var("FLOODGATE_TEST_QUEUE_REDIS_URL").unwrap_or_else(|_| redis_url())
+}
+
+pub fn queue_redis_mode() -> shared::config::RedisMode {
+    if std::env::var("FLOODGATE_TEST_REDIS_CLUSTER").is_ok_and(|v| v == "1") {
+        shared::config::RedisMode::Cluster
+    } else {
+        shared::config::RedisMode::Standalone
+    }
 }
 
 /// A free port for a listener configured before it binds (see the shared helper).
@@ -134,6 +146,7 @@ impl Stack {
         config.redis.url = SecretString::from(redis_url());
         // Revocations come from the waiting room's Redis, as in `deploy/stack up`.
         config.redis.queue_url = Some(SecretString::from(queue_redis_url()));
+        config.redis.mode = queue_redis_mode();
         config.redis.key_prefix = prefix.clone();
         config.booking.listen = "127.0.0.1:0".into();
         config.booking.jobs_enabled = true;
@@ -166,6 +179,7 @@ impl Stack {
         g.gateway.upstream_read_timeout_ms = 15_000;
         g.redis.url = SecretString::from(redis_url());
         g.redis.queue_url = Some(SecretString::from(queue_redis_url()));
+        g.redis.mode = queue_redis_mode();
         g.redis.key_prefix = prefix.clone();
         g.admin_token = Some(SecretString::from(ADMIN));
         tune_gateway(&mut g);
