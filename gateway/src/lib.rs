@@ -34,6 +34,7 @@ pub mod respond;
 pub mod routes;
 pub mod session;
 pub mod signing;
+pub mod sim;
 pub mod size;
 pub mod state;
 pub mod store;
