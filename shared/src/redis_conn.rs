@@ -164,3 +164,81 @@ pub async fn query_per_slot(conn: &mut Conn, pipes: &[Pipeline]) -> redis::Redis
     }
     Ok(out)
 }
+
+/// A Lua script called by hash (`EVALSHA`), falling back to `EVAL` with the source when the
+/// node answers `NOSCRIPT`.
+///
+/// Why not `redis::Script`: on `NOSCRIPT` it sends `SCRIPT LOAD`, which carries no key, so a
+/// cluster client routes it to some node — not necessarily the one that owns the keys (after a
+/// failover, the promoted replica starts with an empty script cache). `EVAL` is routed by its
+/// keys like `EVALSHA`, and loads the script into that node's cache for the next call.
+pub struct LuaScript {
+    code: &'static str,
+    hash: String,
+}
+
+impl LuaScript {
+    pub fn new(code: &'static str) -> Self {
+        Self {
+            code,
+            hash: redis::Script::new(code).get_hash().to_owned(),
+        }
+    }
+
+    pub fn prepare_invoke(&self) -> Invocation<'_> {
+        Invocation {
+            script: self,
+            keys: Vec::new(),
+            args: Vec::new(),
+        }
+    }
+}
+
+/// One call of a [`LuaScript`]: keys first, then arguments.
+pub struct Invocation<'a> {
+    script: &'a LuaScript,
+    keys: Vec<Vec<u8>>,
+    args: Vec<Vec<u8>>,
+}
+
+impl Invocation<'_> {
+    pub fn key<T: redis::ToRedisArgs>(&mut self, key: T) -> &mut Self {
+        key.write_redis_args(&mut self.keys);
+        self
+    }
+
+    pub fn arg<T: redis::ToRedisArgs>(&mut self, arg: T) -> &mut Self {
+        arg.write_redis_args(&mut self.args);
+        self
+    }
+
+    fn cmd(&self, name: &str, script: &[u8]) -> Cmd {
+        let mut c = redis::cmd(name);
+        c.arg(script).arg(self.keys.len());
+        for k in &self.keys {
+            c.arg(k.as_slice());
+        }
+        for a in &self.args {
+            c.arg(a.as_slice());
+        }
+        c
+    }
+
+    pub async fn invoke_async<T: redis::FromRedisValue>(
+        &self,
+        con: &mut impl ConnectionLike,
+    ) -> redis::RedisResult<T> {
+        match self
+            .cmd("EVALSHA", self.script.hash.as_bytes())
+            .query_async(con)
+            .await
+        {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                self.cmd("EVAL", self.script.code.as_bytes())
+                    .query_async(con)
+                    .await
+            }
+            r => r,
+        }
+    }
+}

@@ -2,7 +2,8 @@
 //! keys only (one Redis Cluster slot) and reads time from Redis `TIME`.
 
 use super::{Place, StoreError};
-use redis::{Script, Value};
+use redis::Value;
+use shared::redis_conn::LuaScript as Script;
 use std::sync::LazyLock;
 
 pub const JOIN_LUA: &str = r#"
