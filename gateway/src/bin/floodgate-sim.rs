@@ -7,6 +7,7 @@ use clap::Parser;
 use gateway::GatewaySettings;
 use gateway::sim::{self, SimInput, arrivals, buyers::BuyerParams, costs};
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Instant;
 
 #[derive(Debug, Parser)]
@@ -288,9 +289,21 @@ fn violations(s: &sim::Summary) -> Vec<String> {
     v
 }
 
-fn main() -> anyhow::Result<()> {
+/// Exit status: 0 done, 2 bad input or I/O (one line on stderr), 3 an invariant broken
+/// (with `--check`).
+fn main() -> ExitCode {
     let args = Args::parse();
-    let input = input(&args)?;
+    match run(&args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("floodgate-sim: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    let input = input(args)?;
     let c = costs::Costs {
         gw_joins_per_s: args.gw_joins_per_s,
         gw_status_memory_per_s: args.gw_status_per_s,
@@ -331,7 +344,7 @@ fn main() -> anyhow::Result<()> {
         eprintln!("floodgate-sim: invariant violated: {v}");
     }
     if args.check && !broken.is_empty() {
-        std::process::exit(3);
+        return Ok(ExitCode::from(3));
     }
-    Ok(())
+    Ok(ExitCode::SUCCESS)
 }

@@ -8,7 +8,7 @@ use super::buyers::{BuyerParams, BuyerTotals, Buyers, Inventory};
 use super::polls::PollModel;
 use super::tick::{AdmissionState, TickConfig, tick};
 use super::timeline::Timeline;
-use super::waiting::{State, WaitingRoom};
+use super::waiting::{Due, WaitingRoom};
 use crate::event_config::{EventConfig, Mode};
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
@@ -121,23 +121,23 @@ pub fn simulate(input: &SimInput) -> SimOutput {
     loop {
         // Polls in (t − tick, t]: the queue as the previous tick left it.
         let due = w.take_due(k);
-        for &(fan, at) in &due {
-            match w.state(fan) {
-                State::Waiting if flag_at.is_some_and(|f| at >= f) => {
-                    tl.at(at).status_memory += 1.0;
+        for p in &due {
+            match w.due(p) {
+                Due::Waiting(_) if flag_at.is_some_and(|f| p.at >= f) => {
+                    tl.at(p.at).status_memory += 1.0;
                     told += 1;
-                    w.left(fan);
+                    w.left(p);
                 }
-                State::Waiting => {
-                    tl.at(at).status_memory += 1.0;
-                    w.polled(fan, at, input.sale_start_ms, &mut rng);
+                Due::Waiting(ahead) => {
+                    tl.at(p.at).status_memory += 1.0;
+                    w.polled(p, ahead, input.sale_start_ms, &mut rng);
                 }
-                State::Admitted => {
+                Due::Admitted(buyer) => {
                     // Answered by the status script (counted with the claim).
-                    buyers.claim_at(u64::from(w.buyer(fan)), at);
-                    w.left(fan);
+                    buyers.claim_at(u64::from(buyer), p.at);
+                    w.left(p);
                 }
-                State::Left => {}
+                Due::Gone => {}
             }
         }
         w.recycle(due);

@@ -150,3 +150,29 @@ fn room_errors_name_the_field() {
     .unwrap_err();
     assert!(e.contains("admit_per_minut") && e.contains("line 1"), "{e}");
 }
+
+#[test]
+fn per_fan_polls_settle_on_the_steady_state_rate() {
+    // 20,000 fans in 10 s, admitted at 1/s: after a couple of cap intervals the queue polls
+    // at the closed-form rate of its ranks (jitter adds ~1.4 %: E[1/x] over ±20 %).
+    let room = r#"{"sale_start":"2027-01-10T10:00:00Z","admit_per_minute":60}"#;
+    let mut i = input("flat:rate=2000,duration=10", room, 0);
+    i.max_duration_ms = 260_000;
+    let (_, tl) = run(&i, &costs());
+    let rows: Vec<_> = tl
+        .rows
+        .iter()
+        .filter(|r| (150..250).contains(&r.t))
+        .collect();
+    let simulated = rows.iter().map(|r| r.status_memory).sum::<f64>() / rows.len() as f64;
+    let model = super::polls::PollModel::new(60, 120, true);
+    let steady = rows
+        .iter()
+        .map(|r| model.steady_per_second(r.queue_length, 0))
+        .sum::<f64>()
+        / rows.len() as f64;
+    assert!(
+        (simulated / steady - 1.014).abs() < 0.03,
+        "{simulated} vs {steady}"
+    );
+}

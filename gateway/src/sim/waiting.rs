@@ -7,6 +7,10 @@
 //! their join or last poll (`queue::poll_after_ms`, with its ±20 % jitter), so a poll costs
 //! O(1) and two million fans simulate in seconds; an admitted fan learns it — claims — on
 //! that next poll, and a fan still waiting when the event sells out is told on theirs.
+//!
+//! A poll entry carries the fan's queue position, so a waiting fan's poll reads nothing else
+//! (admission pops positions in order: position below the pop cursor = admitted); the fan's
+//! own record is read only around their admission.
 
 use super::polls::PollModel;
 use rand::Rng;
@@ -14,7 +18,7 @@ use rand::rngs::SmallRng;
 use std::collections::VecDeque;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum State {
+enum State {
     Waiting,
     /// Popped by a tick; `pos` now holds the buyer id.
     Admitted,
@@ -22,7 +26,7 @@ pub enum State {
     Left,
 }
 
-/// What a poll needs of a fan, in one record (one cache line touched per poll).
+/// A fan's record, read at the join, the draw and the admission.
 #[derive(Debug, Clone, Copy)]
 struct Fan {
     /// FIFO: the join's sequence number; drawn: position in the draw; admitted: buyer id.
@@ -30,6 +34,33 @@ struct Fan {
     /// Pre-sale fans' draw score in [0, 1) (lower goes first); FIFO fans: -1.
     score: f32,
     state: State,
+}
+
+/// `Poll::key` bits: a drawn fan; with [`POSITION`], the low bits are their position in the
+/// draw, without it (entry made before the draw) their score as a 30-bit fraction. FIFO
+/// fans' keys are their join sequence number.
+const DRAWN: u32 = 1 << 31;
+const POSITION: u32 = 1 << 30;
+const LOW: u32 = POSITION - 1;
+/// A fan admitted at the join (passthrough): their one poll claims.
+const AT_JOIN: u32 = u32::MAX;
+
+/// A scheduled status poll.
+#[derive(Debug, Clone, Copy)]
+pub struct Poll {
+    pub at: i64,
+    fan: u32,
+    key: u32,
+}
+
+/// What a due poll finds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Due {
+    /// Still queued, this many ahead.
+    Waiting(u64),
+    /// Admitted: the poll claims (buyer id).
+    Admitted(u32),
+    Gone,
 }
 
 pub struct WaitingRoom {
@@ -42,10 +73,12 @@ pub struct WaitingRoom {
     fifo_joined: u64,
     fifo_popped: u64,
     /// Poll wheel: slot `k % len` holds the polls of step `k` (times in `(k−1, k]` steps).
-    wheel: Vec<Vec<(u32, i64)>>,
-    spare: Vec<(u32, i64)>,
+    wheel: Vec<Vec<Poll>>,
+    spare: Vec<Poll>,
     step_ms: i64,
     origin_ms: i64,
+    /// The last step whose polls were handed out.
+    taken: i64,
     scheduled: u64,
     polling: u64,
     pub polls: PollModel,
@@ -69,6 +102,7 @@ impl WaitingRoom {
             spare: Vec::new(),
             step_ms: step_ms.max(1),
             origin_ms,
+            taken: -1,
             scheduled: 0,
             polling: 0,
             polls,
@@ -98,43 +132,84 @@ impl WaitingRoom {
         self.arrival_ms[fan as usize]
     }
 
-    pub fn state(&self, fan: u32) -> State {
-        self.fans[fan as usize].state
-    }
-
-    /// The buyer id of an admitted fan.
-    pub fn buyer(&self, fan: u32) -> u32 {
-        self.fans[fan as usize].pos
-    }
-
-    /// Fans ahead of a waiting fan.
-    pub fn rank(&self, fan: u32) -> u64 {
+    /// The key a poll of `fan` carries now.
+    fn key(&self, fan: u32) -> u32 {
         let f = self.fans[fan as usize];
-        let draws_left = (self.draws.len() - self.next_draw) as u64;
-        if f.score >= 0.0 {
-            if self.drawn {
-                u64::from(f.pos).saturating_sub(self.next_draw as u64)
-            } else {
-                // Before the draw: the share of current draws scoring lower.
-                (f64::from(f.score) * self.draws.len() as f64) as u64
-            }
-        } else {
-            draws_left + u64::from(f.pos).saturating_sub(self.fifo_popped)
+        match (f.score >= 0.0, self.drawn) {
+            (false, _) => f.pos,
+            (true, true) => DRAWN | POSITION | f.pos,
+            (true, false) => DRAWN | ((f64::from(f.score) * f64::from(LOW)) as u32 & LOW),
         }
     }
 
-    /// The interval the gateway gives a fan `ahead` of the queue at `now`.
-    pub fn interval_ms(&self, ahead: u64, now: i64, sale_start_ms: i64, rng: &mut SmallRng) -> u64 {
-        let until_start = u64::try_from(sale_start_ms - now).unwrap_or(0);
-        let jitter = rng.random::<f64>() * 2.0 - 1.0;
-        self.polls.interval_ms(ahead, until_start, jitter)
+    /// An admitted (or gone) fan's poll.
+    fn admitted(&self, fan: u32) -> Due {
+        let f = self.fans[fan as usize];
+        match f.state {
+            State::Admitted => Due::Admitted(f.pos),
+            State::Waiting | State::Left => Due::Gone,
+        }
     }
 
-    fn schedule(&mut self, fan: u32, at: i64) {
-        let step = (at - self.origin_ms).div_euclid(self.step_ms) + 1;
+    /// What the poll finds, from its key alone while the fan waits.
+    pub fn due(&self, p: &Poll) -> Due {
+        if p.key == AT_JOIN {
+            return self.admitted(p.fan);
+        }
+        let draws_left = (self.draws.len() - self.next_draw) as u64;
+        if p.key & DRAWN == 0 {
+            let seq = u64::from(p.key);
+            if seq < self.fifo_popped {
+                return self.admitted(p.fan);
+            }
+            return Due::Waiting(draws_left + seq - self.fifo_popped);
+        }
+        let pos = if p.key & POSITION != 0 {
+            p.key & LOW
+        } else if self.drawn {
+            // Scheduled before the draw: the fan's drawn position, once.
+            self.fans[p.fan as usize].pos
+        } else {
+            // Before the draw: the share of current draws scoring lower.
+            let share = f64::from(p.key & LOW) / f64::from(LOW);
+            return Due::Waiting((share * self.draws.len() as f64) as u64);
+        };
+        if (pos as usize) < self.next_draw {
+            return self.admitted(p.fan);
+        }
+        Due::Waiting(u64::from(pos) - self.next_draw as u64)
+    }
+
+    fn schedule(&mut self, p: Poll) {
+        // A poll due in a step already handed out (a passthrough claim, or a tick longer than
+        // the shortest interval) goes to the next step; its time stays exact.
+        let step = (p.at - self.origin_ms + self.step_ms - 1)
+            .div_euclid(self.step_ms)
+            .max(self.taken + 1);
         let slot = step.rem_euclid(self.wheel.len() as i64) as usize;
-        self.wheel[slot].push((fan, at));
+        self.wheel[slot].push(p);
         self.scheduled += 1;
+    }
+
+    /// The next poll of a fan `ahead` of the queue who just polled (or joined) at `now`;
+    /// `key` is what the poll carries (see [`Poll`]).
+    fn poll_again(
+        &mut self,
+        fan: u32,
+        key: u32,
+        ahead: u64,
+        now: i64,
+        start: i64,
+        rng: &mut SmallRng,
+    ) {
+        let until_start = u64::try_from(start - now).unwrap_or(0);
+        let jitter = rng.random::<f64>() * 2.0 - 1.0;
+        let iv = self.polls.interval_ms(ahead, until_start, jitter);
+        self.schedule(Poll {
+            at: now + iv as i64,
+            fan,
+            key,
+        });
     }
 
     /// A join at `now` that queues the fan (`presale`: drawn). Schedules the first poll at
@@ -143,25 +218,31 @@ impl WaitingRoom {
         let fan = self.arrival_ms.len() as u32;
         self.arrival_ms.push(now);
         self.polling += 1;
-        let rec = if presale {
+        let (rec, ahead) = if presale {
+            let score = rng.random::<f32>();
+            let ahead = (f64::from(score) * self.draws.len() as f64) as u64;
             self.draws.push(fan);
-            Fan {
-                pos: (self.draws.len() - 1) as u32,
-                score: rng.random::<f32>(),
-                state: State::Waiting,
-            }
+            let pos = (self.draws.len() - 1) as u32;
+            let state = State::Waiting;
+            (Fan { pos, score, state }, ahead)
         } else {
+            let ahead = self.len();
             self.fifo.push_back(fan);
             self.fifo_joined += 1;
-            Fan {
-                pos: (self.fifo_joined - 1) as u32,
-                score: -1.0,
-                state: State::Waiting,
-            }
+            let pos = (self.fifo_joined - 1) as u32;
+            let state = State::Waiting;
+            (
+                Fan {
+                    pos,
+                    score: -1.0,
+                    state,
+                },
+                ahead,
+            )
         };
         self.fans.push(rec);
-        let iv = self.interval_ms(self.rank(fan), now, sale_start_ms, rng);
-        self.schedule(fan, now + iv as i64);
+        let key = self.key(fan);
+        self.poll_again(fan, key, ahead, now, sale_start_ms, rng);
         fan
     }
 
@@ -174,7 +255,11 @@ impl WaitingRoom {
             score: -1.0,
             state: State::Admitted,
         });
-        self.schedule(fan, now);
+        self.schedule(Poll {
+            at: now,
+            fan,
+            key: AT_JOIN,
+        });
         fan
     }
 
@@ -222,7 +307,8 @@ impl WaitingRoom {
 
     /// The polls due in step `k` (times in `(origin + (k−1)·step, origin + k·step]`).
     /// Hand the vector back with [`WaitingRoom::recycle`] to keep its capacity.
-    pub fn take_due(&mut self, k: i64) -> Vec<(u32, i64)> {
+    pub fn take_due(&mut self, k: i64) -> Vec<Poll> {
+        self.taken = k;
         let slot = k.rem_euclid(self.wheel.len() as i64) as usize;
         let spare = std::mem::take(&mut self.spare);
         let due = std::mem::replace(&mut self.wheel[slot], spare);
@@ -230,20 +316,22 @@ impl WaitingRoom {
         due
     }
 
-    pub fn recycle(&mut self, mut due: Vec<(u32, i64)>) {
+    pub fn recycle(&mut self, mut due: Vec<Poll>) {
         due.clear();
         self.spare = due;
     }
 
-    /// A waiting fan's poll at `at` answered "waiting": the next one is scheduled.
-    pub fn polled(&mut self, fan: u32, at: i64, sale_start_ms: i64, rng: &mut SmallRng) {
-        let iv = self.interval_ms(self.rank(fan), at, sale_start_ms, rng);
-        self.schedule(fan, at + iv as i64);
+    /// A waiting fan's poll answered "waiting" (`ahead` in front): the next is scheduled.
+    pub fn polled(&mut self, p: &Poll, ahead: u64, sale_start_ms: i64, rng: &mut SmallRng) {
+        // The same key, unless it was made before the draw and the draw has happened since.
+        let stale = p.key & (DRAWN | POSITION) == DRAWN && self.drawn;
+        let key = if stale { self.key(p.fan) } else { p.key };
+        self.poll_again(p.fan, key, ahead, p.at, sale_start_ms, rng);
     }
 
     /// The fan is gone (claimed, or told the queue is over).
-    pub fn left(&mut self, fan: u32) {
-        let f = &mut self.fans[fan as usize];
+    pub fn left(&mut self, p: &Poll) {
+        let f = &mut self.fans[p.fan as usize];
         if f.state == State::Waiting {
             self.polling -= 1;
         }
@@ -265,19 +353,54 @@ mod tests {
             .map(|i| w.join(2000 + i, false, 1000, &mut rng))
             .collect();
         assert_eq!(w.len(), 110);
-        assert_eq!(w.rank(late[0]), 100);
         w.draw();
         let order: Vec<u32> = (0..100).filter_map(|_| w.pop()).collect();
         let mut sorted = pre.clone();
-        sorted.sort_by(|a, b| {
-            let s = |f: &u32| w.fans[*f as usize].score;
-            s(a).total_cmp(&s(b))
-        });
+        let score = |f: &u32| w.fans[*f as usize].score;
+        sorted.sort_by(|a, b| score(a).total_cmp(&score(b)));
         assert_eq!(order, sorted);
         assert_ne!(order, pre, "the draw is not arrival order");
-        assert_eq!(w.rank(late[3]), 3);
+        let p = Poll {
+            at: 0,
+            fan: late[3],
+            key: w.key(late[3]),
+        };
+        assert_eq!(w.due(&p), Due::Waiting(3));
+        // A poll scheduled while waiting finds the fan admitted once popped.
+        let p = Poll {
+            at: 0,
+            fan: late[0],
+            key: w.key(late[0]),
+        };
         assert_eq!(w.pop(), Some(late[0]));
         assert_eq!(w.polling(), 9);
+        w.set_buyer(late[0], Some(7));
+        assert_eq!(w.due(&p), Due::Admitted(7));
+    }
+
+    #[test]
+    fn a_poll_made_before_the_draw_finds_its_drawn_place() {
+        let mut rng = SmallRng::seed_from_u64(9);
+        let mut w = WaitingRoom::new(PollModel::new(600, 120, true), 0, 250);
+        let fans: Vec<u32> = (0..50).map(|i| w.join(i, true, 1000, &mut rng)).collect();
+        let early: Vec<Poll> = fans
+            .iter()
+            .map(|f| Poll {
+                at: 0,
+                fan: *f,
+                key: w.key(*f),
+            })
+            .collect();
+        w.draw();
+        let mut ranks: Vec<u64> = early
+            .iter()
+            .map(|p| match w.due(p) {
+                Due::Waiting(r) => r,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        ranks.sort_unstable();
+        assert_eq!(ranks, (0..50).collect::<Vec<_>>());
     }
 
     #[test]
@@ -288,9 +411,9 @@ mod tests {
         // Rank 0: every second ± 20 %.
         let mut seen = None;
         for k in 1..=8 {
-            for (fan, at) in w.take_due(k) {
-                assert_eq!(fan, f);
-                seen = Some(at);
+            for p in w.take_due(k) {
+                assert_eq!(p.fan, f);
+                seen = Some(p.at);
             }
         }
         let at = seen.expect("polled within 2 s");
