@@ -101,10 +101,9 @@ struct Args {
     /// Joins/s one gateway process answers (bench:gateway "join through the gateway").
     #[arg(long, default_value_t = costs::GW_JOINS_PER_S)]
     gw_joins_per_s: f64,
-    /// Status polls/s from memory one gateway process answers (until "Status polls from
-    /// memory" is measured: bench:gateway "status poll through the gateway", one Redis call
-    /// each, an upper bound on the cost).
-    #[arg(long, default_value_t = costs::GW_STATUS_PER_S)]
+    /// Status polls/s from memory one gateway process answers (bench:gateway "Status polls
+    /// from memory", gateway-status-mem-1x2).
+    #[arg(long, default_value_t = costs::GW_STATUS_MEMORY_PER_S)]
     gw_status_per_s: f64,
     /// Claiming status polls/s one gateway process answers (bench:gateway "status poll
     /// through the gateway").
