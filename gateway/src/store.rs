@@ -18,18 +18,15 @@
 
 use crate::draw::ReceiptClaims;
 use crate::event_config::EventConfig;
-use crate::progress::{GONE_READ_LIMIT, Progress};
 use redis::Value;
 use shared::config::RedisSettings;
-use shared::redis_conn::{Conn, Connector, query_per_slot};
-use std::collections::HashMap;
-use std::sync::Arc;
+use shared::redis_conn::{Conn, Connector};
 use std::time::Duration;
 
 mod outcomes;
 mod scripts;
+mod snapshots;
 
-use outcomes::snapshot;
 pub use outcomes::{Draw, EventSnapshot, JoinOutcome, Place, StatusOutcome, TickOutcome};
 pub use scripts::{JOIN_LUA, STATUS_LUA};
 use scripts::{Reply, SCRIPTS};
@@ -419,105 +416,6 @@ impl Store {
                 seed: (tag == "revealed").then(|| r.str(3).unwrap_or("").to_owned()),
             }),
         })
-    }
-
-    /// Reads one event's snapshot (`None`: no config), its queue progress included (without
-    /// the draw histogram, which the refresher adds).
-    pub async fn load_event(&self, event: &str) -> Result<Option<EventSnapshot>, StoreError> {
-        let mut all = self.load_events(&[event.to_owned()], true).await?;
-        Ok(all.pop().and_then(|(_, s)| s.config.is_some().then_some(s)))
-    }
-
-    /// Reads every configured event's snapshot in one pipelined round trip (plus one for
-    /// the index). `with_progress`: also each event's queue progress (two more small reads
-    /// per event; the refresher asks once a second).
-    pub async fn load_all(
-        &self,
-        with_progress: bool,
-    ) -> Result<Vec<(String, EventSnapshot)>, StoreError> {
-        let key = self.events_key();
-        let mut events: Vec<String> = self
-            .with(|mut c| async move { redis::cmd("SMEMBERS").arg(key).query_async(&mut c).await })
-            .await?;
-        events.sort();
-        self.load_events(&events, with_progress).await
-    }
-
-    async fn load_events(
-        &self,
-        events: &[String],
-        with_progress: bool,
-    ) -> Result<Vec<(String, EventSnapshot)>, StoreError> {
-        if events.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut pipes = Vec::with_capacity(events.len());
-        for e in events {
-            let mut pipe = redis::pipe();
-            pipe.cmd("HGETALL").arg(self.key(e, "cfg"));
-            pipe.cmd("EXISTS").arg(self.key(e, "sold_out"));
-            pipe.cmd("HGETALL").arg(self.key(e, "revoked"));
-            if with_progress {
-                pipe.cmd("HGETALL").arg(self.key(e, "prog"));
-                pipe.cmd("ZRANGE")
-                    .arg(self.key(e, "qgone"))
-                    .arg(0)
-                    .arg(GONE_READ_LIMIT - 1)
-                    .arg("WITHSCORES");
-            }
-            pipes.push(pipe);
-        }
-        let per_event = if with_progress { 5 } else { 3 };
-        let snaps: Vec<EventSnapshot> = self
-            .with(|mut c| async move {
-                let flat = query_per_slot(&mut c, &pipes).await?;
-                let mut snaps = Vec::with_capacity(flat.len() / per_event);
-                let mut it = flat.into_iter();
-                while let (Some(a), Some(b), Some(d)) = (it.next(), it.next(), it.next()) {
-                    let mut snap = snapshot(
-                        redis::from_redis_value(a)?,
-                        redis::from_redis_value(b)?,
-                        redis::from_redis_value(d)?,
-                    );
-                    if with_progress {
-                        let prog: HashMap<String, String> =
-                            redis::from_redis_value(it.next().unwrap_or(Value::Nil))?;
-                        let gone: Vec<(String, f64)> =
-                            redis::from_redis_value(it.next().unwrap_or(Value::Nil))?;
-                        snap.progress = Arc::new(Progress::from_redis(&prog, gone));
-                    }
-                    snaps.push(snap);
-                }
-                Ok(snaps)
-            })
-            .await?;
-        Ok(events.iter().cloned().zip(snaps).collect())
-    }
-
-    /// The draw-score histograms of `events` (the `BITFIELD` strings), in one round trip.
-    pub async fn load_histograms(&self, events: &[String]) -> Result<Vec<Vec<u8>>, StoreError> {
-        if events.is_empty() {
-            return Ok(Vec::new());
-        }
-        let pipes: Vec<redis::Pipeline> = events
-            .iter()
-            .map(|e| {
-                let mut p = redis::pipe();
-                p.cmd("GET").arg(self.key(e, "hist"));
-                p
-            })
-            .collect();
-        self.with(|mut c| async move {
-            let v = query_per_slot(&mut c, &pipes).await?;
-            v.into_iter()
-                .map(|x| {
-                    redis::from_redis_value::<Option<Vec<u8>>>(x)
-                        .map(Option::unwrap_or_default)
-                        .map_err(redis::RedisError::from)
-                })
-                .collect()
-        })
-        .await
     }
 
     /// Spends one request of a budget shared by every instance (`limits.rs`): `Ok(None)` when
