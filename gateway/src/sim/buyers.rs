@@ -424,20 +424,7 @@ mod tests {
     use rand::SeedableRng;
 
     fn params(seats: u64, vanish: f64) -> BuyerParams {
-        BuyerParams {
-            seats,
-            seats_per_fan: 2,
-            vanish,
-            no_show: 0.0,
-            think_ms: 200,
-            booking_ms: 30,
-            hold_ttl_s: 20,
-            look_every_ms: 1000,
-            seat_wait_extra_ms: 15_000,
-            token_ttl_s: 600,
-            session_slack_s: 30,
-            max_session_s: 1800,
-        }
+        crate::sim::tests::surge_buyers(seats, vanish)
     }
 
     /// `fans` admitted 300 ms apart, each claiming half a second later.

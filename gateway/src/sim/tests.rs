@@ -16,20 +16,7 @@ fn input(curve: &str, room_json: &str, seats: u64) -> SimInput {
         sale_start_ms: -60_000,
         tick_ms: 250,
         passthrough_batch: 5000,
-        buyers: BuyerParams {
-            seats,
-            seats_per_fan: 2,
-            vanish: 0.1,
-            no_show: 0.0,
-            think_ms: 200,
-            booking_ms: 30,
-            hold_ttl_s: 20,
-            look_every_ms: 1000,
-            seat_wait_extra_ms: 15_000,
-            token_ttl_s: 600,
-            session_slack_s: 30,
-            max_session_s: 1800,
-        },
+        buyers: surge_buyers(seats, 0.1),
         sold_out_flag_delay_ms: 500,
         stop_after_sold_out_ms: None,
         max_duration_ms: 3_600_000,
@@ -175,4 +162,22 @@ fn per_fan_polls_settle_on_the_steady_state_rate() {
         (simulated / steady - 1.014).abs() < 0.03,
         "{simulated} vs {steady}"
     );
+}
+
+/// The surge bench's buyers (2 seats each, 20 s holds), for the unit tests.
+pub(super) fn surge_buyers(seats: u64, vanish: f64) -> BuyerParams {
+    BuyerParams {
+        seats,
+        seats_per_fan: 2,
+        vanish,
+        no_show: 0.0,
+        think_ms: 200,
+        booking_ms: 30,
+        hold_ttl_s: 20,
+        look_every_ms: 1000,
+        seat_wait_extra_ms: 15_000,
+        token_ttl_s: 600,
+        session_slack_s: 30,
+        max_session_s: 1800,
+    }
 }

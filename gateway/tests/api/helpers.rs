@@ -421,3 +421,19 @@ pub async fn api_post(app: &TestApp, token: &str, path: &str, body: String) -> r
         .await
         .unwrap()
 }
+
+/// A gauge or counter from a gateway's admin `/metrics` (`admin`: its admin address).
+pub async fn metric(http: &reqwest::Client, admin: &str, name: &str) -> Option<i64> {
+    let text = http
+        .get(format!("http://{admin}/metrics"))
+        .send()
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    let prefix = format!("{name} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|v| v.trim().parse().ok())
+}

@@ -7,19 +7,8 @@ use reqwest::StatusCode;
 use serde_json::json;
 use std::time::{Duration, Instant};
 
-async fn members(app_admin: &str, http: &reqwest::Client) -> u32 {
-    let text = http
-        .get(format!("http://{app_admin}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix("fg_gateway_members "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
+async fn members(admin: &str, http: &reqwest::Client) -> i64 {
+    metric(http, admin, "fg_gateway_members").await.unwrap_or(0)
 }
 
 async fn status_at(http: &reqwest::Client, public: &str, event: &str, token: &str) -> StatusCode {

@@ -463,19 +463,10 @@ async fn raw_status(addr: std::net::SocketAddr, request: &str) -> u16 {
 async fn requests_in_flight_counts_open_requests() {
     use tokio_tungstenite::tungstenite::client::IntoClientRequest;
     let app = TestApp::spawn().await;
+    let admin = app.gw().admin.to_string();
     let in_flight = || async {
-        let text = app
-            .http
-            .get(app.admin_url("/metrics"))
-            .send()
+        metric(&app.http, &admin, "fg_requests_in_flight")
             .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        text.lines()
-            .find_map(|l| l.strip_prefix("fg_requests_in_flight "))
-            .and_then(|v| v.trim().parse::<i64>().ok())
             .expect("fg_requests_in_flight exported")
     };
     let tok = fan_token();
