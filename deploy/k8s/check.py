@@ -42,13 +42,14 @@ def struct_fields(path: str, name: str) -> set[str]:
     return set(re.findall(r"^\s*pub (\w+):", m.group(1), re.M))
 
 
-SHARED = "shared/src/config.rs"
+SHARED = "shared/src/config.rs"  # the loader (env aliases)
+SHARED_SECTIONS = "shared/src/config/sections.rs"  # the settings structs
 SECTIONS = {  # [section] -> the struct that deserializes it
-    "log": (SHARED, "LogSettings"),
-    "tokens": (SHARED, "TokenSettings"),
-    "identity": (SHARED, "IdentitySettings"),
-    "redis": (SHARED, "RedisSettings"),
-    "database": (SHARED, "DatabaseSettings"),
+    "log": (SHARED_SECTIONS, "LogSettings"),
+    "tokens": (SHARED_SECTIONS, "TokenSettings"),
+    "identity": (SHARED_SECTIONS, "IdentitySettings"),
+    "redis": (SHARED_SECTIONS, "RedisSettings"),
+    "database": (SHARED_SECTIONS, "DatabaseSettings"),
     "gateway": ("gateway/src/config.rs", "GatewaySettings"),
     "booking": ("booking/src/app/config.rs", "BookingSettings"),
     "payments": ("booking/src/payments.rs", "PaymentSettings"),
