@@ -32,6 +32,9 @@ use std::sync::Arc;
 #[derive(Clone)]
 pub struct InventoryState {
     pub pool: PgPool,
+    /// The hold statements' own connections ([`holds::take::hold_pool`]): their settings are
+    /// the connection's, so a hold or a release is one statement with no transaction around it.
+    pub hold_pool: PgPool,
     pub auth: Auth,
     pub settings: Arc<InventorySettings>,
     pub metrics: InventoryMetrics,
@@ -47,6 +50,7 @@ impl InventoryState {
         metrics: InventoryMetrics,
     ) -> Self {
         Self {
+            hold_pool: holds::take::hold_pool(&pool, settings.async_commit_holds),
             pool,
             auth,
             settings: Arc::new(settings),

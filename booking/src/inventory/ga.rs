@@ -91,11 +91,11 @@ async fn hold_ga(
     req: GaHoldRequest,
 ) -> Result<(GaHoldResponse, i64), InventoryError> {
     let qty = check_ga_request(&req.tier, req.quantity)?;
-    let (pool, async_commit) = (&state.pool, state.settings.async_commit_holds);
+    let pool = &state.hold_pool;
     let mut healed = false;
     loop {
         let attempt = db::retry(4, || {
-            repo::take_units_tx(pool, async_commit, event, account, &req.tier, qty)
+            repo::take_units_tx(pool, event, account, &req.tier, qty)
         })
         .await?;
         match attempt {

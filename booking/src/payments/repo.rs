@@ -115,23 +115,16 @@ pub async fn start_attempt(
             Begin::Replay(stored) => return Ok((Start::Replay(stored), None)),
         };
         // The order row lock taken here also serialises concurrent pay requests for this
-        // order through the attempt bookkeeping below.
-        let order: Option<(Option<String>, i64, String, Option<String>)> = sqlx::query_as(
-            "UPDATE orders
-                SET expires_at = GREATEST(expires_at,
-                                          clock_timestamp() + make_interval(secs => $3)),
-                    updated_at = clock_timestamp()
-              WHERE id = $1 AND account_id = $2 AND status = 'PENDING_PAYMENT'
-                AND expires_at > clock_timestamp()
-             RETURNING hold_id, total, currency, event_id",
-        )
-        .bind(order_id)
-        .bind(account)
-        .bind(pin_s)
-        .fetch_optional(&mut *tx)
-        .await
-        .statement("pin the order")?;
-        let Some((hold_id, total, currency, event)) = order else {
+        // order through the attempt bookkeeping below. The order's pin and its hold's pin are
+        // one statement: the hold part runs only for a pinned order that has a hold.
+        let order: Option<PinnedOrder> = sqlx::query_as(PIN_ORDER_AND_HOLD)
+            .bind(order_id)
+            .bind(account)
+            .bind(pin_s)
+            .fetch_optional(&mut *tx)
+            .await
+            .statement("pin the order and its hold")?;
+        let Some((hold_id, total, currency, event, hold_kept)) = order else {
             drop(tx);
             return Ok((not_payable(pool, order_id, account, admission).await?, None));
         };
@@ -139,9 +132,8 @@ pub async fn start_attempt(
             // Dropping the transaction undoes the pin and the claim.
             return Ok((Start::WrongEvent, None));
         }
-        if let Some(hold_id) = &hold_id
-            && !extend_hold_tx(&mut tx, hold_id, pin_s).await?
-        {
+        if hold_id.is_some() && !hold_kept {
+            // The statement may have changed rows: dropping the transaction undoes them.
             return Ok((Start::Unpayable(Unpayable::HoldLost), None));
         }
         let inserted: Option<Attempt> = sqlx::query_as(concat!(
@@ -196,40 +188,43 @@ pub async fn start_attempt(
     .await
 }
 
-/// Extends an ordered hold and its seats to at least now + `pin_s` (never shortens), in ONE
-/// statement (seats locked in `seat_id` order, like every other seat path). False when the
-/// hold no longer holds all its seats: the statement may have changed rows then, so the
-/// caller rolls its transaction back (it does: no pin, no attempt).
-async fn extend_hold_tx(conn: &mut PgConnection, hold_id: &str, pin_s: f64) -> PaymentResult<bool> {
-    let hold: Option<(String, i32, i64)> = sqlx::query_as(
-        "WITH h AS (
-             UPDATE holds
-                SET expires_at = GREATEST(expires_at,
-                                          clock_timestamp() + make_interval(secs => $2))
-              WHERE id = $1 AND status = 'ordered'
-             RETURNING id, event_id, kind, quantity, expires_at),
-         mine AS (
-             SELECT s.event_id, s.seat_id FROM seats s JOIN h ON s.event_id = h.event_id
-              WHERE h.kind = 'seats' AND s.hold_id = h.id AND s.status = 'held'
-              ORDER BY s.seat_id
-              FOR UPDATE OF s),
-         upd AS (
-             UPDATE seats s SET held_until = GREATEST(s.held_until, h.expires_at)
-               FROM mine m, h
-              WHERE s.event_id = m.event_id AND s.seat_id = m.seat_id
-             RETURNING 1)
-         SELECT h.kind, h.quantity, (SELECT count(*) FROM upd)::bigint FROM h",
-    )
-    .bind(hold_id)
-    .bind(pin_s)
-    .fetch_optional(&mut *conn)
-    .await
-    .statement("pin the order's hold and its seats")?;
-    Ok(match hold {
-        None => false,
-        Some((kind, quantity, extended)) => kind != "seats" || extended == i64::from(quantity),
-    })
-}
+/// The pinned order: hold id, total, currency, event, and whether its hold (if any) still
+/// holds all it held.
+type PinnedOrder = (Option<String>, i64, String, Option<String>, bool);
+
+/// Pins a payable order and its hold to at least now + `$3` seconds (never shortens), in ONE
+/// statement: the order (only while `PENDING_PAYMENT` and unexpired; its row lock serialises
+/// pay requests), then its `ordered` hold and the hold's seats (locked in `seat_id` order,
+/// like every other seat path). No row when the order is not payable. The last column is
+/// false when the hold no longer holds all its seats (or is gone): the statement may have
+/// changed rows then, so the caller rolls its transaction back (it does: no pin, no attempt).
+const PIN_ORDER_AND_HOLD: &str = "
+WITH o AS (
+    UPDATE orders
+       SET expires_at = GREATEST(expires_at, clock_timestamp() + make_interval(secs => $3)),
+           updated_at = clock_timestamp()
+     WHERE id = $1 AND account_id = $2 AND status = 'PENDING_PAYMENT'
+       AND expires_at > clock_timestamp()
+    RETURNING hold_id, total, currency, event_id),
+h AS (
+    UPDATE holds
+       SET expires_at = GREATEST(expires_at, clock_timestamp() + make_interval(secs => $3))
+     WHERE id = (SELECT hold_id FROM o) AND status = 'ordered'
+    RETURNING id, event_id, kind, quantity, expires_at),
+mine AS (
+    SELECT s.event_id, s.seat_id FROM seats s JOIN h ON s.event_id = h.event_id
+     WHERE h.kind = 'seats' AND s.hold_id = h.id AND s.status = 'held'
+     ORDER BY s.seat_id
+     FOR UPDATE OF s),
+upd AS (
+    UPDATE seats s SET held_until = GREATEST(s.held_until, h.expires_at)
+      FROM mine m, h
+     WHERE s.event_id = m.event_id AND s.seat_id = m.seat_id
+    RETURNING 1)
+SELECT o.hold_id, o.total, o.currency, o.event_id,
+       COALESCE((SELECT h.kind <> 'seats' OR (SELECT count(*) FROM upd) = h.quantity FROM h),
+                false)
+  FROM o";
 
 /// Why an order cannot be paid now (read after the conditional pin changed nothing).
 async fn not_payable(

@@ -225,6 +225,14 @@ async fn apply_outcome(
     intent_id: &str,
     declined: Option<&str>,
 ) -> PaymentResult<Answer> {
+    if declined.is_none() {
+        // One statement instead of a transaction for the success that follows a pay answer.
+        match repo::record_settled_success(&state.pool, &event.id, &event.kind, payment_id).await? {
+            repo::Settled::Recorded => return Ok(Answer::Applied),
+            repo::Settled::Duplicate => return Ok(Answer::Duplicate),
+            repo::Settled::Open => {}
+        }
+    }
     let applied = db::retry(3, || async {
         let mut tx = state
             .pool

@@ -198,8 +198,10 @@ async fn seat_hold_cut_from_postgres_answers_503_changes_nothing_and_holds_once_
     assert_eq!(db_state(&app.pool).await, before);
     db.restore();
 
-    // Cut inside the hold transaction: usage reserved and hold row inserted, waiting for a
-    // seat the test has locked.
+    // Cut while the hold statement (one autocommit statement) waits for a seat the test has
+    // locked: Postgres notices the client is gone while the statement waits
+    // (`client_connection_check_interval`) and aborts it, so the lock's release finds
+    // nothing left to commit.
     let lock = Blocker::take(
         &app,
         "SELECT 1 FROM seats WHERE event_id = 'ev' AND seat_id = $1 FOR UPDATE",
@@ -210,9 +212,9 @@ async fn seat_hold_cut_from_postgres_answers_503_changes_nothing_and_holds_once_
     booking_waits_on_lock(&app).await;
     db.cut().await;
     assert_unavailable(&cut_request.await.expect("request task"));
-    lock.release().await;
     booking_disconnected(&app).await;
-    assert_eq!(db_state(&app.pool).await, before, "a half-done hold");
+    lock.release().await;
+    assert_eq!(db_state(&app.pool).await, before, "a hold for a request that vanished");
 
     // The pool reconnects by itself: the same request now holds the seats, once.
     db.restore();

@@ -336,6 +336,78 @@ async fn the_per_account_limit_holds_under_concurrent_requests() {
     app.stop().await;
 }
 
+/// The seat hold is one statement with no transaction around it, so every refusal must be
+/// decided before anything is written: a request one seat short, over the limit, or racing an
+/// identical request leaves no usage, no hold row and no seat behind (the seats it could have
+/// taken stay free, an expired hold it would have reclaimed stays as it was).
+#[tokio::test]
+async fn a_refused_hold_writes_nothing() {
+    let app = TestApp::spawn().await;
+    create_event(&app, &small_event("ev", 2, 10, 10, 1)).await;
+    let (status, h) = hold(&app, "ev", "alice", &["S1-R1-1"]).await;
+    assert_eq!(status, 201, "{h}");
+    let (status, carol) = hold(&app, "ev", "carol", &["S1-R1-5"]).await;
+    assert_eq!(status, 201, "{carol}");
+    let carol_hold = carol["hold_id"].as_str().unwrap().to_owned();
+    expire_in_db(&app, &carol_hold).await;
+    let before = db_state(&app.pool).await;
+
+    // One of three seats is taken: 409 naming it, and the two free ones (one of them
+    // reclaimable from carol's expired hold) are not touched.
+    let (status, err) = hold(&app, "ev", "bob", &["S1-R1-1", "S1-R1-2", "S1-R1-5"]).await;
+    assert_eq!(
+        (status, err["code"].as_str()),
+        (409, Some("SEAT_TAKEN")),
+        "{err}"
+    );
+    assert_eq!(err["seats"], json!(["S1-R1-1"]));
+    assert_eq!(db_state(&app.pool).await, before);
+    assert_eq!(usage(&app, "ev", "bob").await, 0);
+    assert_eq!(
+        seats_of(&app, &carol_hold).await,
+        BTreeSet::from(["S1-R1-5".to_owned()])
+    );
+
+    // Over the limit (4 per account) with free seats: nothing written either.
+    let five = ["S2-R1-1", "S2-R1-2", "S2-R1-3", "S2-R1-4", "S2-R1-5"];
+    let (status, err) = hold(&app, "ev", "bob", &five).await;
+    assert_eq!(status, 409, "{err}");
+    assert_eq!(err["code"], "LIMIT_EXCEEDED", "{err}");
+    assert_eq!(db_state(&app.pool).await, before);
+
+    // Sixty fans race for the same four seats: one wins, and the usage of the fifty-nine
+    // losers is exactly zero.
+    let four = ["S2-R2-1", "S2-R2-2", "S2-R2-3", "S2-R2-4"];
+    let fans: Vec<String> = (0..60).map(|i| format!("fan-{i}")).collect();
+    let results = join_all(fans.iter().map(|f| hold(&app, "ev", f, &four))).await;
+    let won: Vec<&String> = fans
+        .iter()
+        .zip(&results)
+        .filter(|(_, (s, _))| *s == 201)
+        .map(|(f, _)| f)
+        .collect();
+    assert_eq!(won.len(), 1, "{results:?}");
+    assert!(
+        results
+            .iter()
+            .all(|(s, v)| *s == 201 || v["code"] == "SEAT_TAKEN")
+    );
+    let usage_total: i64 = sqlx::query_scalar(
+        "SELECT COALESCE(sum(tickets), 0) FROM account_event_usage
+          WHERE event_id = 'ev' AND account_id LIKE 'fan-%'",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(usage_total, 4);
+    let holds: i64 = sqlx::query_scalar("SELECT count(*) FROM holds WHERE account_id LIKE 'fan-%'")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(holds, 1);
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn holds_before_the_sale_start_are_refused() {
     let app = TestApp::spawn().await;

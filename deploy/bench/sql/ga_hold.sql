@@ -4,21 +4,37 @@
 -- a random start with SKIP LOCKED, waiting only when the tier has one shard, the allocation,
 -- the price; booking's fallbacks when every shard is busy are not here) followed by the
 -- DELETE /api/holds/{id} that releases it (RELEASE_OWN of holds/release.rs), like loadgen's GA
--- cycle. Run against a tier of 1 shard or of 8. A hold that finds no units rolls back (as in
--- booking; never with the bench's 10M units); holds.sh counts released holds. Parameters are inlined as
--- pgbench variables. Booking sends its transaction settings
--- (begin_hold_tx: plan_cache_mode, enable_seqscan, synchronous_commit) in BEGIN's round trip;
--- pgbench cannot in prepared mode, so holds.sh sets them for the session (PGOPTIONS) and each
--- transaction here is, like booking's, BEGIN + one statement + COMMIT.
+-- cycle. Run against a tier of 1 shard or of 8. A hold that finds no units writes nothing (as in
+-- booking; never with the bench's 10M units); holds.sh counts released holds. Parameters are
+-- inlined as pgbench variables. Booking's hold connections carry their settings (take.rs
+-- hold_pool: plan_cache_mode, enable_seqscan, synchronous_commit) as startup options;
+-- holds.sh sets the same for pgbench's sessions (PGOPTIONS). Each statement here is, like
+-- booking's, one autocommit statement (no BEGIN/COMMIT).
 -- Variables: -D event=<id> (-D async is unused: see above).
 \set acct random(1, 2000000000)
 \set hid random(1, 9000000000000000000)
 \set start random(0, 63)
-BEGIN;
-WITH usage AS (
+WITH got AS (
+    SELECT shard, 1 AS take FROM (
+        SELECT shard FROM ga_counters
+        WHERE event_id = :event AND tier = 'FLOOR' AND available >= 1
+        ORDER BY (shard + 64 - :start) % 64
+        LIMIT 1
+        FOR UPDATE SKIP LOCKED) free
+    UNION ALL
+    SELECT shard, 1 FROM (
+        SELECT shard FROM ga_counters
+        WHERE event_id = :event AND tier = 'FLOOR' AND available >= 1
+          AND NOT EXISTS (SELECT 1 FROM ga_counters o
+                          WHERE o.event_id = :event AND o.tier = 'FLOOR' AND o.shard <> 0)
+        FOR UPDATE) only_shard
+    LIMIT 1),
+usage AS (
     INSERT INTO account_event_usage AS u (event_id, account_id, tickets)
     SELECT e.id, ('pg-' || :acct), 1 FROM events e
     WHERE e.id = :event AND 1 <= e.max_tickets_per_account
+      AND e.sale_start <= clock_timestamp()
+      AND (SELECT sum(take) FROM got) = 1
     ON CONFLICT (event_id, account_id) DO UPDATE
         SET tickets = u.tickets + EXCLUDED.tickets
         WHERE u.tickets + EXCLUDED.tickets
@@ -28,40 +44,34 @@ hold AS (
     INSERT INTO holds (id, event_id, account_id, kind, ga_tier, quantity, expires_at)
     SELECT ('pg-' || :hid), e.id, ('pg-' || :acct), 'ga', 'FLOOR', 1, clock_timestamp() + make_interval(secs => e.hold_ttl_s)
     FROM events e, usage
-    WHERE e.id = :event AND e.sale_start <= clock_timestamp()
+    WHERE e.id = :event
     RETURNING expires_at),
-pick AS (
-    SELECT shard FROM (
-        SELECT shard FROM ga_counters
-        WHERE event_id = :event AND tier = 'FLOOR' AND available >= 1
-        ORDER BY (shard + 64 - :start) % 64
-        LIMIT 1
-        FOR UPDATE SKIP LOCKED) free
-    UNION ALL
-    SELECT shard FROM (
-        SELECT shard FROM ga_counters
-        WHERE event_id = :event AND tier = 'FLOOR' AND available >= 1
-          AND NOT EXISTS (SELECT 1 FROM ga_counters o
-                          WHERE o.event_id = :event AND o.tier = 'FLOOR' AND o.shard <> 0)
-        FOR UPDATE) only_shard
-    LIMIT 1),
 took AS (
-    UPDATE ga_counters c SET available = c.available - 1
-    FROM pick, hold
-    WHERE c.event_id = :event AND c.tier = 'FLOOR' AND c.shard = pick.shard
-    RETURNING c.shard),
+    UPDATE ga_counters c SET available = c.available - g.take
+    FROM got g, hold
+    WHERE c.event_id = :event AND c.tier = 'FLOOR' AND c.shard = g.shard AND g.take > 0
+    RETURNING c.shard, g.take),
 item AS (
     INSERT INTO hold_ga_items (hold_id, shard, quantity)
-    SELECT ('pg-' || :hid), shard, 1 FROM took
-    RETURNING shard)
-SELECT EXISTS (SELECT 1 FROM usage),
-       (SELECT expires_at FROM hold),
-       ((SELECT shard FROM item) IS NOT NULL)::int AS took,
-       (SELECT price FROM ga_tiers WHERE event_id = :event AND tier = 'FLOOR'),
+    SELECT ('pg-' || :hid), shard, take FROM took
+    RETURNING quantity)
+SELECT (SELECT expires_at FROM hold) AS exp,
+       ((SELECT sum(quantity) FROM item) IS NOT NULL)::int AS took,
+       (SELECT price FROM ga_tiers WHERE event_id = :event AND tier = 'FLOOR') AS price,
+       CASE WHEN NOT EXISTS (SELECT 1 FROM item) THEN
+           (SELECT sum(available)::bigint FROM ga_counters WHERE event_id = :event AND tier = 'FLOOR')
+       END AS left_units,
+       CASE WHEN NOT EXISTS (SELECT 1 FROM item) THEN
+           (SELECT max(available) FROM ga_counters WHERE event_id = :event AND tier = 'FLOOR')
+       END AS most,
+       (SELECT e.sale_start <= clock_timestamp() FROM events e WHERE e.id = :event) AS on_sale,
+       (SELECT COALESCE(a.tickets, 0) + 1 <= e.max_tickets_per_account
+          FROM events e LEFT JOIN account_event_usage a
+            ON a.event_id = e.id AND a.account_id = ('pg-' || :acct)
+         WHERE e.id = :event) AS limit_ok,
+       COALESCE((SELECT sum(take) FROM got) = 1, false) AS found,
        COALESCE(ceil(extract(epoch FROM GREATEST((SELECT expires_at FROM hold), (SELECT max(expires_at) FROM holds WHERE account_id = ('pg-' || :acct) AND event_id = :event AND status = 'active' AND expires_at > clock_timestamp() AND id IS DISTINCT FROM NULL), (SELECT max(expires_at) FROM orders WHERE account_id = ('pg-' || :acct) AND (event_id = :event OR event_id IS NULL) AND status = 'PENDING_PAYMENT' AND expires_at > clock_timestamp()))) * 1000)::bigint, 0) AS until \gset
 \if :took
-COMMIT;
-BEGIN;
 WITH h AS (
     UPDATE holds SET status = 'released'
     WHERE id = ('pg-' || :hid) AND account_id = ('pg-' || :acct) AND status = 'active'
@@ -97,7 +107,4 @@ SELECT h.event_id, h.kind = 'seats',
        (SELECT count(*) FROM seats_back) + (SELECT COALESCE(sum(quantity), 0) FROM units_back),
        COALESCE(ceil(extract(epoch FROM GREATEST(NULL::timestamptz, (SELECT max(expires_at) FROM holds WHERE account_id = ('pg-' || :acct) AND event_id = :event AND status = 'active' AND expires_at > clock_timestamp() AND id IS DISTINCT FROM ('pg-' || :hid)), (SELECT max(expires_at) FROM orders WHERE account_id = ('pg-' || :acct) AND (event_id = :event OR event_id IS NULL) AND status = 'PENDING_PAYMENT' AND expires_at > clock_timestamp()))) * 1000)::bigint, 0)
 FROM h;
-COMMIT;
-\else
-ROLLBACK;
 \endif

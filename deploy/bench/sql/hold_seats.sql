@@ -3,10 +3,10 @@
 -- booking/src/inventory/holds/take.rs, with the checkout end it reads: platform/session_until.rs)
 -- followed by the DELETE /api/holds/{id} that releases it
 -- (RELEASE_OWN of holds/release.rs), so the 60,000-seat event never fills up. Parameters are
--- inlined as pgbench variables. Booking sends its transaction settings
--- (begin_hold_tx: plan_cache_mode, enable_seqscan, synchronous_commit) in BEGIN's round trip;
--- pgbench cannot in prepared mode, so holds.sh sets them for the session (PGOPTIONS) and each
--- transaction here is, like booking's, BEGIN + one statement + COMMIT.
+-- inlined as pgbench variables. Booking's hold connections carry their settings
+-- (take.rs hold_pool: plan_cache_mode, enable_seqscan, synchronous_commit) as startup options;
+-- holds.sh sets the same for pgbench's sessions (PGOPTIONS). Each statement here is, like
+-- booking's, one autocommit statement (no BEGIN/COMMIT).
 -- Variables: -D event=<id> (30 sections S1..S30 x 40 rows x 50 seats). -D async is unused (see above).
 \set sec random(1, 30)
 \set row random(1, 40)
@@ -16,11 +16,20 @@
 \set n4 :n1 + 3
 \set acct random(1, 2000000000)
 \set hid random(1, 9000000000000000000)
-BEGIN;
-WITH usage AS (
+WITH wanted AS (
+    SELECT s.seat_id, s.hold_id AS prev_hold, p.price
+    FROM seats s JOIN price_tiers p ON p.event_id = s.event_id AND p.tier = s.tier
+    WHERE s.event_id = :event AND s.seat_id = ANY(ARRAY['S' || :sec || '-R' || :row || '-' || :n1, 'S' || :sec || '-R' || :row || '-' || :n2,
+                     'S' || :sec || '-R' || :row || '-' || :n3, 'S' || :sec || '-R' || :row || '-' || :n4])
+      AND (s.status = 'available' OR (s.status = 'held' AND s.held_until <= clock_timestamp()))
+    ORDER BY s.seat_id
+    FOR UPDATE OF s),
+usage AS (
     INSERT INTO account_event_usage AS u (event_id, account_id, tickets)
     SELECT e.id, ('pg-' || :acct), 4 FROM events e
     WHERE e.id = :event AND 4 <= e.max_tickets_per_account
+      AND e.sale_start <= clock_timestamp()
+      AND (SELECT count(*) FROM wanted) = 4
     ON CONFLICT (event_id, account_id) DO UPDATE
         SET tickets = u.tickets + EXCLUDED.tickets
         WHERE u.tickets + EXCLUDED.tickets
@@ -31,27 +40,22 @@ hold AS (
     SELECT ('pg-' || :hid), e.id, ('pg-' || :acct), 'seats', NULL, 4,
            clock_timestamp() + make_interval(secs => e.hold_ttl_s)
     FROM events e, usage
-    WHERE e.id = :event AND e.sale_start <= clock_timestamp()
+    WHERE e.id = :event
     RETURNING expires_at),
-wanted AS (
-    SELECT seat_id, hold_id AS prev_hold FROM seats
-    WHERE event_id = :event AND seat_id = ANY(ARRAY['S' || :sec || '-R' || :row || '-' || :n1, 'S' || :sec || '-R' || :row || '-' || :n2,
-                     'S' || :sec || '-R' || :row || '-' || :n3, 'S' || :sec || '-R' || :row || '-' || :n4])
-      AND (status = 'available' OR (status = 'held' AND held_until <= clock_timestamp()))
-    ORDER BY seat_id
-    FOR UPDATE),
 took AS (
     UPDATE seats s SET status = 'held', hold_id = ('pg-' || :hid), held_until = h.expires_at
-    FROM hold h, wanted w, price_tiers p
+    FROM hold h, wanted w
     WHERE s.event_id = :event AND s.seat_id = w.seat_id
-      AND p.event_id = :event AND p.tier = s.tier
-    RETURNING s.seat_id, w.prev_hold, p.price)
-SELECT EXISTS (SELECT 1 FROM usage), (SELECT expires_at FROM hold),
-       t.seat_id, t.prev_hold, t.price,
+    RETURNING s.seat_id)
+SELECT (SELECT expires_at FROM hold), (SELECT count(*) FROM took),
+       w.seat_id, w.prev_hold, w.price,
+       (SELECT e.sale_start <= clock_timestamp() FROM events e WHERE e.id = :event),
+       (SELECT COALESCE(a.tickets, 0) + 4 <= e.max_tickets_per_account
+          FROM events e LEFT JOIN account_event_usage a
+            ON a.event_id = e.id AND a.account_id = ('pg-' || :acct)
+         WHERE e.id = :event),
        COALESCE(ceil(extract(epoch FROM GREATEST((SELECT expires_at FROM hold), (SELECT max(expires_at) FROM holds WHERE account_id = ('pg-' || :acct) AND event_id = :event AND status = 'active' AND expires_at > clock_timestamp() AND id IS DISTINCT FROM NULL), (SELECT max(expires_at) FROM orders WHERE account_id = ('pg-' || :acct) AND (event_id = :event OR event_id IS NULL) AND status = 'PENDING_PAYMENT' AND expires_at > clock_timestamp()))) * 1000)::bigint, 0)
-FROM (VALUES (1)) AS one (x) LEFT JOIN took t ON true;
-COMMIT;
-BEGIN;
+FROM (VALUES (1)) AS one (x) LEFT JOIN wanted w ON true;
 WITH h AS (
     UPDATE holds SET status = 'released'
     WHERE id = ('pg-' || :hid) AND account_id = ('pg-' || :acct) AND status = 'active'
@@ -87,4 +91,3 @@ SELECT h.event_id, h.kind = 'seats',
        (SELECT count(*) FROM seats_back) + (SELECT COALESCE(sum(quantity), 0) FROM units_back),
        COALESCE(ceil(extract(epoch FROM GREATEST(NULL::timestamptz, (SELECT max(expires_at) FROM holds WHERE account_id = ('pg-' || :acct) AND event_id = :event AND status = 'active' AND expires_at > clock_timestamp() AND id IS DISTINCT FROM ('pg-' || :hid)), (SELECT max(expires_at) FROM orders WHERE account_id = ('pg-' || :acct) AND (event_id = :event OR event_id IS NULL) AND status = 'PENDING_PAYMENT' AND expires_at > clock_timestamp()))) * 1000)::bigint, 0)
 FROM h;
-COMMIT;

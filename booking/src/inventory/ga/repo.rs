@@ -1,9 +1,9 @@
-//! The statements of a GA hold: the hold transaction (usage, hold row, units from one free
-//! shard and the tier's price in ONE statement; waiting for a shard, or taking units across
+//! The statements of a GA hold: ONE autocommit statement (units from one free shard, usage,
+//! hold row and the tier's price, all or nothing; waiting for a shard, or taking units across
 //! shards, only when that found none), and the read that explains a refusal.
 
 use crate::inventory::error::{During, InventoryError};
-use crate::inventory::holds::take::{Attempt, begin_hold_tx};
+use crate::inventory::holds::take::Attempt;
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
@@ -31,16 +31,26 @@ pub(super) struct GaTaken {
 // `deadlock_timeout` (1 s), and after four such retries a fan got 503
 // (`ga::ga_mixed_quantities_never_exceed_capacity`, CI; `ga_shards::no_deadlock_*`).
 
-/// The usage upsert and the hold row (only if the usage passed and the sale has started): the
-/// first part of every GA hold statement. `$1` event, `$2` account, `$3` tier, `$4` quantity,
-/// `$5` hold id, `$6` the hold's random start shard.
-macro_rules! usage_and_hold {
+/// The second part of every GA hold statement, after the way's `got` (the shards to take
+/// from, locked, and how many units from each): the usage upsert (only if `got` has the units,
+/// the sale has started and the limit allows it), the hold row (only with the usage), the
+/// units taken from the locked shards (only with the hold) and their allocation. So either
+/// all of it is written or nothing is, and the statement needs no transaction around it.
+/// Locks are taken shards → usage, the order of every release and expiry. `$1` event,
+/// `$2` account, `$3` tier, `$4` quantity, `$5` hold id, `$6` the hold's random start shard.
+///
+/// `took` has no `available >= take` guard: `got`'s rows are locked by this statement and were
+/// re-checked after the lock, and a shortfall must fail the whole statement
+/// (`CHECK (available >= 0)`) rather than commit a hold with fewer units than its quantity.
+macro_rules! usage_hold_and_units {
     () => {
         "
-WITH usage AS (
+usage AS (
     INSERT INTO account_event_usage AS u (event_id, account_id, tickets)
     SELECT e.id, $2, $4 FROM events e
     WHERE e.id = $1 AND $4 <= e.max_tickets_per_account
+      AND e.sale_start <= clock_timestamp()
+      AND (SELECT sum(take) FROM got) = $4
     ON CONFLICT (event_id, account_id) DO UPDATE
         SET tickets = u.tickets + EXCLUDED.tickets
         WHERE u.tickets + EXCLUDED.tickets
@@ -50,20 +60,30 @@ hold AS (
     INSERT INTO holds (id, event_id, account_id, kind, ga_tier, quantity, expires_at)
     SELECT $5, e.id, $2, 'ga', $3, $4, clock_timestamp() + make_interval(secs => e.hold_ttl_s)
     FROM events e, usage
-    WHERE e.id = $1 AND e.sale_start <= clock_timestamp()
-    RETURNING expires_at),"
+    WHERE e.id = $1
+    RETURNING expires_at),
+took AS (
+    UPDATE ga_counters c SET available = c.available - g.take
+    FROM got g, hold
+    WHERE c.event_id = $1 AND c.tier = $3 AND c.shard = g.shard AND g.take > 0
+    RETURNING c.shard, g.take),
+item AS (
+    INSERT INTO hold_ga_items (hold_id, shard, quantity)
+    SELECT $5, shard, take FROM took
+    RETURNING quantity)"
     };
 }
 
-/// The last part of every GA hold statement but its last column: (usage passed, the hold's
-/// expiry: `None` before the sale, the units taken: `None` when none, the tier's price; when
-/// nothing was taken, the tier's units and the most on one shard, as the statement's snapshot
-/// saw them; then the account's checkout end, `platform::session_until`).
+/// The last part of every GA hold statement but its last column: the hold's expiry (`None`:
+/// nothing written), the units taken, the tier's price; when nothing was taken, the tier's
+/// units and the most on one shard, as the statement's snapshot saw them; whether the sale
+/// has started (`None`: no such event) and whether the limit allows the quantity (snapshot
+/// reads, to explain a refusal); whether `got` found the units; then the account's checkout
+/// end (`platform::session_until`).
 macro_rules! hold_outcome {
     () => {
         "
-SELECT EXISTS (SELECT 1 FROM usage),
-       (SELECT expires_at FROM hold),
+SELECT (SELECT expires_at FROM hold),
        (SELECT sum(quantity)::int FROM item),
        (SELECT price FROM ga_tiers WHERE event_id = $1 AND tier = $3),
        CASE WHEN NOT EXISTS (SELECT 1 FROM item) THEN
@@ -72,71 +92,63 @@ SELECT EXISTS (SELECT 1 FROM usage),
        CASE WHEN NOT EXISTS (SELECT 1 FROM item) THEN
            (SELECT max(available) FROM ga_counters WHERE event_id = $1 AND tier = $3)
        END,
+       (SELECT e.sale_start <= clock_timestamp() FROM events e WHERE e.id = $1),
+       (SELECT COALESCE(a.tickets, 0) + $4 <= e.max_tickets_per_account
+          FROM events e LEFT JOIN account_event_usage a
+            ON a.event_id = e.id AND a.account_id = $2
+         WHERE e.id = $1),
+       COALESCE((SELECT sum(take) FROM got) = $4, false),
        "
     };
 }
 
-/// THE GA hold statement, the one that runs under normal load: the usage, the hold row, one
-/// shard with enough units decremented and recorded, and the tier's price; every part
-/// conditional on the one before, so one round trip decides. `bench/sql/ga_hold.sql` runs
-/// this text.
+/// THE GA hold statement, the one that runs under normal load: one shard with enough units,
+/// then the usage, the hold row, the units and their allocation, and the tier's price; every
+/// part conditional on the one before, so one round trip decides, and nothing is written
+/// unless everything is. `bench/sql/ga_hold.sql` runs this text.
 ///
 /// The shard: the first with enough units from a random start that no other transaction has
 /// locked (`SKIP LOCKED`: passed over, never waited for). A tier of ONE shard has nothing to
 /// skip to, so there (and only there: the statement then locks no other shard) the second
 /// branch waits for it (`UNION ALL` under `LIMIT 1` stops at the first row).
 const HOLD_FROM_A_FREE_SHARD: &str = concat!(
-    usage_and_hold!(),
     "
-pick AS (
-    SELECT shard FROM (
+WITH got AS (
+    SELECT shard, $4::int AS take FROM (
         SELECT shard FROM ga_counters
         WHERE event_id = $1 AND tier = $3 AND available >= $4
         ORDER BY (shard + 64 - $6) % 64
         LIMIT 1
         FOR UPDATE SKIP LOCKED) free
     UNION ALL
-    SELECT shard FROM (
+    SELECT shard, $4::int FROM (
         SELECT shard FROM ga_counters
         WHERE event_id = $1 AND tier = $3 AND available >= $4
           AND NOT EXISTS (SELECT 1 FROM ga_counters o
                           WHERE o.event_id = $1 AND o.tier = $3 AND o.shard <> 0)
         FOR UPDATE) only_shard
-    LIMIT 1),
-took AS (
-    UPDATE ga_counters c SET available = c.available - $4
-    FROM pick, hold
-    WHERE c.event_id = $1 AND c.tier = $3 AND c.shard = pick.shard
-    RETURNING c.shard),
-item AS (
-    INSERT INTO hold_ga_items (hold_id, shard, quantity)
-    SELECT $5, shard, $4 FROM took
-    RETURNING quantity)",
+    LIMIT 1),",
+    usage_hold_and_units!(),
     hold_outcome!(),
     crate::live_until_ms_sql!("$2", "$1", "(SELECT expires_at FROM hold)", "NULL")
 );
 
 /// Every shard with enough units was locked by another hold: wait for ONE of them (the first
-/// from the random start, as the snapshot saw it). The update names one row, so it waits for
+/// from the random start, as the snapshot saw it). The lock names one row, so it waits for
 /// one lock while holding no other shard; if that shard has too few units by the time it is
-/// ours, nothing is taken.
+/// ours, nothing is taken (or written).
 const HOLD_WAITING_FOR_ONE_SHARD: &str = concat!(
-    usage_and_hold!(),
     "
-pick AS (
+WITH pick AS (
     SELECT shard FROM ga_counters
     WHERE event_id = $1 AND tier = $3 AND available >= $4
     ORDER BY (shard + 64 - $6) % 64
     LIMIT 1),
-took AS (
-    UPDATE ga_counters c SET available = c.available - $4
-    FROM pick, hold
+got AS (
+    SELECT c.shard, $4::int AS take FROM ga_counters c, pick
     WHERE c.event_id = $1 AND c.tier = $3 AND c.shard = pick.shard AND c.available >= $4
-    RETURNING c.shard),
-item AS (
-    INSERT INTO hold_ga_items (hold_id, shard, quantity)
-    SELECT $5, shard, $4 FROM took
-    RETURNING quantity)",
+    FOR UPDATE OF c),",
+    usage_hold_and_units!(),
     hold_outcome!(),
     crate::live_until_ms_sql!("$2", "$1", "(SELECT expires_at FROM hold)", "NULL")
 );
@@ -144,34 +156,22 @@ item AS (
 /// The last resort, and the definitive answer: the tier's shards that have units, locked in
 /// shard order (waiting), the quantity split greedily in shard order, all or nothing. Runs
 /// when no single shard has the whole quantity (the stock is spread thin) or the shard waited
-/// for was drained meanwhile. `c.available >= p.take` is a second guard against a plan made
-/// from a stale `available` (a `CHECK (available >= 0)` violation would be a 500); a shard it
-/// skips makes the sum short, and the caller rolls the hold back (`SOLD_OUT`).
+/// for was drained meanwhile. The locked rows are their latest versions, so the plan is exact.
 const HOLD_ACROSS_SHARDS_IN_ORDER: &str = concat!(
-    usage_and_hold!(),
     "
-locked AS (
+WITH locked AS (
     SELECT shard, available FROM ga_counters
     WHERE event_id = $1 AND tier = $3 AND available > 0
     ORDER BY shard
     FOR UPDATE),
-plan AS (
+got AS (
     SELECT shard,
            LEAST(available::bigint,
                  GREATEST(0, $4 - (sum(available) OVER (ORDER BY shard) - available)))::int
                AS take
     FROM locked
-    WHERE (SELECT sum(available) FROM locked) >= $4),
-took AS (
-    UPDATE ga_counters c SET available = c.available - p.take
-    FROM plan p, hold
-    WHERE c.event_id = $1 AND c.tier = $3 AND c.shard = p.shard AND p.take > 0
-      AND c.available >= p.take
-    RETURNING c.shard, p.take),
-item AS (
-    INSERT INTO hold_ga_items (hold_id, shard, quantity)
-    SELECT $5, shard, take FROM took
-    RETURNING quantity)",
+    WHERE (SELECT sum(available) FROM locked) >= $4),",
+    usage_hold_and_units!(),
     hold_outcome!(),
     crate::live_until_ms_sql!("$2", "$1", "(SELECT expires_at FROM hold)", "NULL")
 );
@@ -210,31 +210,31 @@ impl Way {
     }
 }
 
-/// A GA hold: the ways of taking units in turn, each its own transaction of three round trips
-/// (begin, the statement, commit or rollback). Under normal load the first decides.
+/// A GA hold: the ways of taking units in turn, each ONE autocommit statement that writes all
+/// of a hold or nothing. Under normal load the first decides.
 pub(super) async fn take_units_tx(
     pool: &PgPool,
-    async_commit: bool,
     event: &str,
     account: &str,
     tier: &str,
     qty: i32,
-) -> Result<Attempt<GaTaken>> {
+) -> Result<Attempt<GaTaken, ()>> {
     let start = rand::random_range(0..64i32);
     let mut way = Way::FreeShard;
     loop {
         let hold_id = shared::ids::new_id();
-        let mut tx = begin_hold_tx(pool, async_commit).await?;
         type Row = (
-            bool,
             Option<DateTime<Utc>>,
             Option<i32>,
             Option<i64>,
             Option<i64>,
             Option<i32>,
+            Option<bool>,
+            Option<bool>,
+            bool,
             i64,
         );
-        let (usage_ok, expires_at, took, price, left, most, live_until_ms): Row =
+        let (expires_at, took, price, left, most, on_sale, limit_ok, found, live_until_ms): Row =
             sqlx::query_as(way.statement())
                 .bind(event)
                 .bind(account)
@@ -242,32 +242,39 @@ pub(super) async fn take_units_tx(
                 .bind(qty)
                 .bind(&hold_id)
                 .bind(start)
-                .fetch_one(&mut *tx)
+                .fetch_one(pool)
                 .await
                 .during("take the GA hold")?;
-        if !usage_ok {
-            tx.rollback().await.during("roll back a refused hold")?;
-            return Ok(Attempt::Limit);
+        if let Some(expires_at) = expires_at {
+            if took != Some(qty) {
+                // Cannot happen: the units come from rows this statement locked.
+                tracing::error!(
+                    hold_id,
+                    ?took,
+                    qty,
+                    "a GA hold took other than its quantity"
+                );
+            }
+            return Ok(Attempt::Done(GaTaken {
+                hold_id,
+                expires_at,
+                price,
+                live_until_ms,
+            }));
         }
-        let Some(expires_at) = expires_at else {
-            tx.rollback().await.during("roll back a refused hold")?;
-            return Ok(Attempt::NotOnSale);
-        };
-        let t = GaTaken {
-            hold_id,
-            expires_at,
-            price,
-            live_until_ms,
-        };
-        if took == Some(qty) {
-            tx.commit().await.during("commit the hold")?;
-            return Ok(Attempt::Done(t));
+        // Nothing was written. Why, in the order the checks mean to the fan.
+        match (on_sale, limit_ok) {
+            // No such event: the limit read says so (`limit_refusal`).
+            (None, _) | (_, Some(false) | None) => return Ok(Attempt::Limit),
+            (Some(false), _) => return Ok(Attempt::NotOnSale),
+            // The units were there but the usage row (locked after the snapshot) had moved
+            // on: a concurrent hold of the same account took the room.
+            _ if found => return Ok(Attempt::Limit),
+            _ => {}
         }
-        // Nothing taken (or, across shards, less than all: rolled back with the rest).
-        tx.rollback().await.during("roll back a refused hold")?;
         match way.next(qty, left, most) {
             Some(next) => way = next,
-            None => return Ok(Attempt::Short(t)),
+            None => return Ok(Attempt::Short(())),
         }
     }
 }

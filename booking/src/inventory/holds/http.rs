@@ -4,8 +4,8 @@ use crate::inventory::InventoryState;
 use crate::inventory::error::{During, InventoryError};
 use crate::inventory::holds::release::release_own_tx;
 use crate::inventory::holds::take::{
-    Attempt, begin_hold_tx, expire_account_holds, hold_status, limit_refusal, sale_not_started,
-    seat_refusal, take_seats_tx,
+    Attempt, expire_account_holds, hold_status, limit_refusal, sale_not_started, seat_refusal,
+    take_seats_tx,
 };
 use crate::inventory::http::{admitted_for, counted};
 use crate::inventory::model::{HoldKind, HoldStatus, check_seat_list, is_plausible_hold_id};
@@ -72,13 +72,10 @@ async fn hold_seats(
     seats: Vec<String>,
 ) -> Result<(HoldResponse, i64), InventoryError> {
     let n = check_seat_list(&seats, state.settings.max_seats_per_hold)?;
-    let (pool, async_commit) = (&state.pool, state.settings.async_commit_holds);
+    let pool = &state.hold_pool;
     let mut healed = false;
     loop {
-        let attempt = db::retry(1, || {
-            take_seats_tx(pool, async_commit, event, account, &seats, n)
-        })
-        .await?;
+        let attempt = db::retry(1, || take_seats_tx(pool, event, account, &seats, n)).await?;
         match attempt {
             Attempt::Done(taken) => {
                 state.seat_maps.changed(event);
@@ -111,7 +108,7 @@ async fn hold_seats(
             }
             Attempt::Limit => return Err(limit_refusal(pool, event, account, n).await),
             Attempt::NotOnSale => return Err(sale_not_started(pool, event).await),
-            Attempt::Short(taken) => return Err(seat_refusal(pool, event, &seats, taken).await),
+            Attempt::Short(free) => return Err(seat_refusal(pool, event, &seats, free).await),
         }
     }
 }
@@ -140,11 +137,14 @@ async fn release_own_hold(
     }
     // A release locks shards in order and a GA hold at most one shard while waiting, but a
     // multi-unit hold racing releases can still deadlock (seen in ga_shards tests): retried.
+    // One autocommit statement on the hold connections.
     let released = db::retry(4, || async {
-        let mut tx = begin_hold_tx(&state.pool, state.settings.async_commit_holds).await?;
-        let r = release_own_tx(&mut tx, hold, account, admission_event).await?;
-        tx.commit().await.during("commit the release")?;
-        Ok::<_, InventoryError>(r)
+        let mut conn = state
+            .hold_pool
+            .acquire()
+            .await
+            .during("acquire a hold connection")?;
+        release_own_tx(&mut conn, hold, account, admission_event).await
     })
     .await?;
     if let Some(r) = released {

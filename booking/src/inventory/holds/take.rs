@@ -7,22 +7,25 @@ use crate::inventory::error::{During, InventoryError};
 use crate::inventory::holds::repo::{EndedHold, release_resources};
 use crate::inventory::model::{HoldKind, HoldStatus, missing_from};
 use chrono::{DateTime, Utc};
+use sqlx::postgres::PgPoolOptions;
 use sqlx::{PgConnection, PgPool};
 use std::collections::{BTreeSet, HashSet};
 
 type Result<T> = std::result::Result<T, InventoryError>;
 
-/// Why a hold transaction did not produce a hold (it was rolled back).
-pub(crate) enum Attempt<T> {
+/// What a hold statement did: a hold, or why nothing was written.
+pub(crate) enum Attempt<T, S> {
     Done(T),
-    /// The usage upsert refused: over the limit, or no such event.
+    /// Over the limit, or no such event.
     Limit,
     NotOnSale,
-    /// Seats: the ones the statement could take (fewer than requested). GA: units left.
-    Short(T),
+    /// Not enough to take. Seats: the requested seats that were free (fewer than requested).
+    Short(S),
 }
 
-/// Starts a hold transaction, in ONE round trip with its settings:
+/// The connections of the hold statements: the main pool's settings and size, plus what every
+/// hold statement wants, set once per connection (startup options) instead of by a statement
+/// per hold, so a seat hold and a release are ONE autocommit statement each:
 /// - holds move no money, so with `async_commit_holds` the commit does not wait for the WAL
 ///   flush (a crash can lose the last few milliseconds of holds, never a sale; see
 ///   docs/decisions.md);
@@ -36,22 +39,35 @@ pub(crate) enum Attempt<T> {
 ///   statements were planned as scans of those tables and stayed scans while they grew: that
 ///   is why the first benchmark run, async commits, cost twice the Postgres CPU of the durable
 ///   run after it (issue 16). Every statement here is an index lookup; this keeps it one.
+/// - `client_connection_check_interval = 200ms`: with no transaction around it, a statement
+///   whose client has gone (booking killed, its connection cut) would still commit once the
+///   lock it waits for is free. Postgres checks the socket while the statement runs and
+///   aborts it instead, so a vanished request leaves nothing behind unless it had already
+///   finished (the same window as a lost `COMMIT` answer in a transaction).
+///
+/// Nothing else runs on these connections: the settings would be wrong for money.
+pub fn hold_pool(pool: &PgPool, async_commit: bool) -> PgPool {
+    let mut settings = vec![
+        ("plan_cache_mode", "force_generic_plan"),
+        ("enable_seqscan", "off"),
+        ("client_connection_check_interval", "200ms"),
+    ];
+    if async_commit {
+        settings.push(("synchronous_commit", "off"));
+    }
+    let connect = (*pool.connect_options()).clone().options(settings);
+    let opts = pool.options();
+    PgPoolOptions::new()
+        .max_connections(opts.get_max_connections())
+        .acquire_timeout(opts.get_acquire_timeout())
+        .connect_lazy_with(connect)
+}
+
+/// A transaction on the hold connections (GA holds, whose ways may be rolled back).
 pub(crate) async fn begin_hold_tx(
-    pool: &PgPool,
-    async_commit: bool,
+    hold_pool: &PgPool,
 ) -> Result<sqlx::Transaction<'static, sqlx::Postgres>> {
-    // One `set_config(…, true)` statement (= `SET LOCAL`) for all settings: one statement for
-    // Postgres to run instead of three.
-    let begin = if async_commit {
-        "BEGIN; SELECT set_config('plan_cache_mode', 'force_generic_plan', true), \
-         set_config('enable_seqscan', 'off', true), set_config('synchronous_commit', 'off', true)"
-    } else {
-        "BEGIN; SELECT set_config('plan_cache_mode', 'force_generic_plan', true), \
-         set_config('enable_seqscan', 'off', true)"
-    };
-    pool.begin_with(begin)
-        .await
-        .during("begin the hold transaction")
+    hold_pool.begin().await.during("begin the hold transaction")
 }
 
 /// The refusal for a refused usage upsert: no such event, or LIMIT_EXCEEDED with the numbers
@@ -110,22 +126,37 @@ pub(crate) struct SeatsTaken {
     pub live_until_ms: i64,
 }
 
-/// THE seat hold statement: the usage upsert (`n` more tickets for the account, only within
-/// the event's limit: concurrent requests of one account cannot both pass), the hold row (only
-/// if the usage passed and the sale has started, `expires_at` from the database clock), and
-/// the seats. The seat part locks the requested seats in `seat_id` order (a fixed order, so
-/// two overlapping requests cannot deadlock on each other) and keeps only those that are
-/// available or whose hold has expired by the database clock; under READ COMMITTED a row
-/// another transaction took while we waited is re-checked after the lock and drops out, so the
-/// rows returned are exactly what we got. One row per seat taken, or one row with NULL seat
-/// when none was: the first two columns say whether the usage passed and when the hold
-/// expires (NULL: not on sale). `bench/sql/hold_seats.sql` runs this text.
+/// THE seat hold statement, all or nothing, so it needs no transaction around it:
+/// - `wanted` locks the requested seats in `seat_id` order (a fixed order, so two overlapping
+///   requests cannot deadlock) and keeps those available or whose hold has expired by the
+///   database clock; under READ COMMITTED a row another transaction took while we waited is
+///   re-checked after the lock and drops out, so the rows are exactly the seats we can take;
+/// - `usage` adds `n` tickets to the account's usage only if EVERY requested seat is in
+///   `wanted`, the sale has started and the event's limit allows it (concurrent requests of
+///   one account cannot both pass: the row's lock re-checks the sum);
+/// - `hold` is inserted only with the usage, and `took` marks the wanted seats held only with
+///   the hold (`expires_at` from the database clock).
+///
+/// So either all of it is written or nothing is. Locks are taken seats → usage, the order of
+/// every release and expiry (hold → seats → shards → usage). One row per wanted seat (taken
+/// when the hold column is set) or one row of NULLs; the last columns explain a refusal from
+/// the statement's snapshot: whether the sale has started (NULL: no such event) and whether
+/// the limit would allow `n` more. `bench/sql/hold_seats.sql` runs this text.
 const HOLD_SEATS: &str = concat!(
     "
-WITH usage AS (
+WITH wanted AS (
+    SELECT s.seat_id, s.hold_id AS prev_hold, p.price
+    FROM seats s JOIN price_tiers p ON p.event_id = s.event_id AND p.tier = s.tier
+    WHERE s.event_id = $1 AND s.seat_id = ANY($4)
+      AND (s.status = 'available' OR (s.status = 'held' AND s.held_until <= clock_timestamp()))
+    ORDER BY s.seat_id
+    FOR UPDATE OF s),
+usage AS (
     INSERT INTO account_event_usage AS u (event_id, account_id, tickets)
     SELECT e.id, $2, $5 FROM events e
     WHERE e.id = $1 AND $5 <= e.max_tickets_per_account
+      AND e.sale_start <= clock_timestamp()
+      AND (SELECT count(*) FROM wanted) = cardinality($4::text[])
     ON CONFLICT (event_id, account_id) DO UPDATE
         SET tickets = u.tickets + EXCLUDED.tickets
         WHERE u.tickets + EXCLUDED.tickets
@@ -136,91 +167,116 @@ hold AS (
     SELECT $3, e.id, $2, 'seats', NULL, $5,
            clock_timestamp() + make_interval(secs => e.hold_ttl_s)
     FROM events e, usage
-    WHERE e.id = $1 AND e.sale_start <= clock_timestamp()
+    WHERE e.id = $1
     RETURNING expires_at),
-wanted AS (
-    SELECT seat_id, hold_id AS prev_hold FROM seats
-    WHERE event_id = $1 AND seat_id = ANY($4)
-      AND (status = 'available' OR (status = 'held' AND held_until <= clock_timestamp()))
-    ORDER BY seat_id
-    FOR UPDATE),
 took AS (
     UPDATE seats s SET status = 'held', hold_id = $3, held_until = h.expires_at
-    FROM hold h, wanted w, price_tiers p
+    FROM hold h, wanted w
     WHERE s.event_id = $1 AND s.seat_id = w.seat_id
-      AND p.event_id = $1 AND p.tier = s.tier
-    RETURNING s.seat_id, w.prev_hold, p.price)
-SELECT EXISTS (SELECT 1 FROM usage), (SELECT expires_at FROM hold),
-       t.seat_id, t.prev_hold, t.price, ",
+    RETURNING s.seat_id)
+SELECT (SELECT expires_at FROM hold), (SELECT count(*) FROM took),
+       w.seat_id, w.prev_hold, w.price,
+       (SELECT e.sale_start <= clock_timestamp() FROM events e WHERE e.id = $1),
+       (SELECT COALESCE(a.tickets, 0) + $5 <= e.max_tickets_per_account
+          FROM events e LEFT JOIN account_event_usage a
+            ON a.event_id = e.id AND a.account_id = $2
+         WHERE e.id = $1),
+       ",
     crate::live_until_ms_sql!("$2", "$1", "(SELECT expires_at FROM hold)", "NULL"),
     "
-FROM (VALUES (1)) AS one (x) LEFT JOIN took t ON true"
+FROM (VALUES (1)) AS one (x) LEFT JOIN wanted w ON true"
 );
 
-/// One hold transaction: THE seat hold statement, then (rarely) tidying of reclaimed holds.
-/// Three round trips in the common case: begin, the statement, commit.
+/// One seat hold: THE seat hold statement (one round trip, its own transaction), then
+/// (rarely) the tidying of holds whose expired seats it reclaimed, in a transaction of its own:
+/// until then such a hold is an expired hold like any other, which the sweeper would end the
+/// same way (its other seats and usage back; the reclaimed seat is no longer its own).
 pub(crate) async fn take_seats_tx(
-    pool: &PgPool,
-    async_commit: bool,
+    hold_pool: &PgPool,
     event: &str,
     account: &str,
     seats: &[String],
     n: i32,
-) -> Result<Attempt<SeatsTaken>> {
+) -> Result<Attempt<SeatsTaken, Vec<String>>> {
     type Row = (
-        bool,
         Option<DateTime<Utc>>,
+        i64,
         Option<String>,
         Option<String>,
         Option<i64>,
+        Option<bool>,
+        Option<bool>,
         i64,
     );
     let hold_id = shared::ids::new_id();
-    let mut tx = begin_hold_tx(pool, async_commit).await?;
     let rows: Vec<Row> = sqlx::query_as(HOLD_SEATS)
         .bind(event)
         .bind(account)
         .bind(&hold_id)
         .bind(seats)
         .bind(n)
-        .fetch_all(&mut *tx)
+        .fetch_all(hold_pool)
         .await
         .during("take the requested seats")?;
-    let (usage_ok, expires_at, live_until_ms) =
-        rows.first().map_or((false, None, 0), |r| (r.0, r.1, r.5));
-    if !usage_ok {
-        tx.rollback().await.during("roll back a refused hold")?;
-        return Ok(Attempt::Limit);
-    }
-    let Some(expires_at) = expires_at else {
-        tx.rollback().await.during("roll back a refused hold")?;
-        return Ok(Attempt::NotOnSale);
+    let Some(first) = rows.first() else {
+        return Err(InventoryError::Db {
+            statement: "take the requested seats",
+            source: sqlx::Error::RowNotFound,
+        });
     };
-    let rows: Vec<(String, Option<String>, i64)> = rows
+    let (expires_at, took, on_sale, limit_ok, live_until_ms) =
+        (first.0, first.1, first.5, first.6, first.7);
+    let wanted: Vec<(String, Option<String>, i64)> = rows
         .into_iter()
-        .filter_map(|(_, _, seat, prev, price, _)| Some((seat?, prev, price?)))
+        .filter_map(|r| Some((r.2?, r.3, r.4?)))
         .collect();
-    if rows.len() < seats.len() {
-        tx.rollback().await.during("roll back a refused hold")?;
-        return Ok(Attempt::Short(SeatsTaken {
+    let Some(expires_at) = expires_at else {
+        // Nothing was written. Why, in the order the checks mean to the fan.
+        return Ok(match (on_sale, limit_ok) {
+            // No such event: the limit read says so (`limit_refusal`).
+            (None, _) | (_, Some(false) | None) => Attempt::Limit,
+            (Some(false), _) => Attempt::NotOnSale,
+            _ if wanted.len() < seats.len() => {
+                Attempt::Short(wanted.into_iter().map(|(s, _, _)| s).collect())
+            }
+            // Every check passed in the snapshot, but the usage row (locked after it) had
+            // moved on: a concurrent hold of the same account took the room.
+            _ => Attempt::Limit,
+        });
+    };
+    if took != wanted.len() as i64 || wanted.len() != seats.len() {
+        // Cannot happen: the hold is only written with every wanted seat, locked by us.
+        tracing::error!(
             hold_id,
-            expires_at,
-            seats: rows.into_iter().map(|(s, _, p)| (s, p)).collect(),
-            reclaimed: Vec::new(),
-            live_until_ms,
-        }));
+            took,
+            wanted = wanted.len(),
+            requested = seats.len(),
+            "a seat hold took a different number of seats than it locked"
+        );
     }
-    let reclaimed: BTreeSet<&str> = rows.iter().filter_map(|(_, h, _)| h.as_deref()).collect();
+    let reclaimed: BTreeSet<&str> = wanted.iter().filter_map(|(_, h, _)| h.as_deref()).collect();
     let mut ended = Vec::new();
     if !reclaimed.is_empty() {
         let reclaimed: Vec<&str> = reclaimed.into_iter().collect();
-        ended = expire_reclaimed(&mut tx, &reclaimed).await?;
+        ended = crate::platform::db::retry(2, || async {
+            let mut tx = begin_hold_tx(hold_pool).await?;
+            let ended = expire_reclaimed(&mut tx, &reclaimed).await?;
+            tx.commit()
+                .await
+                .during("commit the expiry of reclaimed holds")?;
+            Ok::<_, InventoryError>(ended)
+        })
+        .await
+        .unwrap_or_else(|e| {
+            // The sweeper ends them later, exactly the same way.
+            tracing::warn!(error = ?e, "could not end the holds of reclaimed seats now");
+            Vec::new()
+        });
     }
-    tx.commit().await.during("commit the hold")?;
     Ok(Attempt::Done(SeatsTaken {
         hold_id,
         expires_at,
-        seats: rows.into_iter().map(|(s, _, p)| (s, p)).collect(),
+        seats: wanted.into_iter().map(|(s, _, p)| (s, p)).collect(),
         reclaimed: ended.into_iter().map(|h| h.kind).collect(),
         live_until_ms,
     }))
@@ -253,13 +309,13 @@ async fn expire_reclaimed(conn: &mut PgConnection, hold_ids: &[&str]) -> Result<
     Ok(ended)
 }
 
-/// The refusal for a seat statement that came up short: unknown seat ids (listed), or the
-/// seats we could not take (SEAT_TAKEN, listed).
+/// The refusal for a seat statement that came up short (`free`: the requested seats it found
+/// free): unknown seat ids (listed), or the seats we could not take (SEAT_TAKEN, listed).
 pub(crate) async fn seat_refusal(
     pool: &PgPool,
     event: &str,
     requested: &[String],
-    taken: SeatsTaken,
+    free: Vec<String>,
 ) -> InventoryError {
     let existing: Result<Vec<String>> =
         sqlx::query_scalar("SELECT seat_id FROM seats WHERE event_id = $1 AND seat_id = ANY($2)")
@@ -279,7 +335,7 @@ pub(crate) async fn seat_refusal(
             seats: unknown.into_iter().map(str::to_owned).collect(),
         };
     }
-    let got: HashSet<&str> = taken.seats.iter().map(|(s, _)| s.as_str()).collect();
+    let got: HashSet<&str> = free.iter().map(String::as_str).collect();
     InventoryError::SeatTaken {
         seats: missing_from(requested, &got)
             .into_iter()

@@ -39,6 +39,54 @@ pub async fn record_event_tx(
         == 1)
 }
 
+/// What [`record_settled_success`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Settled {
+    /// The attempt had already succeeded (the pay answer applied it); the event is recorded
+    /// and nothing else is left to do.
+    Recorded,
+    /// The event was applied before.
+    Duplicate,
+    /// The attempt is not `succeeded` (or does not exist): the event needs the full
+    /// transaction, and nothing was written.
+    Open,
+}
+
+/// The common success webhook, the one that follows a pay answer which already applied the
+/// payment, in ONE autocommit statement: the event id is recorded only when its attempt is
+/// `succeeded`, which is exactly the case where the full transaction would record it and
+/// change nothing else ([`crate::payments::transitions::apply_success_seen_tx`] returns
+/// `AlreadyPaid`). `succeeded` is final for a success (a later refund or dispute moves the
+/// attempt on, but never back to open), so nothing can slip between the read and the insert.
+pub async fn record_settled_success(
+    pool: &PgPool,
+    event_id: &str,
+    kind: &str,
+    payment_id: &str,
+) -> PaymentResult<Settled> {
+    let (inserted, succeeded): (bool, bool) = sqlx::query_as(
+        "WITH a AS (SELECT status FROM payments WHERE id = $3),
+         ins AS (
+             INSERT INTO payment_webhook_events (provider_event_id, event_type, payment_id)
+             SELECT $1, $2, $3 FROM a WHERE a.status = 'succeeded'
+             ON CONFLICT (provider_event_id) DO NOTHING
+             RETURNING 1)
+         SELECT EXISTS (SELECT 1 FROM ins),
+                COALESCE((SELECT status = 'succeeded' FROM a), false)",
+    )
+    .bind(event_id)
+    .bind(kind)
+    .bind(payment_id)
+    .fetch_one(pool)
+    .await
+    .statement("record the event of a settled payment")?;
+    Ok(match (inserted, succeeded) {
+        (true, _) => Settled::Recorded,
+        (false, true) => Settled::Duplicate,
+        (false, false) => Settled::Open,
+    })
+}
+
 /// What the outcome webhook's first statement saw of its attempt: (order, account, status).
 pub type SeenAttempt = (String, String, AttemptStatus);
 
