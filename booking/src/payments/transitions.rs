@@ -13,11 +13,12 @@
 
 use crate::inventory::holds::{self, SellOutcome};
 use crate::orders;
+use crate::orders::model::{EndedOrder, OrderSource};
 use crate::outbox;
 use crate::payments::error::{PaymentResult, Statement};
 use crate::payments::model::{AttemptStatus, Success};
 use serde_json::{Value, json};
-use sqlx::{Acquire, PgConnection};
+use sqlx::PgConnection;
 
 /// Applies "the provider took the money for attempt `payment_id`" inside the caller's
 /// transaction. The order moves `PENDING_PAYMENT → PAID` by one conditional `UPDATE`, so of
@@ -78,106 +79,128 @@ pub async fn apply_success_of_tx(
     provider_payment_id: &str,
 ) -> PaymentResult<Success> {
     let (order_id, account_id) = (order_id.to_owned(), account_id.to_owned());
-    let mut sp = conn
-        .begin()
+    // No savepoint: the one write that can be followed by a refusal (the order's PAID, when
+    // the hold turns out lost) is undone by hand below; everything else is decided by the
+    // locks this statement takes before it writes.
+    let won: Option<EndedOrder> = sqlx::query_as(MARK_PAID_BY_OPEN_ATTEMPT)
+        .bind(&order_id)
+        .bind(payment_id)
+        .fetch_optional(&mut *conn)
         .await
-        .statement("savepoint before paying the order")?;
-    if let Some(order) = orders::mark_paid_tx(&mut sp, &order_id)
-        .await
-        .map_err(sqlx::Error::from)
-        .statement("mark the order paid")?
-    {
-        let mut tickets: Vec<Value> = Vec::new();
-        let mut event_id: Option<String> = None;
-        if let Some(hold_id) = &order.hold_id {
-            match holds::sell_hold_tx(&mut sp, hold_id, &order_id, &account_id)
+        .statement("mark the order paid by its open attempt")?;
+    let Some(order) = won else {
+        // The order was not pending, or the attempt not open: nothing was written. Paid by
+        // this very attempt → the other path won.
+        if attempt_status_tx(conn, payment_id).await? == AttemptStatus::Succeeded {
+            return Ok(Success::AlreadyPaid);
+        }
+        return mark_refund_pending_tx(conn, payment_id, provider_payment_id).await;
+    };
+    if order.source == OrderSource::Cart {
+        orders::commit_reserved_stock_tx(&mut *conn, &order_id)
+            .await
+            .map_err(sqlx::Error::from)
+            .statement("sell the order's reserved stock")?;
+    }
+    let mut tickets: Vec<Value> = Vec::new();
+    let mut event_id: Option<String> = None;
+    if let Some(hold_id) = &order.hold_id {
+        match holds::sell_hold_tx(&mut *conn, hold_id, &order_id, &account_id)
+            .await
+            .statement("sell the order's hold")?
+        {
+            SellOutcome::Sold {
+                event_id: evt,
+                tickets: issued,
+            } => {
+                event_id = Some(evt);
+                tickets = issued
+                    .iter()
+                    .map(|t| json!({"id": t.id, "seat_id": t.seat_id, "ga_tier": t.ga_tier}))
+                    .collect();
+            }
+            lost @ (SellOutcome::Lost { .. } | SellOutcome::NotOrdered) => {
+                tracing::warn!(order_id = %order_id, outcome = ?lost,
+                    "payment succeeded but the hold lost its seats; cancelling and refunding");
+                // The sale wrote nothing (all or nothing); undo this transaction's PAID (the
+                // row is ours, locked since the statement above), then cancel.
+                sqlx::query(
+                    "UPDATE orders SET status = 'PENDING_PAYMENT', paid_at = NULL
+                      WHERE id = $1 AND status = 'PAID'",
+                )
+                .bind(&order_id)
+                .execute(&mut *conn)
                 .await
-                .statement("sell the order's hold")?
-            {
-                SellOutcome::Sold {
-                    event_id: evt,
-                    tickets: issued,
-                } => {
-                    event_id = Some(evt);
-                    tickets = issued
-                        .iter()
-                        .map(|t| json!({"id": t.id, "seat_id": t.seat_id, "ga_tier": t.ga_tier}))
-                        .collect();
-                }
-                lost @ (SellOutcome::Lost { .. } | SellOutcome::NotOrdered) => {
-                    tracing::warn!(order_id = %order_id, outcome = ?lost,
-                        "payment succeeded but the hold lost its seats; cancelling and refunding");
-                    sp.rollback().await.statement("roll back the sale")?;
-                    orders::cancel_order_tx(&mut *conn, &order_id)
-                        .await
-                        .map_err(sqlx::Error::from)
-                        .statement("cancel the order whose hold was lost")?;
-                    return mark_refund_pending_tx(conn, payment_id, provider_payment_id).await;
-                }
+                .statement("undo the order's PAID")?;
+                orders::cancel_order_tx(&mut *conn, &order_id)
+                    .await
+                    .map_err(sqlx::Error::from)
+                    .statement("cancel the order whose hold was lost")?;
+                return mark_refund_pending_tx(conn, payment_id, provider_payment_id).await;
             }
         }
-        let n = tickets.len();
-        let paid = json!({
-            "order_id": order_id,
-            "account_id": account_id,
-            "event": event_id,
-            "source": order.source,
-            "total": order.total,
-            "payment_id": payment_id,
-            "provider_payment_id": provider_payment_id,
-            "tickets": tickets,
-        });
-        // The attempt `succeeded` and `order.paid` in the outbox (the row outbox::write_tx
-        // writes), in one statement: the event only if the attempt was still open.
-        let marked: i64 = sqlx::query_scalar(
-            "WITH p AS (
-                 UPDATE payments
-                    SET status = 'succeeded', provider_payment_id = $2,
-                        updated_at = clock_timestamp()
-                  WHERE id = $1 AND status IN ('pending', 'failed')
-                 RETURNING id),
-             e AS (
-                 INSERT INTO outbox (event_id, topic, aggregate_id, payload)
-                 SELECT $3, 'order.paid', $4, $5 FROM p)
-             SELECT count(*) FROM p",
-        )
-        .bind(payment_id)
-        .bind(provider_payment_id)
-        .bind(shared::ids::new_id())
-        .bind(&order_id)
-        .bind(&paid)
-        .fetch_one(&mut *sp)
-        .await
-        .statement("mark the attempt succeeded and write order.paid")?;
-        if marked != 1 {
-            // The attempt was already declined/refunded: a provider contradiction. Keep the
-            // order as it was and refund this money rather than guess.
-            tracing::error!(
-                payment_id,
-                "success for an attempt that is no longer pending"
-            );
-            sp.rollback()
-                .await
-                .statement("roll back the contradicted success")?;
-            return mark_refund_pending_tx(conn, payment_id, provider_payment_id).await;
-        }
-        sp.commit()
-            .await
-            .statement("release the payment savepoint")?;
-        return Ok(Success::Paid {
-            order_id: order_id.clone(),
-            tickets: n,
-        });
     }
-    sp.rollback()
-        .await
-        .statement("roll back the unpaid order")?;
-    // The order was not pending. Paid by this very attempt → the other path won.
-    if attempt_status_tx(conn, payment_id).await? == AttemptStatus::Succeeded {
-        return Ok(Success::AlreadyPaid);
+    let n = tickets.len();
+    let paid = json!({
+        "order_id": order_id,
+        "account_id": account_id,
+        "event": event_id,
+        "source": order.source,
+        "total": order.total,
+        "payment_id": payment_id,
+        "provider_payment_id": provider_payment_id,
+        "tickets": tickets,
+    });
+    // The attempt `succeeded` and `order.paid` in the outbox (the row outbox::write_tx
+    // writes), in one statement. The attempt is locked open since the first statement.
+    let marked: i64 = sqlx::query_scalar(
+        "WITH p AS (
+             UPDATE payments
+                SET status = 'succeeded', provider_payment_id = $2,
+                    updated_at = clock_timestamp()
+              WHERE id = $1 AND status IN ('pending', 'failed')
+             RETURNING id),
+         e AS (
+             INSERT INTO outbox (event_id, topic, aggregate_id, payload)
+             SELECT $3, 'order.paid', $4, $5 FROM p)
+         SELECT count(*) FROM p",
+    )
+    .bind(payment_id)
+    .bind(provider_payment_id)
+    .bind(shared::ids::new_id())
+    .bind(&order_id)
+    .bind(&paid)
+    .fetch_one(&mut *conn)
+    .await
+    .statement("mark the attempt succeeded and write order.paid")?;
+    if marked != 1 {
+        // Cannot happen (the attempt row is locked open); fail the whole transaction rather
+        // than commit a paid order without its attempt.
+        return Err(sqlx::Error::Protocol(format!(
+            "attempt {payment_id} changed under its row lock"
+        )))
+        .statement("mark the attempt succeeded and write order.paid");
     }
-    mark_refund_pending_tx(conn, payment_id, provider_payment_id).await
+    Ok(Success::Paid {
+        order_id: order_id.clone(),
+        tickets: n,
+    })
 }
+
+/// `PENDING_PAYMENT → PAID` by attempt `$2`, only while that attempt is still open
+/// (`pending` or `failed`): the order's row is locked first, then the attempt's (the order
+/// every path locks them in), and the update happens only if both passed, so no later step of
+/// the success can find either changed. No row: nothing was written.
+const MARK_PAID_BY_OPEN_ATTEMPT: &str = "
+WITH o AS (
+    SELECT id FROM orders WHERE id = $1 AND status = 'PENDING_PAYMENT' FOR UPDATE),
+a AS (
+    SELECT id FROM payments
+     WHERE id = $2 AND status IN ('pending', 'failed') AND EXISTS (SELECT 1 FROM o)
+     FOR UPDATE)
+UPDATE orders SET status = 'PAID', paid_at = clock_timestamp(), updated_at = clock_timestamp()
+ WHERE id = $1 AND status = 'PENDING_PAYMENT' AND EXISTS (SELECT 1 FROM a)
+RETURNING id, account_id, source, hold_id, total";
 
 /// The stored status of attempt `payment_id` (which must exist).
 pub async fn attempt_status_tx(

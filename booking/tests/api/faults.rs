@@ -214,7 +214,11 @@ async fn seat_hold_cut_from_postgres_answers_503_changes_nothing_and_holds_once_
     assert_unavailable(&cut_request.await.expect("request task"));
     booking_disconnected(&app).await;
     lock.release().await;
-    assert_eq!(db_state(&app.pool).await, before, "a hold for a request that vanished");
+    assert_eq!(
+        db_state(&app.pool).await,
+        before,
+        "a hold for a request that vanished"
+    );
 
     // The pool reconnects by itself: the same request now holds the seats, once.
     db.restore();
