@@ -14,8 +14,7 @@ use crate::orders::model::{
     Shortage, done_marker_suffix, gate_admission, request_record_ttl_s,
 };
 use crate::orders::repo::{
-    During, OrderError, claim_key_tx, complete_claim_tx, create_cart_order_tx,
-    create_hold_order_tx, load_order,
+    During, OrderError, claim_key_tx, create_cart_order_tx, create_hold_order_tx, load_order,
 };
 use crate::orders::stock::StockWay;
 use crate::orders::{OrdersState, cart, products};
@@ -329,7 +328,8 @@ async fn create_from_hold(
             Begin::Started(claim) => claim,
             Begin::Replay(stored) => return Ok(Created::Replay(stored)),
         };
-        let (view, until) = create_hold_order_tx(
+        // The order and its stored response in one statement.
+        let (_, body, until) = create_hold_order_tx(
             &mut tx,
             settings,
             OrderId::new(&order_id),
@@ -337,10 +337,9 @@ async fn create_from_hold(
             OrderKey::new(key.as_str()),
             hold_id,
             Some(EventId::new(admitted.event())),
+            Some(&claim),
         )
         .await?;
-        let body = serde_json::to_vec(&view).map_err(OrderError::Serialize)?;
-        complete_claim_tx(&mut tx, &claim, &body).await?;
         tx.commit().await.during("commit the order transaction")?;
         Ok::<_, OrderError>(Created::Order(body, until))
     })

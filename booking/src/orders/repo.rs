@@ -15,7 +15,6 @@ use crate::platform::error::ApiError;
 use crate::platform::idempotency::{
     self, Begin, Claim, Fingerprint, IdempotencyKey, IdempotencySettings,
 };
-use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 use std::collections::BTreeMap;
@@ -245,12 +244,10 @@ pub async fn create_cart_order_tx(
         currency: &settings.currency,
         // No price row means an unknown SKU, refused above.
         expires_at: expires_at.ok_or(OrderError::CartEmpty)?,
+        created_at: expires_at.ok_or(OrderError::CartEmpty)?
+            - chrono::Duration::seconds(i64::from(settings.ttl_s)),
     };
-    let (view, live_until_ms) = insert_order(conn, &new, items).await?;
-    let body = serde_json::to_vec(&view).map_err(OrderError::Serialize)?;
-    if let Some(claim) = claim {
-        complete_claim_tx(conn, claim, &body).await?;
-    }
+    let (view, body, live_until_ms) = insert_order(conn, &new, items, claim).await?;
     stock::reserve_stock_tx(conn, order_id.as_str(), lines, way).await?;
     Ok(CartOrder {
         view,
@@ -279,26 +276,14 @@ pub async fn claim_key_tx(
     }
 }
 
-/// Stores the order's response under its idempotency claim, in the order's transaction.
-pub async fn complete_claim_tx(
-    conn: &mut PgConnection,
-    claim: &Claim,
-    body: &[u8],
-) -> Result<(), OrderError> {
-    match claim.complete_tx(conn, StatusCode::CREATED, body).await {
-        Ok(()) => Ok(()),
-        Err(TxError::Db(source)) => Err(OrderError::Db {
-            statement: "store the idempotent response",
-            source,
-        }),
-        Err(TxError::Api(e)) => Err(OrderError::ClaimLost(e)),
-    }
-}
-
 /// Creates a `PENDING_PAYMENT` order from an active seat/GA hold of `account` inside the
 /// caller's transaction (the hold becomes `ordered`, pinned until the order expires).
 /// `expected_event`: the event of the caller's admission, checked against the hold's. Returns
 /// the view and the account's checkout end with the order (`platform::session_until`).
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one order's whole input, each a distinct typed value"
+)]
 pub async fn create_hold_order_tx(
     conn: &mut PgConnection,
     settings: &OrderSettings,
@@ -307,7 +292,8 @@ pub async fn create_hold_order_tx(
     key: OrderKey<'_>,
     hold_id: HoldId<'_>,
     expected_event: Option<EventId<'_>>,
-) -> Result<(OrderView, i64), OrderError> {
+    claim: Option<&Claim>,
+) -> Result<(OrderView, Vec<u8>, i64), OrderError> {
     let pinned = holds::pin_hold_tx(
         conn,
         hold_id.as_str(),
@@ -355,8 +341,9 @@ pub async fn create_hold_order_tx(
         total,
         currency: &settings.currency,
         expires_at: pinned.expires_at,
+        created_at: pinned.expires_at - chrono::Duration::seconds(i64::from(settings.ttl_s)),
     };
-    insert_order(conn, &new, items).await
+    insert_order(conn, &new, items, claim).await
 }
 
 struct NewOrder<'a> {
@@ -370,16 +357,36 @@ struct NewOrder<'a> {
     currency: &'a str,
     /// The hold's pinned expiry; cart orders expire `ttl_s` from now (database clock).
     expires_at: DateTime<Utc>,
+    /// `expires_at - ttl_s`: the database clock when the expiry was read, so the response
+    /// (with this `created_at`) is known before the statement that stores it.
+    created_at: DateTime<Utc>,
 }
 
-/// The order row, its items and its `order.created` outbox row in ONE statement (the items
-/// and the event are only written when the order row is).
+/// The order row, its items, its `order.created` outbox row and, with a `claim`, the stored
+/// response of its `Idempotency-Key` (the UPDATE [`Claim::complete_tx`] runs) in ONE statement
+/// (the items, the event and the response are only written when the order row is). Returns the
+/// view, its JSON (the response body) and the account's checkout end.
 async fn insert_order(
     conn: &mut PgConnection,
     o: &NewOrder<'_>,
     items: Vec<OrderItemView>,
-) -> Result<(OrderView, i64), OrderError> {
-    let n = items.len();
+    claim: Option<&Claim>,
+) -> Result<(OrderView, Vec<u8>, i64), OrderError> {
+    let status = OrderStatus::PendingPayment;
+    let view = OrderView {
+        id: o.id.as_str().to_owned(),
+        status,
+        source: o.source,
+        hold_id: o.hold_id.map(|h| h.as_str().to_owned()),
+        event_id: o.event_id.map(|e| e.as_str().to_owned()),
+        total: o.total,
+        currency: o.currency.to_owned(),
+        items,
+        expires_at: o.expires_at,
+        created_at: o.created_at,
+        paid_at: None,
+    };
+    let n = view.items.len();
     let mut line = Vec::with_capacity(n);
     let mut kind = Vec::with_capacity(n);
     let mut sku = Vec::with_capacity(n);
@@ -388,7 +395,7 @@ async fn insert_order(
     let mut name = Vec::with_capacity(n);
     let mut qty = Vec::with_capacity(n);
     let mut price = Vec::with_capacity(n);
-    for (i, it) in items.iter().enumerate() {
+    for (i, it) in view.items.iter().enumerate() {
         line.push(i32::try_from(i + 1).unwrap_or(i32::MAX));
         kind.push(it.kind.as_str());
         sku.push(it.sku.as_deref());
@@ -398,7 +405,6 @@ async fn insert_order(
         qty.push(it.quantity);
         price.push(it.unit_price);
     }
-    let status = OrderStatus::PendingPayment;
     let payload = serde_json::json!({
         "order_id": o.id.as_str(),
         "account_id": o.account.as_str(),
@@ -408,16 +414,17 @@ async fn insert_order(
         "event_id": o.event_id.map(EventId::as_str),
         "total": o.total,
         "currency": o.currency,
-        "items": items,
+        "items": &view.items,
         "expires_at": o.expires_at,
     });
-    let created: Option<(DateTime<Utc>, i64)> = sqlx::query_as(concat!(
+    let body = serde_json::to_vec(&view).map_err(OrderError::Serialize)?;
+    let created: Option<(i64, bool)> = sqlx::query_as(concat!(
         "WITH o AS (
              INSERT INTO orders (id, account_id, idempotency_key, source, hold_id, event_id,
-                                 total, currency, expires_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                                 total, currency, expires_at, created_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $20)
              ON CONFLICT (account_id, idempotency_key) DO NOTHING
-             RETURNING id, created_at, expires_at),
+             RETURNING id, expires_at),
          i AS (
              INSERT INTO order_items (order_id, line, kind, sku, seat_id, ga_tier, name,
                                       quantity, unit_price)
@@ -429,10 +436,18 @@ async fn insert_order(
          e AS (
              -- The row outbox::write_tx writes.
              INSERT INTO outbox (event_id, topic, aggregate_id, payload)
-             SELECT $18, 'order.created', o.id, $19 FROM o)
-         SELECT created_at, ",
+             SELECT $18, 'order.created', o.id, $19 FROM o),
+         k AS (
+             -- Claim::complete_tx's UPDATE: only this attempt's live claim.
+             UPDATE idempotency_keys
+                SET state = 'done', response_status = 201, response_body = $21,
+                    completed_at = clock_timestamp()
+              WHERE account_id = $2 AND key = $22 AND claim_id = $23 AND state = 'in_flight'
+                AND EXISTS (SELECT 1 FROM o)
+             RETURNING 1)
+         SELECT ",
         crate::live_until_ms_sql!("$2", "$6", "(SELECT expires_at FROM o)", "NULL"),
-        " FROM o"
+        ", EXISTS (SELECT 1 FROM k) FROM o"
     ))
     .bind(o.id.as_str())
     .bind(o.account.as_str())
@@ -453,26 +468,21 @@ async fn insert_order(
     .bind(&price)
     .bind(shared::ids::new_id())
     .bind(&payload)
+    .bind(o.created_at)
+    .bind(&body)
+    .bind(claim.map(Claim::key))
+    .bind(claim.map(Claim::claim_id))
     .fetch_optional(&mut *conn)
     .await
-    .during("insert the order, its items and order.created")?;
+    .during("insert the order, its items, order.created and the response")?;
     // No row: the idempotency row was purged (older than the retention) but an order still
     // carries this key, so the key cannot be used for a new order.
-    let (created_at, live_until_ms) = created.ok_or(OrderError::KeyReused)?;
-    let view = OrderView {
-        id: o.id.as_str().to_owned(),
-        status,
-        source: o.source,
-        hold_id: o.hold_id.map(|h| h.as_str().to_owned()),
-        event_id: o.event_id.map(|e| e.as_str().to_owned()),
-        total: o.total,
-        currency: o.currency.to_owned(),
-        items,
-        expires_at: o.expires_at,
-        created_at,
-        paid_at: None,
-    };
-    Ok((view, live_until_ms))
+    let (live_until_ms, completed) = created.ok_or(OrderError::KeyReused)?;
+    if claim.is_some() && !completed {
+        // This attempt lost its claim to a takeover: the caller rolls everything back.
+        return Err(OrderError::ClaimLost(Claim::lost()));
+    }
+    Ok((view, body, live_until_ms))
 }
 
 /// One outbox row for an order transition, in the caller's transaction.

@@ -373,6 +373,18 @@ impl Claim {
         &self.key
     }
 
+    /// This attempt's claim id: a caller that stores the response in its own statement (the
+    /// order insert) matches the row as [`Claim::complete_tx`] does, `claim_id` and
+    /// `state = 'in_flight'`, and answers [`Claim::lost`] when it matched none.
+    pub fn claim_id(&self) -> &str {
+        &self.claim_id
+    }
+
+    /// The answer when this attempt lost its claim to a takeover (see [`Claim::complete_tx`]).
+    pub fn lost() -> ApiError {
+        in_flight()
+    }
+
     pub fn account(&self) -> &str {
         &self.account_id
     }

@@ -6,6 +6,7 @@ use crate::helpers::{TestApp, json};
 use crate::products::{admin_put, post_order, put_line, stock};
 use futures::StreamExt;
 use serde_json::json;
+use std::collections::BTreeMap;
 
 static CART: std::sync::LazyLock<serde_json::Value> =
     std::sync::LazyLock::new(|| json!({"source": "cart"}));
@@ -336,6 +337,51 @@ async fn reconcile_keeps_in_flight_admissions_out_of_the_gate() {
     app.stop().await;
 }
 
+/// The moment between an order's commit and its request settling the admission: the units
+/// are already out of Postgres' `available` and the admission still looks in flight. A
+/// reconcile then must count that order once, not twice (before the fix the gate came out one
+/// lower than the stock left, and in a rush a fan was answered `SOLD_OUT` with a unit unsold).
+#[tokio::test]
+async fn reconcile_between_a_commit_and_its_settle_counts_the_order_once() {
+    use booking::orders::flash;
+    let app = TestApp::spawn().await;
+    create_product(&app, "drop", "GAP", 100, 10, true).await;
+    fill_cart(&app, "gapper", "GAP", 1).await;
+    let token = app.admission("gapper", "drop");
+    let resp = post_order(&app, &token, "gap-key", &CART).await;
+    assert_eq!(resp.status(), 201);
+    assert_eq!(stock(&app, "GAP").await, (9, 1, 0));
+    // Put the admission back to "in flight" (quantity:admitted_ms), as it is between the
+    // order's commit and its settle.
+    let mut conn = app.state.redis.conn().await.expect("redis");
+    let (secs, micros): (String, String) = redis::cmd("TIME")
+        .query_async(&mut conn)
+        .await
+        .expect("time");
+    let now_ms = secs.parse::<i64>().unwrap() * 1000 + micros.parse::<i64>().unwrap() / 1000;
+    let adm_key = app.state.redis.key("flash:adm:{GAP}");
+    redis::cmd("HSET")
+        .arg(&adm_key)
+        .arg("gapper\u{1f}gap-key")
+        .arg(format!("1:{now_ms}"))
+        .query_async::<()>(&mut conn)
+        .await
+        .expect("hset");
+    let gate = flash::reconcile(&app.state.pool, &app.state.redis, "GAP")
+        .await
+        .expect("reconcile");
+    assert_eq!(gate, Some(9), "the committed order counted twice");
+    // ... and the reconcile settled it, as the request would have.
+    let v: Option<String> = redis::cmd("HGET")
+        .arg(&adm_key)
+        .arg("gapper\u{1f}gap-key")
+        .query_async(&mut conn)
+        .await
+        .expect("hget");
+    assert_eq!(v.as_deref(), Some("done"));
+    app.stop().await;
+}
+
 /// Reconcile running over and over while hundreds of buyers order at once: still exactly the
 /// stock is sold, every other buyer gets a clear refusal, and the gate's bookkeeping ends
 /// clean — every admitted order that committed is settled, every other admission released, so
@@ -388,8 +434,22 @@ async fn reconcile_racing_a_rush_sells_exactly_the_stock_and_settles_every_slot(
         .take(3)
         .collect();
     assert!(others.is_empty(), "unexpected answers: {others:?}");
-    assert_eq!(created, stock_units as usize);
-    assert_eq!(refused.len(), buyers - stock_units as usize);
+    let mut codes: BTreeMap<String, usize> = BTreeMap::new();
+    for (s, v) in &answers {
+        *codes
+            .entry(format!("{s} {}", v["code"].as_str().unwrap_or("")))
+            .or_default() += 1;
+    }
+    let left = stock(&app, "RACE").await;
+    assert_eq!(
+        created, stock_units as usize,
+        "answers: {codes:?}, stock {left:?}"
+    );
+    assert_eq!(
+        refused.len(),
+        buyers - stock_units as usize,
+        "answers: {codes:?}"
+    );
     assert_eq!(stock(&app, "RACE").await, (0, stock_units, 0));
 
     // Every admission is either settled (its order committed) or gone (released).
