@@ -251,6 +251,7 @@ async fn a_master_killed_mid_burst_loses_no_fan_and_admits_nobody_twice() {
     let app = TestApp::spawn_with(|c| {
         c.redis.url = secrecy::SecretString::from(seeds.clone());
         c.redis.mode = shared::config::RedisMode::Cluster;
+        c.redis.response_timeout_ms = crate::helpers::FAIL_FAST_REDIS_TIMEOUT_MS;
     })
     .await;
     let ev = "failover";

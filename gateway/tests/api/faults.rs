@@ -21,6 +21,7 @@ async fn spawn_behind_proxy() -> (TestApp, ChaosProxy) {
     let app = TestApp::spawn_with(|c| {
         c.redis.url = secrecy::SecretString::from(via);
         c.redis.mode = shared::config::RedisMode::Standalone;
+        c.redis.response_timeout_ms = crate::helpers::FAIL_FAST_REDIS_TIMEOUT_MS;
     })
     .await;
     (app, proxy)

@@ -74,6 +74,7 @@ async fn redis_outage_keeps_admitted_fans_working_and_recovers() {
         c.redis.url = secrecy::SecretString::from(format!("redis://127.0.0.1:{port}"));
         // A private single server, whatever the suite runs on.
         c.redis.mode = shared::config::RedisMode::Standalone;
+        c.redis.response_timeout_ms = crate::helpers::FAIL_FAST_REDIS_TIMEOUT_MS;
     })
     .await;
     app.open_event("out", 60000).await;
