@@ -140,6 +140,16 @@ impl BodyError {
     }
 }
 
+/// Reads a body of at most `limit` bytes and parses it as JSON ([`read_body`], [`parse_json`]):
+/// the refusal is the answer to send.
+pub async fn read_json<T: serde::de::DeserializeOwned>(
+    session: &mut Session,
+    limit: usize,
+) -> Result<T, Reply> {
+    let body = read_body(session, limit).await.map_err(BodyError::reply)?;
+    parse_json(&body)
+}
+
 /// Parses a JSON body: syntax errors are `400 MALFORMED_JSON`, wrong fields or types
 /// `422 VALIDATION_FAILED` (the same split booking makes).
 pub fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Reply> {

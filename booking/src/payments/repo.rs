@@ -198,7 +198,8 @@ type PinnedOrder = (Option<String>, i64, String, Option<String>, bool);
 /// like every other seat path). No row when the order is not payable. The last column is
 /// false when the hold no longer holds all its seats (or is gone): the statement may have
 /// changed rows then, so the caller rolls its transaction back (it does: no pin, no attempt).
-const PIN_ORDER_AND_HOLD: &str = "
+const PIN_ORDER_AND_HOLD: &str = concat!(
+    "
 WITH o AS (
     UPDATE orders
        SET expires_at = GREATEST(expires_at, clock_timestamp() + make_interval(secs => $3)),
@@ -210,12 +211,9 @@ h AS (
     UPDATE holds
        SET expires_at = GREATEST(expires_at, clock_timestamp() + make_interval(secs => $3))
      WHERE id = (SELECT hold_id FROM o) AND status = 'ordered'
-    RETURNING id, event_id, kind, quantity, expires_at),
-mine AS (
-    SELECT s.event_id, s.seat_id FROM seats s JOIN h ON s.event_id = h.event_id
-     WHERE h.kind = 'seats' AND s.hold_id = h.id AND s.status = 'held'
-     ORDER BY s.seat_id
-     FOR UPDATE OF s),
+    RETURNING id, event_id, kind, quantity, expires_at),",
+    crate::hold_seats_locked_sql!(),
+    ",
 upd AS (
     UPDATE seats s SET held_until = GREATEST(s.held_until, h.expires_at)
       FROM mine m, h
@@ -224,7 +222,8 @@ upd AS (
 SELECT o.hold_id, o.total, o.currency, o.event_id,
        COALESCE((SELECT h.kind <> 'seats' OR (SELECT count(*) FROM upd) = h.quantity FROM h),
                 false)
-  FROM o";
+  FROM o"
+);
 
 /// Why an order cannot be paid now (read after the conditional pin changed nothing).
 async fn not_payable(

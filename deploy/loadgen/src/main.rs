@@ -6,7 +6,6 @@
 mod auctions;
 mod holds;
 mod orders;
-mod promtext;
 mod report;
 mod seatmap;
 mod statements;

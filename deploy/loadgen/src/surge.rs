@@ -13,7 +13,6 @@
 //! connection slot), so a saturated client or server shows up as latency rather than as a
 //! silently lower request rate (no coordinated omission).
 
-use crate::promtext;
 use crate::svg::{Axis, BarChart, LineChart, Series};
 use anyhow::{Context, bail};
 use hdrhistogram::Histogram;
@@ -33,6 +32,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use testkit::promtext;
 use tokio::sync::Semaphore;
 
 #[derive(Debug, Clone, clap::Args)]

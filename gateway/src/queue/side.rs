@@ -3,7 +3,7 @@
 
 use super::{admit_caller, rfc3339_ms, snapshot, unavailable, unknown_event};
 use crate::limits::Scope;
-use crate::respond::{Reply, parse_json, read_body};
+use crate::respond::{Reply, read_json};
 use crate::state::Shared;
 use crate::store::Store;
 use pingora_proxy::Session;
@@ -54,11 +54,7 @@ struct ReceiptBody {
 
 /// `POST /queue/{event}/receipt {"receipt"}`: checks a place receipt (no Redis needed).
 pub async fn receipt(shared: &Shared, session: &mut Session, event: &str) -> Reply {
-    let body = match read_body(session, shared.config.gateway.max_body_bytes).await {
-        Ok(b) => b,
-        Err(e) => return e.reply(),
-    };
-    let b: ReceiptBody = match parse_json(&body) {
+    let b: ReceiptBody = match read_json(session, shared.config.gateway.max_body_bytes).await {
         Ok(b) => b,
         Err(r) => return r,
     };
@@ -101,11 +97,7 @@ pub async fn dev_login(shared: &Shared, session: &mut Session) -> Reply {
     if !shared.dev_login {
         return Reply::error(404, codes::NOT_FOUND, "not found");
     }
-    let body = match read_body(session, shared.config.gateway.max_body_bytes).await {
-        Ok(b) => b,
-        Err(e) => return e.reply(),
-    };
-    let b: DevLoginBody = match parse_json(&body) {
+    let b: DevLoginBody = match read_json(session, shared.config.gateway.max_body_bytes).await {
         Ok(b) => b,
         Err(r) => return r,
     };

@@ -439,8 +439,5 @@ pub async fn metric(http: &reqwest::Client, admin: &str, name: &str) -> Option<i
         .text()
         .await
         .ok()?;
-    let prefix = format!("{name} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(prefix.as_str()))
-        .and_then(|v| v.trim().parse().ok())
+    testkit::promtext::value(&text, name, None).map(|v| v as i64)
 }

@@ -241,6 +241,21 @@ struct HoldSeatRow {
     price: Option<i64>,
 }
 
+/// `mine`: the seats hold `h` (a `WITH` part of the caller's returning `id`, `event_id`,
+/// `kind`) still holds, locked in `seat_id` order like every seat path. Shared by the order's
+/// pin of its hold ([`pin_hold_tx`]) and the pay request's pin (payments' `PIN_ORDER_AND_HOLD`).
+#[macro_export]
+macro_rules! hold_seats_locked_sql {
+    () => {
+        "
+         mine AS (
+             SELECT s.event_id, s.seat_id FROM seats s JOIN h ON s.event_id = h.event_id
+             WHERE h.kind = 'seats' AND s.hold_id = h.id AND s.status = 'held'
+             ORDER BY s.seat_id
+             FOR UPDATE OF s)"
+    };
+}
+
 /// Pins an active hold for an order. See the module docs. ONE statement: the hold row, then
 /// its seats locked in `seat_id` order with their tier prices (or the GA tier's price).
 /// `None` when the hold is not pinnable or lost a seat; the statement may have changed rows
@@ -251,19 +266,16 @@ pub async fn pin_hold_tx(
     account: &str,
     until_interval_s: i64,
 ) -> sqlx::Result<Option<PinnedHold>> {
-    let rows: Vec<HoldSeatRow> = sqlx::query_as(
+    let rows: Vec<HoldSeatRow> = sqlx::query_as(concat!(
         "WITH h AS (
              UPDATE holds
              SET status = 'ordered',
                  expires_at = clock_timestamp() + make_interval(secs => $3::double precision)
              WHERE id = $1 AND account_id = $2 AND status = 'active'
                AND expires_at > clock_timestamp()
-             RETURNING id, event_id, kind, ga_tier, quantity, expires_at),
-         mine AS (
-             SELECT s.event_id, s.seat_id FROM seats s JOIN h ON s.event_id = h.event_id
-             WHERE h.kind = 'seats' AND s.hold_id = h.id AND s.status = 'held'
-             ORDER BY s.seat_id
-             FOR UPDATE OF s),
+             RETURNING id, event_id, kind, ga_tier, quantity, expires_at),",
+        crate::hold_seats_locked_sql!(),
+        ",
          upd AS (
              UPDATE seats s SET held_until = h.expires_at
              FROM mine m, h, price_tiers p
@@ -274,8 +286,8 @@ pub async fn pin_hold_tx(
                 (SELECT g.price FROM ga_tiers g
                   WHERE g.event_id = h.event_id AND g.tier = h.ga_tier) AS ga_price,
                 u.seat_id, u.tier, u.price
-         FROM h LEFT JOIN upd u ON true",
-    )
+         FROM h LEFT JOIN upd u ON true"
+    ))
     .bind(hold_id)
     .bind(account)
     .bind(until_interval_s as f64)

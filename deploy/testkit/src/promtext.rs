@@ -1,7 +1,8 @@
-//! Reads single values out of a Prometheus text exposition (the gateway's `/metrics`), so the
-//! surge timeline shows what the gateway itself reports: queue length, admissions, active
-//! admitted fans, the admit rate in force. Only what the timeline needs: a metric name plus
-//! an optional `label="value"` match, summed over matching series.
+//! Reads single values out of a Prometheus text exposition (the gateway's `/metrics`): loadgen's
+//! surge timeline shows what the gateway itself reports with it (queue length, admissions,
+//! active admitted fans, the admit rate in force), and the gateway tests read their gauges.
+//! Only what they need: a metric name plus an optional `label="value"` match, summed over
+//! matching series.
 
 /// Sum of the samples of `name` whose label set contains `label` (e.g. `event="demo"`),
 /// or of all its samples when `label` is `None`. `None` if no sample matched.
