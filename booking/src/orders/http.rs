@@ -6,7 +6,9 @@
 //! transaction retried from the top on deadlock whose first statement claims the idempotency
 //! key ([`idempotency::claim_tx`]: the key commits with the order or not at all), and after
 //! the commit, best effort, the gate settlement, the cart cleanup and the completed-order
-//! marker. An order from a hold is the same transaction without the Redis steps.
+//! marker. An order from a hold is a transaction of two statements, the hold's pin and the
+//! order's insert that also stores the key with its answer ([`KeyAnswer::Insert`]); a refusal
+//! reads the key afterwards, so a retry of a request that made its order replays it.
 
 use crate::orders::flash::{self, Gate};
 use crate::orders::model::{
@@ -14,12 +16,13 @@ use crate::orders::model::{
     Shortage, done_marker_suffix, gate_admission, request_record_ttl_s,
 };
 use crate::orders::repo::{
-    During, OrderError, claim_key_tx, create_cart_order_tx, create_hold_order_tx, load_order,
+    During, KeyAnswer, OrderError, claim_key_tx, create_cart_order_tx, create_hold_order_tx,
+    load_order, stored_answer,
 };
 use crate::orders::stock::StockWay;
 use crate::orders::{OrdersState, cart, products};
 use crate::platform::auth::Admitted;
-use crate::platform::db;
+use crate::platform::db::{self, MaybeRetryable};
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::idempotency::{self, Begin, Fingerprint, IdempotencyKey, Replay};
 use crate::platform::json::ApiJson;
@@ -316,20 +319,9 @@ async fn create_from_hold(
             .begin()
             .await
             .during("begin the order transaction")?;
-        let claim = match claim_key_tx(
-            &mut tx,
-            &state.idempotency.settings,
-            account,
-            key,
-            fingerprint,
-        )
-        .await?
-        {
-            Begin::Started(claim) => claim,
-            Begin::Replay(stored) => return Ok(Created::Replay(stored)),
-        };
-        // The order and its stored response in one statement.
-        let (_, body, until) = create_hold_order_tx(
+        // The pin, then the order with its key and stored answer in one statement: a
+        // concurrent duplicate queues on the hold's row, finds it ordered, and replays below.
+        let created = create_hold_order_tx(
             &mut tx,
             settings,
             OrderId::new(&order_id),
@@ -337,11 +329,35 @@ async fn create_from_hold(
             OrderKey::new(key.as_str()),
             hold_id,
             Some(EventId::new(admitted.event())),
-            Some(&claim),
+            KeyAnswer::Insert {
+                key: key.as_str(),
+                fingerprint,
+            },
         )
-        .await?;
-        tx.commit().await.during("commit the order transaction")?;
-        Ok::<_, OrderError>(Created::Order(body, until))
+        .await;
+        match created {
+            Ok((_, body, until)) => {
+                tx.commit().await.during("commit the order transaction")?;
+                Ok::<_, OrderError>(Created::Order(body, until))
+            }
+            Err(e) if e.retryable() || matches!(e, OrderError::Db { .. }) => Err(e),
+            // Refused (or the key taken): nothing of this attempt stays. A retry of a request
+            // that made its order lands here (its hold is ordered) and gets that order back.
+            Err(e) => {
+                tx.rollback()
+                    .await
+                    .during("roll back the order transaction")?;
+                let mut conn = state
+                    .pool
+                    .acquire()
+                    .await
+                    .during("read the Idempotency-Key")?;
+                match stored_answer(&mut conn, account, key, fingerprint).await? {
+                    Some(stored) => Ok(Created::Replay(stored)),
+                    None => Err(e),
+                }
+            }
+        }
     })
     .await?;
     match result {

@@ -13,7 +13,7 @@ use crate::orders::stock;
 use crate::platform::db::{MaybeRetryable, TxError, is_retryable};
 use crate::platform::error::ApiError;
 use crate::platform::idempotency::{
-    self, Begin, Claim, Fingerprint, IdempotencyKey, IdempotencySettings,
+    self, Begin, Claim, Fingerprint, IdempotencyKey, IdempotencySettings, Replay,
 };
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
@@ -64,6 +64,10 @@ pub enum OrderError {
     /// The key could not be claimed: used for another request (`422`) or in flight (`409`).
     #[error("idempotency key refused")]
     KeyRefused(#[source] ApiError),
+    /// The order's statement found its `Idempotency-Key` already stored ([`KeyAnswer::Insert`]):
+    /// the caller rolls back and answers from the key ([`stored_answer`]).
+    #[error("idempotency key already stored")]
+    KeyTaken,
     #[error("failed to {statement}")]
     Db {
         statement: &'static str,
@@ -247,7 +251,8 @@ pub async fn create_cart_order_tx(
         created_at: expires_at.ok_or(OrderError::CartEmpty)?
             - chrono::Duration::seconds(i64::from(settings.ttl_s)),
     };
-    let (view, body, live_until_ms) = insert_order(conn, &new, items, claim).await?;
+    let answer = claim.map_or(KeyAnswer::None, KeyAnswer::Claimed);
+    let (view, body, live_until_ms) = insert_order(conn, &new, items, answer).await?;
     stock::reserve_stock_tx(conn, order_id.as_str(), lines, way).await?;
     Ok(CartOrder {
         view,
@@ -292,7 +297,7 @@ pub async fn create_hold_order_tx(
     key: OrderKey<'_>,
     hold_id: HoldId<'_>,
     expected_event: Option<EventId<'_>>,
-    claim: Option<&Claim>,
+    answer: KeyAnswer<'_>,
 ) -> Result<(OrderView, Vec<u8>, i64), OrderError> {
     let pinned = holds::pin_hold_tx(
         conn,
@@ -343,7 +348,46 @@ pub async fn create_hold_order_tx(
         expires_at: pinned.expires_at,
         created_at: pinned.expires_at - chrono::Duration::seconds(i64::from(settings.ttl_s)),
     };
-    insert_order(conn, &new, items, claim).await
+    insert_order(conn, &new, items, answer).await
+}
+
+/// How the order's own statement stores its answer under the request's `Idempotency-Key`.
+#[derive(Clone, Copy)]
+pub enum KeyAnswer<'a> {
+    /// Completes this attempt's claim, taken earlier in the transaction
+    /// ([`idempotency::claim_tx`]; the cart order, whose stock step skips busy rows, so a
+    /// concurrent duplicate must queue on the key before it, not after).
+    Claimed(&'a Claim),
+    /// Inserts the key with its answer: claim and answer at once, in the order's statement
+    /// (the hold order, whose pin already queues a concurrent duplicate on the hold's row).
+    /// A key already there makes it [`OrderError::KeyTaken`].
+    Insert {
+        key: &'a str,
+        fingerprint: &'a Fingerprint,
+    },
+    /// No key (callers outside an HTTP request).
+    None,
+}
+
+/// The stored answer of `key` after this request's order was refused or found the key taken
+/// (its transaction rolled back): `Some` replays it (or refuses the key: `422` for another
+/// request, `409` while in flight), `None` leaves the refusal to stand. Only refusals pay for
+/// this read; a retry of a request that made an order is answered from here, since its hold
+/// is no longer active.
+pub async fn stored_answer(
+    conn: &mut PgConnection,
+    account: AccountId<'_>,
+    key: &IdempotencyKey,
+    fingerprint: &Fingerprint,
+) -> Result<Option<Replay>, OrderError> {
+    match idempotency::existing(conn, account.as_str(), key, fingerprint)
+        .await
+        .during("read the Idempotency-Key")?
+    {
+        Some(Ok(Begin::Replay(stored))) => Ok(Some(stored)),
+        Some(Ok(Begin::Started(_))) | None => Ok(None),
+        Some(Err(e)) => Err(OrderError::KeyRefused(e)),
+    }
 }
 
 struct NewOrder<'a> {
@@ -370,7 +414,7 @@ async fn insert_order(
     conn: &mut PgConnection,
     o: &NewOrder<'_>,
     items: Vec<OrderItemView>,
-    claim: Option<&Claim>,
+    answer: KeyAnswer<'_>,
 ) -> Result<(OrderView, Vec<u8>, i64), OrderError> {
     let status = OrderStatus::PendingPayment;
     let view = OrderView {
@@ -418,8 +462,60 @@ async fn insert_order(
         "expires_at": o.expires_at,
     });
     let body = serde_json::to_vec(&view).map_err(OrderError::Serialize)?;
-    let created: Option<(i64, bool)> = sqlx::query_as(concat!(
-        "WITH o AS (
+    let sql = match answer {
+        KeyAnswer::Insert { .. } => INSERT_ORDER_AND_KEY,
+        KeyAnswer::Claimed(_) | KeyAnswer::None => INSERT_ORDER_COMPLETING_CLAIM,
+    };
+    let q = sqlx::query_as(sql)
+        .bind(o.id.as_str())
+        .bind(o.account.as_str())
+        .bind(o.key.as_str())
+        .bind(o.source.as_str())
+        .bind(o.hold_id.map(HoldId::as_str))
+        .bind(o.event_id.map(EventId::as_str))
+        .bind(o.total)
+        .bind(o.currency)
+        .bind(o.expires_at)
+        .bind(&line)
+        .bind(&kind)
+        .bind(&sku)
+        .bind(&seat)
+        .bind(&tier)
+        .bind(&name)
+        .bind(&qty)
+        .bind(&price)
+        .bind(shared::ids::new_id())
+        .bind(&payload)
+        .bind(o.created_at)
+        .bind(&body);
+    let q = match answer {
+        KeyAnswer::Claimed(claim) => q.bind(Some(claim.key())).bind(claim.claim_id()),
+        KeyAnswer::Insert { key, fingerprint } => q.bind(Some(key)).bind(fingerprint.as_bytes()),
+        KeyAnswer::None => q.bind(None::<&str>).bind(None::<&str>),
+    };
+    let created: Option<(i64, bool)> = q
+        .fetch_optional(&mut *conn)
+        .await
+        .during("insert the order, its items, order.created and the response")?;
+    // No row: the idempotency row was purged (older than the retention) but an order still
+    // carries this key, so the key cannot be used for a new order.
+    let (live_until_ms, completed) = created.ok_or(OrderError::KeyReused)?;
+    match answer {
+        // This attempt lost its claim to a takeover: the caller rolls everything back.
+        KeyAnswer::Claimed(_) if !completed => Err(OrderError::ClaimLost(Claim::lost())),
+        // The key is stored already: the caller rolls back and answers from it.
+        KeyAnswer::Insert { .. } if !completed => Err(OrderError::KeyTaken),
+        _ => Ok((view, body, live_until_ms)),
+    }
+}
+
+/// The order row, its items, its `order.created` outbox row (`$1`..`$20`, `$21` the answer),
+/// then the key's part (`$22` the key, `$23` the claim id or the fingerprint): see
+/// [`insert_order`].
+macro_rules! insert_order_sql {
+    ($key_part:literal) => {
+        concat!(
+            "WITH o AS (
              INSERT INTO orders (id, account_id, idempotency_key, source, hold_id, event_id,
                                  total, currency, expires_at, created_at)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $20)
@@ -437,53 +533,37 @@ async fn insert_order(
              -- The row outbox::write_tx writes.
              INSERT INTO outbox (event_id, topic, aggregate_id, payload)
              SELECT $18, 'order.created', o.id, $19 FROM o),
-         k AS (
-             -- Claim::complete_tx's UPDATE: only this attempt's live claim.
-             UPDATE idempotency_keys
-                SET state = 'done', response_status = 201, response_body = $21,
-                    completed_at = clock_timestamp()
-              WHERE account_id = $2 AND key = $22 AND claim_id = $23 AND state = 'in_flight'
-                AND EXISTS (SELECT 1 FROM o)
-             RETURNING 1)
+         k AS (",
+            $key_part,
+            ")
          SELECT ",
-        crate::live_until_ms_sql!("$2", "$6", "(SELECT expires_at FROM o)", "NULL"),
-        ", EXISTS (SELECT 1 FROM k) FROM o"
-    ))
-    .bind(o.id.as_str())
-    .bind(o.account.as_str())
-    .bind(o.key.as_str())
-    .bind(o.source.as_str())
-    .bind(o.hold_id.map(HoldId::as_str))
-    .bind(o.event_id.map(EventId::as_str))
-    .bind(o.total)
-    .bind(o.currency)
-    .bind(o.expires_at)
-    .bind(&line)
-    .bind(&kind)
-    .bind(&sku)
-    .bind(&seat)
-    .bind(&tier)
-    .bind(&name)
-    .bind(&qty)
-    .bind(&price)
-    .bind(shared::ids::new_id())
-    .bind(&payload)
-    .bind(o.created_at)
-    .bind(&body)
-    .bind(claim.map(Claim::key))
-    .bind(claim.map(Claim::claim_id))
-    .fetch_optional(&mut *conn)
-    .await
-    .during("insert the order, its items, order.created and the response")?;
-    // No row: the idempotency row was purged (older than the retention) but an order still
-    // carries this key, so the key cannot be used for a new order.
-    let (live_until_ms, completed) = created.ok_or(OrderError::KeyReused)?;
-    if claim.is_some() && !completed {
-        // This attempt lost its claim to a takeover: the caller rolls everything back.
-        return Err(OrderError::ClaimLost(Claim::lost()));
-    }
-    Ok((view, body, live_until_ms))
+            crate::live_until_ms_sql!("$2", "$6", "(SELECT expires_at FROM o)", "NULL"),
+            ", EXISTS (SELECT 1 FROM k) FROM o"
+        )
+    };
 }
+
+/// [`insert_order_sql!`] completing this attempt's claim (`$23`: the claim id): the UPDATE
+/// [`Claim::complete_tx`] runs, only this attempt's live claim.
+const INSERT_ORDER_COMPLETING_CLAIM: &str = insert_order_sql!(
+    "UPDATE idempotency_keys
+        SET state = 'done', response_status = 201, response_body = $21,
+            completed_at = clock_timestamp()
+      WHERE account_id = $2 AND key = $22 AND claim_id = $23
+        AND state = 'in_flight' AND EXISTS (SELECT 1 FROM o)
+     RETURNING 1"
+);
+
+/// [`insert_order_sql!`] inserting the key with its answer (`$23`: the fingerprint), its
+/// claim id the order's id; nothing when the key is there already (a concurrent duplicate
+/// waits here for the first to end).
+const INSERT_ORDER_AND_KEY: &str = insert_order_sql!(
+    "INSERT INTO idempotency_keys (account_id, key, fingerprint, state, claim_id,
+                                   response_status, response_body, completed_at)
+     SELECT $2, $22, $23, 'done', o.id, 201, $21, clock_timestamp() FROM o
+     ON CONFLICT (account_id, key) DO NOTHING
+     RETURNING 1"
+);
 
 /// One outbox row for an order transition, in the caller's transaction.
 pub(crate) async fn write_outbox(

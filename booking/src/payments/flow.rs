@@ -3,17 +3,19 @@
 //! [`crate::payments::transitions`]; this module talks to the provider.
 //!
 //! # The pay request
-//! 1. The `Idempotency-Key` is claimed (a repeat of a finished request replays its answer).
-//! 2. One transaction pins the order and its hold (`expires_at`/`held_until` moved to at
-//!    least now + `pay_pin_s`, never shortened, only while the order is still
-//!    `PENDING_PAYMENT` and unexpired: one conditional `UPDATE` each) and records the payment
+//! 1.–2. One statement claims the `Idempotency-Key` (a repeat of a finished request replays
+//!    its answer and does nothing else), pins the order and its hold (`expires_at`/`held_until`
+//!    moved to at least now + `pay_pin_s`, never shortened, only while the order is still
+//!    `PENDING_PAYMENT`, unexpired and of the admission's event) and records the payment
 //!    attempt — or reuses the order's attempt that is still pending. The attempt's provider
 //!    idempotency key, `<order id>-<attempt>`, is committed before the provider is called.
 //! 3. The provider is called outside any transaction ([`call_provider`]). A retry of the same
 //!    attempt (same key, another click, a retry after a timeout) sends the same provider key,
 //!    so the customer is charged at most once; an attempt after a decline is a new attempt
 //!    with a new key.
-//! 4. The answer is applied in one transaction: success via
+//! 4. The answer is applied in one transaction: a hold order's success in one statement that
+//!    also returns the answer ([`crate::payments::transitions::settle_hold_order_tx`]), any
+//!    other success via
 //!    [`crate::payments::transitions::apply_success_tx`] (the order's
 //!    `PENDING_PAYMENT → PAID` transition, seats sold and tickets issued or reserved stock
 //!    sold, the attempt `succeeded`, `order.paid` in the outbox); a decline marks the attempt

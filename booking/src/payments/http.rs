@@ -28,7 +28,7 @@ use shared::error::codes;
 
 mod paid;
 
-use paid::{paid_body, paid_body_tx};
+use paid::{paid_body, paid_body_of, paid_body_tx};
 
 pub fn router() -> Router<PaymentsState> {
     Router::new().route("/api/orders/{id}/pay", post(pay))
@@ -212,9 +212,9 @@ fn record(c: &PaymentClients, outcome: &str) {
     c.metrics.attempts.with_label_values(&[outcome]).inc();
 }
 
-/// The key is claimed in the pin-and-record transaction ([`repo::start_attempt`]); every
-/// outcome that does not call the provider rolled it back with that transaction. After a
-/// provider call the answer is stored under it, or it is released.
+/// The key is claimed by the statement that starts the attempt ([`repo::start_attempt`]);
+/// every outcome that does not call the provider released it. After a provider call the
+/// answer is stored under it, or it is released.
 async fn pay_claimed(
     c: &PaymentClients,
     key: &KeyClaim<'_>,
@@ -327,6 +327,23 @@ async fn finish_success(
 ) -> ApiResult<Done> {
     let outcome = db::retry(3, || async {
         let mut tx = c.pool.begin().await?;
+        // The common case in one statement that also returns the answer; anything else (a
+        // cart order, a lost race, a lost seat) changed nothing and takes the general path.
+        if let Some(paid) =
+            transitions::settle_hold_order_tx(&mut tx, &a.id, &a.order_id, &a.account_id, &p.id)
+                .await?
+        {
+            let tickets = paid.tickets.0.len();
+            let (body, until) = paid_body_of(paid)?;
+            let bytes = serde_json::to_vec(&body).map_err(ApiError::unexpected)?;
+            claim.complete_tx(&mut tx, StatusCode::OK, &bytes).await?;
+            tx.commit().await?;
+            let outcome = Success::Paid {
+                order_id: a.order_id.clone(),
+                tickets,
+            };
+            return Ok::<_, TxError>((outcome, StatusCode::OK, bytes, until));
+        }
         let outcome =
             transitions::apply_success_of_tx(&mut tx, &a.id, &a.order_id, &a.account_id, &p.id)
                 .await?;

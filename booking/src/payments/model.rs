@@ -19,8 +19,9 @@ pub use reversal::{Reversal, ReversalStep, is_full_refund, reversal_step};
 ///    │    ──► failed    (the provider provably never charged it)
 ///    └──────► refund_pending (money taken for an order that cannot take it) ──► refunded
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, sqlx::Type)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, sqlx::Type, serde::Deserialize)]
 #[sqlx(type_name = "text", rename_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
 pub enum AttemptStatus {
     Pending,
     Succeeded,
@@ -53,8 +54,9 @@ impl AttemptStatus {
     }
 }
 
-/// A recorded payment attempt.
-#[derive(Debug, Clone, sqlx::FromRow)]
+/// A recorded payment attempt (a row, or its `row_to_json` where a statement returns it
+/// beside other columns).
+#[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
 pub struct Attempt {
     pub id: String,
     pub order_id: String,

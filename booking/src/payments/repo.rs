@@ -92,12 +92,13 @@ impl KeyClaim<'_> {
     }
 }
 
-/// The pin-and-record transaction (step 2 of [`crate::payments::flow`]'s docs): claims the
-/// request's `Idempotency-Key`, pins the order and its hold at least `pin_s` into the future
-/// and records the attempt — or reuses the order's pending one — committing its provider key
-/// (and the claim, in flight until the answer is stored) before any provider call. Every
-/// other outcome rolls back, the claim with it. An order of another event than `admission`
-/// is [`Start::WrongEvent`], checked on the pinned (or refused) order row itself.
+/// The pay request's start (step 2 of [`crate::payments::flow`]'s docs) in ONE autocommit
+/// statement ([`START_ATTEMPT`]): claims the request's `Idempotency-Key`, pins the order and
+/// its hold at least `pin_s` into the future and records the attempt — committing its
+/// provider key (and the claim, in flight until the answer is stored) durably before any
+/// provider call. An order that is not payable by this admission is not pinned and gets no
+/// attempt; every outcome that calls no provider releases the claim (one `DELETE`, on the
+/// refusal paths only). A pending attempt of the order is reused (its provider key with it).
 pub async fn start_attempt(
     pool: &PgPool,
     claim: &KeyClaim<'_>,
@@ -108,105 +109,127 @@ pub async fn start_attempt(
     reconcile_after_s: f64,
 ) -> PaymentResult<(Start, Option<Claim>)> {
     let account = claim.account;
-    db::retry(3, || async {
-        let mut tx = pool.begin().await.statement("begin the pay transaction")?;
-        let key = match claim.claim_tx(&mut tx).await? {
-            Begin::Started(key) => key,
-            Begin::Replay(stored) => return Ok((Start::Replay(stored), None)),
+    // Bounded: the key vanishing under us (its attempt released it) or a race with another
+    // attempt's number each cost one more pass.
+    for _ in 0..3 {
+        let claim_id = shared::ids::new_id();
+        let started = db::retry(3, || async {
+            sqlx::query_as::<_, Started>(START_ATTEMPT)
+                .bind(order_id)
+                .bind(account)
+                .bind(pin_s)
+                .bind(admission)
+                .bind(claim.key.as_str())
+                .bind(claim.fingerprint.as_bytes())
+                .bind(&claim_id)
+                .bind(f64::from(claim.settings.stale_after_s))
+                .bind(shared::ids::new_id())
+                .bind(method)
+                .bind(reconcile_after_s)
+                .fetch_one(pool)
+                .await
+                .statement("claim the key, pin the order and its hold, record the attempt")
+        })
+        .await;
+        let started = match started {
+            Ok(s) => s,
+            // The statement's snapshot predates the commit of another request's attempt
+            // (it waited on the order's row lock) whose number it then reused; nothing was
+            // written: run it again with a fresh snapshot.
+            Err(PaymentError::Db { source, .. }) if is_unique_violation(&source) => continue,
+            Err(e) => return Err(e),
         };
-        // The order row lock taken here also serialises concurrent pay requests for this
-        // order through the attempt bookkeeping below. The order's pin and its hold's pin are
-        // one statement: the hold part runs only for a pinned order that has a hold.
-        let order: Option<PinnedOrder> = sqlx::query_as(PIN_ORDER_AND_HOLD)
-            .bind(order_id)
-            .bind(account)
-            .bind(pin_s)
-            .fetch_optional(&mut *tx)
-            .await
-            .statement("pin the order and its hold")?;
-        let Some((hold_id, total, currency, event, hold_kept)) = order else {
-            drop(tx);
-            return Ok((not_payable(pool, order_id, account, admission).await?, None));
-        };
-        if !opens(event.as_deref(), admission) {
-            // Dropping the transaction undoes the pin and the claim.
-            return Ok((Start::WrongEvent, None));
+        if !started.claimed {
+            let mut conn = pool.acquire().await.statement("read the Idempotency-Key")?;
+            match idempotency::existing(&mut conn, account, claim.key, claim.fingerprint)
+                .await
+                .statement("read the Idempotency-Key")?
+            {
+                Some(Ok(Begin::Replay(stored))) => return Ok((Start::Replay(stored), None)),
+                Some(Ok(Begin::Started(_))) | None => continue,
+                Some(Err(e)) => return Err(PaymentError::KeyRefused(e)),
+            }
         }
-        if hold_id.is_some() && !hold_kept {
-            // The statement may have changed rows: dropping the transaction undoes them.
+        let key = Claim::claimed(account, claim.key, claim_id);
+        if !started.pinned {
+            key.release(pool).await;
+            return Ok((not_payable(pool, order_id, account, admission).await?, None));
+        }
+        if !started.hold_kept {
+            // The pins were written (they only move expiries forward, on an order that can
+            // no longer be paid); no attempt was.
+            key.release(pool).await;
             return Ok((Start::Unpayable(Unpayable::HoldLost), None));
         }
-        let inserted: Option<Attempt> = sqlx::query_as(concat!(
-            "INSERT INTO payments (id, order_id, account_id, attempt, provider_key, amount,
-                                   currency, payment_method, next_check_at)
-             SELECT $1, $2, $3, n, $2 || '-' || n, $4, $5, $6,
-                    clock_timestamp() + make_interval(secs => $7)
-               FROM (SELECT COALESCE(MAX(attempt), 0) + 1 AS n
-                       FROM payments WHERE order_id = $2) a
-             ON CONFLICT (order_id) WHERE status = 'pending' DO NOTHING
-             RETURNING ",
-            attempt_columns!()
+        if let Some(Json(attempt)) = started.attempt {
+            return Ok((Start::Charge(attempt), Some(key)));
+        }
+        // An attempt of this order is still pending (a double click, a retry after a
+        // timeout): reuse it, and with it its provider key.
+        let pending: Option<Attempt> = sqlx::query_as(concat!(
+            "SELECT ",
+            attempt_columns!(),
+            " FROM payments WHERE order_id = $1 AND status = 'pending'"
         ))
-        .bind(shared::ids::new_id())
         .bind(order_id)
-        .bind(account)
-        .bind(total)
-        .bind(&currency)
-        .bind(method)
-        .bind(reconcile_after_s)
-        .fetch_optional(&mut *tx)
+        .fetch_optional(pool)
         .await
-        .statement("record the payment attempt")?;
-        let attempt = match inserted {
-            Some(a) => a,
-            None => {
-                // An attempt of this order is still pending (a double click, a retry after a
-                // timeout): reuse it, and with it its provider key.
-                let pending: Attempt = sqlx::query_as(concat!(
-                    "SELECT ",
-                    attempt_columns!(),
-                    " FROM payments WHERE order_id = $1 AND status = 'pending'"
-                ))
-                .bind(order_id)
-                .fetch_one(&mut *tx)
-                .await
-                .statement("read the order's pending attempt")?;
-                if pending.payment_method != method {
-                    return Ok((
-                        Start::OtherAttemptPending {
-                            attempt: pending.attempt,
-                        },
-                        None,
-                    ));
-                }
-                pending
+        .statement("read the order's pending attempt")?;
+        match pending {
+            Some(p) if p.payment_method == method => return Ok((Start::Charge(p), Some(key))),
+            Some(p) => {
+                key.release(pool).await;
+                return Ok((Start::OtherAttemptPending { attempt: p.attempt }, None));
             }
-        };
-        tx.commit().await.statement("commit the pay transaction")?;
-        Ok((Start::Charge(attempt), Some(key)))
-    })
-    .await
+            // Settled meanwhile: start again (a new attempt, or the order's new state).
+            None => key.release(pool).await,
+        }
+    }
+    Err(PaymentError::KeyRefused(Claim::lost()))
 }
 
-/// The pinned order: hold id, total, currency, event, and whether its hold (if any) still
-/// holds all it held.
-type PinnedOrder = (Option<String>, i64, String, Option<String>, bool);
+fn is_unique_violation(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .is_some_and(|d| d.kind() == sqlx::error::ErrorKind::UniqueViolation)
+}
 
-/// Pins a payable order and its hold to at least now + `$3` seconds (never shortens), in ONE
-/// statement: the order (only while `PENDING_PAYMENT` and unexpired; its row lock serialises
-/// pay requests), then its `ordered` hold and the hold's seats (locked in `seat_id` order,
-/// like every other seat path). No row when the order is not payable. The last column is
-/// false when the hold no longer holds all its seats (or is gone): the statement may have
-/// changed rows then, so the caller rolls its transaction back (it does: no pin, no attempt).
-const PIN_ORDER_AND_HOLD: &str = concat!(
+/// What [`START_ATTEMPT`] did.
+#[derive(sqlx::FromRow)]
+struct Started {
+    /// This request owns the key now (else nothing was written).
+    claimed: bool,
+    /// The order was payable by this admission and is pinned.
+    pinned: bool,
+    /// The order has no hold, or its hold still holds all it held.
+    hold_kept: bool,
+    /// The new attempt; `None` when one of the order's is still pending.
+    attempt: Option<Json<Attempt>>,
+}
+
+/// [`start_attempt`]'s statement. `$1` order, `$2` account, `$3` pin seconds, `$4` the
+/// admission's event, `$5`..`$8` the key, fingerprint, claim id and `stale_after_s`
+/// ([`crate::claim_key_sql!`]), `$9` the new attempt's id, `$10` payment method, `$11`
+/// seconds until reconciliation asks about the attempt.
+///
+/// Each step runs only if the one before it did: the claim; the order's pin (only while
+/// `PENDING_PAYMENT`, unexpired and of the admission's event; its row lock serialises pay
+/// requests of one order); its `ordered` hold and the hold's seats (locked in `seat_id`
+/// order, like every other seat path); the attempt (only if the hold kept all its seats;
+/// none while another of the order's is pending). A refused key writes nothing.
+const START_ATTEMPT: &str = concat!(
     "
-WITH o AS (
+WITH k AS (",
+    crate::claim_key_sql!("$2", "$5", "$6", "$7", "$8"),
+    "),
+o AS (
     UPDATE orders
        SET expires_at = GREATEST(expires_at, clock_timestamp() + make_interval(secs => $3)),
            updated_at = clock_timestamp()
      WHERE id = $1 AND account_id = $2 AND status = 'PENDING_PAYMENT'
        AND expires_at > clock_timestamp()
-    RETURNING hold_id, total, currency, event_id),
+       AND (event_id IS NULL OR event_id = $4)
+       AND EXISTS (SELECT 1 FROM k)
+    RETURNING hold_id, total, currency),
 h AS (
     UPDATE holds
        SET expires_at = GREATEST(expires_at, clock_timestamp() + make_interval(secs => $3))
@@ -218,11 +241,26 @@ upd AS (
     UPDATE seats s SET held_until = GREATEST(s.held_until, h.expires_at)
       FROM mine m, h
      WHERE s.event_id = m.event_id AND s.seat_id = m.seat_id
-    RETURNING 1)
-SELECT o.hold_id, o.total, o.currency, o.event_id,
-       COALESCE((SELECT h.kind <> 'seats' OR (SELECT count(*) FROM upd) = h.quantity FROM h),
-                false)
-  FROM o"
+    RETURNING 1),
+kept AS (
+    SELECT o.total, o.currency FROM o
+     WHERE o.hold_id IS NULL
+        OR COALESCE((SELECT h.kind <> 'seats' OR (SELECT count(*) FROM upd) = h.quantity
+                       FROM h), false)),
+ins AS (
+    INSERT INTO payments (id, order_id, account_id, attempt, provider_key, amount, currency,
+                          payment_method, next_check_at)
+    SELECT $9, $1, $2, n, $1 || '-' || n, kept.total, kept.currency, $10,
+           clock_timestamp() + make_interval(secs => $11)
+      FROM kept, (SELECT COALESCE(MAX(attempt), 0) + 1 AS n FROM payments WHERE order_id = $1) a
+    ON CONFLICT (order_id) WHERE status = 'pending' DO NOTHING
+    RETURNING ",
+    attempt_columns!(),
+    ")
+SELECT EXISTS (SELECT 1 FROM k) AS claimed,
+       EXISTS (SELECT 1 FROM o) AS pinned,
+       EXISTS (SELECT 1 FROM kept) AS hold_kept,
+       (SELECT row_to_json(ins) FROM ins) AS attempt"
 );
 
 /// Why an order cannot be paid now (read after the conditional pin changed nothing).

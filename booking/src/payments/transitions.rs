@@ -17,6 +17,7 @@ use crate::orders::model::{EndedOrder, OrderSource};
 use crate::outbox;
 use crate::payments::error::{PaymentResult, Statement};
 use crate::payments::model::{AttemptStatus, Success};
+use crate::payments::repo::PaidOrder;
 use serde_json::{Value, json};
 use sqlx::PgConnection;
 
@@ -186,6 +187,143 @@ pub async fn apply_success_of_tx(
         tickets: n,
     })
 }
+
+/// Ticket ids made in Rust (UUIDv7, like every other id) for [`SETTLE_HOLD_ORDER`]; a hold
+/// larger than this (a limit raised after it was made) gets random ids for the rest.
+const SETTLE_TICKET_IDS: usize = 10;
+
+/// [`apply_success_of_tx`] for the pay request's common case, a hold order, in ONE statement
+/// that also returns the pay answer ([`PaidOrder`]): `None` when the statement found anything
+/// else — a cart order, an order no longer pending, an attempt no longer open, a hold that
+/// lost a seat — and wrote nothing; the caller then runs [`apply_success_of_tx`], which
+/// decides those cases, in the same transaction.
+pub async fn settle_hold_order_tx(
+    conn: &mut PgConnection,
+    payment_id: &str,
+    order_id: &str,
+    account_id: &str,
+    provider_payment_id: &str,
+) -> PaymentResult<Option<PaidOrder>> {
+    let ticket_ids: Vec<String> = (0..SETTLE_TICKET_IDS)
+        .map(|_| shared::ids::new_id())
+        .collect();
+    sqlx::query_as(SETTLE_HOLD_ORDER)
+        .bind(order_id)
+        .bind(payment_id)
+        .bind(provider_payment_id)
+        .bind(shared::ids::new_id())
+        .bind(&ticket_ids)
+        .bind(account_id)
+        .fetch_optional(conn)
+        .await
+        .statement("settle the paid hold order")
+}
+
+/// [`settle_hold_order_tx`]'s statement: `$1` order, `$2` attempt, `$3` the provider's
+/// payment id, `$4` the outbox event id, `$5` ticket ids, `$6` the account. Locks in the order
+/// every path takes them: the order (pending, from a hold), the attempt (open), the hold
+/// (`ordered`), its seats in `seat_id` order or its GA shards in shard order. Writes only if
+/// all of them passed and the hold still holds every seat: the order `PAID`, the hold and its
+/// seats sold (or the GA shards' `sold`), the tickets, the attempt `succeeded`, `order.paid`
+/// in the outbox (the payload [`apply_success_of_tx`] writes). Returns the order as
+/// [`crate::payments::repo::paid_order_tx`] reads it after the commit (this statement's snapshot predates its
+/// own writes, so the tickets and the payment come from the CTEs that wrote them).
+const SETTLE_HOLD_ORDER: &str = concat!(
+    "
+WITH o AS (
+    SELECT id, hold_id FROM orders
+     WHERE id = $1 AND status = 'PENDING_PAYMENT' AND source = 'hold'
+     FOR UPDATE),
+a AS (
+    SELECT id FROM payments
+     WHERE id = $2 AND status IN ('pending', 'failed') AND EXISTS (SELECT 1 FROM o)
+     FOR UPDATE),
+hold AS (
+    SELECT h.id, h.event_id, h.kind, h.ga_tier, h.quantity FROM holds h
+     WHERE h.id = (SELECT hold_id FROM o) AND h.account_id = $6 AND h.status = 'ordered'
+       AND EXISTS (SELECT 1 FROM a)
+     FOR UPDATE),
+mine AS (
+    SELECT s.event_id, s.seat_id FROM seats s JOIN hold h ON s.event_id = h.event_id
+     WHERE h.kind = 'seats' AND s.hold_id = h.id AND s.status = 'held'
+     ORDER BY s.seat_id
+     FOR UPDATE OF s),
+gal AS (
+    SELECT c.shard, i.quantity
+      FROM hold h JOIN hold_ga_items i ON i.hold_id = h.id
+      JOIN ga_counters c ON c.event_id = h.event_id AND c.tier = h.ga_tier AND c.shard = i.shard
+     WHERE h.kind <> 'seats'
+     ORDER BY c.shard
+     FOR UPDATE OF c),
+ok AS (
+    SELECT id, event_id, kind, ga_tier, quantity FROM hold
+     WHERE kind <> 'seats' OR (SELECT count(*) FROM mine) = quantity),
+paid AS (
+    UPDATE orders
+       SET status = 'PAID', paid_at = clock_timestamp(), updated_at = clock_timestamp()
+     WHERE id = $1 AND EXISTS (SELECT 1 FROM ok)
+    RETURNING id, account_id, status, source, hold_id, event_id, total, currency, expires_at,
+              created_at, paid_at),
+sold AS (
+    UPDATE holds SET status = 'sold' FROM ok WHERE holds.id = ok.id),
+su AS (
+    UPDATE seats s SET status = 'sold', order_id = $1, held_until = NULL
+      FROM mine m, ok
+     WHERE s.event_id = m.event_id AND s.seat_id = m.seat_id
+    RETURNING s.seat_id),
+gu AS (
+    UPDATE ga_counters c SET sold = c.sold + l.quantity
+      FROM gal l, ok
+     WHERE c.event_id = ok.event_id AND c.tier = ok.ga_tier AND c.shard = l.shard),
+tk AS (
+    SELECT COALESCE(($5::text[])[row_number() OVER (ORDER BY x.seat_id)],
+                    replace(gen_random_uuid()::text, '-', '')) AS id,
+           x.seat_id, x.ga_tier
+      FROM (SELECT seat_id, NULL::text AS ga_tier FROM su
+            UNION ALL
+            SELECT NULL, ok.ga_tier FROM ok, generate_series(1, ok.quantity)
+             WHERE ok.kind <> 'seats') x),
+ti AS (
+    INSERT INTO tickets (id, event_id, seat_id, ga_tier, order_id, account_id)
+    SELECT tk.id, ok.event_id, tk.seat_id, tk.ga_tier, $1, $6 FROM tk, ok
+    RETURNING id, event_id, seat_id, ga_tier),
+p AS (
+    UPDATE payments
+       SET status = 'succeeded', provider_payment_id = $3, updated_at = clock_timestamp()
+     WHERE id = $2 AND EXISTS (SELECT 1 FROM paid)
+    RETURNING id, attempt, provider_payment_id),
+e AS (
+    INSERT INTO outbox (event_id, topic, aggregate_id, payload)
+    SELECT $4, 'order.paid', $1, jsonb_build_object(
+               'order_id', $1::text, 'account_id', $6::text, 'event', paid.event_id,
+               'source', paid.source, 'total', paid.total, 'payment_id', $2::text,
+               'provider_payment_id', $3::text,
+               'tickets', (SELECT COALESCE(jsonb_agg(jsonb_build_object(
+                                      'id', ti.id, 'seat_id', ti.seat_id, 'ga_tier', ti.ga_tier)
+                                    ORDER BY ti.seat_id NULLS LAST, ti.id), '[]'::jsonb)
+                             FROM ti))
+      FROM p, paid)
+SELECT paid.id, paid.account_id, paid.status, paid.source, paid.hold_id, paid.event_id,
+       paid.total, paid.currency, paid.expires_at, paid.created_at, paid.paid_at,
+       (SELECT COALESCE(json_agg(json_build_object(
+                   'kind', i.kind, 'sku', i.sku, 'seat_id', i.seat_id,
+                   'ga_tier', i.ga_tier, 'name', i.name, 'quantity', i.quantity,
+                   'unit_price', i.unit_price, 'amount', i.unit_price * i.quantity)
+                 ORDER BY i.line), '[]'::json)
+          FROM order_items i WHERE i.order_id = paid.id) AS items,
+       (SELECT COALESCE(json_agg(json_build_object(
+                   'id', ti.id, 'event_id', ti.event_id, 'seat_id', ti.seat_id,
+                   'ga_tier', ti.ga_tier)
+                 ORDER BY ti.seat_id NULLS LAST, ti.id), '[]'::json)
+          FROM ti) AS tickets,
+       (SELECT json_build_object('id', p.id, 'attempt', p.attempt,
+                                 'provider_payment_id', p.provider_payment_id)
+          FROM p) AS payment,
+       CASE WHEN paid.event_id IS NOT NULL THEN ",
+    crate::live_until_ms_sql!("$6", "paid.event_id", "NULL::timestamptz", "NULL", "$1"),
+    " END AS live_until_ms
+  FROM paid"
+);
 
 /// `PENDING_PAYMENT → PAID` by attempt `$2`, only while that attempt is still open
 /// (`pending` or `failed`): the order's row is locked first, then the attempt's (the order

@@ -289,24 +289,15 @@ async fn insert_claim(
     fingerprint: &Fingerprint,
 ) -> sqlx::Result<Option<Claim>> {
     let claim_id = shared::ids::new_id();
-    let claimed: Option<String> = sqlx::query_scalar(
-        "INSERT INTO idempotency_keys (account_id, key, fingerprint, state, claim_id)
-         VALUES ($1, $2, $3, 'in_flight', $4)
-         ON CONFLICT (account_id, key) DO UPDATE
-            SET claim_id = EXCLUDED.claim_id, locked_at = clock_timestamp()
-          WHERE idempotency_keys.state = 'in_flight'
-            AND idempotency_keys.fingerprint = EXCLUDED.fingerprint
-            AND idempotency_keys.locked_at
-                < clock_timestamp() - make_interval(secs => $5)
-         RETURNING claim_id",
-    )
-    .bind(account)
-    .bind(key.as_str())
-    .bind(fingerprint.as_bytes())
-    .bind(&claim_id)
-    .bind(f64::from(settings.stale_after_s))
-    .fetch_optional(conn)
-    .await?;
+    let claimed: Option<String> =
+        sqlx::query_scalar(crate::claim_key_sql!("$1", "$2", "$3", "$4", "$5"))
+            .bind(account)
+            .bind(key.as_str())
+            .bind(fingerprint.as_bytes())
+            .bind(&claim_id)
+            .bind(f64::from(settings.stale_after_s))
+            .fetch_optional(conn)
+            .await?;
     if claimed.is_none() {
         return Ok(None);
     }
@@ -318,9 +309,40 @@ async fn insert_claim(
     }))
 }
 
+/// The claim statement (account, key, fingerprint, claim id, `stale_after_s` as SQL
+/// parameters): a fresh `in_flight` row, or the takeover of a stale claim of the *same*
+/// request; no row when the key is live or finished ([`existing`] says which). A statement
+/// that claims and works at once (the pay request's start) embeds it as a CTE.
+#[macro_export]
+macro_rules! claim_key_sql {
+    ($account:literal, $key:literal, $fp:literal, $claim:literal, $stale_s:literal) => {
+        concat!(
+            "INSERT INTO idempotency_keys (account_id, key, fingerprint, state, claim_id)
+         VALUES (",
+            $account,
+            ", ",
+            $key,
+            ", ",
+            $fp,
+            ", 'in_flight', ",
+            $claim,
+            ")
+         ON CONFLICT (account_id, key) DO UPDATE
+            SET claim_id = EXCLUDED.claim_id, locked_at = clock_timestamp()
+          WHERE idempotency_keys.state = 'in_flight'
+            AND idempotency_keys.fingerprint = EXCLUDED.fingerprint
+            AND idempotency_keys.locked_at
+                < clock_timestamp() - make_interval(secs => ",
+            $stale_s,
+            ")
+         RETURNING claim_id"
+        )
+    };
+}
+
 /// What an existing key means for this request: its stored answer, `422` for another
 /// request, `409` while it is in flight. `None` when the key vanished meanwhile (claim again).
-async fn existing(
+pub async fn existing(
     conn: &mut PgConnection,
     account: &str,
     key: &IdempotencyKey,
@@ -369,6 +391,16 @@ fn in_flight() -> ApiError {
 }
 
 impl Claim {
+    /// The claim `claim_id` that a statement of the caller's took with [`claim_key_sql!`]
+    /// (it returned that id).
+    pub fn claimed(account: &str, key: &IdempotencyKey, claim_id: String) -> Self {
+        Self {
+            account_id: account.to_owned(),
+            key: key.as_str().to_owned(),
+            claim_id,
+        }
+    }
+
     pub fn key(&self) -> &str {
         &self.key
     }

@@ -33,6 +33,10 @@ impl IntoResponseParts for SessionUntil {
 #[macro_export]
 macro_rules! live_until_ms_sql {
     ($account:literal, $event:literal, $new:literal, $skip_hold:literal) => {
+        $crate::live_until_ms_sql!($account, $event, $new, $skip_hold, "NULL")
+    };
+    // `$skip_order`: an order the statement paid (its snapshot still shows it pending).
+    ($account:literal, $event:literal, $new:literal, $skip_hold:literal, $skip_order:literal) => {
         concat!(
             "COALESCE(ceil(extract(epoch FROM GREATEST(",
             $new,
@@ -47,7 +51,9 @@ macro_rules! live_until_ms_sql {
             " AND (event_id = ",
             $event,
             " OR event_id IS NULL) AND status = 'PENDING_PAYMENT'",
-            " AND expires_at > clock_timestamp()))) * 1000)::bigint, 0)"
+            " AND expires_at > clock_timestamp() AND id IS DISTINCT FROM ",
+            $skip_order,
+            "))) * 1000)::bigint, 0)"
         )
     };
 }

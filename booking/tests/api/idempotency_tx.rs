@@ -237,3 +237,66 @@ async fn a_retry_after_a_crash_like_abort_runs_at_once() {
     assert_eq!(stock(&app, "MUG").await, (9, 1, 0));
     app.stop().await;
 }
+
+/// An order from a hold stores its key with the order's own statement (issue 16): a refused
+/// hold order leaves no key behind, and a retry of an order that was made (its hold is no
+/// longer active, so the pin refuses it) replays the stored bytes instead of the refusal.
+#[tokio::test]
+async fn a_refused_hold_order_keeps_no_key_and_a_later_retry_replays() {
+    let app = TestApp::spawn().await;
+    create_event(&app, &small_event("ev", 2, 5, 10, 1)).await;
+    let token = app.admission("alice", "ev");
+    let hold = |seat: &'static str| {
+        let (app, token) = (&app, &token);
+        async move {
+            let (status, hold) = json(
+                app.post("/api/events/ev/holds", token, &json!({"seats": [seat]}))
+                    .await,
+            )
+            .await;
+            assert_eq!(status, 201, "{hold}");
+            hold["hold_id"].as_str().expect("hold id").to_owned()
+        }
+    };
+    let expired = hold("S1-R1-1").await;
+    crate::holds::expire_in_db(&app, &expired).await;
+    let (status, v) =
+        json(post_order(&app, &token, "k-exp", &json!({"hold_id": expired})).await).await;
+    assert_eq!(
+        (status, v["code"].as_str()),
+        (409, Some("HOLD_EXPIRED")),
+        "{v}"
+    );
+    assert_eq!(
+        count(
+            &app,
+            "SELECT count(*) FROM idempotency_keys WHERE key = 'k-exp'"
+        )
+        .await,
+        0
+    );
+    let live = hold("S1-R1-2").await;
+    let body = json!({"hold_id": live});
+    let first = post_order(&app, &token, "k-live", &body).await;
+    assert_eq!(first.status(), 201);
+    let first = first.bytes().await.expect("body");
+    let again = post_order(&app, &token, "k-live", &body).await;
+    assert_eq!(again.status(), 200);
+    assert_eq!(
+        again
+            .headers()
+            .get("idempotent-replayed")
+            .and_then(|v| v.to_str().ok()),
+        Some("true")
+    );
+    assert_eq!(again.bytes().await.expect("body"), first);
+    // Another body under the key is still refused as a reuse, not as an inactive hold.
+    let (status, v) =
+        json(post_order(&app, &token, "k-live", &json!({"hold_id": expired})).await).await;
+    assert_eq!(
+        (status, v["code"].as_str()),
+        (422, Some("IDEMPOTENCY_KEY_REUSED"))
+    );
+    assert_eq!(count(&app, "SELECT count(*) FROM orders").await, 1);
+    app.stop().await;
+}

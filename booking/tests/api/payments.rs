@@ -291,6 +291,170 @@ async fn pay_issues_one_ticket_per_seat_and_announces_it() {
     assert_eq!(env.charges(&o.order_id), 1);
 }
 
+/// The pay answer of a hold order comes from the sale's own statement (issue 16): it must be
+/// exactly the order as read after the commit (`GET`), its tickets exactly the issued rows,
+/// and `order.paid` must announce those same tickets; a replay returns the same bytes.
+#[tokio::test]
+async fn the_sales_own_answer_is_the_order_as_read_after_it() {
+    let env = PayEnv::spawn().await;
+    let o = seat_order(&env.app, "ev", true, "alice", &["S1-R1-2", "S1-R1-1"]).await;
+    let resp = pay_raw(&env.app, &o.token, &o.order_id, "pay-1").await;
+    assert_eq!(resp.status(), 200);
+    let until = resp
+        .headers()
+        .get("x-floodgate-session-until")
+        .map(|v| v.to_str().expect("header").to_owned());
+    let first = resp.bytes().await.expect("body");
+    let v: Value = serde_json::from_slice(&first).expect("json");
+    // The order part is what GET shows now.
+    let (status, read) = json(
+        env.app
+            .get(&format!("/api/orders/{}", o.order_id), &o.token)
+            .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{read}");
+    let mut order_part = v.clone();
+    let obj = order_part.as_object_mut().expect("object");
+    let tickets = obj.remove("tickets").expect("tickets");
+    let payment = obj.remove("payment").expect("payment");
+    assert_eq!(order_part, read);
+    assert!(v["paid_at"].is_string(), "{v}");
+    // The tickets are the issued rows, seats in seat order.
+    let rows: Vec<(String, String, Option<String>)> = sqlx::query_as(
+        "SELECT id, event_id, seat_id FROM tickets WHERE order_id = $1 ORDER BY seat_id",
+    )
+    .bind(&o.order_id)
+    .fetch_all(&env.app.pool)
+    .await
+    .expect("tickets");
+    let listed: Vec<(String, String, Option<String>)> = tickets
+        .as_array()
+        .expect("tickets")
+        .iter()
+        .map(|t| {
+            (
+                t["id"].as_str().expect("id").to_owned(),
+                t["event_id"].as_str().expect("event").to_owned(),
+                t["seat_id"].as_str().map(str::to_owned),
+            )
+        })
+        .collect();
+    assert_eq!(listed, rows);
+    assert_eq!(rows.len(), 2);
+    let (pid, attempt, provider): (String, i32, String) = sqlx::query_as(
+        "SELECT id, attempt, provider_payment_id FROM payments
+          WHERE order_id = $1 AND status = 'succeeded'",
+    )
+    .bind(&o.order_id)
+    .fetch_one(&env.app.pool)
+    .await
+    .expect("payment");
+    assert_eq!(
+        payment,
+        json!({"id": pid, "attempt": attempt, "status": "succeeded",
+               "provider_payment_id": provider})
+    );
+    // order.paid names the same tickets and payment.
+    let event: Value = sqlx::query_scalar(
+        "SELECT payload FROM outbox WHERE aggregate_id = $1 AND topic = 'order.paid'",
+    )
+    .bind(&o.order_id)
+    .fetch_one(&env.app.pool)
+    .await
+    .expect("order.paid");
+    assert_eq!(event["order_id"], o.order_id.as_str());
+    assert_eq!(event["account_id"], "alice");
+    assert_eq!(event["event"], "ev");
+    assert_eq!(event["source"], "hold");
+    assert_eq!(event["total"], v["total"]);
+    assert_eq!(event["payment_id"], pid.as_str());
+    assert_eq!(event["provider_payment_id"], provider.as_str());
+    let announced: Vec<(String, Option<String>)> = event["tickets"]
+        .as_array()
+        .expect("tickets")
+        .iter()
+        .map(|t| {
+            (
+                t["id"].as_str().expect("id").to_owned(),
+                t["seat_id"].as_str().map(str::to_owned),
+            )
+        })
+        .collect();
+    let issued: Vec<(String, Option<String>)> =
+        rows.iter().map(|r| (r.0.clone(), r.2.clone())).collect();
+    assert_eq!(announced, issued);
+    // The paid order no longer keeps the fan's checkout open (the statement's snapshot still
+    // showed it pending): nothing else of alice's is live.
+    assert_eq!(until.as_deref(), Some("0"));
+    // A replay is the same bytes.
+    let again = pay_raw(&env.app, &o.token, &o.order_id, "pay-1").await;
+    assert_eq!(again.status(), 200);
+    assert_eq!(again.bytes().await.expect("body"), first);
+    assert_eq!(env.charges(&o.order_id), 1);
+}
+
+/// `POST /api/orders/{id}/pay` with a card that succeeds, the raw response.
+async fn pay_raw(app: &TestApp, token: &str, order: &str, key: &str) -> reqwest::Response {
+    app.client
+        .post(app.url(&format!("/api/orders/{order}/pay")))
+        .bearer_auth(token)
+        .header("Idempotency-Key", key)
+        .json(&json!({ "payment_method": "pm_card_visa" }))
+        .send()
+        .await
+        .expect("request")
+}
+
+/// The pay request's first statement claims the key and pins the order only together: a pay
+/// with another event's admission pins nothing (the order's expiry stays) and keeps no key.
+#[tokio::test]
+async fn a_pay_refused_for_another_event_pins_nothing_and_keeps_no_key() {
+    let env = PayEnv::spawn().await;
+    let o = seat_order(&env.app, "ev", true, "alice", &["S1-R1-1"]).await;
+    create_event(&env.app, &small_event("other", 1, 2, 10, 1)).await;
+    let expiry = |app: &TestApp| {
+        let pool = app.pool.clone();
+        let id = o.order_id.clone();
+        async move {
+            sqlx::query_scalar::<_, chrono::DateTime<chrono::Utc>>(
+                "SELECT expires_at FROM orders WHERE id = $1",
+            )
+            .bind(id)
+            .fetch_one(&pool)
+            .await
+            .expect("order")
+        }
+    };
+    let before = expiry(&env.app).await;
+    let elsewhere = env.app.admission("alice", "other");
+    let (s, v) = pay(&env.app, &elsewhere, &o.order_id, "k1", "pm_card_visa").await;
+    assert_eq!((s, v["code"].as_str()), (403, Some("WRONG_EVENT")), "{v}");
+    assert_eq!(expiry(&env.app).await, before);
+    assert_eq!(
+        scalar(
+            &env.app,
+            "SELECT count(*) FROM idempotency_keys WHERE key = $1",
+            "k1"
+        )
+        .await,
+        0
+    );
+    assert_eq!(
+        scalar(
+            &env.app,
+            "SELECT count(*) FROM payments WHERE order_id = $1",
+            &o.order_id
+        )
+        .await,
+        0
+    );
+    // The same key then pays with the right admission.
+    let (s, v) = pay(&env.app, &o.token, &o.order_id, "k1", "pm_card_visa").await;
+    assert_eq!((s, v["status"].as_str()), (200, Some("PAID")), "{v}");
+    assert_eq!(env.charges(&o.order_id), 1);
+}
+
 #[tokio::test]
 async fn double_click_and_concurrent_retries_charge_once() {
     // Latency widens the window in which the requests overlap at the provider.

@@ -243,7 +243,7 @@ struct HoldSeatRow {
 
 /// `mine`: the seats hold `h` (a `WITH` part of the caller's returning `id`, `event_id`,
 /// `kind`) still holds, locked in `seat_id` order like every seat path. Shared by the order's
-/// pin of its hold ([`pin_hold_tx`]) and the pay request's pin (payments' `PIN_ORDER_AND_HOLD`).
+/// pin of its hold ([`pin_hold_tx`]) and the pay request's start (payments' `START_ATTEMPT`).
 #[macro_export]
 macro_rules! hold_seats_locked_sql {
     () => {

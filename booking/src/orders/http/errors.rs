@@ -67,6 +67,9 @@ impl From<OrderError> for ApiError {
                 "this Idempotency-Key was already used for another order",
             ),
             OrderError::ClaimLost(e) | OrderError::KeyRefused(e) | OrderError::RedisUnavailable(e) => e,
+            // Resolved from the key before answering; the key vanished meanwhile (purged):
+            // a retry runs afresh.
+            OrderError::KeyTaken => crate::platform::idempotency::Claim::lost(),
             // Through the platform's mappings, so an unreachable database or Redis stays a
             // `503`; the statement or command is added to the logged cause.
             OrderError::Db { statement, source } => {

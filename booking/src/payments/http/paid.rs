@@ -3,7 +3,7 @@
 
 use crate::payments::PaymentClients;
 use crate::payments::error::PaymentError;
-use crate::payments::repo;
+use crate::payments::repo::{self, PaidOrder};
 use crate::platform::db::TxError;
 use crate::platform::error::{ApiError, ApiResult};
 use serde_json::{Value, json};
@@ -20,6 +20,11 @@ pub(super) async fn paid_body_tx(
     let Some(paid) = repo::paid_order_tx(&mut *conn, order_id, account).await? else {
         return Err(TxError::Api(PaymentError::OrderNotFound.into()));
     };
+    paid_body_of(paid).map_err(TxError::Api)
+}
+
+/// The pay answer of `paid` (read after the sale, or returned by the sale's own statement).
+pub(super) fn paid_body_of(paid: PaidOrder) -> ApiResult<(Value, Option<i64>)> {
     let row = paid.order;
     let view = crate::orders::model::OrderView {
         id: row.id,
