@@ -15,7 +15,10 @@
 # 3. a markdown table to $BENCH_OUT: statements and round trips per operation and each
 #    operation's most frequent statements;
 # 4. fails when a whole purchase costs more than STATEMENTS_PURCHASE_BUDGET statements (a
-#    ratchet: the issue-16 goal is 12; lower it as the purchase gets cheaper).
+#    ratchet: the issue-16 goal is 12; lower it as the purchase gets cheaper);
+# 5. then the purchase rate: PURCHASE_CLIENTS fans (64; 8 with --quick) buying one seat after
+#    another for PURCHASE_SECONDS (15; 3), with booking's and Postgres' CPU per purchase;
+#    fails if any purchase failed.
 # BENCH_BIN_DIR picks the binaries (default $CARGO_TARGET_DIR/release or target/release);
 # statement counts do not depend on the build profile.
 set -euo pipefail
@@ -30,6 +33,9 @@ REDIS_PORT="${FLOODGATE_REDIS_PORT:-56379}"
 BK_PORT="${BENCH_BOOKING_PORT:-18093}"
 SB_PORT="${BENCH_SANDBOX_PORT:-18094}"
 if [ "$QUICK" = 1 ]; then COUNT="${STATEMENTS_COUNT:-5}"; else COUNT="${STATEMENTS_COUNT:-50}"; fi
+# The purchase rate after the counts: fans buying at once for a few seconds.
+if [ "$QUICK" = 1 ]; then RATE_CLIENTS="${PURCHASE_CLIENTS:-8}"; RATE_S="${PURCHASE_SECONDS:-3}"
+else RATE_CLIENTS="${PURCHASE_CLIENTS:-64}"; RATE_S="${PURCHASE_SECONDS:-15}"; fi
 BUDGET="${STATEMENTS_PURCHASE_BUDGET:-11}"
 GOAL=12
 OUT="${BENCH_OUT:-/dev/stdout}"
@@ -105,11 +111,13 @@ start() { # name health-url
 log "sandbox :$SB_PORT, booking :$BK_PORT (database $DB), $COUNT requests per operation"
 start sandbox-provider "http://127.0.0.1:$SB_PORT/healthz"
 start booking "http://127.0.0.1:$BK_PORT/readyz"
+BOOKING_PID="${PIDS[-1]}"
 
 FLOODGATE_ADMIN_TOKEN="$ADMIN" FLOODGATE_SANDBOX__API_KEY="$SBKEY" \
 DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/$DB" \
   "$BIN/loadgen" statements --booking "http://127.0.0.1:$BK_PORT" \
     --sandbox "http://127.0.0.1:$SB_PORT" --count "$COUNT" \
+    --purchase-clients "$RATE_CLIENTS" --purchase-seconds "$RATE_S" --booking-pid "$BOOKING_PID" \
     --json "$RESULTS/statements.json" --markdown "$WORK/table.md" >&2 \
   || { tail -20 "$WORK/booking.log" >&2; die "loadgen statements failed"; }
 
@@ -126,5 +134,7 @@ PURCHASE="$(jq -r '.ops[] | select(.name == "whole purchase") | .statements_per_
   echo
   cat "$WORK/table.md"
 } > "$OUT"
+RATE_ERRORS="$(jq -r '.purchase_rate.errors // 0' "$RESULTS/statements.json")"
+[ "$RATE_ERRORS" = 0 ] || die "$RATE_ERRORS purchases failed during the purchase rate"
 awk -v p="$PURCHASE" -v b="$BUDGET" 'BEGIN { exit !(p <= b) }' \
   || die "a whole purchase costs $PURCHASE statements, over the budget of $BUDGET"

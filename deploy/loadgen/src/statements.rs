@@ -20,7 +20,10 @@ use shared::config::{KeySettings, TokenSettings};
 use shared::token::AdmissionTokens;
 use sqlx::PgPool;
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::time::Duration;
+
+mod rate;
 
 #[derive(Debug, Clone, Args)]
 pub struct StatementsArgs {
@@ -56,6 +59,17 @@ pub struct StatementsArgs {
     /// The markdown table of the results.
     #[arg(long)]
     pub markdown: Option<std::path::PathBuf>,
+    /// After the counts, this many fans buy at once for `--purchase-seconds` (0: skip).
+    #[arg(long, default_value_t = 0)]
+    pub purchase_clients: usize,
+    #[arg(long, default_value_t = 10)]
+    pub purchase_seconds: u64,
+    /// Seats of the purchase-rate event (the run stops early when they are sold).
+    #[arg(long, default_value_t = 20_000)]
+    pub purchase_seats: usize,
+    /// Booking's process id, for its CPU per purchase (booking on this machine).
+    #[arg(long)]
+    pub booking_pid: Option<u32>,
 }
 
 #[derive(Debug, Serialize)]
@@ -78,6 +92,7 @@ pub struct OpCost {
 pub struct StatementsReport {
     pub count: usize,
     pub ops: Vec<OpCost>,
+    pub purchase_rate: Option<rate::PurchaseRate>,
 }
 
 struct Ctx {
@@ -246,14 +261,18 @@ pub async fn run(args: StatementsArgs) -> anyhow::Result<StatementsReport> {
         .await
         .context("create extension pg_stat_statements")?;
     let run = shared::ids::new_id()[20..].to_ascii_lowercase();
-    let ctx = Ctx {
+    let ctx = Arc::new(Ctx {
         args,
         http,
         tokens,
         pg,
         run,
-    };
-    measure(&ctx).await
+    });
+    let mut report = measure(&ctx).await?;
+    if ctx.args.purchase_clients > 0 {
+        report.purchase_rate = Some(rate::measure(Arc::clone(&ctx)).await?);
+    }
+    Ok(report)
 }
 
 async fn measure(c: &Ctx) -> anyhow::Result<StatementsReport> {
@@ -494,7 +513,11 @@ async fn measure(c: &Ctx) -> anyhow::Result<StatementsReport> {
         c.flush_webhooks().await?;
     }
     ops.push(c.cost("whole purchase", n).await?);
-    Ok(StatementsReport { count: n, ops })
+    Ok(StatementsReport {
+        count: n,
+        ops,
+        purchase_rate: None,
+    })
 }
 
 pub fn print(r: &StatementsReport) {
@@ -502,6 +525,20 @@ pub fn print(r: &StatementsReport) {
         println!(
             "statements: {:<20} {:>6.1} statements/op, {:>6.1} round trips/op ({} requests)",
             o.name, o.statements_per_op, o.round_trips_per_op, o.requests
+        );
+    }
+    if let Some(p) = &r.purchase_rate {
+        println!(
+            "purchases: {} clients, {} in {:.1} s = {:.0}/s, p50 {:.1} ms, p99 {:.1} ms, {} errors; \
+             webhooks {:.0}/s",
+            p.clients,
+            p.purchases,
+            p.seconds,
+            p.per_s,
+            p.p50_ms,
+            p.p99_ms,
+            p.errors,
+            p.webhooks_per_s
         );
     }
 }
@@ -528,6 +565,44 @@ pub fn markdown(r: &StatementsReport) -> String {
         );
         for t in &o.top {
             let _ = writeln!(md, "- {:.1} × `{}`", t.per_op, t.query.replace('`', "'"));
+        }
+        let _ = writeln!(md, "\n</details>");
+    }
+    if let Some(p) = &r.purchase_rate {
+        let ms = |v: Option<f64>| v.map_or_else(|| "–".to_owned(), |v| format!("{v:.2}"));
+        let _ = writeln!(
+            md,
+            "\n**Purchase rate**: {} fans at once, each buying one seat after another (hold → \
+             order → pay through the sandbox, a new account per purchase) for {:.1} s:\n\n\
+             | purchases | per second | p50 | p99 | errors | booking CPU / purchase | Postgres CPU / purchase | webhooks after, per second |\n\
+             | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n\
+             | {} | **{:.0}** | {:.1} ms | {:.1} ms | {} | {} ms | {} ms | {:.0} ({} delivered) |",
+            p.clients,
+            p.seconds,
+            p.purchases,
+            p.per_s,
+            p.p50_ms,
+            p.p99_ms,
+            p.errors,
+            ms(p.booking_cpu_ms),
+            ms(p.postgres_cpu_ms),
+            p.webhooks_per_s,
+            p.webhooks
+        );
+        let _ = writeln!(
+            md,
+            "\n<details><summary>purchase rate: Postgres time by statement</summary>\n\n\
+             | calls | total ms | mean ms | statement |\n| ---: | ---: | ---: | --- |"
+        );
+        for t in &p.heaviest {
+            let _ = writeln!(
+                md,
+                "| {} | {:.0} | {:.3} | `{}` |",
+                t.calls,
+                t.total_ms,
+                t.mean_ms,
+                t.query.replace('`', "'").replace('|', "\\|")
+            );
         }
         let _ = writeln!(md, "\n</details>");
     }
