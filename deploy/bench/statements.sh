@@ -75,6 +75,8 @@ if [ "${BENCH_NO_BUILD:-0}" != 1 ]; then
 fi
 for b in booking sandbox-provider loadgen; do [ -x "$BIN/$b" ] || die "missing $BIN/$b"; done
 psql_q -d postgres -c "CREATE DATABASE \"$DB\"" >/dev/null
+# Planning time per statement too (the purchase rate's table shows it).
+psql_q -d postgres -c "ALTER DATABASE \"$DB\" SET pg_stat_statements.track_planning = on" >/dev/null
 
 # exec: the background PID must be the service itself so cleanup stops it.
 service_env() {

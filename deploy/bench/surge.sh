@@ -8,7 +8,9 @@
 #      request path, header and flow in them is proven against the real services;
 #   3. `loadgen verify` over everything the run created (seats, tickets, orders and their
 #      charges at the sandbox, SKU stock, auctions), non-zero exit on a violation;
-#   4. a markdown section (tables, plots) to $BENCH_OUT; plots go to docs/bench/ on full runs.
+#   4. deploy/grafana/check.py: every metric the launch-day dashboard queries is in the
+#      gateway's or booking's /metrics after this traffic (kept in OUT_DIR);
+#   5. a markdown section (tables, plots) to $BENCH_OUT; plots go to docs/bench/ on full runs.
 #
 #   deploy/bench/surge.sh [--quick] [OUT_DIR]     (normally via deploy/bench/run)
 #
@@ -182,7 +184,19 @@ if ! "$TARGET/loadgen" verify --json "$OUT/verify.json" 2>"$OUT/verify.log"; the
 fi
 cat "$OUT/verify.log" >&2
 
-# ---- 4. report section ------------------------------------------------------------------------------------
+# ---- 4. the launch-day dashboard against what the processes export ----------------------------------------
+# Now, with the stack still up after real traffic: a labelled metric is exported only once
+# something has been counted under a label.
+log "grafana dashboard vs the gateway's and booking's /metrics"
+if curl -fsS "$GATEWAY_ADMIN_URL/metrics" -o "$OUT/metrics-gateway.txt" \
+   && curl -fsS "$BOOKING_ADMIN_URL/metrics" -o "$OUT/metrics-booking.txt"; then
+  python3 "$ROOT/deploy/grafana/check.py" "$ROOT/deploy/grafana/floodgate.json" \
+    "$OUT/metrics-gateway.txt" "$OUT/metrics-booking.txt" >&2 || { log "dashboard check FAILED"; failed=1; }
+else
+  log "could not fetch /metrics from the gateway or booking"; failed=1
+fi
+
+# ---- 5. report section ------------------------------------------------------------------------------------
 PLOTS="$OUT"; HREF=""
 if [ "$QUICK" = 0 ]; then PLOTS="$ROOT/docs/bench"; HREF="bench/"; fi
 "$TARGET/loadgen" report --dir "$OUT" --plots "$PLOTS" --href "$HREF" $([ "$QUICK" = 1 ] && echo --quick) > "$BENCH_OUT" \

@@ -94,8 +94,10 @@ impl AppState {
             .context("failed to register inventory metrics")?,
         );
 
+        // Orders and payments run on the checkout pool (generic plans: see its docs).
+        let checkout = crate::platform::db::checkout_pool(&pool);
         let orders = crate::orders::OrdersState::new(crate::orders::Inner {
-            pool: pool.clone(),
+            pool: checkout.clone(),
             redis: redis.clone(),
             auth: auth.clone(),
             idempotency: idempotency.clone(),
@@ -117,7 +119,7 @@ impl AppState {
         };
 
         let payments = crate::payments::PaymentsState {
-            pool: pool.clone(),
+            pool: checkout,
             redis: redis.clone(),
             auth: auth.clone(),
             idempotency: idempotency.clone(),

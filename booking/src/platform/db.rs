@@ -22,6 +22,41 @@ pub fn pool(settings: &DatabaseSettings) -> anyhow::Result<PgPool> {
         .context("invalid database url")
 }
 
+/// A second pool on the same database, the same size (opened lazily), whose connections start
+/// with `settings` (`SET`s that would be wrong for every other statement of the process).
+pub fn derived_pool(pool: &PgPool, settings: &[(&str, &str)]) -> PgPool {
+    let connect = (*pool.connect_options())
+        .clone()
+        .options(settings.iter().copied());
+    let opts = pool.options();
+    PgPoolOptions::new()
+        .max_connections(opts.get_max_connections())
+        .acquire_timeout(opts.get_acquire_timeout())
+        .connect_lazy_with(connect)
+}
+
+/// The checkout pool: the orders and payments domains' connections (an order, the pay request,
+/// the provider's webhooks, reconciliation), whose statements are point lookups by key:
+/// - `plan_cache_mode = force_generic_plan`: with the default (`auto`) Postgres plans the
+///   purchase's large CTE statements anew on every execution (their generic plan never looks
+///   cheap enough to adopt), 0.2–0.9 ms of CPU per statement, ~2 ms per purchase (issue 16,
+///   `deploy/bench/statements.sh`'s purchase rate: 7.5 → 5.2 ms of Postgres CPU per purchase);
+/// - `enable_seqscan = off`: the guard of a generic plan, which cannot see a parameter's value,
+///   against scanning a whole table where an index finds the rows (a seq scan is still used
+///   where no index can serve).
+///
+/// Commits stay durable (money). The inventory's hold statements have their own pool
+/// (`holds::take::hold_pool`), everything else stays on the main pool.
+pub fn checkout_pool(pool: &PgPool) -> PgPool {
+    derived_pool(
+        pool,
+        &[
+            ("plan_cache_mode", "force_generic_plan"),
+            ("enable_seqscan", "off"),
+        ],
+    )
+}
+
 /// Applies pending migrations.
 pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
     MIGRATOR

@@ -223,9 +223,11 @@ impl TestApp {
         let (pool, db_name) = (self.pool.clone(), self.db_name.clone());
         let booking_pool = self.state.pool.clone();
         let hold_pool = self.state.inventory.hold_pool.clone();
+        let checkout_pool = self.state.payments.pool.clone();
         self.stop().await;
         booking_pool.close().await;
         hold_pool.close().await;
+        checkout_pool.close().await;
         pool.close().await;
         let mut admin = PgConnection::connect(&database_url())
             .await

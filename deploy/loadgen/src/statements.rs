@@ -592,15 +592,17 @@ pub fn markdown(r: &StatementsReport) -> String {
         let _ = writeln!(
             md,
             "\n<details><summary>purchase rate: Postgres time by statement</summary>\n\n\
-             | calls | total ms | mean ms | statement |\n| ---: | ---: | ---: | --- |"
+             | calls | total ms | mean ms | mean planning ms | statement |\n\
+             | ---: | ---: | ---: | ---: | --- |"
         );
         for t in &p.heaviest {
             let _ = writeln!(
                 md,
-                "| {} | {:.0} | {:.3} | `{}` |",
+                "| {} | {:.0} | {:.3} | {:.3} | `{}` |",
                 t.calls,
                 t.total_ms,
                 t.mean_ms,
+                t.plan_mean_ms,
                 t.query.replace('`', "'").replace('|', "\\|")
             );
         }

@@ -7,7 +7,6 @@ use crate::inventory::error::{During, InventoryError};
 use crate::inventory::holds::repo::{EndedHold, release_resources};
 use crate::inventory::model::{HoldKind, HoldStatus, missing_from};
 use chrono::{DateTime, Utc};
-use sqlx::postgres::PgPoolOptions;
 use sqlx::{PgConnection, PgPool};
 use std::collections::{BTreeSet, HashSet};
 
@@ -55,12 +54,7 @@ pub fn hold_pool(pool: &PgPool, async_commit: bool) -> PgPool {
     if async_commit {
         settings.push(("synchronous_commit", "off"));
     }
-    let connect = (*pool.connect_options()).clone().options(settings);
-    let opts = pool.options();
-    PgPoolOptions::new()
-        .max_connections(opts.get_max_connections())
-        .acquire_timeout(opts.get_acquire_timeout())
-        .connect_lazy_with(connect)
+    crate::platform::db::derived_pool(pool, &settings)
 }
 
 /// A transaction on the hold connections (GA holds, whose ways may be rolled back).
