@@ -394,6 +394,86 @@ async fn the_sales_own_answer_is_the_order_as_read_after_it() {
     assert_eq!(env.charges(&o.order_id), 1);
 }
 
+/// A GA hold larger than the ticket ids the sale statement is given (ten) still gets one
+/// ticket per unit, each with its own id, announced by `order.paid` and sold on its shards.
+#[tokio::test]
+async fn a_large_ga_order_gets_one_ticket_per_unit_from_the_sale_statement() {
+    let env = PayEnv::spawn().await;
+    let mut event = small_event("ev", 1, 2, 100, 4);
+    event["max_tickets_per_account"] = json!(30);
+    create_event(&env.app, &event).await;
+    let token = env.app.admission("alice", "ev");
+    let (status, hold) = json(
+        env.app
+            .post(
+                "/api/events/ev/ga-holds",
+                &token,
+                &json!({"tier": "FLOOR", "quantity": 25}),
+            )
+            .await,
+    )
+    .await;
+    assert_eq!(status, 201, "{hold}");
+    let (status, order) = json(
+        env.app
+            .client
+            .post(env.app.url("/api/orders"))
+            .bearer_auth(&token)
+            .header("Idempotency-Key", "o")
+            .json(&json!({"hold_id": hold["hold_id"]}))
+            .send()
+            .await
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(status, 201, "{order}");
+    let order_id = order["id"].as_str().expect("id").to_owned();
+    let (status, v) = pay(&env.app, &token, &order_id, "p", "pm_card_visa").await;
+    assert_eq!(status, 200, "{v}");
+    let mut answered: Vec<String> = v["tickets"]
+        .as_array()
+        .expect("tickets")
+        .iter()
+        .map(|t| {
+            assert_eq!(t["ga_tier"], "FLOOR");
+            t["id"].as_str().expect("id").to_owned()
+        })
+        .collect();
+    answered.sort();
+    let stored: Vec<String> =
+        sqlx::query_scalar("SELECT id FROM tickets WHERE order_id = $1 ORDER BY id")
+            .bind(&order_id)
+            .fetch_all(&env.app.pool)
+            .await
+            .expect("tickets");
+    assert_eq!(stored.len(), 25);
+    assert_eq!(answered, stored);
+    let event: Value = sqlx::query_scalar(
+        "SELECT payload FROM outbox WHERE aggregate_id = $1 AND topic = 'order.paid'",
+    )
+    .bind(&order_id)
+    .fetch_one(&env.app.pool)
+    .await
+    .expect("order.paid");
+    let mut announced: Vec<String> = event["tickets"]
+        .as_array()
+        .expect("tickets")
+        .iter()
+        .map(|t| t["id"].as_str().expect("id").to_owned())
+        .collect();
+    announced.sort();
+    assert_eq!(announced, stored);
+    let (sold, held): (i64, i64) = sqlx::query_as(
+        "SELECT sum(sold)::bigint, (SELECT count(*) FROM holds WHERE status = 'sold')
+           FROM ga_counters WHERE event_id = 'ev'",
+    )
+    .fetch_one(&env.app.pool)
+    .await
+    .expect("sold");
+    assert_eq!((sold, held), (25, 1));
+    assert_eq!(env.charges(&order_id), 1);
+}
+
 /// `POST /api/orders/{id}/pay` with a card that succeeds, the raw response.
 async fn pay_raw(app: &TestApp, token: &str, order: &str, key: &str) -> reqwest::Response {
     app.client
