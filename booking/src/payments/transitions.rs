@@ -238,25 +238,22 @@ a AS (
     SELECT id FROM payments
      WHERE id = $2 AND status IN ('pending', 'failed') AND EXISTS (SELECT 1 FROM o)
      FOR UPDATE),
-hold AS (
-    SELECT h.id, h.event_id, h.kind, h.ga_tier, h.quantity FROM holds h
-     WHERE h.id = (SELECT hold_id FROM o) AND h.account_id = $6 AND h.status = 'ordered'
+h AS (
+    SELECT id, event_id, kind, ga_tier, quantity FROM holds
+     WHERE id = (SELECT hold_id FROM o) AND account_id = $6 AND status = 'ordered'
        AND EXISTS (SELECT 1 FROM a)
-     FOR UPDATE),
-mine AS (
-    SELECT s.event_id, s.seat_id FROM seats s JOIN hold h ON s.event_id = h.event_id
-     WHERE h.kind = 'seats' AND s.hold_id = h.id AND s.status = 'held'
-     ORDER BY s.seat_id
-     FOR UPDATE OF s),
+     FOR UPDATE),",
+    crate::hold_seats_locked_sql!(),
+    ",
 gal AS (
     SELECT c.shard, i.quantity
-      FROM hold h JOIN hold_ga_items i ON i.hold_id = h.id
+      FROM h JOIN hold_ga_items i ON i.hold_id = h.id
       JOIN ga_counters c ON c.event_id = h.event_id AND c.tier = h.ga_tier AND c.shard = i.shard
      WHERE h.kind <> 'seats'
      ORDER BY c.shard
      FOR UPDATE OF c),
 ok AS (
-    SELECT id, event_id, kind, ga_tier, quantity FROM hold
+    SELECT id, event_id, kind, ga_tier, quantity FROM h
      WHERE kind <> 'seats' OR (SELECT count(*) FROM mine) = quantity),
 paid AS (
     UPDATE orders

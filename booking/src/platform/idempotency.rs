@@ -75,7 +75,9 @@ use shared::error::codes;
 use sqlx::{PgConnection, PgPool};
 use std::sync::Arc;
 
+mod purge;
 mod request;
+pub use purge::{PurgeKeys, purge_expired};
 pub use request::{Fingerprint, IdempotencyKey};
 
 /// Request header carrying the key.
@@ -185,26 +187,6 @@ impl Idempotency {
             pool,
             settings: Arc::new(settings),
         }
-    }
-}
-
-/// The retention job: deletes keys older than `[idempotency] retention_h`.
-pub struct PurgeKeys(pub Idempotency);
-
-#[async_trait::async_trait]
-impl crate::platform::jobs::Job for PurgeKeys {
-    fn name(&self) -> &'static str {
-        "idempotency-purge"
-    }
-
-    fn period(&self) -> std::time::Duration {
-        std::time::Duration::from_millis(self.0.settings.purge_interval_ms.max(1000))
-    }
-
-    async fn run_once(&self) -> anyhow::Result<()> {
-        purge_expired(&self.0.pool, &self.0.settings)
-            .await
-            .map(|_| ())
     }
 }
 
@@ -473,34 +455,6 @@ impl Claim {
         .await;
         if let Err(e) = res {
             tracing::warn!(error = ?e, "failed to release idempotency claim; it will go stale");
-        }
-    }
-}
-
-/// Deletes keys older than the retention, in `FOR UPDATE SKIP LOCKED` batches (safe on many
-/// instances). Returns the number deleted.
-pub async fn purge_expired(pool: &PgPool, settings: &IdempotencySettings) -> anyhow::Result<u64> {
-    use anyhow::Context;
-    let hours = i32::try_from(settings.retention_h.max(24)).unwrap_or(24);
-    let batch = settings.purge_batch.max(1);
-    let mut total = 0;
-    loop {
-        let n = sqlx::query(
-            "DELETE FROM idempotency_keys WHERE (account_id, key) IN (
-                 SELECT account_id, key FROM idempotency_keys
-                  WHERE created_at < clock_timestamp() - make_interval(hours => $1)
-                  LIMIT $2
-                  FOR UPDATE SKIP LOCKED)",
-        )
-        .bind(hours)
-        .bind(batch)
-        .execute(pool)
-        .await
-        .context("failed to purge idempotency keys")?
-        .rows_affected();
-        total += n;
-        if n < u64::try_from(batch).unwrap_or(u64::MAX) {
-            return Ok(total);
         }
     }
 }

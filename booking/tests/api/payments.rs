@@ -403,31 +403,7 @@ async fn a_large_ga_order_gets_one_ticket_per_unit_from_the_sale_statement() {
     event["max_tickets_per_account"] = json!(30);
     create_event(&env.app, &event).await;
     let token = env.app.admission("alice", "ev");
-    let (status, hold) = json(
-        env.app
-            .post(
-                "/api/events/ev/ga-holds",
-                &token,
-                &json!({"tier": "FLOOR", "quantity": 25}),
-            )
-            .await,
-    )
-    .await;
-    assert_eq!(status, 201, "{hold}");
-    let (status, order) = json(
-        env.app
-            .client
-            .post(env.app.url("/api/orders"))
-            .bearer_auth(&token)
-            .header("Idempotency-Key", "o")
-            .json(&json!({"hold_id": hold["hold_id"]}))
-            .send()
-            .await
-            .expect("request"),
-    )
-    .await;
-    assert_eq!(status, 201, "{order}");
-    let order_id = order["id"].as_str().expect("id").to_owned();
+    let order_id = ga_order(&env.app, &token, 25).await;
     let (status, v) = pay(&env.app, &token, &order_id, "p", "pm_card_visa").await;
     assert_eq!(status, 200, "{v}");
     let mut answered: Vec<String> = v["tickets"]
@@ -472,6 +448,33 @@ async fn a_large_ga_order_gets_one_ticket_per_unit_from_the_sale_statement() {
     .expect("sold");
     assert_eq!((sold, held), (25, 1));
     assert_eq!(env.charges(&order_id), 1);
+}
+
+/// Holds `quantity` FLOOR units of event `ev` for `token`'s fan and orders them; the order id.
+async fn ga_order(app: &TestApp, token: &str, quantity: i64) -> String {
+    let (status, hold) = json(
+        app.post(
+            "/api/events/ev/ga-holds",
+            token,
+            &json!({"tier": "FLOOR", "quantity": quantity}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 201, "{hold}");
+    let (status, order) = json(
+        app.client
+            .post(app.url("/api/orders"))
+            .bearer_auth(token)
+            .header("Idempotency-Key", "o")
+            .json(&json!({"hold_id": hold["hold_id"]}))
+            .send()
+            .await
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(status, 201, "{order}");
+    order["id"].as_str().expect("id").to_owned()
 }
 
 /// `POST /api/orders/{id}/pay` with a card that succeeds, the raw response.
@@ -1138,31 +1141,7 @@ async fn paying_a_ga_hold_issues_one_ticket_per_unit() {
     let env = PayEnv::spawn().await;
     create_event(&env.app, &small_event("ev", 1, 2, 10, 2)).await;
     let token = env.app.admission("alice", "ev");
-    let (status, hold) = json(
-        env.app
-            .post(
-                "/api/events/ev/ga-holds",
-                &token,
-                &json!({"tier": "FLOOR", "quantity": 3}),
-            )
-            .await,
-    )
-    .await;
-    assert_eq!(status, 201, "{hold}");
-    let (status, order) = json(
-        env.app
-            .client
-            .post(env.app.url("/api/orders"))
-            .bearer_auth(&token)
-            .header("Idempotency-Key", "o")
-            .json(&json!({"hold_id": hold["hold_id"]}))
-            .send()
-            .await
-            .expect("request"),
-    )
-    .await;
-    assert_eq!(status, 201, "{order}");
-    let order_id = order["id"].as_str().expect("id").to_owned();
+    let order_id = ga_order(&env.app, &token, 3).await;
     let (status, v) = pay(&env.app, &token, &order_id, "p", "pm_card_visa").await;
     assert_eq!(status, 200, "{v}");
     let tiers: Vec<&str> = v["tickets"]

@@ -478,38 +478,7 @@ async fn measure(c: &Ctx) -> anyhow::Result<StatementsReport> {
     // The whole purchase: hold -> order -> pay -> webhook.
     c.reset().await?;
     for (i, seat) in seats.iter().skip(n).take(n).enumerate() {
-        let tok = c.token(&format!("stm-{r}-buyer-{i}"), &event)?;
-        let v = c
-            .expect(
-                post.clone(),
-                &format!("/api/events/{event}/holds"),
-                &tok,
-                false,
-                json!({"seats": [seat]}),
-                &[201],
-            )
-            .await?;
-        let hold = v["hold_id"].as_str().context("hold id")?;
-        let v = c
-            .expect(
-                post.clone(),
-                "/api/orders",
-                &tok,
-                true,
-                json!({"hold_id": hold}),
-                &[201],
-            )
-            .await?;
-        let order = v["id"].as_str().context("order id")?;
-        c.expect(
-            post.clone(),
-            &format!("/api/orders/{order}/pay"),
-            &tok,
-            true,
-            json!({"payment_method": "pm_card_visa"}),
-            &[200],
-        )
-        .await?;
+        rate::purchase(c, &event, seat, &format!("stm-{r}-buyer-{i}")).await?;
         c.flush_webhooks().await?;
     }
     ops.push(c.cost("whole purchase", n).await?);

@@ -243,7 +243,8 @@ struct HoldSeatRow {
 
 /// `mine`: the seats hold `h` (a `WITH` part of the caller's returning `id`, `event_id`,
 /// `kind`) still holds, locked in `seat_id` order like every seat path. Shared by the order's
-/// pin of its hold ([`pin_hold_tx`]) and the pay request's start (payments' `START_ATTEMPT`).
+/// pin of its hold ([`pin_hold_tx`]), the pay request's start and the sale (payments'
+/// `START_ATTEMPT`, `SETTLE_HOLD_ORDER`).
 #[macro_export]
 macro_rules! hold_seats_locked_sql {
     () => {

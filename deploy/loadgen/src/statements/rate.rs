@@ -107,10 +107,16 @@ fn cpu_since(pids: &[u32], before: &std::collections::HashMap<u32, f64>) -> f64 
         .sum()
 }
 
-/// One purchase of `seat` by a new account; its latency.
-async fn purchase(c: &Ctx, event: &str, seat: &str, i: usize) -> anyhow::Result<Duration> {
+/// One purchase of `seat` by `account` (hold → order → pay); its latency. The statement
+/// counts' whole purchase runs it too.
+pub(super) async fn purchase(
+    c: &Ctx,
+    event: &str,
+    seat: &str,
+    account: &str,
+) -> anyhow::Result<Duration> {
     let post = reqwest::Method::POST;
-    let tok = c.token(&format!("stm-{}-rate-{i}", c.run), event)?;
+    let tok = c.token(account, event)?;
     let t0 = Instant::now();
     let v = c
         .expect(
@@ -204,7 +210,8 @@ pub(super) async fn measure(c: Arc<Ctx>) -> anyhow::Result<PurchaseRate> {
             while Instant::now() < deadline {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(seat) = seats.get(i) else { break };
-                match purchase(&c, &event, seat, i).await {
+                let account = format!("stm-{}-rate-{i}", c.run);
+                match purchase(&c, &event, seat, &account).await {
                     Ok(d) => latencies.push(d),
                     Err(e) => {
                         errors += 1;

@@ -1,0 +1,52 @@
+//! The retention of idempotency keys: the purge job and its statement.
+
+use super::{Idempotency, IdempotencySettings};
+use sqlx::PgPool;
+
+/// The retention job: deletes keys older than `[idempotency] retention_h`.
+pub struct PurgeKeys(pub Idempotency);
+
+#[async_trait::async_trait]
+impl crate::platform::jobs::Job for PurgeKeys {
+    fn name(&self) -> &'static str {
+        "idempotency-purge"
+    }
+
+    fn period(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.0.settings.purge_interval_ms.max(1000))
+    }
+
+    async fn run_once(&self) -> anyhow::Result<()> {
+        purge_expired(&self.0.pool, &self.0.settings)
+            .await
+            .map(|_| ())
+    }
+}
+
+/// Deletes keys older than the retention, in `FOR UPDATE SKIP LOCKED` batches (safe on many
+/// instances). Returns the number deleted.
+pub async fn purge_expired(pool: &PgPool, settings: &IdempotencySettings) -> anyhow::Result<u64> {
+    use anyhow::Context;
+    let hours = i32::try_from(settings.retention_h.max(24)).unwrap_or(24);
+    let batch = settings.purge_batch.max(1);
+    let mut total = 0;
+    loop {
+        let n = sqlx::query(
+            "DELETE FROM idempotency_keys WHERE (account_id, key) IN (
+                 SELECT account_id, key FROM idempotency_keys
+                  WHERE created_at < clock_timestamp() - make_interval(hours => $1)
+                  LIMIT $2
+                  FOR UPDATE SKIP LOCKED)",
+        )
+        .bind(hours)
+        .bind(batch)
+        .execute(pool)
+        .await
+        .context("failed to purge idempotency keys")?
+        .rows_affected();
+        total += n;
+        if n < u64::try_from(batch).unwrap_or(u64::MAX) {
+            return Ok(total);
+        }
+    }
+}
