@@ -1,6 +1,7 @@
 //! The platform layer: what every domain stands on and none of them owns. It imports no
 //! domain module.
 
+pub mod audit;
 pub mod auth;
 pub mod db;
 pub mod error;
