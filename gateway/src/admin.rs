@@ -219,6 +219,9 @@ impl ProxyHttp for AdminApp {
             match route {
                 AdminRoute::Healthz => Action::Reply(Reply::json(200, &json!({"status": "ok"}))),
                 AdminRoute::Readyz => Action::Ready,
+                AdminRoute::OpenApi => {
+                    Action::Reply(crate::respond::openapi(crate::respond::OPENAPI_ADMIN))
+                }
                 AdminRoute::Metrics => Action::Reply(Reply::bytes(
                     200,
                     "text/plain; version=0.0.4",

@@ -210,6 +210,9 @@ impl ProxyHttp for PublicProxy {
                 Route::Webhook => Action::Webhook,
                 Route::Healthz => Action::Reply(Reply::json(200, &json!({"status": "ok"}))),
                 Route::Readyz => Action::Ready,
+                Route::OpenApi => {
+                    Action::Reply(crate::respond::openapi(crate::respond::OPENAPI_PUBLIC))
+                }
                 // Queue lengths and rates are for ops: on the admin listener, and on the public
                 // one only when configured (`public_metrics`).
                 Route::Metrics if !self.shared.config.gateway.public_metrics => {

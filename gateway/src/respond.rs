@@ -184,3 +184,18 @@ pub fn is_json(session: &Session) -> bool {
                 .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
         })
 }
+
+/// The public listener's OpenAPI 3.1 document (built by `deploy/openapi/build.py`).
+pub const OPENAPI_PUBLIC: &str = include_str!("../../docs/openapi/gateway.json");
+/// The admin listener's OpenAPI 3.1 document.
+pub const OPENAPI_ADMIN: &str = include_str!("../../docs/openapi/gateway-admin.json");
+
+/// An OpenAPI document as served: static bytes, cacheable for a minute.
+pub fn openapi(doc: &'static str) -> Reply {
+    Reply::bytes(
+        200,
+        "application/json",
+        Bytes::from_static(doc.as_bytes()),
+        "public, max-age=60",
+    )
+}

@@ -9,6 +9,8 @@ pub enum Route<'a> {
     Healthz,
     Readyz,
     Metrics,
+    /// `GET /openapi.json`: this listener's OpenAPI document.
+    OpenApi,
     DevLogin,
     Join(&'a str),
     Status(&'a str),
@@ -72,6 +74,13 @@ pub fn public<'a>(method: &Method, path: &'a str) -> Route<'a> {
         "/metrics" => {
             return if get {
                 Route::Metrics
+            } else {
+                Route::MethodNotAllowed
+            };
+        }
+        "/openapi.json" => {
+            return if get {
+                Route::OpenApi
             } else {
                 Route::MethodNotAllowed
             };
@@ -159,6 +168,8 @@ pub enum AdminRoute<'a> {
     Healthz,
     Readyz,
     Metrics,
+    /// `GET /openapi.json`: the admin listener's OpenAPI document (no auth: it holds no secret).
+    OpenApi,
     GetConfig(&'a str),
     PutConfig(&'a str),
     Revoke(&'a str),
@@ -173,6 +184,9 @@ pub fn admin<'a>(method: &Method, path: &'a str) -> AdminRoute<'a> {
         "/healthz" => return AdminRoute::Healthz,
         "/readyz" => return AdminRoute::Readyz,
         "/metrics" => return AdminRoute::Metrics,
+        "/openapi.json" if method == Method::GET || method == Method::HEAD => {
+            return AdminRoute::OpenApi;
+        }
         _ => {}
     }
     let Some(rest) = path.strip_prefix("/admin/events/") else {
@@ -219,6 +233,9 @@ mod tests {
         assert_eq!(public(&g, "/api/%2e%2e/admin"), Route::BadPath);
         assert_eq!(public(&g, "/api//x"), Route::BadPath);
         assert_eq!(public(&p, "/webhooks/payments"), Route::Webhook);
+        assert_eq!(public(&g, "/openapi.json"), Route::OpenApi);
+        assert_eq!(public(&p, "/openapi.json"), Route::MethodNotAllowed);
+        assert_eq!(admin(&g, "/openapi.json"), AdminRoute::OpenApi);
         assert_eq!(public(&g, "/webhooks/payments"), Route::MethodNotAllowed);
         assert_eq!(
             public(&g, "/e/demo"),

@@ -1,5 +1,5 @@
 //! `/healthz` (the process is alive), `/readyz` (Postgres reachable; Redis reported) and
-//! `/metrics` (Prometheus text format).
+//! `/metrics` (Prometheus text format), `/openapi.json` (the API's OpenAPI 3.1 document).
 
 use crate::app::state::AppState;
 use axum::Router;
@@ -15,6 +15,21 @@ pub fn router() -> Router<AppState> {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .route("/openapi.json", get(openapi))
+}
+
+/// Booking's OpenAPI 3.1 document, built by `deploy/openapi/build.py` and kept true by the
+/// route test (`booking/tests/openapi.rs`) and the schemathesis run (`deploy/tests/openapi.sh`).
+pub const OPENAPI: &str = include_str!("../../../docs/openapi/booking.json");
+
+async fn openapi() -> impl IntoResponse {
+    (
+        [
+            (header::CONTENT_TYPE, "application/json"),
+            (header::CACHE_CONTROL, "public, max-age=60"),
+        ],
+        OPENAPI,
+    )
 }
 
 async fn healthz() -> impl IntoResponse {

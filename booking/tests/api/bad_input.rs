@@ -336,3 +336,73 @@ async fn bad_hold_requests_are_refused_and_change_nothing() {
     assert!(metrics.contains("floodgate_booking_refusals_total{code=\"ADMISSION_REQUIRED\"}"));
     app.stop().await;
 }
+
+/// Postgres text cannot hold U+0000: a string carrying it must be refused as bad input before
+/// any statement sees it. Before the fix `POST /api/orders {"hold_id": "\u0000…"}` reached the
+/// order's statement and answered `500` (found by the OpenAPI fuzzer, deploy/tests/openapi.sh).
+#[tokio::test]
+async fn text_holding_a_nul_character_is_refused_and_changes_nothing() {
+    let app = TestApp::spawn().await;
+    create_event(&app, &small_event("ev", 2, 10, 10, 2)).await;
+    let token = app.admission("fan", "ev");
+    let before = db_state(&app.pool).await;
+    let order = app
+        .client
+        .post(app.url("/api/orders"))
+        .bearer_auth(&token)
+        .header("Idempotency-Key", "nul-order-1")
+        .json(&json!({"hold_id": "\u{0}\u{f6}h"}))
+        .send()
+        .await
+        .expect("request");
+    let cases =
+        vec![
+        ("order from a hold id with NUL", order),
+        (
+            "seat id with NUL",
+            app.post("/api/events/ev/holds", &token, &json!({"seats": ["S1-R1-\u{0}"]}))
+                .await,
+        ),
+        (
+            "GA tier with NUL",
+            app.post(
+                "/api/events/ev/ga-holds",
+                &token,
+                &json!({"tier": "FL\u{0}OR", "quantity": 1}),
+            )
+            .await,
+        ),
+        (
+            "event name with NUL",
+            app.admin_post(
+                "/admin/events",
+                &json!({"id": "nul-ev", "name": "a\u{0}b", "sale_start": "2026-01-01T00:00:00Z"}),
+            )
+            .await,
+        ),
+    ];
+    for (what, resp) in cases {
+        let (status, err) = json(resp).await;
+        assert_eq!(
+            (status, err["code"].as_str().unwrap_or("")),
+            (422, "VALIDATION_FAILED"),
+            "{what}: {err}"
+        );
+        assert_eq!(
+            db_state(&app.pool).await,
+            before,
+            "{what} changed something"
+        );
+    }
+    let (status, _) = json(app.admin_get("/admin/events/nul-ev").await).await;
+    assert_eq!(
+        status, 404,
+        "the event with a NUL in its name was not created"
+    );
+    // The same key is free for a real request: the refusal kept no idempotency claim.
+    let keys: i64 = sqlx::query_scalar("SELECT count(*) FROM idempotency_keys")
+        .fetch_one(&app.pool)
+        .await
+        .expect("count keys");
+    assert_eq!(keys, 0, "a refused request kept an idempotency key");
+}
