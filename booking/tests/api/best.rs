@@ -208,8 +208,11 @@ async fn bad_best_available_requests_change_nothing() {
 #[tokio::test]
 async fn no_orphans_refuses_explicit_holds_that_strand_a_seat() {
     let app = TestApp::spawn().await;
-    create_event(&app, &hall("strict", 1, 5, true, 10)).await;
+    let created = create_event(&app, &hall("strict", 1, 5, true, 10)).await;
+    assert_eq!(created["no_orphans"], true);
     create_event(&app, &hall("loose", 1, 5, false, 10)).await;
+    let (s, read) = json(app.admin_get("/admin/events/strict").await).await;
+    assert_eq!((s, &read["no_orphans"]), (200, &json!(true)), "{read}");
     let before = db_state(&app.pool).await;
     let (s, e) = explicit(&app, "strict", "a", &["S1-R1-2"]).await;
     assert_eq!((s, e["code"].as_str()), (409, Some("ORPHAN_SEAT")), "{e}");

@@ -239,10 +239,11 @@ pub struct EventCounts {
     /// Seats of refunded/disputed orders held back (`refund_stock = "hold_back"`).
     pub held_back: i64,
     pub refund_stock: RefundStock,
+    pub no_orphans: bool,
     pub ga_tiers: Vec<GaCounts>,
 }
 
-type EventRow = (String, String, String, DateTime<Utc>, i32, i32, RefundStock);
+type EventRow = (String, String, String, DateTime<Utc>, i32, i32, RefundStock, bool);
 
 /// Counts from one snapshot (REPEATABLE READ), so seats and GA add up to the same moment.
 /// A seat held past `held_until` counts as available: the next hold takes it. GA `held`
@@ -256,15 +257,24 @@ pub(super) async fn event_counts(pool: &PgPool, event: &str) -> Result<EventCoun
         .await
         .during("begin reading the event's counts")?;
     let row: Option<EventRow> = sqlx::query_as(
-        "SELECT id, name, venue, sale_start, hold_ttl_s, max_tickets_per_account, refund_stock
+        "SELECT id, name, venue, sale_start, hold_ttl_s, max_tickets_per_account, refund_stock,
+                no_orphans
          FROM events WHERE id = $1",
     )
     .bind(event)
     .fetch_optional(&mut *tx)
     .await
     .during("read the event")?;
-    let Some((id, name, venue, sale_start, hold_ttl_s, max_tickets_per_account, refund_stock)) =
-        row
+    let Some((
+        id,
+        name,
+        venue,
+        sale_start,
+        hold_ttl_s,
+        max_tickets_per_account,
+        refund_stock,
+        no_orphans,
+    )) = row
     else {
         return Err(InventoryError::UnknownEvent);
     };
@@ -311,6 +321,7 @@ pub(super) async fn event_counts(pool: &PgPool, event: &str) -> Result<EventCoun
         sold,
         held_back,
         refund_stock,
+        no_orphans,
         ga_tiers,
     })
 }
