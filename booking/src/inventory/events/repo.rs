@@ -243,7 +243,16 @@ pub struct EventCounts {
     pub ga_tiers: Vec<GaCounts>,
 }
 
-type EventRow = (String, String, String, DateTime<Utc>, i32, i32, RefundStock, bool);
+type EventRow = (
+    String,
+    String,
+    String,
+    DateTime<Utc>,
+    i32,
+    i32,
+    RefundStock,
+    bool,
+);
 
 /// Counts from one snapshot (REPEATABLE READ), so seats and GA add up to the same moment.
 /// A seat held past `held_until` counts as available: the next hold takes it. GA `held`

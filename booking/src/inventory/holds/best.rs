@@ -40,6 +40,9 @@ pub struct Pick {
     pub cost: i64,
 }
 
+/// A partial pick: its cost and (segment, position) seats.
+type Chosen = (i64, Vec<(usize, usize)>);
+
 /// The best pick of `q` seats over `segments`, or `None` when nothing fits without stranding
 /// a seat (or `q` is 0).
 pub fn pick(segments: &[Vec<Slot>], q: usize, adjacent: bool) -> Option<Pick> {
@@ -61,7 +64,7 @@ pub fn pick(segments: &[Vec<Slot>], q: usize, adjacent: bool) -> Option<Pick> {
         });
     }
     // Knapsack over segments: best[k] = the cheapest k seats from the segments so far.
-    let mut best: Vec<Option<(i64, Vec<(usize, usize)>)>> = vec![None; q + 1];
+    let mut best: Vec<Option<Chosen>> = vec![None; q + 1];
     best[0] = Some((0, Vec::new()));
     for (s, seg) in segments.iter().enumerate() {
         let here = best_sets(seg, q);
