@@ -880,6 +880,7 @@
     $("clear").hidden = n === 0;
     var gaOk = S.gaTier !== null;
     $("ga-hold").disabled = !gaOk || busy;
+    $("best-hold").disabled = busy;
     $("ga-hold").textContent = gaOk ? t("btn.hold.ga", { n: gaQty(), tier: S.gaTier }) : t("ga.soldout");
     $("checkout").disabled = busy;
     $("release").disabled = busy;
@@ -1058,6 +1059,15 @@
       updateActions();
       return loadMap("no-cache");
     }
+    if (code === "NO_SEATS_TOGETHER") {
+      showAlert(t("msg.no_seats_together", { n: r.data.quantity || "?" }));
+      return loadMap("no-cache");
+    }
+    if (code === "ORPHAN_SEAT") {
+      var lone = Array.isArray(r.data.seats) ? r.data.seats.map(String) : [];
+      showAlert(t("msg.orphan_seat", { seats: lone.slice(0, 4).map(seatName).join(", ") || "?" }));
+      return;
+    }
     if (code === "SOLD_OUT") {
       showAlert(t("msg.sold_out"));
       return loadMap("no-cache");
@@ -1099,6 +1109,17 @@
     return api("POST", "/api/events/" + encodeURIComponent(EVENT) + "/holds", { seats: seats })
       .then(function (r) {
         if (r.status === 201 || r.status === 200) return held(r.data, { kind: "seats", seats: seats });
+        return onHoldError(r);
+      });
+  }
+
+  // Best available: booking picks the seats (front and centre first, never stranding one).
+  function holdBest() {
+    var q = parseInt($("best-qty").value, 10) || 1;
+    var body = { best_available: { quantity: q, adjacent: $("best-adjacent").checked } };
+    return api("POST", "/api/events/" + encodeURIComponent(EVENT) + "/holds", body)
+      .then(function (r) {
+        if (r.status === 201 || r.status === 200) return held(r.data, { kind: "seats" });
         return onHoldError(r);
       });
   }
@@ -1293,6 +1314,7 @@
     });
     $("hold").addEventListener("click", function () { act(holdSeats); });
     $("ga-form").addEventListener("submit", function (e) { e.preventDefault(); act(holdGa); });
+    $("best-form").addEventListener("submit", function (e) { e.preventDefault(); act(holdBest); });
     $("ga-qty").addEventListener("input", updateActions);
     $("ga-less").addEventListener("click", function () { $("ga-qty").value = String(Math.max(1, gaQty() - 1)); updateActions(); });
     $("ga-more").addEventListener("click", function () { $("ga-qty").value = String(Math.min(limit(), gaQty() + 1)); updateActions(); });

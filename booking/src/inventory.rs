@@ -40,6 +40,8 @@ pub struct InventoryState {
     pub metrics: InventoryMetrics,
     /// Rendered seat maps, per event (see [`seats`]).
     pub seat_maps: Arc<seats::SeatMapCache>,
+    /// Per-process event facts of the hold paths (`no_orphans`, best-available turns).
+    pub events: Arc<holds::pick::EventLocal>,
 }
 
 impl InventoryState {
@@ -56,6 +58,7 @@ impl InventoryState {
             settings: Arc::new(settings),
             metrics,
             seat_maps: Default::default(),
+            events: Default::default(),
         }
     }
 }

@@ -15,6 +15,10 @@ pub mod codes {
     pub const NOT_FOUND: &str = "NOT_FOUND";
     pub const SEAT_TAKEN: &str = "SEAT_TAKEN";
     pub const SOLD_OUT: &str = "SOLD_OUT";
+    /// Best available found free seats, but no block of the quantity that strands no seat.
+    pub const NO_SEATS_TOGETHER: &str = "NO_SEATS_TOGETHER";
+    /// An explicit hold would strand a single free seat (events with `no_orphans`).
+    pub const ORPHAN_SEAT: &str = "ORPHAN_SEAT";
     pub const LIMIT_EXCEEDED: &str = "LIMIT_EXCEEDED";
     pub const INSUFFICIENT_STOCK: &str = "INSUFFICIENT_STOCK";
     pub const INVALID_REQUEST: &str = "INVALID_REQUEST";

@@ -25,6 +25,18 @@ pub enum InventoryError {
     UnknownSeats { seats: Vec<String> },
     #[error("seats no longer available: {seats:?}")]
     SeatTaken { seats: Vec<String> },
+    /// An explicit hold (event with `no_orphans`) would strand these free seats.
+    #[error("the hold would strand seats {seats:?}")]
+    OrphanSeat { seats: Vec<String> },
+    /// Best available: free seats exist (`free` of them matching), but no pick fits.
+    #[error("no {quantity} seats fit together ({free} free)")]
+    NoSeatsTogether { quantity: i32, free: i64 },
+    /// Best available: no free seat matches the request.
+    #[error("no seats left for this request")]
+    SeatsSoldOut,
+    /// Best available lost every one of its bounded retries to concurrent holds.
+    #[error("best available kept losing its seats to concurrent holds")]
+    Contended,
     #[error("no GA tier {tier} in this event")]
     UnknownTier { tier: String },
     /// Not enough units; `available` is what is left when some, but too few, remain.

@@ -2,14 +2,19 @@
 //! and payment flows build on.
 //!
 //! Files: `repo.rs` (the helpers below and the release of ended holds), `take.rs` (the
-//! statements of the seat and GA hold paths), `release.rs` (a fan's release in one statement), `http.rs` (`POST /api/events/{event}/holds`,
-//! `DELETE /api/holds/{hold}`).
+//! statements of the seat and GA hold paths), `guard.rs` (the seat hold statement with the
+//! orphan guard), `best.rs` (the pure best-available pick), `pick.rs` (best available: the
+//! request, the candidate read, the retry loop), `release.rs` (a fan's release in one
+//! statement), `http.rs` (`POST /api/events/{event}/holds`, `DELETE /api/holds/{hold}`).
 //!
 //! Guarantees:
 //! - A seat is taken by ONE conditional statement that locks the requested seats in `seat_id`
 //!   order and takes only those that are `available` or `held` past `held_until`
 //!   (`clock_timestamp()`); fewer rows than requested rolls the whole transaction back. Expired
 //!   holds are reclaimed by the hold statement itself; the sweeper only tidies.
+//! - Best available and the explicit holds of `no_orphans` events run the same statement with
+//!   the orphan guard (`guard.rs`): it also locks the seats' row neighbours and writes nothing
+//!   when the hold would leave a free seat with no free neighbour, judged on the locked rows.
 //! - The per-account ticket limit is one conditional upsert on `account_event_usage`; every
 //!   path that ends a hold (release, expiry, reclaim) gives the tickets back exactly once,
 //!   because it is guarded by a conditional status change of the hold row.
@@ -42,7 +47,10 @@
 //!   [`SellOutcome::NotOrdered`] (nothing changed) when the hold is not `ordered` for that
 //!   account.
 
+pub mod best;
+mod guard;
 pub(crate) mod http;
+pub mod pick;
 mod release;
 pub mod repo;
 pub(crate) mod take;

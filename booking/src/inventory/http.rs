@@ -50,6 +50,23 @@ impl From<InventoryError> for ApiError {
                 ApiError::conflict(codes::SEAT_TAKEN, "some seats are no longer available")
                     .with("seats", seats)
             }
+            E::OrphanSeat { seats } => ApiError::conflict(
+                codes::ORPHAN_SEAT,
+                "this choice would leave a single seat stranded",
+            )
+            .with("seats", seats),
+            E::NoSeatsTogether { quantity, free } => ApiError::conflict(
+                codes::NO_SEATS_TOGETHER,
+                format!("no {quantity} seats fit together"),
+            )
+            .with("quantity", quantity)
+            .with("free", free),
+            E::SeatsSoldOut => {
+                ApiError::conflict(codes::SOLD_OUT, "no seats left for this request")
+            }
+            E::Contended => ApiError::Unavailable(anyhow::anyhow!(
+                "best available lost every retry to concurrent holds"
+            )),
             E::UnknownTier { tier } => ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 codes::UNKNOWN_TIER,

@@ -7,6 +7,8 @@
 mod auction_ws;
 mod auctions;
 mod bad_input;
+mod best;
+mod best_race;
 mod cart;
 mod event_scope;
 mod events;

@@ -44,6 +44,10 @@ pub struct HoldsArgs {
     /// GA units per hold.
     #[arg(long, default_value_t = 1)]
     pub quantity: u32,
+    /// Ask booking for the best `--seats` adjacent seats (`best_available`) instead of
+    /// picking them from the map.
+    #[arg(long)]
+    pub best_available: bool,
     /// Keep holds instead of releasing each one (the event fills up).
     #[arg(long)]
     pub keep: bool,
@@ -86,6 +90,7 @@ pub async fn run(args: HoldsArgs) -> anyhow::Result<HoldsReport> {
         .context("http client")?;
     let windows = match &args.ga_tier {
         Some(_) => Vec::new(),
+        None if args.best_available => Vec::new(),
         None => seat_windows(&http, &tokens, &args).await?,
     };
     let windows = Arc::new(windows);
@@ -114,6 +119,7 @@ pub async fn run(args: HoldsArgs) -> anyhow::Result<HoldsReport> {
         event: args.event.clone(),
         mode: match &args.ga_tier {
             Some(t) => format!("ga {t} x{}", args.quantity),
+            None if args.best_available => format!("best available, {} together", args.seats),
             None => format!("{} adjacent seats", args.seats),
         },
         clients: args.clients,
@@ -207,6 +213,9 @@ async fn client_loop(
         };
         let body = match &args.ga_tier {
             Some(tier) => serde_json::json!({"tier": tier, "quantity": args.quantity}),
+            None if args.best_available => {
+                serde_json::json!({"best_available": {"quantity": args.seats}})
+            }
             None => {
                 let i = rand::rng().random_range(0..windows.len());
                 serde_json::json!({"seats": windows[i]})

@@ -5,7 +5,7 @@
 use crate::inventory::model::{Invalid, is_valid_seat_id};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
 /// Most seats one event may have.
 pub const MAX_SEATS: u64 = 200_000;
@@ -15,6 +15,10 @@ const MAX_SECTION_DIM: i32 = 10_000;
 const MAX_PRICE: i64 = 1_000_000_000_000;
 const MAX_GA_CAPACITY: i32 = 10_000_000;
 const MAX_GA_SHARDS: i32 = 64;
+/// Largest per-seat rank a seat map may set (default ranks stay below 10,000 x 20,001).
+pub const MAX_RANK: i32 = 1_000_000_000;
+/// Most entries of `seat_map.ranks`.
+const MAX_RANKS: usize = 200_000;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -37,6 +41,9 @@ pub struct CreateEvent {
     /// What a refund or dispute of a paid order does with its seats/units.
     #[serde(default)]
     pub refund_stock: RefundStock,
+    /// Refuse explicit holds that would strand a single free seat (`409 ORPHAN_SEAT`).
+    #[serde(default)]
+    pub no_orphans: bool,
 }
 
 /// `refund_stock`: units of an order refunded or disputed at the provider go back on sale
@@ -81,6 +88,10 @@ pub struct SeatMap {
     pub sections: Vec<Section>,
     #[serde(default)]
     pub seats: Vec<ExplicitSeat>,
+    /// Per-seat rank for best available (lower is better), for any seat of the map; seats
+    /// not named keep their own or the default (row ascending, then distance from centre).
+    #[serde(default)]
+    pub ranks: BTreeMap<String, i32>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -100,6 +111,9 @@ pub struct ExplicitSeat {
     pub row: i32,
     pub number: i32,
     pub price_tier: String,
+    /// Best-available rank (lower is better); default: row ascending, then centre first.
+    #[serde(default)]
+    pub rank: Option<i32>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -128,6 +142,7 @@ pub struct EventCreated {
     pub price_tiers: Vec<PriceTier>,
     pub ga_tiers: Vec<GaTierSpec>,
     pub refund_stock: RefundStock,
+    pub no_orphans: bool,
 }
 
 /// Section and tier names: 1..=32 ASCII letters, digits, `-`, `_` (they become part of seat ids).
@@ -243,12 +258,36 @@ pub fn validate(req: &CreateEvent) -> Result<u64, Invalid> {
                 invalid("seat_map.seats", "duplicate seat id").with("seat", s.seat_id.clone())
             );
         }
+        if s.rank.is_some_and(|r| !(0..=MAX_RANK).contains(&r)) {
+            return Err(
+                invalid("seat_map.seats", format!("rank must be 0..={MAX_RANK}"))
+                    .with("seat", s.seat_id.clone()),
+            );
+        }
         total += 1;
         if total > MAX_SEATS {
             return Err(invalid(
                 "seat_map",
                 format!("an event has at most {MAX_SEATS} seats"),
             ));
+        }
+    }
+    if req.seat_map.ranks.len() > MAX_RANKS {
+        return Err(invalid(
+            "seat_map.ranks",
+            format!("at most {MAX_RANKS} ranks"),
+        ));
+    }
+    for (seat, rank) in &req.seat_map.ranks {
+        if !is_valid_seat_id(seat) {
+            return Err(invalid("seat_map.ranks", "malformed seat id")
+                .with("seat", seat.chars().take(80).collect::<String>()));
+        }
+        if !(0..=MAX_RANK).contains(rank) {
+            return Err(
+                invalid("seat_map.ranks", format!("rank must be 0..={MAX_RANK}"))
+                    .with("seat", seat.clone()),
+            );
         }
     }
     let mut ga = HashSet::new();
@@ -368,6 +407,23 @@ mod tests {
         let ok = event(json!({"ga_tiers": [
             {"tier": "floor", "price": 100, "capacity": 0}]}));
         assert_eq!(validate(&ok), Ok(0), "an empty tier has one shard");
+    }
+
+    #[test]
+    fn ranks_must_be_in_range_and_name_well_formed_seats() {
+        let e = refused(json!({"seat_map": {"ranks": {"A-R1-1": -1}}}));
+        assert_eq!(e.detail("field"), Some(&Value::from("seat_map.ranks")));
+        let e = refused(json!({"seat_map": {"ranks": {"bad seat": 1}}}));
+        assert_eq!(e.message, "malformed seat id");
+        let e = refused(
+            json!({"seat_map": {"seats": [{"seat_id": "X-1", "section": "X",
+            "row": 1, "number": 1, "price_tier": "A", "rank": MAX_RANK + 1}]}}),
+        );
+        assert_eq!(e.detail("seat"), Some(&Value::from("X-1")));
+        let ok = event(json!({"no_orphans": true, "seat_map": {"ranks": {"A-R1-1": 0}}}));
+        assert_eq!(validate(&ok), Ok(0));
+        assert!(ok.no_orphans);
+        assert!(!event(json!({})).no_orphans);
     }
 
     #[test]

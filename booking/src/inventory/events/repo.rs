@@ -58,6 +58,7 @@ pub(super) async fn insert_event(
         price_tiers: req.price_tiers,
         ga_tiers: req.ga_tiers,
         refund_stock: req.refund_stock,
+        no_orphans: req.no_orphans,
     })
 }
 
@@ -66,8 +67,8 @@ async fn insert_tx(pool: &PgPool, id: &str, req: &CreateEvent) -> Result<bool> {
     let mut tx = pool.begin().await.during("begin creating the event")?;
     let inserted: Option<String> = sqlx::query_scalar(
         "INSERT INTO events (id, name, venue, sale_start, hold_ttl_s, max_tickets_per_account,
-                                 refund_stock)
-             VALUES ($1, $2, $3, $4, $5, $6, $7)
+                                 refund_stock, no_orphans)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
              ON CONFLICT (id) DO NOTHING
              RETURNING id",
     )
@@ -78,6 +79,7 @@ async fn insert_tx(pool: &PgPool, id: &str, req: &CreateEvent) -> Result<bool> {
     .bind(req.hold_ttl_s)
     .bind(req.max_tickets_per_account)
     .bind(req.refund_stock)
+    .bind(req.no_orphans)
     .fetch_optional(&mut *tx)
     .await
     .during("insert the event row")?;
@@ -103,8 +105,11 @@ async fn insert_tx(pool: &PgPool, id: &str, req: &CreateEvent) -> Result<bool> {
         let per_row: Vec<i32> = sections.iter().map(|s| s.seats_per_row).collect();
         let tiers: Vec<&str> = sections.iter().map(|s| s.price_tier.as_str()).collect();
         sqlx::query(
-            "INSERT INTO seats (event_id, seat_id, section, row_no, number, tier)
-                 SELECT $1, s.name || '-R' || r || '-' || n, s.name, r, n, s.tier
+            // The default rank: front rows first, then the centre of the row (see
+            // migrations/0010_best_available.sql, which gives older seats the same).
+            "INSERT INTO seats (event_id, seat_id, section, row_no, number, tier, rank)
+                 SELECT $1, s.name || '-R' || r || '-' || n, s.name, r, n, s.tier,
+                        (r - 1) * 20001 + abs(2 * n - (1 + s.per_row))
                  FROM unnest($2::text[], $3::int[], $4::int[], $5::text[])
                           AS s(name, nrows, per_row, tier),
                       generate_series(1, s.nrows) AS r,
@@ -126,11 +131,17 @@ async fn insert_tx(pool: &PgPool, id: &str, req: &CreateEvent) -> Result<bool> {
         let rows: Vec<i32> = explicit.iter().map(|s| s.row).collect();
         let nums: Vec<i32> = explicit.iter().map(|s| s.number).collect();
         let tiers: Vec<&str> = explicit.iter().map(|s| s.price_tier.as_str()).collect();
+        let ranks: Vec<Option<i32>> = explicit.iter().map(|s| s.rank).collect();
+        // Without a rank of its own, a seat is ranked like a generated one, its row's centre
+        // taken from the explicit seats of that row.
         sqlx::query(
-            "INSERT INTO seats (event_id, seat_id, section, row_no, number, tier)
-                 SELECT $1, x.seat_id, x.section, x.row_no, x.number, x.tier
-                 FROM unnest($2::text[], $3::text[], $4::int[], $5::int[], $6::text[])
-                          AS x(seat_id, section, row_no, number, tier)",
+            "INSERT INTO seats (event_id, seat_id, section, row_no, number, tier, rank)
+                 SELECT $1, x.seat_id, x.section, x.row_no, x.number, x.tier,
+                        COALESCE(x.rank, (x.row_no - 1) * 20001
+                            + abs(2 * x.number - (min(x.number) OVER w + max(x.number) OVER w)))
+                 FROM unnest($2::text[], $3::text[], $4::int[], $5::int[], $6::text[], $7::int[])
+                          AS x(seat_id, section, row_no, number, tier, rank)
+                 WINDOW w AS (PARTITION BY x.section, x.row_no)",
         )
         .bind(id)
         .bind(&ids)
@@ -138,9 +149,31 @@ async fn insert_tx(pool: &PgPool, id: &str, req: &CreateEvent) -> Result<bool> {
         .bind(&rows)
         .bind(&nums)
         .bind(&tiers)
+        .bind(&ranks)
         .execute(&mut *tx)
         .await
         .during("insert the explicit seats")?;
+    }
+    let ranked = &req.seat_map.ranks;
+    if !ranked.is_empty() {
+        let ids: Vec<&str> = ranked.keys().map(String::as_str).collect();
+        let ranks: Vec<i32> = ranked.values().copied().collect();
+        let set = sqlx::query(
+            "UPDATE seats s SET rank = x.rank
+             FROM unnest($2::text[], $3::int[]) AS x(seat_id, rank)
+             WHERE s.event_id = $1 AND s.seat_id = x.seat_id",
+        )
+        .bind(id)
+        .bind(&ids)
+        .bind(&ranks)
+        .execute(&mut *tx)
+        .await
+        .during("set the seat map's ranks")?
+        .rows_affected();
+        if set != ids.len() as u64 {
+            // Rolled back with the transaction: nothing of the event is written.
+            return Err(Invalid::field("seat_map.ranks", "ranks name seats not in the map").into());
+        }
     }
     if !req.ga_tiers.is_empty() {
         let names: Vec<&str> = req.ga_tiers.iter().map(|t| t.tier.as_str()).collect();
@@ -206,10 +239,20 @@ pub struct EventCounts {
     /// Seats of refunded/disputed orders held back (`refund_stock = "hold_back"`).
     pub held_back: i64,
     pub refund_stock: RefundStock,
+    pub no_orphans: bool,
     pub ga_tiers: Vec<GaCounts>,
 }
 
-type EventRow = (String, String, String, DateTime<Utc>, i32, i32, RefundStock);
+type EventRow = (
+    String,
+    String,
+    String,
+    DateTime<Utc>,
+    i32,
+    i32,
+    RefundStock,
+    bool,
+);
 
 /// Counts from one snapshot (REPEATABLE READ), so seats and GA add up to the same moment.
 /// A seat held past `held_until` counts as available: the next hold takes it. GA `held`
@@ -223,15 +266,24 @@ pub(super) async fn event_counts(pool: &PgPool, event: &str) -> Result<EventCoun
         .await
         .during("begin reading the event's counts")?;
     let row: Option<EventRow> = sqlx::query_as(
-        "SELECT id, name, venue, sale_start, hold_ttl_s, max_tickets_per_account, refund_stock
+        "SELECT id, name, venue, sale_start, hold_ttl_s, max_tickets_per_account, refund_stock,
+                no_orphans
          FROM events WHERE id = $1",
     )
     .bind(event)
     .fetch_optional(&mut *tx)
     .await
     .during("read the event")?;
-    let Some((id, name, venue, sale_start, hold_ttl_s, max_tickets_per_account, refund_stock)) =
-        row
+    let Some((
+        id,
+        name,
+        venue,
+        sale_start,
+        hold_ttl_s,
+        max_tickets_per_account,
+        refund_stock,
+        no_orphans,
+    )) = row
     else {
         return Err(InventoryError::UnknownEvent);
     };
@@ -278,6 +330,7 @@ pub(super) async fn event_counts(pool: &PgPool, event: &str) -> Result<EventCoun
         sold,
         held_back,
         refund_stock,
+        no_orphans,
         ga_tiers,
     })
 }

@@ -2,13 +2,16 @@
 
 use crate::inventory::InventoryState;
 use crate::inventory::error::{During, InventoryError};
+use crate::inventory::holds::pick::{BestAvailable, hold_best};
 use crate::inventory::holds::release::release_own_tx;
 use crate::inventory::holds::take::{
-    Attempt, expire_account_holds, hold_status, limit_refusal, sale_not_started, seat_refusal,
-    take_seats_tx,
+    Attempt, SeatShort, SeatsTaken, expire_account_holds, hold_status, limit_refusal,
+    sale_not_started, seat_refusal, take_seats_tx,
 };
 use crate::inventory::http::{admitted_for, counted};
-use crate::inventory::model::{HoldKind, HoldStatus, check_seat_list, is_plausible_hold_id};
+use crate::inventory::model::{
+    HoldKind, HoldStatus, Invalid, check_seat_list, is_plausible_hold_id,
+};
 use crate::platform::auth::Admitted;
 use crate::platform::db;
 use crate::platform::error::{ApiError, ApiResult};
@@ -30,7 +33,12 @@ pub fn router() -> Router<InventoryState> {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HoldRequest {
-    pub seats: Vec<String>,
+    /// Explicit seats; exactly one of `seats` and `best_available`.
+    #[serde(default)]
+    pub seats: Option<Vec<String>>,
+    /// Let booking choose ([`super::pick`]).
+    #[serde(default)]
+    pub best_available: Option<BestAvailable>,
 }
 
 #[derive(Debug, Serialize)]
@@ -53,7 +61,24 @@ async fn create_hold(
     let r = async {
         let account = admitted_for(admitted, &event)?;
         let ApiJson(req) = body?;
-        Ok(hold_seats(&state, &event, &account, req.seats).await?)
+        Ok(match (req.seats, req.best_available) {
+            (Some(seats), None) => hold_seats(&state, &event, &account, seats).await?,
+            (None, Some(best)) => hold_best(&state, &event, &account, best).await?,
+            (Some(_), Some(_)) => {
+                return Err(InventoryError::from(Invalid::field(
+                    "seats",
+                    "give either seats or best_available, not both",
+                ))
+                .into());
+            }
+            (None, None) => {
+                return Err(InventoryError::from(Invalid::field(
+                    "seats",
+                    "give seats or best_available",
+                ))
+                .into());
+            }
+        })
     }
     .await;
     let (resp, until) = counted(&state, r)?;
@@ -72,32 +97,18 @@ async fn hold_seats(
     seats: Vec<String>,
 ) -> Result<(HoldResponse, i64), InventoryError> {
     let n = check_seat_list(&seats, state.settings.max_seats_per_hold)?;
+    // Events with `no_orphans` run the guarded statement (the same hold, plus the check that
+    // it strands no seat, under its locks); others keep the plain one.
+    let Some(guard) = state.events.no_orphans(&state.pool, event).await? else {
+        return Err(InventoryError::UnknownEvent);
+    };
     let pool = &state.hold_pool;
     let mut healed = false;
     loop {
-        let attempt = db::retry(1, || take_seats_tx(pool, event, account, &seats, n)).await?;
+        let attempt =
+            db::retry(1, || take_seats_tx(pool, event, account, &seats, n, guard)).await?;
         match attempt {
-            Attempt::Done(taken) => {
-                state.seat_maps.changed(event);
-                for kind in &taken.reclaimed {
-                    state
-                        .metrics
-                        .holds_expired
-                        .with_label_values(&[kind.as_str()])
-                        .inc();
-                }
-                let total = taken.seats.iter().map(|(_, p)| p).sum();
-                let resp = HoldResponse {
-                    hold_id: taken.hold_id,
-                    event: event.to_owned(),
-                    kind: HoldKind::Seats,
-                    seats,
-                    held_until: taken.expires_at,
-                    expires_at: taken.expires_at,
-                    total,
-                };
-                return Ok((resp, taken.live_until_ms));
-            }
+            Attempt::Done(taken) => return Ok(taken_response(state, event, taken, seats)),
             Attempt::Limit if !healed => {
                 // The account's own expired holds still count until swept; expire them now
                 // (exactly like the sweeper would) and try once more.
@@ -108,9 +119,43 @@ async fn hold_seats(
             }
             Attempt::Limit => return Err(limit_refusal(pool, event, account, n).await),
             Attempt::NotOnSale => return Err(sale_not_started(pool, event).await),
-            Attempt::Short(free) => return Err(seat_refusal(pool, event, &seats, free).await),
+            Attempt::Short(SeatShort::Free(free)) => {
+                return Err(seat_refusal(pool, event, &seats, free).await);
+            }
+            Attempt::Short(SeatShort::Stranded(seats)) => {
+                return Err(InventoryError::OrphanSeat { seats });
+            }
         }
     }
+}
+
+/// The answer for a hold the statement took (explicit or best available), and its side
+/// effects: the seat map is stale, reclaimed holds are counted.
+pub(crate) fn taken_response(
+    state: &InventoryState,
+    event: &str,
+    taken: SeatsTaken,
+    seats: Vec<String>,
+) -> (HoldResponse, i64) {
+    state.seat_maps.changed(event);
+    for kind in &taken.reclaimed {
+        state
+            .metrics
+            .holds_expired
+            .with_label_values(&[kind.as_str()])
+            .inc();
+    }
+    let total = taken.seats.iter().map(|(_, p)| p).sum();
+    let resp = HoldResponse {
+        hold_id: taken.hold_id,
+        event: event.to_owned(),
+        kind: HoldKind::Seats,
+        seats,
+        held_until: taken.expires_at,
+        expires_at: taken.expires_at,
+        total,
+    };
+    (resp, taken.live_until_ms)
 }
 
 async fn delete_hold(

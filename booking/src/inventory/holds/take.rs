@@ -109,6 +109,14 @@ pub(crate) async fn sale_not_started(pool: &PgPool, event: &str) -> InventoryErr
     }
 }
 
+/// Why a seat hold statement took nothing although the sale is on and the limit allows it.
+pub(crate) enum SeatShort {
+    /// The requested seats that were free (fewer than requested).
+    Free(Vec<String>),
+    /// The guarded statement ([`super::guard`]): the hold would strand these seats.
+    Stranded(Vec<String>),
+}
+
 pub(crate) struct SeatsTaken {
     pub hold_id: String,
     pub expires_at: DateTime<Utc>,
@@ -185,13 +193,17 @@ FROM (VALUES (1)) AS one (x) LEFT JOIN wanted w ON true"
 /// (rarely) the tidying of holds whose expired seats it reclaimed, in a transaction of its own:
 /// until then such a hold is an expired hold like any other, which the sweeper would end the
 /// same way (its other seats and usage back; the reclaimed seat is no longer its own).
+///
+/// `guard`: run the guarded statement instead ([`super::guard`]: same steps, and nothing is
+/// written when the hold would strand a seat).
 pub(crate) async fn take_seats_tx(
     hold_pool: &PgPool,
     event: &str,
     account: &str,
     seats: &[String],
     n: i32,
-) -> Result<Attempt<SeatsTaken, Vec<String>>> {
+    guard: bool,
+) -> Result<Attempt<SeatsTaken, SeatShort>> {
     type Row = (
         Option<DateTime<Utc>>,
         i64,
@@ -202,16 +214,46 @@ pub(crate) async fn take_seats_tx(
         Option<bool>,
         i64,
     );
+    type GuardedRow = (
+        Option<DateTime<Utc>>,
+        i64,
+        Option<String>,
+        Option<String>,
+        Option<i64>,
+        Option<bool>,
+        Option<bool>,
+        i64,
+        Option<Vec<String>>,
+    );
     let hold_id = shared::ids::new_id();
-    let rows: Vec<Row> = sqlx::query_as(HOLD_SEATS)
-        .bind(event)
-        .bind(account)
-        .bind(&hold_id)
-        .bind(seats)
-        .bind(n)
-        .fetch_all(hold_pool)
-        .await
-        .during("take the requested seats")?;
+    let (rows, stranded): (Vec<Row>, Vec<String>) = if guard {
+        let rows: Vec<GuardedRow> = sqlx::query_as(super::guard::HOLD_SEATS_GUARDED)
+            .bind(event)
+            .bind(account)
+            .bind(&hold_id)
+            .bind(seats)
+            .bind(n)
+            .fetch_all(hold_pool)
+            .await
+            .during("take the requested seats (orphan guard)")?;
+        let stranded = rows.first().and_then(|r| r.8.clone()).unwrap_or_default();
+        let rows = rows
+            .into_iter()
+            .map(|r| (r.0, r.1, r.2, r.3, r.4, r.5, r.6, r.7))
+            .collect();
+        (rows, stranded)
+    } else {
+        let rows: Vec<Row> = sqlx::query_as(HOLD_SEATS)
+            .bind(event)
+            .bind(account)
+            .bind(&hold_id)
+            .bind(seats)
+            .bind(n)
+            .fetch_all(hold_pool)
+            .await
+            .during("take the requested seats")?;
+        (rows, Vec::new())
+    };
     let Some(first) = rows.first() else {
         return Err(InventoryError::Db {
             statement: "take the requested seats",
@@ -230,9 +272,10 @@ pub(crate) async fn take_seats_tx(
             // No such event: the limit read says so (`limit_refusal`).
             (None, _) | (_, Some(false) | None) => Attempt::Limit,
             (Some(false), _) => Attempt::NotOnSale,
-            _ if wanted.len() < seats.len() => {
-                Attempt::Short(wanted.into_iter().map(|(s, _, _)| s).collect())
-            }
+            _ if wanted.len() < seats.len() => Attempt::Short(SeatShort::Free(
+                wanted.into_iter().map(|(s, _, _)| s).collect(),
+            )),
+            _ if !stranded.is_empty() => Attempt::Short(SeatShort::Stranded(stranded)),
             // Every check passed in the snapshot, but the usage row (locked after it) had
             // moved on: a concurrent hold of the same account took the room.
             _ => Attempt::Limit,
