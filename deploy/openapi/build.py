@@ -206,7 +206,7 @@ def booking_schemas():
             {
                 "id": S, "name": S, "venue": S, "sale_start": TS, "hold_ttl_s": I,
                 "max_tickets_per_account": I, "seats": I, "available": I, "held": I, "sold": I,
-                "held_back": I, "refund_stock": {"enum": ["release", "hold_back"]},
+                "held_back": I, "refund_stock": {"enum": ["release", "hold_back"]}, "no_orphans": B,
                 "ga_tiers": arr(ga_counts),
             },
             required=("id", "name", "sale_start", "seats", "available", "held", "sold", "ga_tiers"),
@@ -226,8 +226,11 @@ def booking_schemas():
                             {"name": S, "rows": {"type": "integer", "minimum": 1, "maximum": 100},
                              "seats_per_row": {"type": "integer", "minimum": 1, "maximum": 100}, "price_tier": S},
                             required=("name", "rows", "seats_per_row", "price_tier"), extra=False), maxItems=20),
+                        "ranks": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0},
+                                  "maxProperties": 200, "description": "seat id → rank (lower is better)"},
                         "seats": arr(obj(
-                            {"seat_id": S, "section": S, "row": I, "number": I, "price_tier": S},
+                            {"seat_id": S, "section": S, "row": I, "number": I, "price_tier": S,
+                             "rank": {"type": "integer", "minimum": 0}},
                             required=("seat_id", "section", "row", "number", "price_tier"), extra=False), maxItems=200),
                     },
                     extra=False,
@@ -239,6 +242,8 @@ def booking_schemas():
                      "shards": {"type": "integer", "minimum": 1, "maximum": 64}},
                     required=("tier", "price", "capacity"), extra=False), maxItems=20),
                 "refund_stock": {"enum": ["release", "hold_back"], "default": "release"},
+                "no_orphans": {"type": "boolean", "default": False,
+                               "description": "refuse explicit holds that strand a single seat"},
             },
             required=("name", "sale_start"),
             extra=False,
@@ -341,12 +346,26 @@ def booking_paths():
                 required=("event", "layout", "seats", "encoding", "data"))),
          {"304": {"description": "Not modified"}}, err(*fan)],
         tag=inv, params=[ev], security=ADMITTED)}
-    hold_req = obj({"seats": arr({"type": "string", "minLength": 1, "maxLength": 64}, minItems=1, maxItems=10)},
-                   required=("seats",), extra=False)
+    best = obj(
+        {
+            "quantity": {"type": "integer", "minimum": 1, "maximum": 10},
+            "section": {"type": "string", "minLength": 1, "maxLength": 32},
+            "tiers": arr({"type": "string", "minLength": 1, "maxLength": 32}, minItems=1, maxItems=20),
+            "adjacent": {"type": "boolean", "default": True},
+        },
+        required=("quantity",), extra=False,
+        desc="booking picks the best free seats (lowest rank: front rows, centre), never stranding one")
+    hold_req = {"oneOf": [
+        obj({"seats": arr({"type": "string", "minLength": 1, "maxLength": 64}, minItems=1, maxItems=10)},
+            required=("seats",), extra=False),
+        obj({"best_available": best}, required=("best_available",), extra=False),
+    ]}
     p["/api/events/{event}/holds"] = {"post": op(
         "Hold seats (one conditional statement: all or nothing)",
-        [ok(ref("Hold"), "Held", "201"), err("400", "401", "403", "404", "409", "413", "415", "422", "429")],
-        tag=inv, params=[ev], req=body(hold_req), security=ADMITTED)}
+        [ok(ref("Hold"), "Held", "201"), err("400", "401", "403", "404", "409", "413", "415", "422", "429", "503")],
+        tag=inv, params=[ev], req=body(hold_req), security=ADMITTED,
+        desc="`409` codes: `SEAT_TAKEN`, `ORPHAN_SEAT {seats}` (events with `no_orphans`), "
+             "`NO_SEATS_TOGETHER`, `SOLD_OUT`, `LIMIT_EXCEEDED`, `SALE_NOT_STARTED`.")}
     p["/api/events/{event}/ga-holds"] = {"post": op(
         "Hold general-admission units of a tier",
         [ok(ref("Hold"), "Held", "201"), err("400", "401", "403", "404", "409", "413", "415", "422", "429")],
