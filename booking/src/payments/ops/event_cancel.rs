@@ -208,7 +208,7 @@ impl RefundJob {
     /// Leases up to [`BATCH`] pending rows (one statement, `SKIP LOCKED`: two processes get
     /// disjoint rows).
     async fn lease(&self) -> PaymentResult<Vec<RefundRow>> {
-        sqlx::query_as(&format!(
+        sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "UPDATE order_refunds SET leased_until = clock_timestamp() + make_interval(secs => $2)
               WHERE id IN (SELECT id FROM order_refunds
                             WHERE status = 'pending' AND leased_until <= clock_timestamp()
@@ -216,7 +216,7 @@ impl RefundJob {
                             LIMIT $1
                             FOR UPDATE SKIP LOCKED)
              RETURNING {ROW_COLUMNS}"
-        ))
+        )))
         .bind(BATCH)
         .bind(LEASE_S as f64)
         .fetch_all(&self.clients.pool)
@@ -237,8 +237,9 @@ impl RefundJob {
             if rows.is_empty() {
                 break;
             }
-            let results: Vec<PaymentResult<Worked>> = futures::stream::iter(rows.iter())
-                .map(|row| refund::work(&self.clients, &self.redis, row))
+            let (clients, redis) = (&self.clients, &self.redis);
+            let results: Vec<PaymentResult<Worked>> = futures::stream::iter(rows)
+                .map(|row| async move { refund::work(clients, redis, &row).await })
                 .buffer_unordered(CONCURRENCY)
                 .collect()
                 .await;

@@ -231,9 +231,9 @@ async fn refund_answer(
             .fetch_one(&state.pool)
             .await
             .statement("read the refunded order")?;
-        let refund: RefundRow = sqlx::query_as(&format!(
+        let refund: RefundRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT {ROW_COLUMNS} FROM order_refunds WHERE id = $1"
-        ))
+        )))
         .bind(&row.id)
         .fetch_one(&state.pool)
         .await

@@ -105,9 +105,9 @@ pub async fn claim_tx(
     let Some((status,)) = order else {
         return Ok(Claimed::NotFound);
     };
-    let live: Option<RefundRow> = sqlx::query_as(&format!(
+    let live: Option<RefundRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT {ROW_COLUMNS} FROM order_refunds WHERE order_id = $1 AND status <> 'failed'"
-    ))
+    )))
     .bind(order_id)
     .fetch_optional(&mut *conn)
     .await
@@ -119,7 +119,7 @@ pub async fn claim_tx(
         return Ok(Claimed::NotRefundable(status));
     }
     // The order is locked and has no live row: this insert cannot conflict.
-    let row: Option<RefundRow> = sqlx::query_as(&format!(
+    let row: Option<RefundRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "INSERT INTO order_refunds (id, order_id, event_id, payment_id, provider_payment_id,
                                     amount, stock, origin, actor, reason, leased_until)
          SELECT 'rf_' || replace(gen_random_uuid()::text, '-', ''), o.id, o.event_id, p.id,
@@ -133,7 +133,7 @@ pub async fn claim_tx(
           WHERE o.id = $1
           LIMIT 1
          RETURNING {ROW_COLUMNS}"
-    ))
+    )))
     .bind(order_id)
     .bind(ask.stock)
     .bind(ask.origin.as_str())
