@@ -35,9 +35,8 @@ impl Operator {
 /// trimmed. `None` when missing or unusable.
 pub fn actor_from(parts: &Parts) -> Option<String> {
     let raw = parts.headers.get(ACTOR_HEADER)?.to_str().ok()?.trim();
-    let ok = !raw.is_empty()
-        && raw.chars().count() <= MAX_ACTOR
-        && raw.chars().all(|c| !c.is_control());
+    let ok =
+        !raw.is_empty() && raw.chars().count() <= MAX_ACTOR && raw.chars().all(|c| !c.is_control());
     ok.then(|| raw.to_owned())
 }
 
@@ -102,8 +101,14 @@ mod tests {
 
     #[test]
     fn the_actor_is_trimmed_bounded_and_visible() {
-        assert_eq!(actor_from(&parts(Some("  alice@promoter "))).as_deref(), Some("alice@promoter"));
-        assert_eq!(actor_from(&parts(Some("Ops Desk 2"))).as_deref(), Some("Ops Desk 2"));
+        assert_eq!(
+            actor_from(&parts(Some("  alice@promoter "))).as_deref(),
+            Some("alice@promoter")
+        );
+        assert_eq!(
+            actor_from(&parts(Some("Ops Desk 2"))).as_deref(),
+            Some("Ops Desk 2")
+        );
         assert_eq!(actor_from(&parts(None)), None);
         assert_eq!(actor_from(&parts(Some("   "))), None);
         assert_eq!(actor_from(&parts(Some(&"a".repeat(201)))), None);

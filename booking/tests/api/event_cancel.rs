@@ -77,7 +77,14 @@ async fn cancelling_an_event_refunds_2000_paid_orders_once_across_a_crash_and_tw
     crate::helpers::create_refund_event(&env.app, "ev", "release").await;
     // Two real purchases (seats, API path) and a pending order among the fixtures.
     let seat_order = crate::helpers::order_seats(&env.app, "ev", "alice", &["S1-R1-1"]).await;
-    let (s, v) = pay(&env.app, &seat_order.token, &seat_order.order_id, "p", "pm_card_visa").await;
+    let (s, v) = pay(
+        &env.app,
+        &seat_order.token,
+        &seat_order.order_id,
+        "p",
+        "pm_card_visa",
+    )
+    .await;
     assert_eq!(s, 200, "{v}");
     let pending = crate::helpers::order_seats(&env.app, "ev", "bob", &["S1-R1-2"]).await;
     let mut orders = paid_fixture_orders(&env, "ev", 2000).await;
@@ -101,8 +108,14 @@ async fn cancelling_an_event_refunds_2000_paid_orders_once_across_a_crash_and_tw
         .expect("pending order");
     assert_eq!(status, "CANCELLED");
     // Cancelling again is a no-op.
-    let (s, v, _) =
-        ops_post(&env.app, "/admin/events/ev/cancel", Some("ops"), None, &json!({})).await;
+    let (s, v, _) = ops_post(
+        &env.app,
+        "/admin/events/ev/cancel",
+        Some("ops"),
+        None,
+        &json!({}),
+    )
+    .await;
     assert_eq!((s, v["cancelled_now"].clone()), (200, json!(false)), "{v}");
 
     // The job dies halfway: its pass is aborted once some refunds committed, leaving others
@@ -110,7 +123,11 @@ async fn cancelling_an_event_refunds_2000_paid_orders_once_across_a_crash_and_tw
     let job = RefundJob::new(&env.app.state.payments);
     let run = tokio::spawn(async move { job.pass().await });
     loop {
-        let done = count(&env, "SELECT count(*) FROM order_refunds WHERE status = 'succeeded'").await;
+        let done = count(
+            &env,
+            "SELECT count(*) FROM order_refunds WHERE status = 'succeeded'",
+        )
+        .await;
         if done >= 300 {
             break;
         }
@@ -119,8 +136,11 @@ async fn cancelling_an_event_refunds_2000_paid_orders_once_across_a_crash_and_tw
     }
     run.abort();
     let _ = run.await;
-    let done_at_crash =
-        count(&env, "SELECT count(*) FROM order_refunds WHERE status = 'succeeded'").await;
+    let done_at_crash = count(
+        &env,
+        "SELECT count(*) FROM order_refunds WHERE status = 'succeeded'",
+    )
+    .await;
     assert!(done_at_crash < 2001, "crashed halfway ({done_at_crash})");
     // The crashed worker's leases run out (time passing, shortened here).
     sqlx::query("UPDATE order_refunds SET leased_until = now() WHERE status = 'pending'")
@@ -144,8 +164,12 @@ async fn cancelling_an_event_refunds_2000_paid_orders_once_across_a_crash_and_tw
     }
     let (_, p) = json(env.app.admin_get("/admin/events/ev/cancellation").await).await;
     assert_eq!(
-        (p["done"].clone(), p["refunded"].clone(), p["paid_remaining"].clone(),
-         p["failed"].clone()),
+        (
+            p["done"].clone(),
+            p["refunded"].clone(),
+            p["paid_remaining"].clone(),
+            p["failed"].clone()
+        ),
         (json!(true), json!(2001), json!(0), json!(0)),
         "{p}"
     );
@@ -155,19 +179,28 @@ async fn cancelling_an_event_refunds_2000_paid_orders_once_across_a_crash_and_tw
         assert_eq!(env.refunds(order), 1, "{order} refunded exactly once");
     }
     assert_eq!(
-        count(&env, "SELECT count(*) FROM orders WHERE status = 'REFUNDED'").await,
+        count(
+            &env,
+            "SELECT count(*) FROM orders WHERE status = 'REFUNDED'"
+        )
+        .await,
         2001
     );
     assert_eq!(
-        count(&env, "SELECT count(*) FROM outbox WHERE topic = 'order.refunded'").await,
+        count(
+            &env,
+            "SELECT count(*) FROM outbox WHERE topic = 'order.refunded'"
+        )
+        .await,
         2001
     );
     // The show is off: the refunded seat is not put back on sale.
-    let seat: String =
-        sqlx::query_scalar("SELECT status FROM seats WHERE event_id = 'ev' AND seat_id = 'S1-R1-1'")
-            .fetch_one(&env.app.pool)
-            .await
-            .expect("seat");
+    let seat: String = sqlx::query_scalar(
+        "SELECT status FROM seats WHERE event_id = 'ev' AND seat_id = 'S1-R1-1'",
+    )
+    .fetch_one(&env.app.pool)
+    .await
+    .expect("seat");
     assert_eq!(seat, "held_back");
     peer.stop().await;
 }

@@ -75,7 +75,11 @@ async fn full_refund_racing_its_webhook_and_other_refunds_refunds_once() {
     let requests = futures::future::join_all((0..40).map(|i| {
         let (env, path) = (&env, &path);
         async move {
-            let key = if i % 2 == 0 { "same".to_owned() } else { format!("k{i}") };
+            let key = if i % 2 == 0 {
+                "same".to_owned()
+            } else {
+                format!("k{i}")
+            };
             let (s, v, _) =
                 ops_post(&env.app, path, Some("alice@ops"), Some(&key), &json!({})).await;
             (s, v)
@@ -144,7 +148,11 @@ async fn a_dashboard_refund_first_leaves_nothing_to_refund_again() {
     let st = state(&env.app, &order).await;
     assert_eq!(st["order"], "REFUNDED");
     assert_eq!(st["refunded_events"], 1);
-    assert_eq!(seat_status(&env.app, "ev", "S1-R1-1").await, "held_back", "killed");
+    assert_eq!(
+        seat_status(&env.app, "ev", "S1-R1-1").await,
+        "held_back",
+        "killed"
+    );
 }
 
 #[tokio::test]
@@ -162,8 +170,19 @@ async fn cancel_ends_a_pending_order_and_refunds_a_paid_one() {
     .await;
     assert_eq!((s, v["status"].clone()), (200, json!("CANCELLED")), "{v}");
     assert_eq!(seat_status(&env.app, "ev", "S1-R2-1").await, "available");
-    let (s, v) = pay(&env.app, &pending.token, &pending.order_id, "p", "pm_card_visa").await;
-    assert_eq!((s, v["code"].clone()), (409, json!("ORDER_NOT_PAYABLE")), "{v}");
+    let (s, v) = pay(
+        &env.app,
+        &pending.token,
+        &pending.order_id,
+        "p",
+        "pm_card_visa",
+    )
+    .await;
+    assert_eq!(
+        (s, v["code"].clone()),
+        (409, json!("ORDER_NOT_PAYABLE")),
+        "{v}"
+    );
     assert_eq!(env.charges(&pending.order_id), 0);
 
     let paid = paid_seat_order(&env, "ev", "alice", &["S1-R1-3"]).await;
@@ -192,20 +211,96 @@ async fn bad_refund_requests_change_nothing() {
     let order = paid_seat_order(&env, "ev", "alice", &["S1-R1-1"]).await;
     let pending = crate::helpers::order_seats(&env.app, "ev", "bob", &["S1-R1-2"]).await;
     let path = format!("/admin/orders/{order}/refund");
-    let cases: Vec<(String, Option<&str>, Option<&str>, Value, u16, &str)> = vec![
-        (path.clone(), None, Some("k"), json!({}), 400, "ACTOR_REQUIRED"),
-        (path.clone(), Some("ops"), None, json!({}), 400, "IDEMPOTENCY_KEY_MISSING"),
-        (path.clone(), Some("ops"), Some("k"), json!({"amount": 1}), 422, "VALIDATION_FAILED"),
-        (path.clone(), Some("ops"), Some("k"), json!({"stock": "burn"}), 422, "VALIDATION_FAILED"),
-        (path.clone(), Some("ops"), Some("k"), json!({"items": []}), 422, "VALIDATION_FAILED"),
-        (path.clone(), Some("ops"), Some("k"), json!({"items": [0]}), 422, "VALIDATION_FAILED"),
-        (path.clone(), Some("ops"), Some("k"), json!({"reason": ""}), 422, "VALIDATION_FAILED"),
-        (path.clone(), Some("ops"), Some("k"), json!({"items": [1]}), 501,
-         "PER_LINE_REFUND_UNAVAILABLE"),
-        ("/admin/orders/ord_nope/refund".into(), Some("ops"), Some("k2"), json!({}), 404,
-         "NOT_FOUND"),
-        (format!("/admin/orders/{}/refund", pending.order_id), Some("ops"), Some("k3"),
-         json!({}), 409, "ORDER_NOT_REFUNDABLE"),
+    // (path, actor, key, body, status, code)
+    type Case<'a> = (
+        String,
+        Option<&'a str>,
+        Option<&'a str>,
+        Value,
+        u16,
+        &'a str,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            path.clone(),
+            None,
+            Some("k"),
+            json!({}),
+            400,
+            "ACTOR_REQUIRED",
+        ),
+        (
+            path.clone(),
+            Some("ops"),
+            None,
+            json!({}),
+            400,
+            "IDEMPOTENCY_KEY_MISSING",
+        ),
+        (
+            path.clone(),
+            Some("ops"),
+            Some("k"),
+            json!({"amount": 1}),
+            422,
+            "VALIDATION_FAILED",
+        ),
+        (
+            path.clone(),
+            Some("ops"),
+            Some("k"),
+            json!({"stock": "burn"}),
+            422,
+            "VALIDATION_FAILED",
+        ),
+        (
+            path.clone(),
+            Some("ops"),
+            Some("k"),
+            json!({"items": []}),
+            422,
+            "VALIDATION_FAILED",
+        ),
+        (
+            path.clone(),
+            Some("ops"),
+            Some("k"),
+            json!({"items": [0]}),
+            422,
+            "VALIDATION_FAILED",
+        ),
+        (
+            path.clone(),
+            Some("ops"),
+            Some("k"),
+            json!({"reason": ""}),
+            422,
+            "VALIDATION_FAILED",
+        ),
+        (
+            path.clone(),
+            Some("ops"),
+            Some("k"),
+            json!({"items": [1]}),
+            501,
+            "PER_LINE_REFUND_UNAVAILABLE",
+        ),
+        (
+            "/admin/orders/ord_nope/refund".into(),
+            Some("ops"),
+            Some("k2"),
+            json!({}),
+            404,
+            "NOT_FOUND",
+        ),
+        (
+            format!("/admin/orders/{}/refund", pending.order_id),
+            Some("ops"),
+            Some("k3"),
+            json!({}),
+            409,
+            "ORDER_NOT_REFUNDABLE",
+        ),
     ];
     for (p, actor, key, body, want, code) in cases {
         let (s, v, _) = ops_post(&env.app, &p, actor, key, &body).await;
@@ -233,5 +328,8 @@ async fn bad_refund_requests_change_nothing() {
         .expect("rows");
     assert_eq!(rows, 0);
     let st = state(&env.app, &order).await;
-    assert_eq!((st["order"].clone(), st["sold"].clone()), (json!("PAID"), json!(1)));
+    assert_eq!(
+        (st["order"].clone(), st["sold"].clone()),
+        (json!("PAID"), json!(1))
+    );
 }

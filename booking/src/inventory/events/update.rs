@@ -43,7 +43,10 @@ pub fn validate(req: &UpdateEvent) -> Result<(), Invalid> {
     if let Some(ttl) = req.hold_ttl_s
         && !(10..=86_400).contains(&ttl)
     {
-        return Err(Invalid::field("hold_ttl_s", "hold_ttl_s must be 10..=86400"));
+        return Err(Invalid::field(
+            "hold_ttl_s",
+            "hold_ttl_s must be 10..=86400",
+        ));
     }
     if let Some(limit) = req.max_tickets_per_account
         && !(1..=100).contains(&limit)
@@ -73,26 +76,29 @@ pub async fn update_event(
 ) -> ApiResult<ApiJson<EventSettings>> {
     validate(&req).map_err(|e| ApiError::from(crate::inventory::InventoryError::from(e)))?;
     let mut tx = state.pool.begin().await?;
-    let before: Option<(EventSettings, bool)> = sqlx::query_as::<_, (String, String, DateTime<Utc>, i32, i32, bool)>(
-        "SELECT id, name, sale_start, hold_ttl_s, max_tickets_per_account,
+    let before: Option<(EventSettings, bool)> =
+        sqlx::query_as::<_, (String, String, DateTime<Utc>, i32, i32, bool)>(
+            "SELECT id, name, sale_start, hold_ttl_s, max_tickets_per_account,
                 cancelled_at IS NOT NULL
            FROM events WHERE id = $1 FOR UPDATE",
-    )
-    .bind(&event)
-    .fetch_optional(&mut *tx)
-    .await?
-    .map(|(id, name, sale_start, hold_ttl_s, max_tickets_per_account, cancelled)| {
-        (
-            EventSettings {
-                id,
-                name,
-                sale_start,
-                hold_ttl_s,
-                max_tickets_per_account,
-            },
-            cancelled,
         )
-    });
+        .bind(&event)
+        .fetch_optional(&mut *tx)
+        .await?
+        .map(
+            |(id, name, sale_start, hold_ttl_s, max_tickets_per_account, cancelled)| {
+                (
+                    EventSettings {
+                        id,
+                        name,
+                        sale_start,
+                        hold_ttl_s,
+                        max_tickets_per_account,
+                    },
+                    cancelled,
+                )
+            },
+        );
     let Some((before, cancelled)) = before else {
         return Err(ApiError::not_found(codes::NOT_FOUND, "no such event"));
     };

@@ -78,7 +78,9 @@ async fn cancel_pending_tx(
 #[derive(Debug)]
 pub enum Cancelled {
     /// This call cancelled it; `queued` refunds.
-    Now { queued: u64 },
+    Now {
+        queued: u64,
+    },
     /// Cancelled before (the call is idempotent).
     Before,
     NotFound,
@@ -92,7 +94,11 @@ pub async fn cancel_event(
     actor: &Operator,
     reason: Option<&str>,
 ) -> PaymentResult<Cancelled> {
-    let mut tx = state.pool.begin().await.statement("begin the event cancellation")?;
+    let mut tx = state
+        .pool
+        .begin()
+        .await
+        .statement("begin the event cancellation")?;
     let marked = sqlx::query(
         "UPDATE events SET cancelled_at = clock_timestamp(), cancelled_by = $2,
                            cancel_reason = $3
@@ -129,7 +135,9 @@ pub async fn cancel_event(
     )
     .await
     .map_err(PaymentError::Ops)?;
-    tx.commit().await.statement("commit the event cancellation")?;
+    tx.commit()
+        .await
+        .statement("commit the event cancellation")?;
     reconcile_skus(&state.pool, &state.redis, skus).await;
     Ok(Cancelled::Now { queued })
 }
@@ -226,7 +234,12 @@ impl RefundJob {
 
     /// One pass; returns (refunded, still retrying or failed).
     pub async fn pass(&self) -> PaymentResult<(usize, usize)> {
-        let mut tx = self.clients.pool.begin().await.statement("begin the sweep")?;
+        let mut tx = self
+            .clients
+            .pool
+            .begin()
+            .await
+            .statement("begin the sweep")?;
         let skus = cancel_pending_tx(&mut tx, None).await?;
         queue_refunds_tx(&mut tx, None).await?;
         tx.commit().await.statement("commit the sweep")?;

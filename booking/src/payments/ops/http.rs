@@ -7,7 +7,9 @@ use crate::orders::transitions::cancel_order_tx;
 use crate::payments::PaymentsState;
 use crate::payments::error::{PaymentError, Statement};
 use crate::payments::ops::event_cancel::{self, Cancelled};
-use crate::payments::ops::refund::{self, Claimed, Origin, RefundAsk, ROW_COLUMNS, RefundRow, Worked};
+use crate::payments::ops::refund::{
+    self, Claimed, Origin, ROW_COLUMNS, RefundAsk, RefundRow, Worked,
+};
 use crate::platform::audit::{self, Operator};
 use crate::platform::auth::Admin;
 use crate::platform::error::{ApiError, ApiResult};
@@ -75,9 +77,9 @@ pub struct CancelEventRequest {
 
 fn check_reason(reason: &Option<String>) -> ApiResult<()> {
     match reason {
-        Some(r) if r.trim().is_empty() || r.chars().count() > MAX_REASON => Err(
-            ApiError::validation("reason must be 1 to 1000 characters"),
-        ),
+        Some(r) if r.trim().is_empty() || r.chars().count() > MAX_REASON => {
+            Err(ApiError::validation("reason must be 1 to 1000 characters"))
+        }
         _ => Ok(()),
     }
 }
@@ -86,12 +88,12 @@ fn validate(req: &RefundRequest) -> ApiResult<()> {
     check_reason(&req.reason)?;
     match &req.items {
         None => Ok(()),
-        Some(items) if items.is_empty() => {
-            Err(ApiError::validation("items must name at least one order line"))
-        }
-        Some(items) if items.iter().any(|l| *l < 1) => {
-            Err(ApiError::validation("items are order line numbers (1 or more)"))
-        }
+        Some(items) if items.is_empty() => Err(ApiError::validation(
+            "items must name at least one order line",
+        )),
+        Some(items) if items.iter().any(|l| *l < 1) => Err(ApiError::validation(
+            "items are order line numbers (1 or more)",
+        )),
         // Per-line refunds need a partial-amount refund call on the provider trait, which
         // the adapter being rewritten does not have yet (docs/decisions.md).
         Some(_) => Err(ApiError::new(
@@ -118,7 +120,11 @@ async fn refund_order(
             actor: op.name(),
             origin: Origin::Ops,
         };
-        let mut tx = state.pool.begin().await.statement("begin the refund claim")?;
+        let mut tx = state
+            .pool
+            .begin()
+            .await
+            .statement("begin the refund claim")?;
         let claimed = refund::claim_tx(&mut tx, &order_id, &ask).await?;
         tx.commit().await.statement("commit the refund claim")?;
         refund_answer(&state, &order_id, claimed).await
@@ -134,7 +140,9 @@ async fn cancel_order(
     ApiJson(req): ApiJson<RefundRequest>,
 ) -> ApiResult<Response> {
     if req.items.is_some() {
-        return Err(ApiError::validation("a cancel takes the whole order: no items"));
+        return Err(ApiError::validation(
+            "a cancel takes the whole order: no items",
+        ));
     }
     check_reason(&req.reason)?;
     let path = format!("/admin/orders/{order_id}/cancel");
@@ -148,9 +156,9 @@ async fn cancel_order(
                 .statement("lock the order to cancel")?;
         if status.as_deref() == Some("PENDING_PAYMENT") {
             // As an expiry does: the hold/units go back, the order ends.
-            let ended = cancel_order_tx(&mut tx, &order_id)
-                .await
-                .map_err(|e| PaymentError::Ops(anyhow::Error::new(e).context("cancel the order")))?;
+            let ended = cancel_order_tx(&mut tx, &order_id).await.map_err(|e| {
+                PaymentError::Ops(anyhow::Error::new(e).context("cancel the order"))
+            })?;
             let event: Option<String> =
                 sqlx::query_scalar("SELECT event_id FROM orders WHERE id = $1")
                     .bind(&order_id)
@@ -180,7 +188,9 @@ async fn cancel_order(
             origin: Origin::Ops,
         };
         let claimed = refund::claim_tx(&mut tx, &order_id, &ask).await?;
-        tx.commit().await.statement("commit the cancel's refund claim")?;
+        tx.commit()
+            .await
+            .statement("commit the cancel's refund claim")?;
         refund_answer(&state, &order_id, claimed).await
     })
     .await

@@ -74,7 +74,7 @@ pub const ROW_COLUMNS: &str = "id, order_id, event_id, payment_id, provider_paym
 #[derive(Debug)]
 pub enum Claimed {
     /// The order's live refund (new, or the one already under way or done).
-    Row(RefundRow),
+    Row(Box<RefundRow>),
     /// The order is not paid (and has no refund of ours): its status.
     NotRefundable(String),
     NotFound,
@@ -97,11 +97,12 @@ pub async fn claim_tx(
     order_id: &str,
     ask: &RefundAsk<'_>,
 ) -> PaymentResult<Claimed> {
-    let order: Option<(String,)> = sqlx::query_as("SELECT status FROM orders WHERE id = $1 FOR UPDATE")
-        .bind(order_id)
-        .fetch_optional(&mut *conn)
-        .await
-        .statement("lock the order to refund")?;
+    let order: Option<(String,)> =
+        sqlx::query_as("SELECT status FROM orders WHERE id = $1 FOR UPDATE")
+            .bind(order_id)
+            .fetch_optional(&mut *conn)
+            .await
+            .statement("lock the order to refund")?;
     let Some((status,)) = order else {
         return Ok(Claimed::NotFound);
     };
@@ -113,7 +114,7 @@ pub async fn claim_tx(
     .await
     .statement("read the order's refund")?;
     if let Some(row) = live {
-        return Ok(Claimed::Row(row));
+        return Ok(Claimed::Row(Box::new(row)));
     }
     if status != "PAID" {
         return Ok(Claimed::NotRefundable(status));
@@ -144,7 +145,7 @@ pub async fn claim_tx(
     .await
     .statement("record the refund before calling the provider")?;
     Ok(match row {
-        Some(row) => Claimed::Row(row),
+        Some(row) => Claimed::Row(Box::new(row)),
         // PAID without a succeeded attempt: nothing of ours to refund.
         None => Claimed::NotRefundable(status),
     })
@@ -254,13 +255,8 @@ async fn apply_tx(
         reference: format!("refund:{refund_id}"),
         full: true,
     };
-    let reversed = reversal::apply_tx(
-        conn,
-        &row.payment_id,
-        &row.provider_payment_id,
-        &reversal,
-    )
-    .await?;
+    let reversed =
+        reversal::apply_tx(conn, &row.payment_id, &row.provider_payment_id, &reversal).await?;
     let (order_reversed, released) = match reversed {
         Reversed::Order { released_skus, .. } => (true, released_skus),
         _ => (false, Vec::new()),
