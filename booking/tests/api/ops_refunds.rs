@@ -333,3 +333,93 @@ async fn bad_refund_requests_change_nothing() {
         (json!("PAID"), json!(1))
     );
 }
+
+async fn ops_patch(app: &TestApp, path: &str, actor: Option<&str>, body: &Value) -> (u16, Value) {
+    let mut req = app
+        .client
+        .patch(app.url(path))
+        .bearer_auth(ADMIN)
+        .json(body);
+    if let Some(a) = actor {
+        req = req.header("X-Floodgate-Actor", a);
+    }
+    json(req.send().await.expect("patch")).await
+}
+
+#[tokio::test]
+async fn event_update_is_validated_audited_and_refused_once_cancelled() {
+    let env = PayEnv::spawn().await;
+    crate::helpers::create_refund_event(&env.app, "ev", "release").await;
+    let bad = [
+        (Some("ops"), json!({}), 422),
+        (Some("ops"), json!({"name": "  "}), 422),
+        (Some("ops"), json!({"hold_ttl_s": 5}), 422),
+        (Some("ops"), json!({"max_tickets_per_account": 101}), 422),
+        (Some("ops"), json!({"venue": "elsewhere"}), 422),
+        (Some("ops"), json!({"sale_start": "tomorrow"}), 422),
+        (None, json!({"name": "New"}), 400),
+    ];
+    for (actor, body, want) in bad {
+        let (s, v) = ops_patch(&env.app, "/admin/events/ev", actor, &body).await;
+        assert_eq!(s, want, "{body} -> {v}");
+    }
+    let audits = "SELECT count(*) FROM ops_audit WHERE action = 'event.update'";
+    let n: i64 = sqlx::query_scalar(audits)
+        .fetch_one(&env.app.pool)
+        .await
+        .expect("n");
+    assert_eq!(n, 0, "refused updates change nothing");
+    let (s, v) = ops_patch(
+        &env.app,
+        "/admin/events/ev",
+        Some("ops"),
+        &json!({"name": "Moved show", "max_tickets_per_account": 2, "hold_ttl_s": 120}),
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(
+        (
+            v["name"].clone(),
+            v["max_tickets_per_account"].clone(),
+            v["hold_ttl_s"].clone()
+        ),
+        (json!("Moved show"), json!(2), json!(120))
+    );
+    let detail: Value = sqlx::query_scalar(
+        "SELECT detail FROM ops_audit WHERE action = 'event.update' AND actor = 'ops'",
+    )
+    .fetch_one(&env.app.pool)
+    .await
+    .expect("audit");
+    assert_eq!(detail["after"]["name"], "Moved show");
+    assert_ne!(detail["before"]["name"], "Moved show");
+    let (s, _) = ops_patch(
+        &env.app,
+        "/admin/events/nope",
+        Some("ops"),
+        &json!({"name": "x"}),
+    )
+    .await;
+    assert_eq!(s, 404);
+    let (s, v, _) = ops_post(
+        &env.app,
+        "/admin/events/ev/cancel",
+        Some("ops"),
+        None,
+        &json!({}),
+    )
+    .await;
+    assert_eq!(s, 202, "{v}");
+    let (s, v) = ops_patch(
+        &env.app,
+        "/admin/events/ev",
+        Some("ops"),
+        &json!({"name": "x"}),
+    )
+    .await;
+    assert_eq!(
+        (s, v["code"].clone()),
+        (409, json!("EVENT_CANCELLED")),
+        "{v}"
+    );
+}
