@@ -29,6 +29,7 @@ pub mod error;
 pub mod flow;
 pub mod http;
 pub mod model;
+pub mod ops;
 pub mod provider;
 pub mod reconcile;
 pub mod repo;
@@ -95,9 +96,13 @@ pub struct PaymentClients {
     pub metrics: PaymentMetrics,
 }
 
-/// The background jobs of payments: reconciliation (safe on any number of instances).
+/// The background jobs of payments: reconciliation and the ops refunds (event cancellation),
+/// both safe on any number of instances.
 pub fn jobs(state: &PaymentsState) -> Vec<Arc<dyn Job>> {
-    vec![Arc::new(reconcile::Reconcile(state.clients()))]
+    vec![
+        Arc::new(reconcile::Reconcile(state.clients())),
+        Arc::new(ops::event_cancel::RefundJob::new(state)),
+    ]
 }
 
 /// `[payments]` settings.

@@ -38,6 +38,7 @@ pub fn router(state: AppState) -> Router {
         .merge(crate::inventory::storefront::router().with_state(state.inventory.clone()))
         .merge(crate::payments::router().with_state(state.payments.clone()))
         .merge(crate::payments::webhooks::router().with_state(state.payments.clone()))
+        .merge(crate::payments::ops::router().with_state(state.payments.clone()))
         .fallback(fallback);
     routes
         .layer(DefaultBodyLimit::max(body_limit))

@@ -9,6 +9,7 @@
 
 pub mod model;
 pub mod repo;
+pub mod update;
 
 pub use model::{
     CreateEvent, EventCreated, ExplicitSeat, GaTierSpec, MAX_SEATS, PriceTier, RefundStock,
@@ -29,7 +30,10 @@ use axum::routing::{get, post};
 pub fn router() -> Router<InventoryState> {
     Router::new()
         .route("/admin/events", post(create_event))
-        .route("/admin/events/{event}", get(get_event))
+        .route(
+            "/admin/events/{event}",
+            get(get_event).patch(update::update_event),
+        )
 }
 
 async fn create_event(

@@ -33,6 +33,9 @@ pub enum PaymentError {
     /// The `Idempotency-Key` could not be claimed (`422` another request, `409` in flight).
     #[error("idempotency key refused")]
     KeyRefused(#[source] crate::platform::error::ApiError),
+    /// A step of an ops change failed (an audit entry, an order transition); the change rolls back.
+    #[error("an ops change failed")]
+    Ops(#[source] anyhow::Error),
     #[error("database statement failed: {statement}")]
     Db {
         statement: &'static str,

@@ -95,6 +95,7 @@ impl From<PaymentError> for ApiError {
                 "webhook body is not a provider event",
             ),
             PaymentError::KeyRefused(e) => e,
+            PaymentError::Ops(e) => ApiError::Unexpected(e),
             // Unavailability stays a 503 (ApiError's sqlx mapping); the statement goes into
             // the logged cause.
             PaymentError::Db { statement, source } => match ApiError::from(source) {

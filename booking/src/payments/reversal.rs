@@ -169,7 +169,12 @@ async fn reverse_order_tx(
             SET status = $2, reversed_at = clock_timestamp(), updated_at = clock_timestamp()
           WHERE o.id = $1 AND o.status = 'PAID'
          RETURNING o.account_id, o.source, o.hold_id, o.event_id, o.total,
-                   COALESCE((SELECT e.refund_stock FROM events e WHERE e.id = o.event_id),
+                   -- A refund booking asked for (ops, event cancellation) says what happens to
+                   -- the stock, whichever of its answer and its webhook applies it.
+                   COALESCE((SELECT CASE r.stock WHEN 'kill' THEN 'hold_back' ELSE 'release' END
+                               FROM order_refunds r
+                              WHERE r.order_id = o.id AND r.status <> 'failed'),
+                            (SELECT e.refund_stock FROM events e WHERE e.id = o.event_id),
                             'release') AS refund_stock",
     )
     .bind(order_id)

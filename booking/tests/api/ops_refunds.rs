@@ -1,0 +1,425 @@
+//! Ops refunds and cancellation of paid orders (issue 18): real booking, real sandbox
+//! provider over HTTP, real Postgres. Money goes back at most once whatever races it.
+
+use crate::helpers::{TestApp, json};
+use crate::payments::{PayEnv, pay};
+use serde_json::{Value, json};
+
+pub const ADMIN: &str = crate::helpers::ADMIN_TOKEN;
+
+/// An ops call: admin bearer, optional actor and idempotency key.
+pub async fn ops_post(
+    app: &TestApp,
+    path: &str,
+    actor: Option<&str>,
+    key: Option<&str>,
+    body: &Value,
+) -> (u16, Value, bool) {
+    let mut req = app.client.post(app.url(path)).bearer_auth(ADMIN).json(body);
+    if let Some(a) = actor {
+        req = req.header("X-Floodgate-Actor", a);
+    }
+    if let Some(k) = key {
+        req = req.header("Idempotency-Key", k);
+    }
+    let resp = req.send().await.expect("ops request");
+    let replayed = resp.headers().get("idempotent-replayed").is_some();
+    let (status, v) = json(resp).await;
+    (status, v, replayed)
+}
+
+async fn paid_seat_order(env: &PayEnv, event: &str, account: &str, seats: &[&str]) -> String {
+    let o = crate::helpers::order_seats(&env.app, event, account, seats).await;
+    let (status, v) = pay(&env.app, &o.token, &o.order_id, "pay", "pm_card_visa").await;
+    assert_eq!(status, 200, "{v}");
+    o.order_id
+}
+
+/// Order status, voided tickets, sold seats, refunded outbox rows, live refund rows, audit
+/// entries of refunds.
+async fn state(app: &TestApp, order: &str) -> Value {
+    let row: (String, i64, i64, i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT status FROM orders WHERE id = $1),
+                (SELECT count(*) FROM tickets WHERE order_id = $1 AND voided_at IS NOT NULL),
+                (SELECT count(*) FROM seats WHERE order_id = $1 AND status = 'sold'),
+                (SELECT count(*) FROM outbox WHERE aggregate_id = $1 AND topic = 'order.refunded'),
+                (SELECT count(*) FROM order_refunds WHERE order_id = $1 AND status <> 'failed'),
+                (SELECT count(*) FROM ops_audit WHERE target = 'order:' || $1
+                                                   AND action = 'order.refund')",
+    )
+    .bind(order)
+    .fetch_one(&app.pool)
+    .await
+    .expect("order state");
+    json!({"order": row.0, "voided": row.1, "sold": row.2, "refunded_events": row.3,
+           "refund_rows": row.4, "audits": row.5})
+}
+
+async fn seat_status(app: &TestApp, event: &str, seat: &str) -> String {
+    sqlx::query_scalar("SELECT status FROM seats WHERE event_id = $1 AND seat_id = $2")
+        .bind(event)
+        .bind(seat)
+        .fetch_one(&app.pool)
+        .await
+        .expect("seat")
+}
+
+#[tokio::test]
+async fn full_refund_racing_its_webhook_and_other_refunds_refunds_once() {
+    let env = PayEnv::spawn().await;
+    crate::helpers::create_refund_event(&env.app, "ev", "release").await;
+    let order = paid_seat_order(&env, "ev", "alice", &["S1-R1-1", "S1-R1-2"]).await;
+    let path = format!("/admin/orders/{order}/refund");
+    // 40 refund requests at once (20 retries of one key, 20 distinct keys), while the
+    // provider's charge.refunded webhooks are flushed (duplicated) concurrently.
+    let requests = futures::future::join_all((0..40).map(|i| {
+        let (env, path) = (&env, &path);
+        async move {
+            let key = if i % 2 == 0 {
+                "same".to_owned()
+            } else {
+                format!("k{i}")
+            };
+            let (s, v, _) =
+                ops_post(&env.app, path, Some("alice@ops"), Some(&key), &json!({})).await;
+            (s, v)
+        }
+    }));
+    let flusher = async {
+        for _ in 0..20 {
+            env.sandbox.flush_webhooks(false, true).await;
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    };
+    let (answers, ()) = tokio::join!(requests, flusher);
+    env.sandbox.flush_webhooks(false, true).await;
+    let mut ok = 0;
+    for (s, v) in &answers {
+        match s {
+            200 => {
+                ok += 1;
+                assert_eq!(v["status"], "REFUNDED", "{v}");
+                assert_eq!(v["refund"]["status"], "succeeded", "{v}");
+            }
+            // The same key while its first request runs.
+            409 => assert_eq!(v["code"], "IDEMPOTENCY_IN_FLIGHT", "{v}"),
+            _ => panic!("unexpected answer {s} {v}"),
+        }
+    }
+    assert!(ok >= 20, "every distinct key got the refund: {answers:?}");
+    assert_eq!(env.refunds(&order), 1, "exactly one refund at the provider");
+    assert_eq!(env.charges(&order), 1);
+    assert_eq!(
+        state(&env.app, &order).await,
+        json!({"order": "REFUNDED", "voided": 2, "sold": 0, "refunded_events": 1,
+               "refund_rows": 1, "audits": 1})
+    );
+    assert_eq!(seat_status(&env.app, "ev", "S1-R1-1").await, "available");
+    // A later request with a new key answers the same refund, refunds nothing more.
+    let (s, v, _) = ops_post(&env.app, &path, Some("bob@ops"), Some("later"), &json!({})).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(env.refunds(&order), 1);
+    // The same key replays byte for byte.
+    let (s, _, replayed) =
+        ops_post(&env.app, &path, Some("alice@ops"), Some("same"), &json!({})).await;
+    assert_eq!((s, replayed), (200, true));
+}
+
+#[tokio::test]
+async fn a_dashboard_refund_first_leaves_nothing_to_refund_again() {
+    let env = PayEnv::spawn().await;
+    crate::helpers::create_refund_event(&env.app, "ev", "release").await;
+    let order = paid_seat_order(&env, "ev", "alice", &["S1-R1-1"]).await;
+    let intent = env.intents(&order)[0].clone();
+    env.dashboard("refund", &intent).await;
+    // The ops refund before the dashboard's webhook arrives: the provider says "already
+    // refunded", the order is reversed here, the webhook then changes nothing.
+    let (s, v, _) = ops_post(
+        &env.app,
+        &format!("/admin/orders/{order}/refund"),
+        Some("ops"),
+        Some("k"),
+        &json!({"stock": "kill", "reason": "duplicate purchase"}),
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+    env.sandbox.flush_webhooks(false, true).await;
+    assert_eq!(env.refunds(&order), 1);
+    let st = state(&env.app, &order).await;
+    assert_eq!(st["order"], "REFUNDED");
+    assert_eq!(st["refunded_events"], 1);
+    assert_eq!(
+        seat_status(&env.app, "ev", "S1-R1-1").await,
+        "held_back",
+        "killed"
+    );
+}
+
+#[tokio::test]
+async fn cancel_ends_a_pending_order_and_refunds_a_paid_one() {
+    let env = PayEnv::spawn().await;
+    crate::helpers::create_refund_event(&env.app, "ev", "release").await;
+    let pending = crate::helpers::order_seats(&env.app, "ev", "bob", &["S1-R2-1"]).await;
+    let (s, v, _) = ops_post(
+        &env.app,
+        &format!("/admin/orders/{}/cancel", pending.order_id),
+        Some("ops"),
+        Some("c1"),
+        &json!({}),
+    )
+    .await;
+    assert_eq!((s, v["status"].clone()), (200, json!("CANCELLED")), "{v}");
+    assert_eq!(seat_status(&env.app, "ev", "S1-R2-1").await, "available");
+    let (s, v) = pay(
+        &env.app,
+        &pending.token,
+        &pending.order_id,
+        "p",
+        "pm_card_visa",
+    )
+    .await;
+    assert_eq!(
+        (s, v["code"].clone()),
+        (409, json!("ORDER_NOT_PAYABLE")),
+        "{v}"
+    );
+    assert_eq!(env.charges(&pending.order_id), 0);
+
+    let paid = paid_seat_order(&env, "ev", "alice", &["S1-R1-3"]).await;
+    let path = format!("/admin/orders/{paid}/cancel");
+    let body = json!({"stock": "kill"});
+    let (s, v, _) = ops_post(&env.app, &path, Some("ops"), Some("c2"), &body).await;
+    assert_eq!((s, v["status"].clone()), (200, json!("REFUNDED")), "{v}");
+    let (s, _, replayed) = ops_post(&env.app, &path, Some("ops"), Some("c2"), &body).await;
+    assert_eq!((s, replayed), (200, true));
+    env.sandbox.flush_webhooks(false, true).await;
+    assert_eq!(env.refunds(&paid), 1);
+    assert_eq!(seat_status(&env.app, "ev", "S1-R1-3").await, "held_back");
+    let audits: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM ops_audit WHERE action IN ('order.cancel', 'order.refund')",
+    )
+    .fetch_one(&env.app.pool)
+    .await
+    .expect("audits");
+    assert_eq!(audits, 2);
+}
+
+#[tokio::test]
+async fn bad_refund_requests_change_nothing() {
+    let env = PayEnv::spawn().await;
+    crate::helpers::create_refund_event(&env.app, "ev", "release").await;
+    let order = paid_seat_order(&env, "ev", "alice", &["S1-R1-1"]).await;
+    let pending = crate::helpers::order_seats(&env.app, "ev", "bob", &["S1-R1-2"]).await;
+    let path = format!("/admin/orders/{order}/refund");
+    // (path, actor, key, body, status, code)
+    type Case<'a> = (
+        String,
+        Option<&'a str>,
+        Option<&'a str>,
+        Value,
+        u16,
+        &'a str,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            path.clone(),
+            None,
+            Some("k"),
+            json!({}),
+            400,
+            "ACTOR_REQUIRED",
+        ),
+        (
+            path.clone(),
+            Some("ops"),
+            None,
+            json!({}),
+            400,
+            "IDEMPOTENCY_KEY_MISSING",
+        ),
+        (
+            path.clone(),
+            Some("ops"),
+            Some("k"),
+            json!({"amount": 1}),
+            422,
+            "VALIDATION_FAILED",
+        ),
+        (
+            path.clone(),
+            Some("ops"),
+            Some("k"),
+            json!({"stock": "burn"}),
+            422,
+            "VALIDATION_FAILED",
+        ),
+        (
+            path.clone(),
+            Some("ops"),
+            Some("k"),
+            json!({"items": []}),
+            422,
+            "VALIDATION_FAILED",
+        ),
+        (
+            path.clone(),
+            Some("ops"),
+            Some("k"),
+            json!({"items": [0]}),
+            422,
+            "VALIDATION_FAILED",
+        ),
+        (
+            path.clone(),
+            Some("ops"),
+            Some("k"),
+            json!({"reason": ""}),
+            422,
+            "VALIDATION_FAILED",
+        ),
+        (
+            path.clone(),
+            Some("ops"),
+            Some("k"),
+            json!({"items": [1]}),
+            501,
+            "PER_LINE_REFUND_UNAVAILABLE",
+        ),
+        (
+            "/admin/orders/ord_nope/refund".into(),
+            Some("ops"),
+            Some("k2"),
+            json!({}),
+            404,
+            "NOT_FOUND",
+        ),
+        (
+            format!("/admin/orders/{}/refund", pending.order_id),
+            Some("ops"),
+            Some("k3"),
+            json!({}),
+            409,
+            "ORDER_NOT_REFUNDABLE",
+        ),
+    ];
+    for (p, actor, key, body, want, code) in cases {
+        let (s, v, _) = ops_post(&env.app, &p, actor, key, &body).await;
+        assert_eq!(s, want, "{p} {body} -> {v}");
+        if !code.is_empty() {
+            assert_eq!(v["code"], code, "{p} {body} -> {v}");
+        }
+    }
+    // Without the admin secret.
+    let resp = env
+        .app
+        .client
+        .post(env.app.url(&path))
+        .header("X-Floodgate-Actor", "ops")
+        .header("Idempotency-Key", "k")
+        .json(&json!({}))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(resp.status(), 401);
+    assert_eq!(env.refunds(&order), 0);
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM order_refunds")
+        .fetch_one(&env.app.pool)
+        .await
+        .expect("rows");
+    assert_eq!(rows, 0);
+    let st = state(&env.app, &order).await;
+    assert_eq!(
+        (st["order"].clone(), st["sold"].clone()),
+        (json!("PAID"), json!(1))
+    );
+}
+
+async fn ops_patch(app: &TestApp, path: &str, actor: Option<&str>, body: &Value) -> (u16, Value) {
+    let mut req = app
+        .client
+        .patch(app.url(path))
+        .bearer_auth(ADMIN)
+        .json(body);
+    if let Some(a) = actor {
+        req = req.header("X-Floodgate-Actor", a);
+    }
+    json(req.send().await.expect("patch")).await
+}
+
+#[tokio::test]
+async fn event_update_is_validated_audited_and_refused_once_cancelled() {
+    let env = PayEnv::spawn().await;
+    crate::helpers::create_refund_event(&env.app, "ev", "release").await;
+    let bad = [
+        (Some("ops"), json!({}), 422),
+        (Some("ops"), json!({"name": "  "}), 422),
+        (Some("ops"), json!({"hold_ttl_s": 5}), 422),
+        (Some("ops"), json!({"max_tickets_per_account": 101}), 422),
+        (Some("ops"), json!({"venue": "elsewhere"}), 422),
+        (Some("ops"), json!({"sale_start": "tomorrow"}), 422),
+        (None, json!({"name": "New"}), 400),
+    ];
+    for (actor, body, want) in bad {
+        let (s, v) = ops_patch(&env.app, "/admin/events/ev", actor, &body).await;
+        assert_eq!(s, want, "{body} -> {v}");
+    }
+    let audits = "SELECT count(*) FROM ops_audit WHERE action = 'event.update'";
+    let n: i64 = sqlx::query_scalar(audits)
+        .fetch_one(&env.app.pool)
+        .await
+        .expect("n");
+    assert_eq!(n, 0, "refused updates change nothing");
+    let (s, v) = ops_patch(
+        &env.app,
+        "/admin/events/ev",
+        Some("ops"),
+        &json!({"name": "Moved show", "max_tickets_per_account": 2, "hold_ttl_s": 120}),
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(
+        (
+            v["name"].clone(),
+            v["max_tickets_per_account"].clone(),
+            v["hold_ttl_s"].clone()
+        ),
+        (json!("Moved show"), json!(2), json!(120))
+    );
+    let detail: Value = sqlx::query_scalar(
+        "SELECT detail FROM ops_audit WHERE action = 'event.update' AND actor = 'ops'",
+    )
+    .fetch_one(&env.app.pool)
+    .await
+    .expect("audit");
+    assert_eq!(detail["after"]["name"], "Moved show");
+    assert_ne!(detail["before"]["name"], "Moved show");
+    let (s, _) = ops_patch(
+        &env.app,
+        "/admin/events/nope",
+        Some("ops"),
+        &json!({"name": "x"}),
+    )
+    .await;
+    assert_eq!(s, 404);
+    let (s, v, _) = ops_post(
+        &env.app,
+        "/admin/events/ev/cancel",
+        Some("ops"),
+        None,
+        &json!({}),
+    )
+    .await;
+    assert_eq!(s, 202, "{v}");
+    let (s, v) = ops_patch(
+        &env.app,
+        "/admin/events/ev",
+        Some("ops"),
+        &json!({"name": "x"}),
+    )
+    .await;
+    assert_eq!(
+        (s, v["code"].clone()),
+        (409, json!("EVENT_CANCELLED")),
+        "{v}"
+    );
+}
