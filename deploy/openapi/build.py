@@ -307,9 +307,22 @@ def booking_paths():
         "Create an event with its seat map and GA tiers (all or nothing)",
         [ok(ref("EventCreated"), "Created", "201"), err("400", "401", "409", "413", "415", "422")],
         tag=inv, req=body(ref("CreateEvent")), security=ADMIN)}
-    p["/admin/events/{event}"] = {"get": op(
-        "An event's seat and GA counts (one snapshot)",
-        [ok(ref("EventCounts")), err("401", "404")], tag=inv, params=[ev], security=ADMIN)}
+    p["/admin/events/{event}"] = {
+        "get": op("An event's seat and GA counts (one snapshot)",
+                  [ok(ref("EventCounts")), err("401", "404")], tag=inv, params=[ev], security=ADMIN),
+        "patch": op(
+            "Change an event's name, sale start or limits (audited with before/after)",
+            [ok(obj({"id": S, "name": S, "sale_start": TS, "hold_ttl_s": I, "max_tickets_per_account": I},
+                    required=("id", "name", "sale_start", "hold_ttl_s", "max_tickets_per_account"))),
+             err("400", "401", "404", "409", "413", "415", "422")],
+            tag=ops, params=[ev, ACTOR], security=ADMIN,
+            req=body(obj({
+                "name": {"type": "string", "minLength": 1, "maxLength": 200},
+                "sale_start": TS,
+                "hold_ttl_s": {"type": "integer", "minimum": 10, "maximum": 86400},
+                "max_tickets_per_account": {"type": "integer", "minimum": 1, "maximum": 100},
+            }, extra=False))),
+    }
     p["/admin/products"] = {"post": op(
         "Create a product of an event",
         [ok(ref("Product"), "Created", "201"), err("400", "401", "409", "413", "415", "422")],
@@ -445,6 +458,45 @@ def booking_paths():
         tag=auc, params=[aid, IDEMPOTENCY],
         req=body(obj({"amount": {"type": "integer", "minimum": 1, "maximum": 10**15}}, required=("amount",), extra=False)),
         security=ADMITTED)}
+    # Ops: refunds and cancellations (payments/ops).
+    refund_row = obj({
+        "id": S, "order_id": S, "event_id": NULLABLE_S, "amount": MONEY,
+        "stock": {"enum": ["release", "kill"]}, "origin": {"enum": ["ops", "event_cancel"]},
+        "status": {"enum": ["pending", "succeeded", "failed"]}, "provider_refund_id": NULLABLE_S,
+        "actor": S, "reason": NULLABLE_S, "attempts": I,
+    }, required=("id", "order_id", "amount", "status"))
+    refunded = obj({"order_id": S, "status": S, "refund": {"anyOf": [refund_row, {"type": "null"}]}},
+                   required=("order_id", "status"))
+    refund_req = obj({
+        "items": arr(I, minItems=1, description="per-line refunds: not available yet (501)"),
+        "stock": {"enum": ["release", "kill"], "description": "default: the event's refund_stock"},
+        "reason": {"type": "string", "minLength": 1, "maxLength": 500},
+    }, extra=False)
+    money = ("400", "401", "404", "409", "413", "415", "422", "502", "503")
+    p["/admin/orders/{id}/refund"] = {"post": op(
+        "Refund a paid order in full (exactly once, whatever races it)",
+        [ok(refunded, "Refunded (or the first answer replayed)"), err(*money, "501")],
+        tag=ops, params=[oid, ACTOR, IDEMPOTENCY], req=body(refund_req), security=ADMIN)}
+    p["/admin/orders/{id}/cancel"] = {"post": op(
+        "Cancel an order: a pending one ends like an expiry, a paid one is refunded",
+        [ok(refunded), err(*money)],
+        tag=ops, params=[oid, ACTOR, IDEMPOTENCY], req=body(refund_req), security=ADMIN)}
+    p["/admin/events/{event}/cancel"] = {"post": op(
+        "Cancel an event: pending orders end, every paid order is refunded once by a resumable job",
+        [ok({"type": "object"}, "Cancelled before: nothing new queued"),
+         ok({"type": "object"}, "Cancelled now: refunds queued", "202"),
+         err("400", "401", "404", "409", "413", "415", "422")],
+        tag=ops, params=[ev, ACTOR],
+        req=body(obj({"reason": {"type": "string", "minLength": 1, "maxLength": 500}}, extra=False)),
+        security=ADMIN)}
+    p["/admin/events/{event}/cancellation"] = {"get": op(
+        "The progress of an event's cancellation",
+        [ok(obj({
+            "event": S, "cancelled": B, "cancelled_at": NULLABLE_TS, "cancelled_by": NULLABLE_S,
+            "reason": NULLABLE_S, "paid_remaining": I, "refunds_queued": I, "refunded": I,
+            "pending": I, "retrying": I, "failed": I, "done": B,
+        }, required=("event", "cancelled", "done"))), err("401", "404")],
+        tag=ops, params=[ev], security=ADMIN)}
     return p
 
 
