@@ -9,9 +9,7 @@
 //! loudly.
 
 use booking::payments::PaymentSettings;
-use booking::payments::provider::{
-    CreatePayment, PaymentProvider, PaymentStatus, ProviderError,
-};
+use booking::payments::provider::{CreatePayment, PaymentProvider, PaymentStatus, ProviderError};
 use booking::payments::stripe::HttpProvider;
 use secrecy::SecretString;
 use std::collections::BTreeMap;
@@ -43,10 +41,10 @@ fn localstripe_bin() -> Option<PathBuf> {
     None
 }
 
-/// A running localstripe, stopped (by its own pid) when dropped.
+/// A running localstripe, stopped (by its own pid) when dropped. It saves its state to a
+/// fixed `/tmp/localstripe.pickle`; `--from-scratch` keeps a run from loading another's.
 struct Fake {
     child: Child,
-    _dir: tempdir::Dir,
 }
 
 impl Drop for Fake {
@@ -56,34 +54,18 @@ impl Drop for Fake {
     }
 }
 
-mod tempdir {
-    /// A scratch directory for localstripe's state file, removed on drop.
-    pub struct Dir(pub std::path::PathBuf);
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
 async fn start(bin: PathBuf) -> (Fake, String) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
         .port();
-    let dir = std::env::temp_dir().join(format!("fg-localstripe-{port}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("scratch dir");
     let child = Command::new(bin)
         .args(["--port", &port.to_string(), "--from-scratch"])
-        .current_dir(&dir)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn localstripe");
-    let fake = Fake {
-        child,
-        _dir: tempdir::Dir(dir),
-    };
+    let fake = Fake { child };
     // Ready when it answers; bounded (~30 s) so a broken install fails instead of hanging.
     let url = format!("http://127.0.0.1:{port}");
     for _ in 0..300 {
@@ -128,7 +110,10 @@ async fn booking_adapter_passes_against_localstripe() {
     assert_eq!(paid.meta("payment_id"), Some("pay_fake"));
     // Retrieve, and an unknown id as Stripe's 404.
     let got = provider.retrieve(&paid.id).await.expect("retrieve");
-    assert_eq!((got.id.as_str(), &got.status), (paid.id.as_str(), &PaymentStatus::Succeeded));
+    assert_eq!(
+        (got.id.as_str(), &got.status),
+        (paid.id.as_str(), &PaymentStatus::Succeeded)
+    );
     assert_eq!(got.meta("attempt"), Some("1"));
     match provider.retrieve("pi_does_not_exist").await {
         Err(ProviderError::Rejected { status: 404, .. }) => {}
@@ -140,7 +125,10 @@ async fn booking_adapter_passes_against_localstripe() {
         .await
         .expect("refund");
     assert!(refund.id.starts_with("re_"), "{}", refund.id);
-    assert_eq!((refund.payment_id.as_str(), refund.amount), (paid.id.as_str(), 4200));
+    assert_eq!(
+        (refund.payment_id.as_str(), refund.amount),
+        (paid.id.as_str(), 4200)
+    );
 }
 
 /// 3-D Secure (`requires_action`) and `processing` answers from the sandbox: the pay request
@@ -152,13 +140,30 @@ async fn requires_action_and_processing_are_pending_until_the_provider_settles()
     use crate::payments::{PayEnv, order_status, pay, payment_state, seat_order};
     let env = PayEnv::spawn().await;
     let o = seat_order(&env.app, "ev3ds", true, "alice", &["S1-R1-1"]).await;
-    let (status, v) = pay(&env.app, &o.token, &o.order_id, "k1", "pm_card_authenticationRequired").await;
+    let (status, v) = pay(
+        &env.app,
+        &o.token,
+        &o.order_id,
+        "k1",
+        "pm_card_authenticationRequired",
+    )
+    .await;
     assert_ne!(status, 200, "requires_action is not paid: {v}");
     assert_eq!(order_status(&env.app, &o.order_id).await, "PENDING_PAYMENT");
     let before = payment_state(&env.app, &o.order_id).await;
-    assert_eq!((before["tickets"].as_i64(), before["succeeded"].as_i64()), (Some(0), Some(0)));
+    assert_eq!(
+        (before["tickets"].as_i64(), before["succeeded"].as_i64()),
+        (Some(0), Some(0))
+    );
     // The retry with the same key asks the provider again (same Idempotency-Key): no new charge.
-    let (status, _) = pay(&env.app, &o.token, &o.order_id, "k1", "pm_card_authenticationRequired").await;
+    let (status, _) = pay(
+        &env.app,
+        &o.token,
+        &o.order_id,
+        "k1",
+        "pm_card_authenticationRequired",
+    )
+    .await;
     assert_ne!(status, 200);
     assert_eq!(env.charges(&o.order_id), 0);
     let intents = env.intents(&o.order_id);
@@ -167,28 +172,47 @@ async fn requires_action_and_processing_are_pending_until_the_provider_settles()
     let done = env
         .app
         .client
-        .post(format!("{}/_sandbox/payment_intents/{}/complete", env.provider_url, intents[0]))
+        .post(format!(
+            "{}/_sandbox/payment_intents/{}/complete",
+            env.provider_url, intents[0]
+        ))
         .bearer_auth(crate::payments::API_KEY)
         .send()
         .await
         .expect("complete");
     assert_eq!(done.status().as_u16(), 200);
     let flushed = env.sandbox.flush_webhooks(false, true).await;
-    assert!(flushed.iter().all(|d| d["acknowledged"] == true), "{flushed:?}");
+    assert!(
+        flushed.iter().all(|d| d["acknowledged"] == true),
+        "{flushed:?}"
+    );
     assert_eq!(order_status(&env.app, &o.order_id).await, "PAID");
     let after = payment_state(&env.app, &o.order_id).await;
-    assert_eq!((after["tickets"].as_i64(), after["succeeded"].as_i64()), (Some(1), Some(1)));
+    assert_eq!(
+        (after["tickets"].as_i64(), after["succeeded"].as_i64()),
+        (Some(1), Some(1))
+    );
     assert_eq!(env.charges(&o.order_id), 1);
 
     // processing, then the bank declines: still unpaid; a good card then pays once.
     let p = seat_order(&env.app, "ev3ds", false, "bob", &["S1-R1-2"]).await;
-    let (status, _) = pay(&env.app, &p.token, &p.order_id, "p1", "pm_card_sandbox_processing").await;
+    let (status, _) = pay(
+        &env.app,
+        &p.token,
+        &p.order_id,
+        "p1",
+        "pm_card_sandbox_processing",
+    )
+    .await;
     assert_ne!(status, 200);
     let intent = env.intents(&p.order_id)[0].clone();
     let failed = env
         .app
         .client
-        .post(format!("{}/_sandbox/payment_intents/{intent}/complete", env.provider_url))
+        .post(format!(
+            "{}/_sandbox/payment_intents/{intent}/complete",
+            env.provider_url
+        ))
         .bearer_auth(crate::payments::API_KEY)
         .json(&serde_json::json!({"outcome": "failed"}))
         .send()

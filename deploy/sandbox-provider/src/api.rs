@@ -297,9 +297,15 @@ mod tests {
         assert!(!valid_api_version("2026-10-28."));
         let mut h = HeaderMap::new();
         // "sk_test_x:" in base64, as curl -u sk_test_x: sends it.
-        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Basic c2tfdGVzdF94Og=="));
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Basic c2tfdGVzdF94Og=="),
+        );
         assert_eq!(presented_key(&h), "sk_test_x");
-        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer sk_1"));
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Bearer sk_1"),
+        );
         assert_eq!(presented_key(&h), "sk_1");
     }
 }

@@ -34,7 +34,9 @@ impl Form {
                  Stripe's API takes them; JSON bodies are not accepted.",
             ));
         }
-        if !body.is_empty() && !ct.is_empty() && !ct.starts_with("application/x-www-form-urlencoded")
+        if !body.is_empty()
+            && !ct.is_empty()
+            && !ct.starts_with("application/x-www-form-urlencoded")
         {
             return Err(ApiErr::invalid(
                 "parameter_invalid",

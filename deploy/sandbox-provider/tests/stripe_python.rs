@@ -25,7 +25,10 @@ fn python() -> Option<PathBuf> {
         .map(PathBuf::from)
         .unwrap_or_else(|| root().join(".stack/py/bin/python"));
     let has_stripe = Command::new(&candidate)
-        .args(["-c", "import stripe, sys; sys.exit(stripe.VERSION != '16.1.0')"])
+        .args([
+            "-c",
+            "import stripe, sys; sys.exit(stripe.VERSION != '16.1.0')",
+        ])
         .status()
         .is_ok_and(|s| s.success());
     if has_stripe {

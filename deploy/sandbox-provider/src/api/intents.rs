@@ -15,8 +15,8 @@
 //! - `pm_card_sandbox_error`: `500` before anything happens.
 
 use super::{
-    ApiErr, Halt, Shared, answer, authorize, begin, content_type, detached, halt,
-    idempotency_key, injected_failure, request_id, simulate_latency,
+    ApiErr, Halt, Shared, answer, authorize, begin, content_type, detached, halt, idempotency_key,
+    injected_failure, request_id, simulate_latency,
 };
 use crate::SandboxInner;
 use crate::config::SandboxSettings;
@@ -164,7 +164,9 @@ async fn finish(
     charged: Charged,
 ) -> Response {
     if let Some(k) = key {
-        inner.store.idem_finish(k, charged.status.as_u16(), &charged.body);
+        inner
+            .store
+            .idem_finish(k, charged.status.as_u16(), &charged.body);
     }
     let (kind, object) = charged.event;
     let origin = Origin {
@@ -370,7 +372,13 @@ async fn confirm_inner(
         confirm_intent(intent, &settings)
     });
     let charged = match result {
-        None => return Err(abandon(inner, key.as_deref(), ApiErr::missing("payment_intent", id))),
+        None => {
+            return Err(abandon(
+                inner,
+                key.as_deref(),
+                ApiErr::missing("payment_intent", id),
+            ));
+        }
         Some(Err(e)) => return Err(abandon(inner, key.as_deref(), e)),
         Some(Ok(c)) => c,
     };
@@ -429,8 +437,10 @@ pub async fn search(
         .into_iter()
         .filter(|i| lag == 0 || i.created <= indexed_before)
         .collect();
-    axum::Json(json!({"object": "search_result", "url": "/v1/payment_intents/search",
-                      "data": data, "has_more": false, "next_page": null}))
+    axum::Json(
+        json!({"object": "search_result", "url": "/v1/payment_intents/search",
+                      "data": data, "has_more": false, "next_page": null}),
+    )
     .into_response()
 }
 
@@ -446,7 +456,10 @@ pub fn settle(
             return Err(ApiErr::invalid(
                 "payment_intent_unexpected_state",
                 None,
-                &format!("This PaymentIntent's status is {}: nothing to complete.", intent.status),
+                &format!(
+                    "This PaymentIntent's status is {}: nothing to complete.",
+                    intent.status
+                ),
             ));
         }
         intent.next_action = None;

@@ -3,8 +3,8 @@
 //! object that `charge.refunded` carries.
 
 use super::{
-    ApiErr, Halt, Shared, answer, authorize, begin, content_type, detached, halt,
-    idempotency_key, injected_failure, request_id, simulate_latency,
+    ApiErr, Halt, Shared, answer, authorize, begin, content_type, detached, halt, idempotency_key,
+    injected_failure, request_id, simulate_latency,
 };
 use crate::SandboxInner;
 use crate::form::Form;
@@ -162,9 +162,11 @@ pub fn charge_object(intent: &Intent, refunds: &[Refund]) -> Value {
 pub fn refund_error(e: &RefundError, intent_id: &str) -> ApiErr {
     match e {
         RefundError::NoSuchIntent => ApiErr::missing("payment_intent", intent_id),
-        RefundError::NotCharged => {
-            ApiErr::invalid("charge_not_succeeded", Some("payment_intent"), &e.to_string())
-        }
+        RefundError::NotCharged => ApiErr::invalid(
+            "charge_not_succeeded",
+            Some("payment_intent"),
+            &e.to_string(),
+        ),
         RefundError::AlreadyRefunded => {
             ApiErr::invalid("charge_already_refunded", None, &e.to_string())
         }
