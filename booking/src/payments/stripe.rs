@@ -1,10 +1,19 @@
-//! The shipped [`PaymentProvider`]: a Stripe-style HTTP API (JSON bodies) spoken with
-//! reqwest, bounded by connect and request timeouts. Every mutating call carries an
-//! `Idempotency-Key`, so retrying it can never take money twice.
+//! The shipped [`PaymentProvider`]: Stripe's own wire format spoken with reqwest over TLS
+//! (rustls with ring; HTTPS_PROXY / HTTP_PROXY / ALL_PROXY / NO_PROXY from the environment
+//! are honoured, as reqwest reads them when the client is built), bounded by connect and
+//! request timeouts. Requests are form-encoded (`metadata[order_id]=...`) and pinned to
+//! [`STRIPE_VERSION`]; every mutating call carries an `Idempotency-Key`, so retrying it can
+//! never take money twice.
 //!
-//! Error mapping (see [`ProviderError`]): connect failure → `NotSent`; timeout → `Timeout`;
-//! `5xx` or a broken connection → `Unavailable`; `409 idempotency_key_in_use` → `InProgress`;
-//! `402 card_error` → a declined payment (`Ok`); other `4xx` → `Rejected`.
+//! Statuses: `succeeded` → paid; `requires_payment_method` with a `last_payment_error` →
+//! declined; everything else (`requires_action` for 3-D Secure, `processing`...) is
+//! [`PaymentStatus::Other`]: pending, never paid — the `payment_intent.succeeded` webhook or
+//! reconciliation settles it later.
+//!
+//! Error mapping (Stripe's error objects; see [`ProviderError`]): connect failure →
+//! `NotSent`; timeout → `Timeout`; `5xx`, `429` or a broken connection → `Unavailable`;
+//! `409 idempotency_key_in_use` → `InProgress`; `402 card_error` → a declined payment (`Ok`);
+//! other `4xx` → `Rejected`.
 
 use super::PaymentSettings;
 use super::provider::{
@@ -15,9 +24,12 @@ use async_trait::async_trait;
 use reqwest::StatusCode;
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::collections::BTreeMap;
 use std::time::Duration;
+
+/// The Stripe API version every request is pinned to (the shapes parsed here are its).
+pub const STRIPE_VERSION: &str = "2026-10-28.endive";
 
 pub struct HttpProvider {
     client: reqwest::Client,
@@ -31,6 +43,9 @@ impl HttpProvider {
             .connect_timeout(Duration::from_millis(settings.connect_timeout_ms.max(1)))
             .timeout(Duration::from_millis(settings.request_timeout_ms.max(1)))
             .pool_max_idle_per_host(64)
+            .use_rustls_tls()
+            // Stripe's API never redirects; following one could resend a charge elsewhere.
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .context("failed to build the payment provider HTTP client")?;
         Ok(Self {
@@ -50,12 +65,14 @@ impl HttpProvider {
     ) -> Result<(StatusCode, Value), ProviderError> {
         let resp = req
             .bearer_auth(self.api_key.expose_secret())
+            .header("Stripe-Version", STRIPE_VERSION)
             .send()
             .await
             .map_err(map_send_error)?;
         let status = resp.status();
         let body = resp.bytes().await.map_err(map_send_error)?;
-        if status.is_server_error() {
+        if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
+            // 429 (rate limit, lock timeout): not run; retried with the same key.
             return Err(ProviderError::Unavailable {
                 status: Some(status.as_u16()),
             });
@@ -125,6 +142,25 @@ fn parse<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, ProviderError> {
         .map_err(ProviderError::Protocol)
 }
 
+/// Stripe's form encoding of a confirmed card PaymentIntent: nested parameters as
+/// `metadata[key]`, lists as `payment_method_types[0]` (card only: a redirect-based method
+/// would need a `return_url`, and 3-D Secure still answers `requires_action`).
+fn create_form(req: &CreatePayment) -> Vec<(String, String)> {
+    let mut form = vec![
+        ("amount".to_owned(), req.amount.to_string()),
+        ("currency".to_owned(), req.currency.to_ascii_lowercase()),
+        ("payment_method".to_owned(), req.payment_method.clone()),
+        ("payment_method_types[0]".to_owned(), "card".to_owned()),
+        ("confirm".to_owned(), "true".to_owned()),
+    ];
+    form.extend(
+        req.metadata
+            .iter()
+            .map(|(k, v)| (format!("metadata[{k}]"), v.clone())),
+    );
+    form
+}
+
 fn error_code(v: &Value) -> String {
     v.pointer("/error/code")
         .and_then(Value::as_str)
@@ -148,19 +184,12 @@ fn refusal(status: StatusCode, body: &Value) -> ProviderError {
 #[async_trait]
 impl PaymentProvider for HttpProvider {
     async fn create_payment(&self, req: &CreatePayment) -> Result<ProviderPayment, ProviderError> {
-        let body = json!({
-            "amount": req.amount,
-            "currency": req.currency.to_ascii_lowercase(),
-            "payment_method": req.payment_method,
-            "confirm": true,
-            "metadata": req.metadata,
-        });
         let (status, value) = self
             .send(
                 self.client
                     .post(self.url("/v1/payment_intents"))
                     .header("Idempotency-Key", &req.idempotency_key)
-                    .json(&body),
+                    .form(&create_form(req)),
             )
             .await?;
         if status.is_success() {
@@ -228,7 +257,7 @@ impl PaymentProvider for HttpProvider {
                 self.client
                     .post(self.url("/v1/refunds"))
                     .header("Idempotency-Key", idempotency_key)
-                    .json(&json!({"payment_intent": payment_id})),
+                    .form(&[("payment_intent", payment_id)]),
             )
             .await?;
         if !status.is_success() {
@@ -246,5 +275,95 @@ impl PaymentProvider for HttpProvider {
             payment_id: r.payment_intent,
             amount: r.amount,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn create_is_form_encoded_with_nested_metadata() {
+        let req = CreatePayment {
+            idempotency_key: "k".into(),
+            amount: 1200,
+            currency: "JPY".into(),
+            payment_method: "pm_card_visa".into(),
+            metadata: BTreeMap::from([
+                ("order_id".to_owned(), "o1".to_owned()),
+                ("attempt".to_owned(), "2".to_owned()),
+            ]),
+        };
+        let owned = create_form(&req);
+        let pairs: Vec<(&str, &str)> = owned
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(
+            pairs,
+            [
+                ("amount", "1200"),
+                ("currency", "jpy"),
+                ("payment_method", "pm_card_visa"),
+                ("payment_method_types[0]", "card"),
+                ("confirm", "true"),
+                ("metadata[attempt]", "2"),
+                ("metadata[order_id]", "o1"),
+            ]
+        );
+    }
+
+    fn status_of(v: Value) -> PaymentStatus {
+        parse::<Intent>(v).expect("an intent").into_payment().status
+    }
+
+    #[test]
+    fn only_succeeded_is_paid_and_actions_are_pending() {
+        let intent = |status: &str| json!({"id": "pi_1", "status": status, "amount": 5});
+        assert_eq!(status_of(intent("succeeded")), PaymentStatus::Succeeded);
+        for pending in ["requires_action", "processing", "requires_confirmation"] {
+            assert_eq!(
+                status_of(intent(pending)),
+                PaymentStatus::Other(pending.to_owned()),
+                "{pending} is pending, never paid"
+            );
+        }
+        // A fresh intent is not a decline; one with a card error is.
+        assert!(matches!(
+            status_of(intent("requires_payment_method")),
+            PaymentStatus::Other(_)
+        ));
+        let mut declined = intent("requires_payment_method");
+        declined["last_payment_error"] = json!({"code": "card_declined",
+                                                "decline_code": "insufficient_funds"});
+        assert_eq!(
+            status_of(declined),
+            PaymentStatus::Declined {
+                decline_code: "insufficient_funds".into()
+            }
+        );
+    }
+
+    #[test]
+    fn stripe_errors_map_to_provider_errors() {
+        let in_use = json!({"error": {"type": "idempotency_error",
+                                      "code": "idempotency_key_in_use"}});
+        assert!(matches!(
+            refusal(StatusCode::CONFLICT, &in_use),
+            ProviderError::InProgress
+        ));
+        let reused = json!({"error": {"type": "idempotency_error",
+                                      "code": "idempotency_key_reused"}});
+        assert!(matches!(
+            refusal(StatusCode::BAD_REQUEST, &reused),
+            ProviderError::Rejected { status: 400, code } if code == "idempotency_key_reused"
+        ));
+        let missing = json!({"error": {"type": "invalid_request_error",
+                                       "code": "resource_missing", "param": "id"}});
+        assert!(matches!(
+            refusal(StatusCode::NOT_FOUND, &missing),
+            ProviderError::Rejected { status: 404, .. }
+        ));
     }
 }

@@ -33,5 +33,6 @@ mod session;
 mod split_stock;
 mod startup_config;
 mod storefront;
+mod stripe_fake;
 mod sweeper;
 mod webhooks;

@@ -1,5 +1,7 @@
-//! Floodgate's sandbox payment provider: a small server that speaks enough of a Stripe-style
-//! API for the booking core to run its whole payment flow locally and in tests.
+//! Floodgate's sandbox payment provider: a small server that speaks enough of Stripe's own
+//! wire format (form-encoded PaymentIntents and Refunds, Stripe's error objects and event
+//! shapes) for the booking core to run its whole payment flow locally and in tests, and for
+//! Stripe's official client libraries to work against it unchanged.
 //!
 //! Guarantees that the merchant side relies on (and that tests assert through
 //! `GET /_sandbox/orders/{order_id}`):
@@ -19,6 +21,7 @@
 
 pub mod api;
 pub mod config;
+pub mod form;
 pub mod store;
 pub mod webhooks;
 
@@ -31,6 +34,10 @@ use std::sync::{Arc, Mutex, RwLock};
 use store::Store;
 use tokio::net::TcpListener;
 use webhooks::{Delivery, Event};
+
+/// The Stripe API version whose shapes the sandbox answers with and names in its events: the
+/// one Stripe's Python library 16.1.0 pins (booking's adapter sends it too).
+pub const STRIPE_API_VERSION: &str = "2026-10-28.endive";
 
 /// Most delivery records kept for `GET /_sandbox/webhooks`.
 const MAX_DELIVERY_LOG: usize = 10_000;

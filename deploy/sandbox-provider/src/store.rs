@@ -18,14 +18,29 @@ pub struct Intent {
     pub object: &'static str,
     pub amount: i64,
     pub amount_refunded: i64,
+    pub amount_received: i64,
     pub currency: String,
-    /// `succeeded` or `requires_payment_method` (declined).
+    /// Stripe's statuses: `requires_payment_method` (new, or declined: then
+    /// `last_payment_error` is set), `requires_confirmation`, `requires_action`,
+    /// `processing`, `succeeded`.
     pub status: String,
-    pub payment_method: String,
+    pub payment_method: Option<String>,
+    pub payment_method_types: Vec<String>,
+    pub capture_method: &'static str,
+    pub confirmation_method: &'static str,
+    pub livemode: bool,
     pub metadata: BTreeMap<String, String>,
     pub created: i64,
     pub latest_charge: Option<String>,
     pub last_payment_error: Option<Value>,
+    pub next_action: Option<Value>,
+}
+
+impl Intent {
+    /// Declined: back to `requires_payment_method` with the card error kept.
+    pub fn declined(&self) -> bool {
+        self.last_payment_error.is_some() && self.status == "requires_payment_method"
+    }
 }
 
 /// A dispute (chargeback) opened by the card holder's bank, Stripe-shaped.
@@ -51,6 +66,7 @@ pub struct Refund {
     pub currency: String,
     pub payment_intent: String,
     pub charge: Option<String>,
+    pub reason: Option<String>,
     pub status: &'static str,
     pub created: i64,
     pub metadata: BTreeMap<String, String>,
@@ -177,6 +193,38 @@ impl Store {
         self.lock().intents.get(id).cloned()
     }
 
+    /// Runs `f` on one intent under the store's lock: a check of its status and the change
+    /// that follows are one step, so two confirms of one intent cannot both charge.
+    pub fn update_intent<T, E>(
+        &self,
+        id: &str,
+        f: impl FnOnce(&mut Intent) -> Result<T, E>,
+    ) -> Option<Result<T, E>> {
+        self.lock().intents.get_mut(id).map(f)
+    }
+
+    /// The intent whose charge is `charge_id`.
+    pub fn intent_by_charge(&self, charge_id: &str) -> Option<Intent> {
+        self.lock()
+            .intents
+            .values()
+            .find(|i| i.latest_charge.as_deref() == Some(charge_id))
+            .cloned()
+    }
+
+    /// The refunds of one intent, oldest first.
+    pub fn refunds_of(&self, intent_id: &str) -> Vec<Refund> {
+        let mut out: Vec<Refund> = self
+            .lock()
+            .refunds
+            .values()
+            .filter(|r| r.payment_intent == intent_id)
+            .cloned()
+            .collect();
+        out.sort_by(|a, b| (a.created, &a.id).cmp(&(b.created, &b.id)));
+        out
+    }
+
     /// Intents whose `metadata[key] == value`, oldest first.
     pub fn search_metadata(&self, key: &str, value: &str) -> Vec<Intent> {
         let inner = self.lock();
@@ -214,7 +262,12 @@ impl Store {
         }
         intent.amount_refunded += amount;
         let intent = intent.clone();
-        let refund = Refund { amount, ..refund };
+        let refund = Refund {
+            amount,
+            currency: intent.currency.clone(),
+            charge: intent.latest_charge.clone(),
+            ..refund
+        };
         inner.refunds.insert(refund.id.clone(), refund.clone());
         Ok((refund, intent))
     }
@@ -260,10 +313,7 @@ impl Store {
             order_id: order_id.to_owned(),
             disputes,
             charges: intents.iter().filter(|i| i.status == "succeeded").count(),
-            declines: intents
-                .iter()
-                .filter(|i| i.status == "requires_payment_method")
-                .count(),
+            declines: intents.iter().filter(|i| i.declined()).count(),
             refunds,
             amount_charged: intents
                 .iter()
@@ -283,10 +333,11 @@ impl Store {
             .values()
             .filter(|i| i.status == "succeeded")
             .count();
+        let declines = inner.intents.values().filter(|i| i.declined()).count();
         serde_json::json!({
             "intents": inner.intents.len(),
             "charges": charges,
-            "declines": inner.intents.len() - charges,
+            "declines": declines,
             "refunds": inner.refunds.len(),
             "disputes": inner.disputes.len(),
             "idempotency_keys": inner.idem.len(),

@@ -55,16 +55,26 @@ pub fn signature_header(secret: &str, timestamp: i64, body: &[u8]) -> String {
     format!("t={timestamp},v1={}", hex::encode(ctx.sign().as_ref()))
 }
 
-/// Builds a Stripe-shaped event around `object`.
-pub fn event(kind: &str, object: Value) -> Event {
+/// The API request that caused an event (none for dashboard actions), as Stripe's
+/// `request` field names it.
+#[derive(Debug, Clone, Copy)]
+pub struct Origin<'a> {
+    pub request_id: Option<&'a str>,
+    pub idempotency_key: Option<&'a str>,
+}
+
+/// Builds an event in Stripe's shape around `object` (a PaymentIntent, Charge or Dispute).
+pub fn event(kind: &str, object: Value, origin: &Origin<'_>) -> Event {
     let id = format!("evt_{}", shared::ids::new_id());
     let body = json!({
         "id": id,
         "object": "event",
-        "type": kind,
+        "api_version": crate::STRIPE_API_VERSION,
         "created": unix_now(),
         "livemode": false,
-        "api_version": "floodgate-sandbox-1",
+        "pending_webhooks": 1,
+        "request": {"id": origin.request_id, "idempotency_key": origin.idempotency_key},
+        "type": kind,
         "data": {"object": object},
     });
     Event {

@@ -24,11 +24,29 @@ async fn start(adjust: impl FnOnce(&mut SandboxSettings)) -> (String, Sandbox) {
     (url, handle)
 }
 
+/// Stripe's form encoding of a JSON object, one level of nesting (`metadata[k]=v`).
+fn form(v: &Value) -> Vec<(String, String)> {
+    let scalar = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let mut out = Vec::new();
+    for (k, v) in v.as_object().expect("an object") {
+        match v {
+            Value::Object(m) => {
+                out.extend(m.iter().map(|(mk, mv)| (format!("{k}[{mk}]"), scalar(mv))));
+            }
+            other => out.push((k.clone(), scalar(other))),
+        }
+    }
+    out
+}
+
 async fn create(url: &str, key: Option<&str>, body: &Value) -> (u16, Value, bool) {
     let mut req = reqwest::Client::new()
         .post(format!("{url}/v1/payment_intents"))
         .bearer_auth(KEY)
-        .json(body);
+        .form(&form(body));
     if let Some(k) = key {
         req = req.header("Idempotency-Key", k);
     }
@@ -74,7 +92,7 @@ async fn auth_declines_search_and_refunds() {
     let unauth = client
         .post(format!("{url}/v1/payment_intents"))
         .bearer_auth("sk_wrong")
-        .json(&intent("o", "pm_card_visa"))
+        .form(&form(&intent("o", "pm_card_visa")))
         .send()
         .await
         .unwrap();
@@ -103,7 +121,7 @@ async fn auth_declines_search_and_refunds() {
             .post(format!("{url}/v1/refunds"))
             .bearer_auth(KEY)
             .header("Idempotency-Key", key)
-            .json(&json!({"payment_intent": ok["id"]}))
+            .form(&[("payment_intent", ok["id"].as_str().unwrap_or_default())])
             .send()
     };
     let r1 = refund("r1").await.unwrap();

@@ -1,0 +1,132 @@
+"""Stripe's official Python library (stripe==16.1.0, pinned in requirements.txt) against the
+sandbox: it must work unchanged. Run by deploy/sandbox-provider/tests/stripe_python.rs,
+which starts the sandbox and passes SANDBOX_URL and SANDBOX_KEY. Exits non-zero on the
+first failed check; prints one line per check and a closing "N passed, 0 failed"."""
+
+import os
+import sys
+import uuid
+
+import stripe
+
+stripe.api_key = os.environ["SANDBOX_KEY"]
+stripe.api_base = os.environ["SANDBOX_URL"]
+stripe.max_network_retries = 0
+
+passed = 0
+
+
+def check(name, cond, detail=""):
+    global passed
+    if not cond:
+        print(f"FAIL {name}: {detail}")
+        print(f"{passed} passed, 1 failed")
+        sys.exit(1)
+    passed += 1
+    print(f"ok {name}")
+
+
+def raises(exc, fn):
+    try:
+        fn()
+    except exc as e:
+        return e
+    except Exception as e:  # the wrong error class is a failure too
+        return e
+    return None
+
+
+run = uuid.uuid4().hex[:8]
+card = dict(amount=1000, currency="jpy", payment_method_types=["card"])
+
+# The library pins its own API version and sends it; the sandbox accepts it.
+check("api version", stripe.api_version == "2026-10-28.endive", stripe.api_version)
+
+# Create and confirm in one call, with nested metadata and an idempotency key.
+pi = stripe.PaymentIntent.create(
+    payment_method="pm_card_visa", confirm=True,
+    metadata={"order_id": f"py-{run}", "attempt": "1"},
+    idempotency_key=f"py-{run}-1", **card)
+check("create+confirm succeeds", pi.status == "succeeded", pi)
+check("is a PaymentIntent", isinstance(pi, stripe.PaymentIntent) and pi.object == "payment_intent")
+check("has its charge", (pi.latest_charge or "").startswith("ch_"), pi.latest_charge)
+check("metadata round-trips", pi.metadata["order_id"] == f"py-{run}", pi.metadata)
+
+# Create, then confirm separately.
+pending = stripe.PaymentIntent.create(payment_method="pm_card_mastercard", **card)
+check("create without confirm", pending.status == "requires_confirmation", pending.status)
+confirmed = stripe.PaymentIntent.confirm(pending.id)
+check("confirm succeeds", confirmed.status == "succeeded", confirmed.status)
+again = raises(stripe.InvalidRequestError, lambda: stripe.PaymentIntent.confirm(pending.id))
+check("second confirm refused", isinstance(again, stripe.InvalidRequestError)
+      and again.code == "payment_intent_unexpected_state", repr(again))
+
+# Retrieve.
+got = stripe.PaymentIntent.retrieve(pi.id)
+check("retrieve", got.id == pi.id and got.status == "succeeded" and got.amount == 1000, got)
+missing = raises(stripe.InvalidRequestError, lambda: stripe.PaymentIntent.retrieve("pi_nope"))
+check("retrieve unknown is 404", isinstance(missing, stripe.InvalidRequestError)
+      and missing.http_status == 404 and missing.code == "resource_missing", repr(missing))
+
+# Refund, once.
+refund = stripe.Refund.create(payment_intent=pi.id, idempotency_key=f"py-{run}-r")
+check("refund", isinstance(refund, stripe.Refund) and refund.status == "succeeded"
+      and refund.amount == 1000 and refund.payment_intent == pi.id, refund)
+replayed = stripe.Refund.create(payment_intent=pi.id, idempotency_key=f"py-{run}-r")
+check("refund replay is the same refund", replayed.id == refund.id, replayed)
+twice = raises(stripe.InvalidRequestError, lambda: stripe.Refund.create(payment_intent=pi.id))
+check("second refund refused", isinstance(twice, stripe.InvalidRequestError)
+      and twice.code == "charge_already_refunded", repr(twice))
+check("intent shows the refund", stripe.PaymentIntent.retrieve(pi.id).amount_refunded == 1000)
+
+# Decline: a CardError with the decline code and the declined intent.
+declined = raises(stripe.CardError, lambda: stripe.PaymentIntent.create(
+    payment_method="pm_card_chargeDeclinedInsufficientFunds", confirm=True, **card))
+check("decline raises CardError", isinstance(declined, stripe.CardError), repr(declined))
+check("decline code", declined.code == "card_declined"
+      and declined.error.decline_code == "insufficient_funds", declined.error)
+check("402", declined.http_status == 402, declined.http_status)
+check("declined intent carried", declined.error.payment_intent.status == "requires_payment_method",
+      declined.error.payment_intent)
+
+# 3-D Secure and processing: not paid.
+action = stripe.PaymentIntent.create(payment_method="pm_card_authenticationRequired",
+                                     confirm=True, **card)
+check("3-D Secure requires action", action.status == "requires_action"
+      and action.next_action.type == "use_stripe_sdk", action)
+processing = stripe.PaymentIntent.create(payment_method="pm_card_sandbox_processing",
+                                         confirm=True, **card)
+check("processing", processing.status == "processing", processing.status)
+
+# Idempotent replay: same key and parameters → the same object; other parameters → error.
+key = f"py-{run}-idem"
+first = stripe.PaymentIntent.create(payment_method="pm_card_visa", confirm=True,
+                                    idempotency_key=key, **card)
+second = stripe.PaymentIntent.create(payment_method="pm_card_visa", confirm=True,
+                                     idempotency_key=key, **card)
+check("replay returns the same intent", first.id == second.id, (first.id, second.id))
+other = raises(stripe.IdempotencyError, lambda: stripe.PaymentIntent.create(
+    payment_method="pm_card_visa", confirm=True, idempotency_key=key,
+    amount=2000, currency="jpy", payment_method_types=["card"]))
+check("same key, other params refused", isinstance(other, stripe.IdempotencyError), repr(other))
+
+# Bad input and a bad key: Stripe's error classes.
+unknown = raises(stripe.InvalidRequestError, lambda: stripe.PaymentIntent.create(
+    payment_method="pm_card_visa", colour="red", **card))
+check("unknown parameter named", isinstance(unknown, stripe.InvalidRequestError)
+      and unknown.param == "colour", repr(unknown))
+negative = raises(stripe.InvalidRequestError, lambda: stripe.PaymentIntent.create(
+    amount=-5, currency="jpy", payment_method="pm_card_visa"))
+check("negative amount refused", isinstance(negative, stripe.InvalidRequestError)
+      and negative.param == "amount", repr(negative))
+bad_key = raises(stripe.AuthenticationError,
+                 lambda: stripe.PaymentIntent.retrieve(pi.id, api_key="sk_test_wrong"))
+check("wrong key", isinstance(bad_key, stripe.AuthenticationError), repr(bad_key))
+
+# The client-object API of the same library.
+client = stripe.StripeClient(os.environ["SANDBOX_KEY"], base_addresses={"api": stripe.api_base},
+                             max_network_retries=0)
+via_client = client.v1.payment_intents.retrieve(pi.id)
+check("StripeClient retrieve", via_client.id == pi.id, via_client)
+
+print(f"{passed} passed, 0 failed")
