@@ -57,6 +57,7 @@ pub mod codes {
     // Seat booking.
     pub const EVENT_EXISTS: &str = "EVENT_EXISTS";
     pub const SALE_NOT_STARTED: &str = "SALE_NOT_STARTED";
+    pub const EVENT_CANCELLED: &str = "EVENT_CANCELLED";
     pub const UNKNOWN_SEATS: &str = "UNKNOWN_SEATS";
     pub const UNKNOWN_TIER: &str = "UNKNOWN_TIER";
     pub const HOLD_ORDERED: &str = "HOLD_ORDERED";

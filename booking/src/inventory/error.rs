@@ -15,6 +15,9 @@ pub enum InventoryError {
     EventExists { id: String },
     #[error("the sale starts at {sale_start}")]
     SaleNotStarted { sale_start: DateTime<Utc> },
+    /// Ops cancelled the event: nothing of it is on sale any more.
+    #[error("the event was cancelled")]
+    EventCancelled,
     #[error("at most {limit} tickets per account ({held} held, {requested} requested)")]
     LimitExceeded {
         limit: i32,

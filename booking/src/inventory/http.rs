@@ -25,6 +25,9 @@ impl From<InventoryError> for ApiError {
                 ApiError::conflict(codes::EVENT_EXISTS, "an event with this id already exists")
                     .with("id", id)
             }
+            E::EventCancelled => {
+                ApiError::conflict(codes::EVENT_CANCELLED, "this event was cancelled")
+            }
             E::SaleNotStarted { sale_start } => {
                 ApiError::conflict(codes::SALE_NOT_STARTED, "the sale has not started")
                     .with("sale_start", sale_start.to_rfc3339())

@@ -423,3 +423,32 @@ async fn event_update_is_validated_audited_and_refused_once_cancelled() {
         "{v}"
     );
 }
+
+/// Once ops cancel an event nothing of it goes on hold: seat holds, best available and GA
+/// holds answer `409 EVENT_CANCELLED` from the hold statement itself (the same condition as
+/// the sale start) and write nothing. Before, a cancelled event kept selling holds, and orders
+/// made from them were only cancelled or refunded afterwards by the refund job.
+#[tokio::test]
+async fn holds_on_a_cancelled_event_are_refused_and_write_nothing() {
+    let env = PayEnv::spawn().await;
+    crate::helpers::create_refund_event(&env.app, "ev", "release").await;
+    let token = env.app.admission("fan-late", "ev");
+    let (s, v, _) = ops_post(&env.app, "/admin/events/ev/cancel", Some("ops"), None, &json!({})).await;
+    assert_eq!(s, 202, "{v}");
+    let before = crate::events::db_state(&env.app.pool).await;
+    let tries = [
+        ("/api/events/ev/holds", json!({"seats": ["S1-R1-1"]})),
+        ("/api/events/ev/holds", json!({"best_available": {"quantity": 2}})),
+        ("/api/events/ev/ga-holds", json!({"tier": "FLOOR", "quantity": 1})),
+    ];
+    for (path, body) in tries {
+        let (s, v) = json(env.app.post(path, &token, &body).await).await;
+        assert_eq!((s, v["code"].clone()), (409, json!("EVENT_CANCELLED")), "{path} {body}: {v}");
+    }
+    assert_eq!(crate::events::db_state(&env.app.pool).await, before, "a refused hold wrote");
+    let holds: i64 = sqlx::query_scalar("SELECT count(*) FROM holds WHERE event_id = 'ev'")
+        .fetch_one(&env.app.pool)
+        .await
+        .expect("count holds");
+    assert_eq!(holds, 0);
+}

@@ -33,7 +33,7 @@ usage AS (
     INSERT INTO account_event_usage AS u (event_id, account_id, tickets)
     SELECT e.id, ('pg-' || :acct), 1 FROM events e
     WHERE e.id = :event AND 1 <= e.max_tickets_per_account
-      AND e.sale_start <= clock_timestamp()
+      AND e.sale_start <= clock_timestamp() AND e.cancelled_at IS NULL
       AND (SELECT sum(take) FROM got) = 1
     ON CONFLICT (event_id, account_id) DO UPDATE
         SET tickets = u.tickets + EXCLUDED.tickets
@@ -64,7 +64,7 @@ SELECT (SELECT expires_at FROM hold) AS exp,
        CASE WHEN NOT EXISTS (SELECT 1 FROM item) THEN
            (SELECT max(available) FROM ga_counters WHERE event_id = :event AND tier = 'FLOOR')
        END AS most,
-       (SELECT e.sale_start <= clock_timestamp() FROM events e WHERE e.id = :event) AS on_sale,
+       (SELECT e.sale_start <= clock_timestamp() AND e.cancelled_at IS NULL FROM events e WHERE e.id = :event) AS on_sale,
        (SELECT COALESCE(a.tickets, 0) + 1 <= e.max_tickets_per_account
           FROM events e LEFT JOIN account_event_usage a
             ON a.event_id = e.id AND a.account_id = ('pg-' || :acct)

@@ -28,7 +28,7 @@ usage AS (
     INSERT INTO account_event_usage AS u (event_id, account_id, tickets)
     SELECT e.id, ('pg-' || :acct), 4 FROM events e
     WHERE e.id = :event AND 4 <= e.max_tickets_per_account
-      AND e.sale_start <= clock_timestamp()
+      AND e.sale_start <= clock_timestamp() AND e.cancelled_at IS NULL
       AND (SELECT count(*) FROM wanted) = 4
     ON CONFLICT (event_id, account_id) DO UPDATE
         SET tickets = u.tickets + EXCLUDED.tickets
@@ -49,7 +49,7 @@ took AS (
     RETURNING s.seat_id)
 SELECT (SELECT expires_at FROM hold), (SELECT count(*) FROM took),
        w.seat_id, w.prev_hold, w.price,
-       (SELECT e.sale_start <= clock_timestamp() FROM events e WHERE e.id = :event),
+       (SELECT e.sale_start <= clock_timestamp() AND e.cancelled_at IS NULL FROM events e WHERE e.id = :event),
        (SELECT COALESCE(a.tickets, 0) + 4 <= e.max_tickets_per_account
           FROM events e LEFT JOIN account_event_usage a
             ON a.event_id = e.id AND a.account_id = ('pg-' || :acct)

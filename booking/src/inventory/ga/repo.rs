@@ -49,7 +49,7 @@ usage AS (
     INSERT INTO account_event_usage AS u (event_id, account_id, tickets)
     SELECT e.id, $2, $4 FROM events e
     WHERE e.id = $1 AND $4 <= e.max_tickets_per_account
-      AND e.sale_start <= clock_timestamp()
+      AND e.sale_start <= clock_timestamp() AND e.cancelled_at IS NULL
       AND (SELECT sum(take) FROM got) = $4
     ON CONFLICT (event_id, account_id) DO UPDATE
         SET tickets = u.tickets + EXCLUDED.tickets
@@ -92,7 +92,8 @@ SELECT (SELECT expires_at FROM hold),
        CASE WHEN NOT EXISTS (SELECT 1 FROM item) THEN
            (SELECT max(available) FROM ga_counters WHERE event_id = $1 AND tier = $3)
        END,
-       (SELECT e.sale_start <= clock_timestamp() FROM events e WHERE e.id = $1),
+       (SELECT e.sale_start <= clock_timestamp() AND e.cancelled_at IS NULL
+          FROM events e WHERE e.id = $1),
        (SELECT COALESCE(a.tickets, 0) + $4 <= e.max_tickets_per_account
           FROM events e LEFT JOIN account_event_usage a
             ON a.event_id = e.id AND a.account_id = $2

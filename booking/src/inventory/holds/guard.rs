@@ -57,7 +57,7 @@ usage AS (
     INSERT INTO account_event_usage AS u (event_id, account_id, tickets)
     SELECT e.id, $2, $5 FROM events e
     WHERE e.id = $1 AND $5 <= e.max_tickets_per_account
-      AND e.sale_start <= clock_timestamp()
+      AND e.sale_start <= clock_timestamp() AND e.cancelled_at IS NULL
       AND (SELECT count(*) FROM wanted) = cardinality($4::text[])
       AND NOT EXISTS (SELECT 1 FROM stranded)
     ON CONFLICT (event_id, account_id) DO UPDATE
@@ -79,7 +79,8 @@ took AS (
     RETURNING s.seat_id)
 SELECT (SELECT expires_at FROM hold), (SELECT count(*) FROM took),
        w.seat_id, w.prev_hold, w.price,
-       (SELECT e.sale_start <= clock_timestamp() FROM events e WHERE e.id = $1),
+       (SELECT e.sale_start <= clock_timestamp() AND e.cancelled_at IS NULL
+          FROM events e WHERE e.id = $1),
        (SELECT COALESCE(a.tickets, 0) + $5 <= e.max_tickets_per_account
           FROM events e LEFT JOIN account_event_usage a
             ON a.event_id = e.id AND a.account_id = $2

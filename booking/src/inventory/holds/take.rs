@@ -94,18 +94,21 @@ pub(crate) async fn limit_refusal(
     }
 }
 
-/// The refusal for a hold before the sale start: no such event, or SALE_NOT_STARTED.
+/// The refusal for a hold the statement found not on sale: no such event, the event was
+/// cancelled (EVENT_CANCELLED), or SALE_NOT_STARTED.
 pub(crate) async fn sale_not_started(pool: &PgPool, event: &str) -> InventoryError {
-    let start: Result<Option<DateTime<Utc>>> =
-        sqlx::query_scalar("SELECT sale_start FROM events WHERE id = $1")
-            .bind(event)
-            .fetch_optional(pool)
-            .await
-            .during("read the sale start");
+    let start: Result<Option<(DateTime<Utc>, bool)>> = sqlx::query_as(
+        "SELECT sale_start, cancelled_at IS NOT NULL FROM events WHERE id = $1",
+    )
+    .bind(event)
+    .fetch_optional(pool)
+    .await
+    .during("read the sale start");
     match start {
         Err(e) => e,
         Ok(None) => InventoryError::UnknownEvent,
-        Ok(Some(sale_start)) => InventoryError::SaleNotStarted { sale_start },
+        Ok(Some((_, true))) => InventoryError::EventCancelled,
+        Ok(Some((sale_start, false))) => InventoryError::SaleNotStarted { sale_start },
     }
 }
 
@@ -157,7 +160,7 @@ usage AS (
     INSERT INTO account_event_usage AS u (event_id, account_id, tickets)
     SELECT e.id, $2, $5 FROM events e
     WHERE e.id = $1 AND $5 <= e.max_tickets_per_account
-      AND e.sale_start <= clock_timestamp()
+      AND e.sale_start <= clock_timestamp() AND e.cancelled_at IS NULL
       AND (SELECT count(*) FROM wanted) = cardinality($4::text[])
     ON CONFLICT (event_id, account_id) DO UPDATE
         SET tickets = u.tickets + EXCLUDED.tickets
@@ -178,7 +181,8 @@ took AS (
     RETURNING s.seat_id)
 SELECT (SELECT expires_at FROM hold), (SELECT count(*) FROM took),
        w.seat_id, w.prev_hold, w.price,
-       (SELECT e.sale_start <= clock_timestamp() FROM events e WHERE e.id = $1),
+       (SELECT e.sale_start <= clock_timestamp() AND e.cancelled_at IS NULL
+          FROM events e WHERE e.id = $1),
        (SELECT COALESCE(a.tickets, 0) + $5 <= e.max_tickets_per_account
           FROM events e LEFT JOIN account_event_usage a
             ON a.event_id = e.id AND a.account_id = $2
