@@ -35,9 +35,8 @@ impl Operator {
 /// trimmed. `None` when missing or unusable.
 pub fn actor_from(parts: &Parts) -> Option<String> {
     let raw = parts.headers.get(ACTOR_HEADER)?.to_str().ok()?.trim();
-    let ok = !raw.is_empty()
-        && raw.chars().count() <= MAX_ACTOR
-        && raw.chars().all(|c| !c.is_control());
+    let ok =
+        !raw.is_empty() && raw.chars().count() <= MAX_ACTOR && raw.chars().all(|c| !c.is_control());
     ok.then(|| raw.to_owned())
 }
 
@@ -61,6 +60,31 @@ where
     }
 }
 
+/// The actor of an admin call that existed before the audit log (`POST /admin/events`,
+/// `POST`/`PUT /admin/products...`): the admin bearer is required, the operator's name is
+/// taken from `X-Floodgate-Actor` when given and is [`UNNAMED`] otherwise, so existing
+/// callers (seeding, loadgen) keep working and their changes are still recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminCaller(pub Operator);
+
+/// The actor recorded for an admin call that named no operator.
+pub const UNNAMED: &str = "unnamed";
+
+impl<S> FromRequestParts<S> for AdminCaller
+where
+    Auth: FromRef<S>,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        Admin::from_request_parts(parts, state).await?;
+        Ok(AdminCaller(Operator(
+            actor_from(parts).unwrap_or_else(|| UNNAMED.to_owned()),
+        )))
+    }
+}
+
 /// One audit entry: `action` (a dotted name such as `order.refund`) on `target` (such as
 /// `order:ord_1`), in `event` if it belongs to one, with `detail` (the validated request and
 /// what it changed). Call it inside the transaction of the change.
@@ -72,6 +96,21 @@ pub async fn record_tx(
     event: Option<&str>,
     detail: &Value,
 ) -> anyhow::Result<()> {
+    insert_tx(conn, actor, action, target, event, detail)
+        .await
+        .with_context(|| format!("failed to record the audit entry {action} on {target}"))
+}
+
+/// [`record_tx`] with the database error as is, for repositories that name the failed
+/// statement in their own error type.
+pub async fn insert_tx(
+    conn: &mut PgConnection,
+    actor: &Operator,
+    action: &str,
+    target: &str,
+    event: Option<&str>,
+    detail: &Value,
+) -> Result<(), sqlx::Error> {
     sqlx::query(
         "INSERT INTO ops_audit (actor, action, target, event_id, detail)
          VALUES ($1, $2, $3, $4, $5)",
@@ -82,8 +121,7 @@ pub async fn record_tx(
     .bind(event)
     .bind(detail)
     .execute(conn)
-    .await
-    .with_context(|| format!("failed to record the audit entry {action} on {target}"))?;
+    .await?;
     Ok(())
 }
 
@@ -102,8 +140,14 @@ mod tests {
 
     #[test]
     fn the_actor_is_trimmed_bounded_and_visible() {
-        assert_eq!(actor_from(&parts(Some("  alice@promoter "))).as_deref(), Some("alice@promoter"));
-        assert_eq!(actor_from(&parts(Some("Ops Desk 2"))).as_deref(), Some("Ops Desk 2"));
+        assert_eq!(
+            actor_from(&parts(Some("  alice@promoter "))).as_deref(),
+            Some("alice@promoter")
+        );
+        assert_eq!(
+            actor_from(&parts(Some("Ops Desk 2"))).as_deref(),
+            Some("Ops Desk 2")
+        );
         assert_eq!(actor_from(&parts(None)), None);
         assert_eq!(actor_from(&parts(Some("   "))), None);
         assert_eq!(actor_from(&parts(Some(&"a".repeat(201)))), None);
