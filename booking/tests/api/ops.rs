@@ -116,9 +116,11 @@ async fn the_search_uses_an_index_for_each_filter() {
     // Enough rows that a sequential scan is not the cheap answer.
     sqlx::query(
         "INSERT INTO orders (id, account_id, idempotency_key, source, event_id, total, expires_at,
-                             created_at)
+                             created_at, status, paid_at)
          SELECT 'o' || g, 'acct' || (g % 5000), 'k' || g, 'cart', 'ev' || (g % 50), 100,
-                clock_timestamp(), clock_timestamp() - make_interval(secs => g)
+                clock_timestamp(), clock_timestamp() - make_interval(secs => g),
+                CASE WHEN g % 2 = 0 THEN 'PAID' ELSE 'EXPIRED' END,
+                CASE WHEN g % 2 = 0 THEN clock_timestamp() END
            FROM generate_series(1, 50000) g",
     )
     .execute(&app.pool)
