@@ -254,7 +254,7 @@ mod tests {
             ..Search::default()
         };
         let b = build(&s, 11);
-        let sql = b.sql();
+        let sql = b.sql().as_str().to_owned();
         assert!(sql.contains("event_id = $1"), "{sql}");
         assert!(!sql.contains("account_id ="), "{sql}");
         assert!(sql.contains("LIMIT $2"), "{sql}");
