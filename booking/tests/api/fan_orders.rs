@@ -187,6 +187,7 @@ async fn a_cancel_racing_a_pay_ends_paid_with_one_charge_or_cancelled_with_none(
         }
     }
     assert_eq!(paid + cancelled, orders.len());
+    eprintln!("cancel racing pay: {paid} paid, {cancelled} cancelled");
     // Every order answered exactly one of its two requests with success.
     assert_eq!((paid, cancelled), (paid_answers, cancel_answers));
     env.app.stop().await;

@@ -108,11 +108,15 @@ async fn kills_are_all_or_nothing_audited_and_released() {
     )
     .await;
     assert_eq!(status, 409, "a killed seat was held: {v}");
-    // The seat map shows killed seats as not available.
-    let (status, map) = json(app.get("/api/events/ev/seats", &token).await).await;
-    assert_eq!(status, 200, "{map}");
-    let text = map.to_string();
-    assert!(!text.is_empty());
+    // The seat map (JSON and compact, which agree) shows killed seats as sold.
+    let map = crate::seat_map::compact_equals_json(&app, "ev").await;
+    for seat in ["S1-R1-1", "S1-R1-2"] {
+        let shown = map
+            .iter()
+            .find(|s| s["seat_id"] == seat)
+            .expect("seat in map");
+        assert_eq!(shown["status"], "sold", "{seat}");
+    }
 
     // Release refuses seats that are not held back, then puts the killed ones back.
     let (status, v) = ops_post(
