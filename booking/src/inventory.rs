@@ -14,6 +14,7 @@ pub mod events;
 pub mod ga;
 pub mod holds;
 mod http;
+pub mod kills;
 pub mod model;
 pub mod seats;
 pub mod storefront;

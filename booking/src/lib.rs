@@ -33,5 +33,8 @@ pub mod payments;
 // Auctions: cold (Postgres) and hot (Redis Lua) bids, closer, live prices.
 pub mod auctions;
 
+// The ops API's read side: order search and detail, the audit log reader.
+pub mod ops;
+
 // Assembles state, routes, config, metrics and jobs; starts the service.
 pub mod app;

@@ -44,6 +44,7 @@
 //!   task outlives the process's stop signal.
 
 pub mod cart;
+pub mod cursor;
 pub mod expiry;
 pub mod flash;
 pub mod http;

@@ -13,7 +13,14 @@ use std::path::{Path, PathBuf};
 
 const PLATFORM: &str = "platform";
 const APP: &str = "app";
-const DOMAINS: [&str; 5] = ["inventory", "orders", "outbox", "payments", "auctions"];
+const DOMAINS: [&str; 6] = [
+    "inventory",
+    "orders",
+    "outbox",
+    "payments",
+    "auctions",
+    "ops",
+];
 
 /// `module -> (imported module -> first place seen)`.
 type Graph = BTreeMap<String, BTreeMap<String, String>>;

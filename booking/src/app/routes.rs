@@ -39,6 +39,9 @@ pub fn router(state: AppState) -> Router {
         .merge(crate::payments::router().with_state(state.payments.clone()))
         .merge(crate::payments::webhooks::router().with_state(state.payments.clone()))
         .merge(crate::payments::ops::router().with_state(state.payments.clone()))
+        // Ops (issue 18): order search/detail, the audit log; seat kills.
+        .merge(crate::ops::router().with_state(state.ops.clone()))
+        .merge(crate::inventory::kills::router().with_state(state.inventory.clone()))
         .fallback(fallback);
     routes
         .layer(DefaultBodyLimit::max(body_limit))

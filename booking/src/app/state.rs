@@ -39,6 +39,9 @@ pub struct Inner {
     pub payments: crate::payments::PaymentsState,
 
     pub auctions: crate::auctions::AuctionsState,
+
+    /// The ops API's reads (main pool: custom plans for the search).
+    pub ops: crate::ops::OpsState,
 }
 
 impl std::ops::Deref for AppState {
@@ -150,7 +153,13 @@ impl AppState {
         )
         .context("failed to set up auctions")?;
 
+        let ops = crate::ops::OpsState {
+            pool: pool.clone(),
+            auth: auth.clone(),
+        };
+
         Ok(Self(Arc::new(Inner {
+            ops,
             idempotency,
             inventory,
             orders,

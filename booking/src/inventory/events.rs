@@ -19,6 +19,7 @@ pub use repo::{EventCounts, GaCounts};
 
 use crate::inventory::InventoryState;
 use crate::inventory::http::counted;
+use crate::platform::audit::AdminCaller;
 use crate::platform::auth::Admin;
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::json::ApiJson;
@@ -38,14 +39,14 @@ pub fn router() -> Router<InventoryState> {
 
 async fn create_event(
     State(state): State<InventoryState>,
-    admin: Result<Admin, ApiError>,
+    admin: Result<AdminCaller, ApiError>,
     body: Result<ApiJson<CreateEvent>, ApiError>,
 ) -> ApiResult<(StatusCode, ApiJson<EventCreated>)> {
     let r = async {
-        admin?;
+        let AdminCaller(actor) = admin?;
         let ApiJson(req) = body?;
         let seats = model::validate(&req).map_err(crate::inventory::InventoryError::from)?;
-        Ok(repo::insert_event(&state.pool, req, seats).await?)
+        Ok(repo::insert_event(&state.pool, req, seats, &actor).await?)
     }
     .await;
     let created = counted(&state, r)?;

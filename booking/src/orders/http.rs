@@ -37,11 +37,13 @@ use shared::error::codes;
 use std::collections::BTreeMap;
 
 mod errors;
+mod fans;
 
 pub fn router() -> Router<OrdersState> {
     Router::new()
-        .route("/api/orders", post(create_order))
+        .route("/api/orders", post(create_order).get(fans::list_orders))
         .route("/api/orders/{id}", get(get_order))
+        .route("/api/orders/{id}/cancel", post(fans::cancel_order))
 }
 
 /// How long this request's gate admissions and done marker live.

@@ -25,6 +25,7 @@ pub mod repo;
 use crate::orders::repo::{During, OrderError};
 use crate::orders::stock::MAX_STOCK_SHARDS;
 use crate::orders::{OrdersState, flash};
+use crate::platform::audit::{self, AdminCaller};
 use crate::platform::auth::Admin;
 use crate::platform::db;
 use crate::platform::error::{ApiError, ApiResult};
@@ -139,7 +140,7 @@ pub fn unknown_sku(sku: &str) -> ApiError {
     ApiError::not_found(codes::UNKNOWN_SKU, "no such product").with("sku", sku)
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct NewProduct {
     pub sku: String,
@@ -161,7 +162,7 @@ fn one_shard() -> i32 {
 }
 
 /// `PUT /admin/products/{sku}`: every field optional, every field absolute.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProductUpdate {
     pub name: Option<String>,
@@ -231,7 +232,7 @@ fn validate_shards(shards: i32) -> ApiResult<()> {
 
 #[tracing::instrument(skip_all, fields(sku = %req.sku))]
 async fn create_product(
-    _admin: Admin,
+    AdminCaller(actor): AdminCaller,
     State(state): State<OrdersState>,
     ApiJson(req): ApiJson<NewProduct>,
 ) -> ApiResult<impl IntoResponse> {
@@ -251,6 +252,17 @@ async fn create_product(
         .await
         .during("begin the product transaction")?;
     repo::create_tx(&mut tx, &req).await?;
+    let detail = serde_json::to_value(&req).map_err(OrderError::Serialize)?;
+    audit::insert_tx(
+        &mut tx,
+        &actor,
+        "product.create",
+        &format!("product:{}", req.sku),
+        Some(&req.event),
+        &detail,
+    )
+    .await
+    .during("record the audit entry")?;
     tx.commit().await.during("commit the product transaction")?;
     state.catalog.insert(&req.sku, &req.event);
     if req.hot {
@@ -264,7 +276,7 @@ async fn create_product(
 
 #[tracing::instrument(skip_all, fields(sku = %sku))]
 async fn update_product(
-    _admin: Admin,
+    AdminCaller(actor): AdminCaller,
     State(state): State<OrdersState>,
     Path(sku): Path<String>,
     ApiJson(req): ApiJson<ProductUpdate>,
@@ -293,6 +305,17 @@ async fn update_product(
             .await
             .during("begin the product transaction")?;
         repo::update_tx(&mut tx, &sku, &req).await?;
+        let detail = serde_json::to_value(&req).map_err(OrderError::Serialize)?;
+        audit::insert_tx(
+            &mut tx,
+            &actor,
+            "product.update",
+            &format!("product:{sku}"),
+            None,
+            &detail,
+        )
+        .await
+        .during("record the audit entry")?;
         tx.commit().await.during("commit the product transaction")
     })
     .await?;

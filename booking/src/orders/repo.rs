@@ -18,6 +18,7 @@ use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 use std::collections::BTreeMap;
 
+pub mod fans;
 mod insert;
 use insert::{NewOrder, insert_order};
 

@@ -60,6 +60,31 @@ where
     }
 }
 
+/// The actor of an admin call that existed before the audit log (`POST /admin/events`,
+/// `POST`/`PUT /admin/products...`): the admin bearer is required, the operator's name is
+/// taken from `X-Floodgate-Actor` when given and is [`UNNAMED`] otherwise, so existing
+/// callers (seeding, loadgen) keep working and their changes are still recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminCaller(pub Operator);
+
+/// The actor recorded for an admin call that named no operator.
+pub const UNNAMED: &str = "unnamed";
+
+impl<S> FromRequestParts<S> for AdminCaller
+where
+    Auth: FromRef<S>,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        Admin::from_request_parts(parts, state).await?;
+        Ok(AdminCaller(Operator(
+            actor_from(parts).unwrap_or_else(|| UNNAMED.to_owned()),
+        )))
+    }
+}
+
 /// One audit entry: `action` (a dotted name such as `order.refund`) on `target` (such as
 /// `order:ord_1`), in `event` if it belongs to one, with `detail` (the validated request and
 /// what it changed). Call it inside the transaction of the change.
@@ -71,6 +96,21 @@ pub async fn record_tx(
     event: Option<&str>,
     detail: &Value,
 ) -> anyhow::Result<()> {
+    insert_tx(conn, actor, action, target, event, detail)
+        .await
+        .with_context(|| format!("failed to record the audit entry {action} on {target}"))
+}
+
+/// [`record_tx`] with the database error as is, for repositories that name the failed
+/// statement in their own error type.
+pub async fn insert_tx(
+    conn: &mut PgConnection,
+    actor: &Operator,
+    action: &str,
+    target: &str,
+    event: Option<&str>,
+    detail: &Value,
+) -> Result<(), sqlx::Error> {
     sqlx::query(
         "INSERT INTO ops_audit (actor, action, target, event_id, detail)
          VALUES ($1, $2, $3, $4, $5)",
@@ -81,8 +121,7 @@ pub async fn record_tx(
     .bind(event)
     .bind(detail)
     .execute(conn)
-    .await
-    .with_context(|| format!("failed to record the audit entry {action} on {target}"))?;
+    .await?;
     Ok(())
 }
 

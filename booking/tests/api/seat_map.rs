@@ -65,7 +65,7 @@ async fn get_json(app: &TestApp, path: &str, token: &str) -> Value {
 }
 
 /// The compact map decoded, and the JSON map's seats; asserts they are equal.
-async fn compact_equals_json(app: &TestApp, event: &str) -> Vec<Value> {
+pub async fn compact_equals_json(app: &TestApp, event: &str) -> Vec<Value> {
     let token = app.admission("viewer", event);
     let layout = get_json(app, &format!("/api/events/{event}/seats/layout"), &token).await;
     let avail = get_json(

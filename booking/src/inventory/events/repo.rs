@@ -4,6 +4,7 @@
 use super::model::{CreateEvent, EventCreated, RefundStock};
 use crate::inventory::error::{During, InventoryError};
 use crate::inventory::model::Invalid;
+use crate::platform::audit::{self, Operator};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::PgPool;
@@ -26,10 +27,11 @@ pub(super) async fn insert_event(
     pool: &PgPool,
     req: CreateEvent,
     seats: u64,
+    actor: &Operator,
 ) -> Result<EventCreated> {
     let id = req.id.clone().unwrap_or_else(shared::ids::new_id);
     let started = std::time::Instant::now();
-    match insert_tx(pool, &id, &req).await {
+    match insert_tx(pool, &id, &req, seats, actor).await {
         Ok(true) => {}
         Ok(false) => return Err(InventoryError::EventExists { id }),
         Err(e) => {
@@ -63,7 +65,13 @@ pub(super) async fn insert_event(
 }
 
 /// The insert transaction; `false` when an event with this id exists (nothing written).
-async fn insert_tx(pool: &PgPool, id: &str, req: &CreateEvent) -> Result<bool> {
+async fn insert_tx(
+    pool: &PgPool,
+    id: &str,
+    req: &CreateEvent,
+    seats: u64,
+    actor: &Operator,
+) -> Result<bool> {
     let mut tx = pool.begin().await.during("begin creating the event")?;
     let inserted: Option<String> = sqlx::query_scalar(
         "INSERT INTO events (id, name, venue, sale_start, hold_ttl_s, max_tickets_per_account,
@@ -207,6 +215,22 @@ async fn insert_tx(pool: &PgPool, id: &str, req: &CreateEvent) -> Result<bool> {
             .await
             .during("insert the GA counters")?;
     }
+    // The audit entry (issue 18) commits with the event; the seat map is summarised.
+    let detail = serde_json::json!({
+        "name": req.name, "sale_start": req.sale_start, "hold_ttl_s": req.hold_ttl_s,
+        "max_tickets_per_account": req.max_tickets_per_account, "seats": seats,
+        "price_tiers": req.price_tiers.len(), "ga_tiers": req.ga_tiers.len(),
+    });
+    audit::insert_tx(
+        &mut tx,
+        actor,
+        "event.create",
+        &format!("event:{id}"),
+        Some(id),
+        &detail,
+    )
+    .await
+    .during("record the audit entry")?;
     tx.commit().await.during("commit the new event")?;
     Ok(true)
 }

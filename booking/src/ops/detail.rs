@@ -1,0 +1,93 @@
+//! `GET /admin/orders/{id}`: one order with its items, payment attempts (status, amounts,
+//! provider ids, refund and dispute fields: every column of `payments`, so fields added
+//! later show without a change here), the provider events received for them
+//! (`payment_webhook_events`), its refunds as recorded today (attempts `refund_pending` or
+//! `refunded`, and `order.refunded` outbox events), its tickets (valid or voided) and its
+//! audit entries. Read in one `REPEATABLE READ READ ONLY` transaction: one consistent picture.
+
+use crate::ops::OpsState;
+use crate::orders::load_order;
+use crate::platform::auth::Admin;
+use crate::platform::error::{ApiError, ApiResult};
+use crate::platform::json::ApiJson;
+use anyhow::Context;
+use axum::extract::{Path, State};
+use serde_json::{Value, json};
+use shared::error::codes;
+
+/// Every part of the detail but the order itself, as JSON built by Postgres (one statement).
+const PARTS: &str = "
+SELECT
+  (SELECT COALESCE(jsonb_agg(to_jsonb(p) ORDER BY p.attempt), '[]'::jsonb)
+     FROM payments p WHERE p.order_id = $1) AS payments,
+  (SELECT COALESCE(jsonb_agg(to_jsonb(w) ORDER BY w.received_at, w.provider_event_id),
+                   '[]'::jsonb)
+     FROM payment_webhook_events w
+    WHERE w.payment_id IN (SELECT id FROM payments WHERE order_id = $1)) AS provider_events,
+  (SELECT COALESCE(jsonb_agg(jsonb_build_object(
+              'payment_id', p.id, 'status', p.status, 'amount', p.amount,
+              'currency', p.currency, 'refund_id', p.refund_id,
+              'updated_at', p.updated_at) ORDER BY p.attempt), '[]'::jsonb)
+     FROM payments p
+    WHERE p.order_id = $1 AND (p.status IN ('refund_pending', 'refunded')
+                               OR p.refund_id IS NOT NULL)) AS refunds,
+  (SELECT COALESCE(jsonb_agg(jsonb_build_object(
+              'id', t.id, 'seat_id', t.seat_id, 'ga_tier', t.ga_tier,
+              'issued_at', t.issued_at, 'valid', t.voided_at IS NULL,
+              'voided_at', t.voided_at, 'void_reason', t.void_reason)
+              ORDER BY t.seat_id, t.id), '[]'::jsonb)
+     FROM tickets t WHERE t.order_id = $1) AS tickets,
+  (SELECT COALESCE(jsonb_agg(to_jsonb(a) ORDER BY a.id), '[]'::jsonb)
+     FROM ops_audit a WHERE a.target = 'order:' || $1) AS audit,
+  (SELECT jsonb_build_object('account_id', o.account_id, 'updated_at', o.updated_at,
+                             'reversed_at', o.reversed_at)
+     FROM orders o WHERE o.id = $1) AS extra";
+
+#[derive(sqlx::FromRow)]
+struct Parts {
+    payments: Value,
+    provider_events: Value,
+    refunds: Value,
+    tickets: Value,
+    audit: Value,
+    extra: Option<Value>,
+}
+
+pub async fn order_detail(
+    _admin: Admin,
+    State(state): State<OpsState>,
+    Path(id): Path<String>,
+) -> ApiResult<ApiJson<Value>> {
+    let not_found = || ApiError::not_found(codes::NOT_FOUND, "no such order");
+    if id.is_empty() || id.len() > 64 {
+        return Err(not_found());
+    }
+    let mut tx = state
+        .pool
+        .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        .await
+        .context("failed to begin reading the order")?;
+    let Some((_, view)) = load_order(&mut tx, &id, None).await? else {
+        return Err(not_found());
+    };
+    let parts: Parts = sqlx::query_as(PARTS)
+        .bind(&id)
+        .fetch_one(&mut *tx)
+        .await
+        .context("failed to read the order's payments, events, tickets and audit")?;
+    tx.commit()
+        .await
+        .context("failed to finish reading the order")?;
+    let mut order = serde_json::to_value(&view).context("failed to render the order")?;
+    if let (Some(Value::Object(extra)), Value::Object(o)) = (parts.extra, &mut order) {
+        o.extend(extra);
+    }
+    Ok(ApiJson(json!({
+        "order": order,
+        "payments": parts.payments,
+        "provider_events": parts.provider_events,
+        "refunds": parts.refunds,
+        "tickets": parts.tickets,
+        "audit": parts.audit,
+    })))
+}
