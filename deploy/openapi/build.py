@@ -458,6 +458,68 @@ def booking_paths():
         tag=auc, params=[aid, IDEMPOTENCY],
         req=body(obj({"amount": {"type": "integer", "minimum": 1, "maximum": 10**15}}, required=("amount",), extra=False)),
         security=ADMITTED)}
+    # Ops: search, detail, audit (ops/), seat kills (inventory/kills).
+    cursor = query("cursor", {"type": "string", "minLength": 1, "maxLength": 200},
+                   "the `next_cursor` of the previous page (opaque)")
+    limit = query("limit", {"type": "integer", "minimum": 1, "maximum": 200, "default": 50})
+    statuses = ["PENDING_PAYMENT", "PAID", "EXPIRED", "CANCELLED", "REFUNDED", "DISPUTED"]
+    order_line = obj({
+        "id": S, "account_id": S, "status": {"enum": statuses}, "source": S, "event_id": S,
+        "total": MONEY, "currency": S, "created_at": TS, "updated_at": TS, "paid_at": TS,
+    }, required=("id", "account_id", "status", "total", "created_at"))
+    p["/admin/orders"] = {"get": op(
+        "Search orders (newest first, keyset pages)",
+        [ok(obj({"orders": arr(order_line), "next_cursor": S}, required=("orders",))), err("401", "422")],
+        tag=ops, security=ADMIN,
+        params=[query("account", {"type": "string", "minLength": 1, "maxLength": 200}),
+                query("event", {"type": "string", "minLength": 1, "maxLength": 64}),
+                query("status", {"enum": statuses}),
+                query("created_from", TS), query("created_to", TS), limit, cursor])}
+    p["/admin/orders/{id}"] = {"get": op(
+        "One order with its payment attempts, provider events, refunds, tickets and audit entries",
+        [ok(obj({"order": {"type": "object"}, "payments": arr({"type": "object"}),
+                 "provider_events": arr({"type": "object"}), "refunds": arr({"type": "object"}),
+                 "tickets": arr({"type": "object"}), "audit": arr({"type": "object"})},
+                required=("order", "payments", "provider_events", "refunds", "tickets", "audit"))),
+         err("401", "404")],
+        tag=ops, params=[oid], security=ADMIN)}
+    p["/admin/audit"] = {"get": op(
+        "The ops audit log (newest first): who changed what, when",
+        [ok(obj({"entries": arr(obj({"id": I, "at": TS, "actor": S, "action": S, "target": S,
+                                      "event_id": S, "detail": {}},
+                                     required=("id", "at", "actor", "action", "target"))),
+                 "next_cursor": S}, required=("entries",))), err("401", "422")],
+        tag=ops, security=ADMIN,
+        params=[query("event", {"type": "string", "minLength": 1, "maxLength": 64}),
+                query("target", {"type": "string", "minLength": 1, "maxLength": 300}),
+                query("action", {"type": "string", "minLength": 1, "maxLength": 100}), limit, cursor])}
+    seat_ids = arr({"type": "string", "minLength": 1, "maxLength": 64}, minItems=1, maxItems=500)
+    kill_answer = obj({"event_id": S, "seats": arr(S), "status": S}, required=("event_id", "seats", "status"))
+    kill_errs = err("400", "401", "404", "409", "413", "415", "422")
+    release = op("Put killed or held-back seats back on sale (all or nothing)", [ok(kill_answer), kill_errs],
+                 tag=ops, params=[ev, ACTOR], security=ADMIN,
+                 req=body(obj({"seats": seat_ids}, required=("seats",), extra=False)))
+    p["/admin/events/{event}/seat-kills"] = {
+        "post": op("Take free seats out of sale (all or nothing; `409 SEATS_NOT_FREE` names the others)",
+                   [ok(kill_answer), kill_errs], tag=ops, params=[ev, ACTOR], security=ADMIN,
+                   req=body(obj({"seats": seat_ids,
+                                 "reason": {"enum": ["production", "accessibility", "sponsor", "damaged", "other"]},
+                                 "note": {"type": "string", "maxLength": 500}},
+                                required=("seats", "reason"), extra=False))),
+        "delete": release,
+    }
+    p["/admin/events/{event}/seat-kills/release"] = {"post": release}
+    # Fans' own orders.
+    p["/api/orders"]["get"] = op(
+        "One's own orders (newest first, keyset pages)",
+        [ok(obj({"orders": arr({"type": "object"}), "next_cursor": S}, required=("orders",))), err("401", "403", "422")],
+        tag=orders, security=ADMITTED,
+        params=[query("event", {"type": "string", "minLength": 1, "maxLength": 64}), limit, cursor])
+    p["/api/orders/{id}/cancel"] = {"post": op(
+        "Cancel one's own pending order (never one whose payment may be under way)",
+        [ok(ref("Order")), err("401", "403", "404", "409", "503")],
+        tag=orders, params=[oid], security=ADMITTED,
+        desc="`409 ORDER_NOT_CANCELLABLE {status}` or `409 PAYMENT_IN_PROGRESS`.")}
     # Ops: refunds and cancellations (payments/ops).
     refund_row = obj({
         "id": S, "order_id": S, "event_id": NULLABLE_S, "amount": MONEY,
