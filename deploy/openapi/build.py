@@ -479,8 +479,9 @@ def booking_paths():
         "One order with its payment attempts, provider events, refunds, tickets and audit entries",
         [ok(obj({"order": {"type": "object"}, "payments": arr({"type": "object"}),
                  "provider_events": arr({"type": "object"}), "refunds": arr({"type": "object"}),
+                 "ops_refunds": arr({"type": "object"}),
                  "tickets": arr({"type": "object"}), "audit": arr({"type": "object"})},
-                required=("order", "payments", "provider_events", "refunds", "tickets", "audit"))),
+                required=("order", "payments", "provider_events", "refunds", "ops_refunds", "tickets", "audit"))),
          err("401", "404")],
         tag=ops, params=[oid], security=ADMIN)}
     p["/admin/audit"] = {"get": op(

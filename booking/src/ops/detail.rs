@@ -2,7 +2,8 @@
 //! provider ids, refund and dispute fields: every column of `payments`, so fields added
 //! later show without a change here), the provider events received for them
 //! (`payment_webhook_events`), its refunds as recorded today (attempts `refund_pending` or
-//! `refunded`, and `order.refunded` outbox events), its tickets (valid or voided) and its
+//! `refunded`, and `order.refunded` outbox events), the refunds ops or an event cancellation
+//! asked for (`order_refunds`: status, amount, provider refund id, who), its tickets (valid or voided) and its
 //! audit entries. Read in one `REPEATABLE READ READ ONLY` transaction: one consistent picture.
 
 use crate::ops::OpsState;
@@ -31,6 +32,9 @@ SELECT
      FROM payments p
     WHERE p.order_id = $1 AND (p.status IN ('refund_pending', 'refunded')
                                OR p.refund_id IS NOT NULL)) AS refunds,
+  (SELECT COALESCE(jsonb_agg(to_jsonb(r) - 'leased_until' ORDER BY r.created_at, r.id),
+                   '[]'::jsonb)
+     FROM order_refunds r WHERE r.order_id = $1) AS ops_refunds,
   (SELECT COALESCE(jsonb_agg(jsonb_build_object(
               'id', t.id, 'seat_id', t.seat_id, 'ga_tier', t.ga_tier,
               'issued_at', t.issued_at, 'valid', t.voided_at IS NULL,
@@ -48,6 +52,7 @@ struct Parts {
     payments: Value,
     provider_events: Value,
     refunds: Value,
+    ops_refunds: Value,
     tickets: Value,
     audit: Value,
     extra: Option<Value>,
@@ -87,6 +92,7 @@ pub async fn order_detail(
         "payments": parts.payments,
         "provider_events": parts.provider_events,
         "refunds": parts.refunds,
+        "ops_refunds": parts.ops_refunds,
         "tickets": parts.tickets,
         "audit": parts.audit,
     })))

@@ -202,6 +202,20 @@ async fn cancel_ends_a_pending_order_and_refunds_a_paid_one() {
     .await
     .expect("audits");
     assert_eq!(audits, 2);
+    // The order's detail shows the refund ops asked for, and who asked.
+    let (s, d) = json(env.app.admin_get(&format!("/admin/orders/{paid}")).await).await;
+    assert_eq!(s, 200, "{d}");
+    let asked = d["ops_refunds"].as_array().expect("ops_refunds");
+    assert_eq!(asked.len(), 1, "{d}");
+    assert_eq!(
+        (
+            asked[0]["status"].clone(),
+            asked[0]["stock"].clone(),
+            asked[0]["actor"].clone()
+        ),
+        (json!("succeeded"), json!("kill"), json!("ops"))
+    );
+    assert_eq!(d["order"]["status"], "REFUNDED");
 }
 
 #[tokio::test]
@@ -433,19 +447,40 @@ async fn holds_on_a_cancelled_event_are_refused_and_write_nothing() {
     let env = PayEnv::spawn().await;
     crate::helpers::create_refund_event(&env.app, "ev", "release").await;
     let token = env.app.admission("fan-late", "ev");
-    let (s, v, _) = ops_post(&env.app, "/admin/events/ev/cancel", Some("ops"), None, &json!({})).await;
+    let (s, v, _) = ops_post(
+        &env.app,
+        "/admin/events/ev/cancel",
+        Some("ops"),
+        None,
+        &json!({}),
+    )
+    .await;
     assert_eq!(s, 202, "{v}");
     let before = crate::events::db_state(&env.app.pool).await;
     let tries = [
         ("/api/events/ev/holds", json!({"seats": ["S1-R1-1"]})),
-        ("/api/events/ev/holds", json!({"best_available": {"quantity": 2}})),
-        ("/api/events/ev/ga-holds", json!({"tier": "FLOOR", "quantity": 1})),
+        (
+            "/api/events/ev/holds",
+            json!({"best_available": {"quantity": 2}}),
+        ),
+        (
+            "/api/events/ev/ga-holds",
+            json!({"tier": "FLOOR", "quantity": 1}),
+        ),
     ];
     for (path, body) in tries {
         let (s, v) = json(env.app.post(path, &token, &body).await).await;
-        assert_eq!((s, v["code"].clone()), (409, json!("EVENT_CANCELLED")), "{path} {body}: {v}");
+        assert_eq!(
+            (s, v["code"].clone()),
+            (409, json!("EVENT_CANCELLED")),
+            "{path} {body}: {v}"
+        );
     }
-    assert_eq!(crate::events::db_state(&env.app.pool).await, before, "a refused hold wrote");
+    assert_eq!(
+        crate::events::db_state(&env.app.pool).await,
+        before,
+        "a refused hold wrote"
+    );
     let holds: i64 = sqlx::query_scalar("SELECT count(*) FROM holds WHERE event_id = 'ev'")
         .fetch_one(&env.app.pool)
         .await

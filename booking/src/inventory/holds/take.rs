@@ -97,13 +97,12 @@ pub(crate) async fn limit_refusal(
 /// The refusal for a hold the statement found not on sale: no such event, the event was
 /// cancelled (EVENT_CANCELLED), or SALE_NOT_STARTED.
 pub(crate) async fn sale_not_started(pool: &PgPool, event: &str) -> InventoryError {
-    let start: Result<Option<(DateTime<Utc>, bool)>> = sqlx::query_as(
-        "SELECT sale_start, cancelled_at IS NOT NULL FROM events WHERE id = $1",
-    )
-    .bind(event)
-    .fetch_optional(pool)
-    .await
-    .during("read the sale start");
+    let start: Result<Option<(DateTime<Utc>, bool)>> =
+        sqlx::query_as("SELECT sale_start, cancelled_at IS NOT NULL FROM events WHERE id = $1")
+            .bind(event)
+            .fetch_optional(pool)
+            .await
+            .during("read the sale start");
     match start {
         Err(e) => e,
         Ok(None) => InventoryError::UnknownEvent,
