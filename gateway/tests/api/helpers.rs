@@ -60,8 +60,14 @@ pub fn token_settings(kids: &[&str], current: &str) -> TokenSettings {
 /// A config for one test instance: free ports, fast ticks, the given prefix and upstreams.
 pub fn config(prefix: &str, upstreams: Vec<String>) -> GatewayConfig {
     let mut c = GatewayConfig::default();
-    c.gateway.listen = format!("127.0.0.1:{}", free_port());
-    c.gateway.admin_listen = format!("127.0.0.1:{}", free_port());
+    // Two draws may land on the same free port (1 in ~22,000; seen once in a cluster run):
+    // the admin port is drawn until it differs.
+    let public = free_port();
+    let admin = std::iter::repeat_with(free_port)
+        .find(|p| *p != public)
+        .expect("a second free port");
+    c.gateway.listen = format!("127.0.0.1:{public}");
+    c.gateway.admin_listen = format!("127.0.0.1:{admin}");
     c.gateway.upstreams = upstreams;
     c.gateway.static_dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../static").into();
     c.gateway.dev_mode = true;
