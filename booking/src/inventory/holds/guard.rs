@@ -52,42 +52,9 @@ stranded AS (
       AND EXISTS (
           SELECT 1 FROM after b
           WHERE b.section = a.section AND b.row_no = a.row_no
-            AND b.number IN (a.number - 1, a.number + 1) AND b.mine)),
-usage AS (
-    INSERT INTO account_event_usage AS u (event_id, account_id, tickets)
-    SELECT e.id, $2, $5 FROM events e
-    WHERE e.id = $1 AND $5 <= e.max_tickets_per_account
-      AND e.sale_start <= clock_timestamp() AND e.cancelled_at IS NULL
-      AND (SELECT count(*) FROM wanted) = cardinality($4::text[])
-      AND NOT EXISTS (SELECT 1 FROM stranded)
-    ON CONFLICT (event_id, account_id) DO UPDATE
-        SET tickets = u.tickets + EXCLUDED.tickets
-        WHERE u.tickets + EXCLUDED.tickets
-              <= (SELECT max_tickets_per_account FROM events WHERE id = $1)
-    RETURNING u.tickets),
-hold AS (
-    INSERT INTO holds (id, event_id, account_id, kind, ga_tier, quantity, expires_at)
-    SELECT $3, e.id, $2, 'seats', NULL, $5,
-           clock_timestamp() + make_interval(secs => e.hold_ttl_s)
-    FROM events e, usage
-    WHERE e.id = $1
-    RETURNING expires_at),
-took AS (
-    UPDATE seats s SET status = 'held', hold_id = $3, held_until = h.expires_at
-    FROM hold h, wanted w
-    WHERE s.event_id = $1 AND s.seat_id = w.seat_id
-    RETURNING s.seat_id)
-SELECT (SELECT expires_at FROM hold), (SELECT count(*) FROM took),
-       w.seat_id, w.prev_hold, w.price,
-       (SELECT e.sale_start <= clock_timestamp() AND e.cancelled_at IS NULL
-          FROM events e WHERE e.id = $1),
-       (SELECT COALESCE(a.tickets, 0) + $5 <= e.max_tickets_per_account
-          FROM events e LEFT JOIN account_event_usage a
-            ON a.event_id = e.id AND a.account_id = $2
-         WHERE e.id = $1),
-       ",
-    crate::live_until_ms_sql!("$2", "$1", "(SELECT expires_at FROM hold)", "NULL"),
-    ",
-       (SELECT array_agg(seat_id ORDER BY seat_id) FROM stranded)
-FROM (VALUES (1)) AS one (x) LEFT JOIN wanted w ON true"
+            AND b.number IN (a.number - 1, a.number + 1) AND b.mine)),",
+    crate::seat_hold_writes_sql!(
+        "AND NOT EXISTS (SELECT 1 FROM stranded)",
+        "(SELECT array_agg(seat_id ORDER BY seat_id) FROM stranded)"
+    )
 );

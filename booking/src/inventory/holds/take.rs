@@ -154,13 +154,29 @@ WITH wanted AS (
     WHERE s.event_id = $1 AND s.seat_id = ANY($4)
       AND (s.status = 'available' OR (s.status = 'held' AND s.held_until <= clock_timestamp()))
     ORDER BY s.seat_id
-    FOR UPDATE OF s),
+    FOR UPDATE OF s),",
+    crate::seat_hold_writes_sql!("", "NULL::text[]")
+);
+
+/// The writing half of the seat hold statements ([`HOLD_SEATS`] and the guarded one in
+/// `holds/guard.rs`), after the caller's `WITH` parts that end in `wanted` (the requested
+/// seats it could lock and take, with `prev_hold` and `price`): `usage`, `hold` and `took`,
+/// all or nothing, then the answer's columns. `$guard`: one more condition on the usage (so
+/// on everything), e.g. `AND NOT EXISTS (...)`; `$last`: the last column (`text[]`).
+#[macro_export]
+macro_rules! seat_hold_writes_sql {
+    ($guard:literal, $last:literal) => {
+        concat!(
+            "
 usage AS (
     INSERT INTO account_event_usage AS u (event_id, account_id, tickets)
     SELECT e.id, $2, $5 FROM events e
     WHERE e.id = $1 AND $5 <= e.max_tickets_per_account
       AND e.sale_start <= clock_timestamp() AND e.cancelled_at IS NULL
       AND (SELECT count(*) FROM wanted) = cardinality($4::text[])
+      ",
+            $guard,
+            "
     ON CONFLICT (event_id, account_id) DO UPDATE
         SET tickets = u.tickets + EXCLUDED.tickets
         WHERE u.tickets + EXCLUDED.tickets
@@ -187,10 +203,15 @@ SELECT (SELECT expires_at FROM hold), (SELECT count(*) FROM took),
             ON a.event_id = e.id AND a.account_id = $2
          WHERE e.id = $1),
        ",
-    crate::live_until_ms_sql!("$2", "$1", "(SELECT expires_at FROM hold)", "NULL"),
-    "
+            $crate::live_until_ms_sql!("$2", "$1", "(SELECT expires_at FROM hold)", "NULL"),
+            ",
+       ",
+            $last,
+            "
 FROM (VALUES (1)) AS one (x) LEFT JOIN wanted w ON true"
-);
+        )
+    };
+}
 
 /// One seat hold: THE seat hold statement (one round trip, its own transaction), then
 /// (rarely) the tidying of holds whose expired seats it reclaimed, in a transaction of its own:
@@ -216,47 +237,27 @@ pub(crate) async fn take_seats_tx(
         Option<bool>,
         Option<bool>,
         i64,
-    );
-    type GuardedRow = (
-        Option<DateTime<Utc>>,
-        i64,
-        Option<String>,
-        Option<String>,
-        Option<i64>,
-        Option<bool>,
-        Option<bool>,
-        i64,
         Option<Vec<String>>,
     );
     let hold_id = shared::ids::new_id();
-    let (rows, stranded): (Vec<Row>, Vec<String>) = if guard {
-        let rows: Vec<GuardedRow> = sqlx::query_as(super::guard::HOLD_SEATS_GUARDED)
-            .bind(event)
-            .bind(account)
-            .bind(&hold_id)
-            .bind(seats)
-            .bind(n)
-            .fetch_all(hold_pool)
-            .await
-            .during("take the requested seats (orphan guard)")?;
-        let stranded = rows.first().and_then(|r| r.8.clone()).unwrap_or_default();
-        let rows = rows
-            .into_iter()
-            .map(|r| (r.0, r.1, r.2, r.3, r.4, r.5, r.6, r.7))
-            .collect();
-        (rows, stranded)
+    let (statement, what) = if guard {
+        (
+            super::guard::HOLD_SEATS_GUARDED,
+            "take the requested seats (orphan guard)",
+        )
     } else {
-        let rows: Vec<Row> = sqlx::query_as(HOLD_SEATS)
-            .bind(event)
-            .bind(account)
-            .bind(&hold_id)
-            .bind(seats)
-            .bind(n)
-            .fetch_all(hold_pool)
-            .await
-            .during("take the requested seats")?;
-        (rows, Vec::new())
+        (HOLD_SEATS, "take the requested seats")
     };
+    let rows: Vec<Row> = sqlx::query_as(statement)
+        .bind(event)
+        .bind(account)
+        .bind(&hold_id)
+        .bind(seats)
+        .bind(n)
+        .fetch_all(hold_pool)
+        .await
+        .during(what)?;
+    let stranded = rows.first().and_then(|r| r.8.clone()).unwrap_or_default();
     let Some(first) = rows.first() else {
         return Err(InventoryError::Db {
             statement: "take the requested seats",
