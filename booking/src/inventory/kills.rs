@@ -122,8 +122,13 @@ struct Changed {
     refused: Vec<String>,
 }
 
-/// `$1` event, `$2` sorted seat ids, `$3` reason, `$4` note.
-const KILL: &str = "
+/// One all-or-nothing seat change: `$1` event, `$2` sorted seat ids. The seats are locked in
+/// `seat_id` order; they change only when every one exists and is `$from`; the answer names
+/// the unknown ones and those not `$from`.
+macro_rules! seat_change_sql {
+    ($from:literal, $set:literal) => {
+        concat!(
+            "
 WITH want AS (SELECT unnest($2::text[]) AS seat_id),
 locked AS (
     SELECT s.seat_id, s.status FROM seats s JOIN want w ON w.seat_id = s.seat_id
@@ -132,42 +137,47 @@ locked AS (
      FOR UPDATE OF s),
 verdict AS (
     SELECT count(*) = (SELECT count(*) FROM want)
-           AND count(*) FILTER (WHERE status <> 'available') = 0 AS ok
+           AND count(*) FILTER (WHERE status <> '",
+            $from,
+            "') = 0 AS ok
       FROM locked),
 upd AS (
-    UPDATE seats s SET status = 'held_back', kill_reason = $3, kill_note = $4
+    UPDATE seats s SET ",
+            $set,
+            "
       FROM locked l, verdict v
-     WHERE s.event_id = $1 AND s.seat_id = l.seat_id AND v.ok AND s.status = 'available'
+     WHERE s.event_id = $1 AND s.seat_id = l.seat_id AND v.ok AND s.status = '",
+            $from,
+            "'
     RETURNING s.seat_id)
 SELECT (SELECT count(*) FROM upd) AS changed,
        ARRAY(SELECT seat_id FROM want EXCEPT SELECT seat_id FROM locked ORDER BY 1) AS unknown,
-       ARRAY(SELECT seat_id FROM locked WHERE status <> 'available' ORDER BY 1) AS refused";
+       ARRAY(SELECT seat_id FROM locked WHERE status <> '",
+            $from,
+            "' ORDER BY 1) AS refused"
+        )
+    };
+}
 
-/// `$1` event, `$2` sorted seat ids. Puts killed and refund-held-back seats back on sale.
-const RELEASE: &str = "
-WITH want AS (SELECT unnest($2::text[]) AS seat_id),
-locked AS (
-    SELECT s.seat_id, s.status FROM seats s JOIN want w ON w.seat_id = s.seat_id
-     WHERE s.event_id = $1
-     ORDER BY s.seat_id
-     FOR UPDATE OF s),
-verdict AS (
-    SELECT count(*) = (SELECT count(*) FROM want)
-           AND count(*) FILTER (WHERE status <> 'held_back') = 0 AS ok
-      FROM locked),
-upd AS (
-    UPDATE seats s SET status = 'available', order_id = NULL, hold_id = NULL,
-                       held_until = NULL, kill_reason = NULL, kill_note = NULL
-      FROM locked l, verdict v
-     WHERE s.event_id = $1 AND s.seat_id = l.seat_id AND v.ok AND s.status = 'held_back'
-    RETURNING s.seat_id)
-SELECT (SELECT count(*) FROM upd) AS changed,
-       ARRAY(SELECT seat_id FROM want EXCEPT SELECT seat_id FROM locked ORDER BY 1) AS unknown,
-       ARRAY(SELECT seat_id FROM locked WHERE status <> 'held_back' ORDER BY 1) AS refused";
+/// Free seats out of sale; `$3` reason, `$4` note.
+const KILL: &str = seat_change_sql!(
+    "available",
+    "status = 'held_back', kill_reason = $3, kill_note = $4"
+);
+
+/// Killed and refund-held-back seats back on sale.
+const RELEASE: &str = seat_change_sql!(
+    "held_back",
+    "status = 'available', order_id = NULL, hold_id = NULL,
+                       held_until = NULL, kill_reason = NULL, kill_note = NULL"
+);
 
 #[derive(Clone, Copy)]
-enum Change {
-    Kill,
+enum Change<'a> {
+    Kill {
+        reason: &'a str,
+        note: Option<&'a str>,
+    },
     Release,
 }
 
@@ -184,17 +194,11 @@ async fn kill_seats(
         return Err(ApiError::validation("note is at most 500 characters").with("field", "note"));
     }
     let detail = serde_json::json!({"seats": seats, "reason": req.reason, "note": req.note});
-    let answer = change(
-        &state,
-        &op,
-        &event,
-        &seats,
-        Change::Kill,
-        req.reason.as_str(),
-        &req.note,
-        &detail,
-    )
-    .await?;
+    let how = Change::Kill {
+        reason: req.reason.as_str(),
+        note: req.note.as_deref(),
+    };
+    let answer = change(&state, &op, &event, &seats, how, &detail).await?;
     Ok((StatusCode::OK, ApiJson(answer)))
 }
 
@@ -206,32 +210,16 @@ async fn release_seats(
 ) -> ApiResult<(StatusCode, ApiJson<KillAnswer>)> {
     let seats = seat_ids(&req.seats)?;
     let detail = serde_json::json!({"seats": seats});
-    let answer = change(
-        &state,
-        &op,
-        &event,
-        &seats,
-        Change::Release,
-        "",
-        &None,
-        &detail,
-    )
-    .await?;
+    let answer = change(&state, &op, &event, &seats, Change::Release, &detail).await?;
     Ok((StatusCode::OK, ApiJson(answer)))
 }
 
-#[expect(
-    clippy::too_many_arguments,
-    reason = "one shared body for kill and release"
-)]
 async fn change(
     state: &InventoryState,
     op: &Operator,
     event: &str,
     seats: &[String],
-    how: Change,
-    reason: &str,
-    note: &Option<String>,
+    how: Change<'_>,
     detail: &serde_json::Value,
 ) -> ApiResult<KillAnswer> {
     let mut tx = state
@@ -248,14 +236,14 @@ async fn change(
         return Err(ApiError::not_found(codes::UNKNOWN_EVENT, "no such event"));
     }
     let (sql, action, status) = match how {
-        Change::Kill => (KILL, "seats.kill", "held_back"),
+        Change::Kill { .. } => (KILL, "seats.kill", "held_back"),
         Change::Release => (RELEASE, "seats.release", "available"),
     };
     let query = sqlx::query_as::<_, Changed>(sqlx::AssertSqlSafe(sql))
         .bind(event)
         .bind(seats);
     let query = match how {
-        Change::Kill => query.bind(reason).bind(note),
+        Change::Kill { reason, note } => query.bind(reason).bind(note),
         Change::Release => query,
     };
     let found = query
@@ -272,7 +260,7 @@ async fn change(
     }
     if !found.refused.is_empty() || found.changed != seats.len() as i64 {
         return Err(match how {
-            Change::Kill => ApiError::conflict(
+            Change::Kill { .. } => ApiError::conflict(
                 SEATS_NOT_FREE,
                 "some seats are held or sold; nothing was killed",
             ),
