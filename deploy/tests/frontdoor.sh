@@ -53,34 +53,15 @@ fail() {
   exit 1
 }
 
-# A port nobody listens on, drawn from a range away from the stack's defaults.
-free_port() {
-  local p
-  for _ in $(seq 1 200); do
-    p=$((20000 + RANDOM % 20000))
-    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return 0; }
-  done
-  return 1
-}
+# free_port, service_bin_dir
+. "$ROOT/deploy/tests/lib.sh"
 
 http_code() { curl -s -o /dev/null -w '%{http_code}' --max-time 5 "$1" || true; }
 
 proc_state() { sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1; }
 
 # Binaries: this checkout's, so the clone needs no second (release) build.
-TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
-BIN_DIR="${FRONTDOOR_BIN_DIR:-}"
-if [ -z "$BIN_DIR" ]; then
-  for profile in debug release; do
-    if [ -x "$TARGET/$profile/booking" ] && [ -x "$TARGET/$profile/gateway" ] \
-       && [ -x "$TARGET/$profile/sandbox-provider" ]; then BIN_DIR="$TARGET/$profile"; break; fi
-  done
-fi
-if [ -z "$BIN_DIR" ]; then
-  say "building the service binaries (debug) in $ROOT"
-  (cd "$ROOT" && cargo build -q -p booking -p gateway -p sandbox-provider --bins)
-  BIN_DIR="$TARGET/debug"
-fi
+BIN_DIR="${FRONTDOOR_BIN_DIR:-$(service_bin_dir)}"
 
 mkdir -p "$TMP/home"
 chmod 700 "$TMP" "$TMP/home"

@@ -56,27 +56,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 143' TERM INT
 
-free_port() {
-  local p
-  for _ in $(seq 1 200); do
-    p=$((20000 + RANDOM % 20000))
-    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return 0; }
-  done
-  return 1
-}
-
-# Binaries: this checkout's (debug from `deploy/stack test`, else release), built if absent.
-TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
-BIN_DIR=""
-for profile in debug release; do
-  if [ -x "$TARGET/$profile/booking" ] && [ -x "$TARGET/$profile/gateway" ] \
-     && [ -x "$TARGET/$profile/sandbox-provider" ]; then BIN_DIR="$TARGET/$profile"; break; fi
-done
-if [ -z "$BIN_DIR" ]; then
-  say "building the service binaries (debug)"
-  (cd "$ROOT" && cargo build --workspace --bins)
-  BIN_DIR="$TARGET/debug"
-fi
+# free_port, service_bin_dir
+. "$ROOT/deploy/tests/lib.sh"
+BIN_DIR="$(service_bin_dir)"
 
 export FLOODGATE_STACK_DIR="$TMP/stack" FLOODGATE_BIN_DIR="$BIN_DIR"
 export FLOODGATE_PROFILE; FLOODGATE_PROFILE="$(basename "$BIN_DIR")"
