@@ -104,7 +104,7 @@ pub async fn update_event(
     };
     if cancelled {
         return Err(ApiError::conflict(
-            "EVENT_CANCELLED",
+            codes::EVENT_CANCELLED,
             "this event is cancelled and can no longer be changed",
         ));
     }

@@ -26,7 +26,6 @@ use shared::error::codes;
 
 /// Idempotency keys of ops calls are scoped to this pseudo-account (operators share them).
 const OPS_ACCOUNT: &str = "ops:admin";
-pub const EVENT_CANCELLED: &str = "EVENT_CANCELLED";
 pub const ORDER_NOT_REFUNDABLE: &str = "ORDER_NOT_REFUNDABLE";
 pub const REFUND_REFUSED: &str = "REFUND_REFUSED";
 pub const PER_LINE_REFUND_UNAVAILABLE: &str = "PER_LINE_REFUND_UNAVAILABLE";
