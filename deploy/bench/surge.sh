@@ -20,6 +20,14 @@
 # SURGE_RAMP_S/HOLD_S/RAMP_DOWN_S (30/10/30: 200,000 fans), SURGE_DB_POOL (8: booking's Postgres
 # pool, sized for Postgres sharing these cores; see deploy/local.toml), SURGE_K6=0 to skip k6,
 # SURGE_LOADGEN=0 to skip the loadgen surge.
+#
+# Across processes (issue 17; `deploy/bench/surge-scale.sh` sets these): SURGE_GATEWAYS and
+# SURGE_BOOKINGS (1: how many gateway and booking processes; every gateway proxies to every
+# booking, fans are spread round robin over the gateways and move to another one when theirs
+# stops answering), SURGE_REDIS_CLUSTER=1 (the waiting room on the local Redis Cluster that
+# `FLOODGATE_REDIS_CLUSTER=1 deploy/stack deps` runs), SURGE_KILL_LEADER_AT=<s> (kill -9 the
+# gateway holding the event's admission lease that many seconds into the surge, and time the
+# takeover), SURGE_TITLE (the report section's heading).
 set -euo pipefail
 
 QUICK="${BENCH_QUICK:-0}"
@@ -57,7 +65,22 @@ if [ "${SURGE_K6:-1}" = 1 ] && [ ! -x "$K6" ]; then
 fi
 
 # ---- a private stack ----------------------------------------------------------------------------
-GW_PORT="$(free_port)"; GW_ADMIN_PORT="$(free_port)"; BK_PORT="$(free_port)"; SB_PORT="$(free_port)"
+GATEWAYS="${SURGE_GATEWAYS:-1}"; BOOKINGS="${SURGE_BOOKINGS:-1}"
+GW_PORTS=(); GW_ADMIN_PORTS=(); BK_PORTS=()
+for _ in $(seq 1 "$GATEWAYS"); do GW_PORTS+=("$(free_port)"); GW_ADMIN_PORTS+=("$(free_port)"); done
+for _ in $(seq 1 "$BOOKINGS"); do BK_PORTS+=("$(free_port)"); done
+GW_PORT="${GW_PORTS[0]}"; GW_ADMIN_PORT="${GW_ADMIN_PORTS[0]}"; BK_PORT="${BK_PORTS[0]}"; SB_PORT="$(free_port)"
+QUEUE_URL="redis://127.0.0.1:$QREDIS_PORT"; REDIS_MODE=standalone; QUEUE_PORTS=("$QREDIS_PORT")
+if [ "${SURGE_REDIS_CLUSTER:-0}" = 1 ]; then
+  QUEUE_PORTS=(${FLOODGATE_REDIS_CLUSTER_PORTS:-17001 17002 17003 17004 17005 17006})
+  for p in "${QUEUE_PORTS[@]}"; do
+    redis-cli -p "$p" cluster info 2>/dev/null | grep -q '^cluster_state:ok' \
+      || die "Redis Cluster node :$p not ready (run FLOODGATE_REDIS_CLUSTER=1 deploy/stack deps)"
+  done
+  QUEUE_URL="$(printf 'redis://127.0.0.1:%s,' "${QUEUE_PORTS[@]}")"; QUEUE_URL="${QUEUE_URL%,}"
+  REDIS_MODE=cluster
+fi
+UPSTREAMS="$(printf '"127.0.0.1:%s",' "${BK_PORTS[@]}")"; UPSTREAMS="[${UPSTREAMS%,}]"
 DB="fg_bench_surge_$(date +%s)_$$"
 PREFIX="bench-surge-$$:"
 ADMIN="bench-$(rand_hex 16)"
@@ -69,9 +92,10 @@ PIDS=()
 cleanup() {
   for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
   for p in "${PIDS[@]:-}"; do [ -n "$p" ] && wait "$p" 2>/dev/null || true; done
-  for port in "$REDIS_PORT" "$QREDIS_PORT"; do
+  # One key per UNLINK: on a cluster node every key of a call must share a slot.
+  for port in "$REDIS_PORT" "${QUEUE_PORTS[@]}"; do
     redis-cli -p "$port" --scan --pattern "${PREFIX}*" 2>/dev/null \
-      | xargs -r -n 1000 redis-cli -p "$port" UNLINK >/dev/null 2>&1 || true
+      | xargs -r -n "$([ "$REDIS_MODE" = cluster ] && echo 1 || echo 1000)" redis-cli -p "$port" UNLINK >/dev/null 2>&1 || true
   done
   psql_q -d postgres -c "DROP DATABASE IF EXISTS \"$DB\" WITH (FORCE)" >/dev/null 2>&1 || true
 }
@@ -88,7 +112,8 @@ stack_env() {
     DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/$DB" \
     FLOODGATE_DATABASE__MAX_CONNECTIONS="${SURGE_DB_POOL:-8}" \
     REDIS_URL="redis://127.0.0.1:$REDIS_PORT" \
-    FLOODGATE_REDIS__QUEUE_URL="redis://127.0.0.1:$QREDIS_PORT" \
+    FLOODGATE_REDIS__QUEUE_URL="$QUEUE_URL" \
+    FLOODGATE_REDIS__MODE="$REDIS_MODE" \
     FLOODGATE_REDIS__KEY_PREFIX="$PREFIX" \
     FLOODGATE_ADMIN_TOKEN="$ADMIN" \
     FLOODGATE_IDENTITY__KEY="$IDKEY" \
@@ -104,7 +129,7 @@ stack_env() {
     FLOODGATE_BOOKING__LISTEN="127.0.0.1:$BK_PORT" \
     FLOODGATE_GATEWAY__LISTEN="127.0.0.1:$GW_PORT" \
     FLOODGATE_GATEWAY__ADMIN_LISTEN="127.0.0.1:$GW_ADMIN_PORT" \
-    FLOODGATE_GATEWAY__UPSTREAMS="[\"127.0.0.1:$BK_PORT\"]" \
+    FLOODGATE_GATEWAY__UPSTREAMS="$UPSTREAMS" \
     FLOODGATE_GATEWAY__STATIC_DIR="$ROOT/static" \
     FLOODGATE_GATEWAY__LIMITS__JOIN_PER_IP_PER_MIN=0 \
     FLOODGATE_GATEWAY__LIMITS__STATUS_PER_IP_PER_MIN=0 \
@@ -112,9 +137,9 @@ stack_env() {
     FLOODGATE_LOG__LEVEL=warn \
     "$@"
 }
-start() { # name health-url
-  local name="$1" url="$2"
-  stack_env "$TARGET/$name" >>"$OUT/$name.log" 2>&1 &
+start() { # name health-url [VAR=value ...] (per-instance settings)
+  local name="$1" url="$2"; shift 2
+  stack_env env "$@" "$TARGET/${name%%-[0-9]*}" >>"$OUT/$name.log" 2>&1 &
   PIDS+=($!)
   for _ in $(seq 1 200); do
     curl -fsS "$url" >/dev/null 2>&1 && return 0
@@ -123,20 +148,60 @@ start() { # name health-url
   done
   tail -20 "$OUT/$name.log" >&2; die "$name not ready at $url"
 }
-log "starting sandbox :$SB_PORT, booking :$BK_PORT, gateway :$GW_PORT/:$GW_ADMIN_PORT (db $DB)"
+log "starting sandbox :$SB_PORT, booking :${BK_PORTS[*]}, gateway :${GW_PORTS[*]} (admin :${GW_ADMIN_PORTS[*]}), waiting room on $REDIS_MODE Redis (db $DB)"
 start sandbox-provider "http://127.0.0.1:$SB_PORT/healthz"
-start booking "http://127.0.0.1:$BK_PORT/readyz"
-start gateway "http://127.0.0.1:$GW_ADMIN_PORT/healthz"
+for i in "${!BK_PORTS[@]}"; do
+  start "booking-$i" "http://127.0.0.1:${BK_PORTS[$i]}/readyz" FLOODGATE_BOOKING__LISTEN="127.0.0.1:${BK_PORTS[$i]}"
+done
+GW_PIDS=()
+for i in "${!GW_PORTS[@]}"; do
+  start "gateway-$i" "http://127.0.0.1:${GW_ADMIN_PORTS[$i]}/healthz" \
+    FLOODGATE_GATEWAY__LISTEN="127.0.0.1:${GW_PORTS[$i]}" FLOODGATE_GATEWAY__ADMIN_LISTEN="127.0.0.1:${GW_ADMIN_PORTS[$i]}"
+  GW_PIDS+=("${PIDS[-1]}")
+done
 
 # What loadgen and k6 need to reach it.
 export DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/$DB"
 export FLOODGATE_ADMIN_TOKEN="$ADMIN" FLOODGATE_IDENTITY__KEY="$IDKEY"
 export FLOODGATE_SANDBOX_URL="http://127.0.0.1:$SB_PORT" FLOODGATE_SANDBOX__API_KEY="$SBKEY"
 export BASE_URL="http://127.0.0.1:$GW_PORT" GATEWAY_ADMIN_URL="http://127.0.0.1:$GW_ADMIN_PORT"
+GW_URLS="$(printf 'http://127.0.0.1:%s,' "${GW_PORTS[@]}")"; GW_URLS="${GW_URLS%,}"
+GW_ADMIN_URLS="$(printf 'http://127.0.0.1:%s,' "${GW_ADMIN_PORTS[@]}")"; GW_ADMIN_URLS="${GW_ADMIN_URLS%,}"
 export BOOKING_ADMIN_URL="http://127.0.0.1:$BK_PORT" ADMIN_TOKEN="$ADMIN"
 export K6_NO_USAGE_REPORT=true
-LG=(--base-url "$BASE_URL" --gateway-admin-url "$GATEWAY_ADMIN_URL" --booking-admin-url "$BOOKING_ADMIN_URL")
+LG=(--base-url "$GW_URLS" --gateway-admin-url "$GW_ADMIN_URLS" --booking-admin-url "$BOOKING_ADMIN_URL")
 failed=0
+
+# The gateway whose /metrics says it holds EVENT's admission lease (its index), or nothing.
+leader_of() { # event [skip-index]
+  local i
+  for i in "${!GW_ADMIN_PORTS[@]}"; do
+    [ "$i" = "${2:-}" ] && continue
+    if curl -fsS "http://127.0.0.1:${GW_ADMIN_PORTS[$i]}/metrics" 2>/dev/null \
+        | grep -qE "^fg_admission_leader\{event=\"$1\"\} 1\$"; then echo "$i"; return 0; fi
+  done
+  return 1
+}
+now_ms() { date +%s%3N; }
+# Waits AT seconds after the surge's event appears, kill -9s the admission leader, times
+# how long until another gateway holds the lease, and records it in scale.json.
+kill_leader() { # event at-seconds
+  local event="$1" at="$2" t0 victim="" t_kill t_new new="" i
+  t0="$(now_ms)"
+  for _ in $(seq 1 600); do victim="$(leader_of "$event" || true)"; [ -n "$victim" ] && break; sleep 0.1; done
+  [ -n "$victim" ] || { log "no admission leader for $event"; return 1; }
+  t0="$(now_ms)"; sleep "$at"
+  victim="$(leader_of "$event" || true)"; [ -n "$victim" ] || { log "no admission leader at the kill time"; return 1; }
+  t_kill="$(now_ms)"
+  kill -9 "${GW_PIDS[$victim]}"
+  log "killed gateway-$victim (pid ${GW_PIDS[$victim]}, the admission leader) with SIGKILL"
+  for _ in $(seq 1 600); do new="$(leader_of "$event" "$victim" || true)"; [ -n "$new" ] && break; sleep 0.05; done
+  t_new="$(now_ms)"
+  [ -n "$new" ] || { log "no gateway took the lease over within 30 s"; return 1; }
+  log "gateway-$new took the admission lease over $(( t_new - t_kill )) ms after the kill"
+  printf '{"gateways": %s, "bookings": %s, "redis": "%s", "killed": "gateway-%s", "killed_at_ms": %s, "takeover_ms": %s, "new_leader": "gateway-%s"}\n' \
+    "$GATEWAYS" "$BOOKINGS" "$REDIS_MODE" "$victim" "$t_kill" "$(( t_new - t_kill ))" "$new" > "$OUT/scale.json"
+}
 
 # ---- 1. loadgen surge ------------------------------------------------------------------------------
 if [ "${SURGE_LOADGEN:-1}" = 1 ]; then
@@ -150,9 +215,17 @@ if [ "${SURGE_LOADGEN:-1}" = 1 ]; then
              --hold-ttl-s 20 --drain-s 35
              --max-duration-s "${SURGE_MAX_DURATION_S:-420}")
   fi
-  log "loadgen surge ${PROFILE[*]}"
-  if ! "$TARGET/loadgen" surge "${LG[@]}" "${PROFILE[@]}" --out "$OUT" 2> >(tee "$OUT/surge.log" | grep -v '^t=' >&2); then
+  EVENT="surge-$(date +%s)-$$"
+  log "loadgen surge ${PROFILE[*]} (event $EVENT, $GATEWAYS gateway(s), $BOOKINGS booking(s))"
+  KILLER=""
+  if [ -n "${SURGE_KILL_LEADER_AT:-}" ]; then
+    kill_leader "$EVENT" "$SURGE_KILL_LEADER_AT" & KILLER=$!
+  fi
+  if ! "$TARGET/loadgen" surge "${LG[@]}" "${PROFILE[@]}" --event "$EVENT" --out "$OUT" 2> >(tee "$OUT/surge.log" | grep -v '^t=' >&2); then
     log "loadgen surge FAILED (see $OUT/surge.log)"; failed=1
+  fi
+  if [ -n "$KILLER" ]; then
+    wait "$KILLER" || { log "the leader kill did not happen or no gateway took over (see $OUT/scale.json)"; failed=1; }
   fi
 fi
 
@@ -188,7 +261,12 @@ cat "$OUT/verify.log" >&2
 # Now, with the stack still up after real traffic: a labelled metric is exported only once
 # something has been counted under a label.
 log "grafana dashboard vs the gateway's and booking's /metrics"
-if curl -fsS "$GATEWAY_ADMIN_URL/metrics" -o "$OUT/metrics-gateway.txt" \
+# (Any gateway that is still up: the leader may have been killed.)
+live_admin=""
+for p in "${GW_ADMIN_PORTS[@]}"; do
+  if curl -fsS "http://127.0.0.1:$p/healthz" >/dev/null 2>&1; then live_admin="http://127.0.0.1:$p"; break; fi
+done
+if [ -n "$live_admin" ] && curl -fsS "$live_admin/metrics" -o "$OUT/metrics-gateway.txt" \
    && curl -fsS "$BOOKING_ADMIN_URL/metrics" -o "$OUT/metrics-booking.txt"; then
   python3 "$ROOT/deploy/grafana/check.py" "$ROOT/deploy/grafana/floodgate.json" \
     "$OUT/metrics-gateway.txt" "$OUT/metrics-booking.txt" >&2 || { log "dashboard check FAILED"; failed=1; }
@@ -199,7 +277,10 @@ fi
 # ---- 5. report section ------------------------------------------------------------------------------------
 PLOTS="$OUT"; HREF=""
 if [ "$QUICK" = 0 ]; then PLOTS="$ROOT/docs/bench"; HREF="bench/"; fi
-"$TARGET/loadgen" report --dir "$OUT" --plots "$PLOTS" --href "$HREF" $([ "$QUICK" = 1 ] && echo --quick) > "$BENCH_OUT" \
+REPORT=(--dir "$OUT" --plots "$PLOTS" --href "$HREF" --plot-prefix "${SURGE_PLOT_PREFIX:-surge}")
+[ -n "${SURGE_TITLE:-}" ] && REPORT+=(--title "$SURGE_TITLE")
+[ "$QUICK" = 1 ] && REPORT+=(--quick)
+"$TARGET/loadgen" report "${REPORT[@]}" > "$BENCH_OUT" \
   || { log "report failed"; failed=1; }
 [ "$failed" = 0 ] || die "surge benchmark failed (invariant violation, threshold or error; see above)"
 log "done"

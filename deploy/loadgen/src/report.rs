@@ -10,6 +10,7 @@
 use crate::surge::{Quantiles, SurgeReport, latency_chart, queue_chart};
 use crate::verify::VerifyReport;
 use anyhow::Context;
+use serde::Deserialize;
 use serde_json::Value;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
@@ -28,6 +29,75 @@ pub struct ReportArgs {
     /// Smoke profile: say that the numbers are not representative.
     #[arg(long)]
     pub quick: bool,
+    /// The section's heading (without `## `).
+    #[arg(
+        long,
+        default_value = "Launch surge: waiting room → hold → order → pay (issue 7)"
+    )]
+    pub title: String,
+    /// File-name prefix of the plots (`<prefix>-queue.svg`, `<prefix>-latency.svg`).
+    #[arg(long, default_value = "surge")]
+    pub plot_prefix: String,
+}
+
+/// What `deploy/bench/surge.sh` records about a run across processes (`scale.json`).
+#[derive(Debug, Deserialize)]
+pub struct ScaleRun {
+    pub gateways: u32,
+    pub bookings: u32,
+    pub redis: String,
+    pub killed: String,
+    /// Wall-clock time of the kill (Unix ms).
+    pub killed_at_ms: i64,
+    /// From the kill until another gateway's `/metrics` shows it holding the lease.
+    pub takeover_ms: i64,
+    pub new_leader: String,
+}
+
+/// Admissions per second in `[from, to)` seconds of the run's timeline (counter difference
+/// between the samples nearest each end).
+fn admitted_per_s(r: &SurgeReport, from: f64, to: f64) -> Option<f64> {
+    let first = r.timeline.iter().find(|t| t.t >= from)?;
+    let last = r.timeline.iter().rev().find(|t| t.t <= to)?;
+    let span = last.t - first.t;
+    (span >= 1.0).then(|| (last.admitted_total - first.admitted_total) / span)
+}
+
+/// The table of a run across processes: the kill, the takeover and the admit rate around it.
+fn scale_section(out: &mut String, r: &SurgeReport, s: &ScaleRun) {
+    let configured = r.admit_rate_configured_per_s;
+    let kill_t = (s.killed_at_ms - r.started_at_ms) as f64 / 1000.0;
+    let around = |from: f64, to: f64| {
+        admitted_per_s(r, from, to).map_or_else(
+            || "–".to_owned(),
+            |v| format!("{v:.1}/s ({:+.1} %)", (v / configured - 1.0) * 100.0),
+        )
+    };
+    let takeover_ok = s.takeover_ms <= 5_000;
+    let _ = writeln!(
+        out,
+        "### Across processes (issue 17)
+
+         {} gateway processes and {} booking processes, the waiting room on a {} Redis; every          gateway proxies to every booking, fans are spread over the gateways round robin and          move to the other one when theirs stops answering (as a load balancer would).          {} (the event's admission leader) was killed with `kill -9` {kill_t:.0} s into the          run.
+
+| | goal | measured | |
+| --- | --- | --- | --- |
+         | lease taken over by {} | within a few seconds (≤ 5 s) | {:.1} s after the kill | {} |
+         | admit rate, 10 s before the kill | configured {configured:.1}/s | {} | |
+         | admit rate, 10 s after the kill | | {} | |
+         | fans moved to the other gateway | | {} | |
+",
+        s.gateways,
+        s.bookings,
+        s.redis,
+        s.killed,
+        s.new_leader,
+        s.takeover_ms as f64 / 1000.0,
+        if takeover_ok { "met" } else { "**missed**" },
+        around(kill_t - 10.0, kill_t),
+        around(kill_t, kill_t + 10.0),
+        thousands(r.counters.get("failovers").copied().unwrap_or(0) as f64),
+    );
 }
 
 /// The issue-7 targets for the surge on this machine.
@@ -205,10 +275,14 @@ fn latency_table(out: &mut String, rows: &[(String, Quantiles)], duration_s: f64
 
 fn surge_section(out: &mut String, r: &SurgeReport, a: &ReportArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&a.plots).with_context(|| format!("creating {}", a.plots.display()))?;
-    std::fs::write(a.plots.join("surge-queue.svg"), queue_chart(r).render())
-        .context("writing surge-queue.svg")?;
-    std::fs::write(a.plots.join("surge-latency.svg"), latency_chart(r).render())
-        .context("writing surge-latency.svg")?;
+    let (queue_svg, latency_svg) = (
+        format!("{}-queue.svg", a.plot_prefix),
+        format!("{}-latency.svg", a.plot_prefix),
+    );
+    std::fs::write(a.plots.join(&queue_svg), queue_chart(r).render())
+        .with_context(|| format!("writing {queue_svg}"))?;
+    std::fs::write(a.plots.join(&latency_svg), latency_chart(r).render())
+        .with_context(|| format!("writing {latency_svg}"))?;
     let c = &r.config;
     let _ = writeln!(
         out,
@@ -279,8 +353,8 @@ fn surge_section(out: &mut String, r: &SurgeReport, a: &ReportArgs) -> anyhow::R
     }
     let _ = writeln!(
         out,
-        "![queue length and admit rate over time]({h}surge-queue.svg)\n\n\
-         ![latency quantiles per endpoint]({h}surge-latency.svg)\n",
+        "![queue length and admit rate over time]({h}{queue_svg})\n\n\
+         ![latency quantiles per endpoint]({h}{latency_svg})\n",
         h = a.href
     );
     Ok(())
@@ -418,9 +492,10 @@ pub fn section(a: &ReportArgs) -> anyhow::Result<String> {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "## Launch surge: waiting room → hold → order → pay (issue 7)\n\n\
+        "## {}\n\n\
          Measured {} on {} — gateway, booking, payment sandbox, Postgres, Redis and the load \
          generator all share this machine. `deploy/bench/surge.sh` (via `deploy/stack bench`).{}\n",
+        a.title,
         chrono::Utc::now().format("%Y-%m-%d %H:%M UTC"),
         machine(),
         if a.quick {
@@ -434,6 +509,11 @@ pub fn section(a: &ReportArgs) -> anyhow::Result<String> {
             let r: SurgeReport =
                 serde_json::from_value(v).context("surge.json has an unexpected shape")?;
             surge_section(&mut out, &r, a)?;
+            if let Some(v) = read_json(&a.dir.join("scale.json")) {
+                let s: ScaleRun =
+                    serde_json::from_value(v).context("scale.json has an unexpected shape")?;
+                scale_section(&mut out, &r, &s);
+            }
         }
         None => {
             let _ = writeln!(out, "_The loadgen surge did not run or left no results._\n");

@@ -27,6 +27,7 @@ use rand::Rng;
 use reqwest::{Client, Method, StatusCode};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -37,11 +38,15 @@ use tokio::sync::Semaphore;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct SurgeArgs {
-    /// The gateway's public listener.
-    #[arg(long, default_value = "http://127.0.0.1:8080")]
-    pub base_url: String,
-    #[arg(long, default_value = "http://127.0.0.1:8081")]
-    pub gateway_admin_url: String,
+    /// The gateways' public listeners, comma-separated. Each fan is pinned to one (round
+    /// robin, as a load balancer would) and moves to the next when its gateway stops
+    /// answering (the process-kill profile of `deploy/bench/surge-scale.sh`).
+    #[arg(long, value_delimiter = ',', default_value = "http://127.0.0.1:8080")]
+    pub base_url: Vec<String>,
+    /// The gateways' admin listeners, comma-separated: the timeline sums and merges their
+    /// `/metrics`.
+    #[arg(long, value_delimiter = ',', default_value = "http://127.0.0.1:8081")]
+    pub gateway_admin_url: Vec<String>,
     #[arg(long, default_value = "http://127.0.0.1:8090")]
     pub booking_admin_url: String,
     #[arg(long, env = "FLOODGATE_ADMIN_TOKEN", hide_env_values = true)]
@@ -213,6 +218,8 @@ pub struct Counters {
     pub gave_up: AtomicU64,
     pub rate_limited: AtomicU64,
     pub errors: AtomicU64,
+    /// Fans moved to another gateway after theirs stopped answering.
+    pub failovers: AtomicU64,
     pub requests: AtomicU64,
     pub active_fans: AtomicU64,
 }
@@ -224,12 +231,23 @@ pub struct Counters {
 /// load the client spends is load the measured services do not get.
 type QueueClient = PooledClient<HttpConnector, Empty<Bytes>>;
 
+tokio::task_local! {
+    /// The gateway (index into `--base-url`) the current fan talks to.
+    static GATEWAY: Cell<usize>;
+}
+
+/// The current fan's gateway (0 outside a fan).
+fn gateway() -> usize {
+    GATEWAY.try_with(Cell::get).unwrap_or(0)
+}
+
 struct Run {
     args: SurgeArgs,
     event: String,
     client: Client,
     queue_client: QueueClient,
-    uris: QueueUris,
+    /// Per gateway, in `--base-url` order.
+    uris: Vec<QueueUris>,
     slots: Semaphore,
     lat: Latencies,
     c: Counters,
@@ -439,7 +457,26 @@ impl Run {
     }
 
     fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.args.base_url)
+        let bases = &self.args.base_url;
+        format!("{}{path}", bases[gateway() % bases.len().max(1)])
+    }
+
+    fn uris(&self) -> &QueueUris {
+        &self.uris[gateway() % self.uris.len().max(1)]
+    }
+
+    /// Moves the current fan to the next gateway, as a load balancer does when a backend
+    /// stops answering. `false` when there is no other gateway.
+    fn fail_over(&self) -> bool {
+        let n = self.uris.len();
+        if n < 2 {
+            return false;
+        }
+        let moved = GATEWAY.try_with(|g| g.set((g.get() + 1) % n)).is_ok();
+        if moved {
+            self.c.failovers.fetch_add(1, Relaxed);
+        }
+        moved
     }
 
     async fn think(&self) {
@@ -522,25 +559,34 @@ impl Run {
         })
     }
 
-    /// `POST /queue/{event}/join`; a transport failure is counted and ends the fan.
-    async fn join(&self, uri: &Uri, auth: &HeaderValue) -> Option<QueueReply> {
-        match self.queue_call(JOIN, &Method::POST, uri, auth, None).await {
-            Ok(r) => Some(r),
-            Err(_) => {
-                self.error("join", None, "");
-                None
+    /// `POST /queue/{event}/join`. A transport failure is counted; it ends the fan unless
+    /// another gateway is configured, which the fan then joins through (the same account
+    /// gets the same place from any gateway).
+    async fn join(&self, auth: &HeaderValue) -> Option<QueueReply> {
+        for _ in 0..self.uris.len().max(1) {
+            match self
+                .queue_call(JOIN, &Method::POST, &self.uris().join, auth, None)
+                .await
+            {
+                Ok(r) => return Some(r),
+                Err(_) => {
+                    self.error("join", None, "");
+                    if !self.fail_over() {
+                        return None;
+                    }
+                }
             }
         }
+        None
     }
 
     /// Join and poll until admitted. Returns the admission token.
     async fn queue(&self, identity: &str) -> Option<String> {
-        let (join_uri, status_uri) = (&self.uris.join, &self.uris.status);
         let Ok(auth) = HeaderValue::from_str(&format!("Bearer {identity}")) else {
             self.error("join", None, "bad identity token");
             return None;
         };
-        let mut r = self.join(join_uri, &auth).await?;
+        let mut r = self.join(&auth).await?;
         let mut rejoined = false;
         let mut place: Option<HeaderValue> = None;
         loop {
@@ -559,7 +605,7 @@ impl Run {
                 404 if r.code() == "NOT_IN_QUEUE" && !rejoined => {
                     // The join itself failed (e.g. a 503): join again, as the waiting page does.
                     rejoined = true;
-                    r = self.join(join_uri, &auth).await?;
+                    r = self.join(&auth).await?;
                     continue;
                 }
                 429 | 503 => {
@@ -596,7 +642,7 @@ impl Run {
                 }
                 "expired" if !rejoined => {
                     rejoined = true;
-                    r = self.join(join_uri, &auth).await?;
+                    r = self.join(&auth).await?;
                     continue;
                 }
                 "expired" => {
@@ -613,12 +659,23 @@ impl Run {
                 return None;
             }
             r = match self
-                .queue_call(STATUS, &Method::GET, status_uri, &auth, place.as_ref())
+                .queue_call(
+                    STATUS,
+                    &Method::GET,
+                    &self.uris().status,
+                    &auth,
+                    place.as_ref(),
+                )
                 .await
             {
                 Ok(r) => r,
                 Err(_) => {
                     self.error("status", None, "");
+                    // The receipt is signed with the key every gateway shares: the next
+                    // gateway answers the same place.
+                    if self.fail_over() {
+                        continue;
+                    }
                     return None;
                 }
             };
@@ -843,6 +900,11 @@ impl Run {
     }
 
     async fn fan(self: Arc<Self>, n: u64) {
+        let pinned = usize::try_from(n).unwrap_or(0) % self.uris.len().max(1);
+        GATEWAY.scope(Cell::new(pinned), self.fan_steps(n)).await;
+    }
+
+    async fn fan_steps(self: Arc<Self>, n: u64) {
         self.c.active_fans.fetch_add(1, Relaxed);
         let started = Instant::now();
         let account = format!("{}-fan-{n}", self.event);
@@ -956,7 +1018,7 @@ async fn set_up(client: &Client, a: &SurgeArgs, event: &str) -> anyhow::Result<u
     let seats = b["seats"]
         .as_u64()
         .unwrap_or(u64::from(a.seats.div_ceil(50) * 50));
-    let (s, b) = admin(client, Method::PUT, &format!("{}/admin/events/{event}/config", a.gateway_admin_url), &a.admin_token, Some(json!({
+    let (s, b) = gateway_admin(client, a, Method::PUT, &format!("/admin/events/{event}/config"), Some(json!({
         "sale_start": start, "admit_per_minute": a.admit_per_minute, "mode": "queue", "max_active": a.max_active,
     }))).await?;
     if s != StatusCode::OK {
@@ -965,31 +1027,93 @@ async fn set_up(client: &Client, a: &SurgeArgs, event: &str) -> anyhow::Result<u
     Ok(seats)
 }
 
-/// Gateway numbers for the event from its admin `/metrics`.
+/// Gateway numbers for the event from the gateways' admin `/metrics`.
 struct GatewaySample {
     queue_length: f64,
     admitted_total: f64,
     active: f64,
     rate_per_min: f64,
+    /// Gateways that answered this second.
+    answering: usize,
 }
 
-async fn gateway_sample(client: &Client, a: &SurgeArgs, event: &str) -> Option<GatewaySample> {
-    let text = client
-        .get(format!("{}/metrics", a.gateway_admin_url))
-        .send()
+/// Reads every gateway's `/metrics` once a second. Queue length, active fans and the rate
+/// come from Redis, so every gateway reports the same: the largest answer is taken.
+/// Admissions are counted by whichever instance admitted them, so the total is the sum of
+/// each gateway's last known count: a killed gateway's admissions still count.
+struct GatewaySampler {
+    last_admitted: Vec<f64>,
+}
+
+impl GatewaySampler {
+    fn new(gateways: usize) -> Self {
+        Self {
+            last_admitted: vec![0.0; gateways],
+        }
+    }
+
+    async fn sample(
+        &mut self,
+        client: &Client,
+        a: &SurgeArgs,
+        event: &str,
+    ) -> Option<GatewaySample> {
+        let l = format!("event=\"{event}\"");
+        let mut out = GatewaySample {
+            queue_length: 0.0,
+            admitted_total: 0.0,
+            active: 0.0,
+            rate_per_min: 0.0,
+            answering: 0,
+        };
+        for (i, url) in a.gateway_admin_url.iter().enumerate() {
+            let text = async {
+                client
+                    .get(format!("{url}/metrics"))
+                    .send()
+                    .await?
+                    .text()
+                    .await
+            };
+            let Ok(text) = text.await else { continue };
+            let v = |n: &str| promtext::value(&text, n, Some(&l)).unwrap_or(0.0);
+            out.answering += 1;
+            out.queue_length = out.queue_length.max(v("fg_queue_length"));
+            out.active = out.active.max(v("fg_active_admitted"));
+            out.rate_per_min = out.rate_per_min.max(v("fg_admit_rate_per_minute"));
+            if let Some(last) = self.last_admitted.get_mut(i) {
+                *last = last.max(v("fg_admitted_total"));
+            }
+        }
+        out.admitted_total = self.last_admitted.iter().sum();
+        (out.answering > 0).then_some(out)
+    }
+}
+
+/// Sends one admin call to the first gateway that answers (the state is shared in Redis).
+async fn gateway_admin(
+    client: &Client,
+    a: &SurgeArgs,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> anyhow::Result<(StatusCode, Value)> {
+    let mut last = None;
+    for base in &a.gateway_admin_url {
+        match admin(
+            client,
+            method.clone(),
+            &format!("{base}{path}"),
+            &a.admin_token,
+            body.clone(),
+        )
         .await
-        .ok()?
-        .text()
-        .await
-        .ok()?;
-    let l = format!("event=\"{event}\"");
-    let v = |n: &str| promtext::value(&text, n, Some(&l)).unwrap_or(0.0);
-    Some(GatewaySample {
-        queue_length: v("fg_queue_length"),
-        admitted_total: v("fg_admitted_total"),
-        active: v("fg_active_admitted"),
-        rate_per_min: v("fg_admit_rate_per_minute"),
-    })
+        {
+            Ok(r) => return Ok(r),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| anyhow::anyhow!("no gateway admin URL given")))
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -999,6 +1123,9 @@ pub struct SurgeReport {
     pub config: Value,
     #[serde(deserialize_with = "nan_if_null")]
     pub duration_s: f64,
+    /// Wall-clock start of the timeline (Unix ms), to place outside events on it.
+    #[serde(default)]
+    pub started_at_ms: i64,
     pub fans: u64,
     #[serde(deserialize_with = "nan_if_null")]
     pub peak_arrival_rate_measured: f64,
@@ -1066,7 +1193,11 @@ pub async fn run(args: SurgeArgs) -> anyhow::Result<SurgeReport> {
     let run = Arc::new(Run {
         slots: Semaphore::new(args.max_in_flight),
         queue_client,
-        uris: QueueUris::new(&args.base_url, &event)?,
+        uris: args
+            .base_url
+            .iter()
+            .map(|b| QueueUris::new(b, &event))
+            .collect::<anyhow::Result<_>>()?,
         client,
         event: event.clone(),
         lat: Latencies::new(),
@@ -1086,6 +1217,7 @@ pub async fn run(args: SurgeArgs) -> anyhow::Result<SurgeReport> {
     );
 
     let t0 = Instant::now();
+    let started_at_ms = chrono::Utc::now().timestamp_millis();
     let arrive_s = args.ramp_s + args.hold_s + args.ramp_down_s;
     let total = arrivals_by(
         arrive_s,
@@ -1141,10 +1273,11 @@ pub async fn run(args: SurgeArgs) -> anyhow::Result<SurgeReport> {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let ev_url = format!("{}/admin/events/{event}", args.booking_admin_url);
+    let mut sampler = GatewaySampler::new(args.gateway_admin_url.len());
     loop {
         tick.tick().await;
         let t = t0.elapsed().as_secs_f64();
-        let g = gateway_sample(&admin_client, &args, &event).await;
+        let g = sampler.sample(&admin_client, &args, &event).await;
         let (sold, held, available) =
             match admin(&admin_client, Method::GET, &ev_url, &args.admin_token, None).await {
                 Ok((StatusCode::OK, b)) => (
@@ -1210,12 +1343,11 @@ pub async fn run(args: SurgeArgs) -> anyhow::Result<SurgeReport> {
             run.sold_out.store(true, Relaxed);
             // As ops (or booking's sold-out hook) would: tell the waiting room, so everyone
             // still queued learns it on their next poll instead of waiting for nothing.
-            let url = format!("{}/admin/events/{event}/sold_out", args.gateway_admin_url);
-            match admin(
+            match gateway_admin(
                 &admin_client,
+                &args,
                 Method::PUT,
-                &url,
-                &args.admin_token,
+                &format!("/admin/events/{event}/sold_out"),
                 Some(json!({"sold_out": true})),
             )
             .await
@@ -1274,6 +1406,7 @@ pub async fn run(args: SurgeArgs) -> anyhow::Result<SurgeReport> {
         ("gave_up", &run.c.gave_up),
         ("rate_limited", &run.c.rate_limited),
         ("errors", &run.c.errors),
+        ("failovers", &run.c.failovers),
         ("still_waiting_at_end", &run.c.active_fans),
     ]
     .into_iter()
@@ -1296,9 +1429,10 @@ pub async fn run(args: SurgeArgs) -> anyhow::Result<SurgeReport> {
             "peak_rate": args.peak_rate, "ramp_s": args.ramp_s, "hold_s": args.hold_s, "ramp_down_s": args.ramp_down_s,
             "admit_per_minute": args.admit_per_minute, "max_active": args.max_active, "hold_ttl_s": args.hold_ttl_s,
             "vanish": args.vanish, "seats_per_fan": args.seats_per_fan, "think_ms": args.think_ms,
-            "max_in_flight": args.max_in_flight, "identity": if args.identity_key.is_some() { "minted locally" } else { "POST /dev/login" },
+            "max_in_flight": args.max_in_flight, "gateways": args.base_url.len(), "identity": if args.identity_key.is_some() { "minted locally" } else { "POST /dev/login" },
         }),
         duration_s: duration,
+        started_at_ms,
         fans: run.c.arrivals.load(Relaxed),
         peak_arrival_rate_measured: timeline
             .iter()
