@@ -248,6 +248,10 @@ struct Run {
     queue_client: QueueClient,
     /// Per gateway, in `--base-url` order.
     uris: Vec<QueueUris>,
+    /// Per gateway: until when (ms since `epoch`) a fan saw it fail. New fans are not pinned
+    /// to it meanwhile, as a load balancer's health check would take it out of rotation.
+    down_until_ms: Vec<AtomicU64>,
+    epoch: Instant,
     slots: Semaphore,
     lat: Latencies,
     c: Counters,
@@ -465,12 +469,36 @@ impl Run {
         &self.uris[gateway() % self.uris.len().max(1)]
     }
 
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// The gateway a new fan is pinned to: round robin over those not seen failing lately.
+    fn pin(&self, n: u64) -> usize {
+        let len = self.uris.len().max(1);
+        let first = usize::try_from(n).unwrap_or(0) % len;
+        let now = self.now_ms();
+        (0..len)
+            .map(|i| (first + i) % len)
+            .find(|&g| {
+                self.down_until_ms
+                    .get(g)
+                    .is_none_or(|d| d.load(Relaxed) <= now)
+            })
+            .unwrap_or(first)
+    }
+
     /// Moves the current fan to the next gateway, as a load balancer does when a backend
-    /// stops answering. `false` when there is no other gateway.
+    /// stops answering, and keeps new fans off the failed one for a few seconds. `false`
+    /// when there is no other gateway.
     fn fail_over(&self) -> bool {
         let n = self.uris.len();
         if n < 2 {
             return false;
+        }
+        let failed = gateway();
+        if let Some(d) = self.down_until_ms.get(failed) {
+            d.store(self.now_ms() + 5_000, Relaxed);
         }
         let moved = GATEWAY.try_with(|g| g.set((g.get() + 1) % n)).is_ok();
         if moved {
@@ -900,7 +928,7 @@ impl Run {
     }
 
     async fn fan(self: Arc<Self>, n: u64) {
-        let pinned = usize::try_from(n).unwrap_or(0) % self.uris.len().max(1);
+        let pinned = self.pin(n);
         GATEWAY.scope(Cell::new(pinned), self.fan_steps(n)).await;
     }
 
@@ -1198,6 +1226,8 @@ pub async fn run(args: SurgeArgs) -> anyhow::Result<SurgeReport> {
             .iter()
             .map(|b| QueueUris::new(b, &event))
             .collect::<anyhow::Result<_>>()?,
+        down_until_ms: args.base_url.iter().map(|_| AtomicU64::new(0)).collect(),
+        epoch: Instant::now(),
         client,
         event: event.clone(),
         lat: Latencies::new(),

@@ -112,8 +112,10 @@ return {'expired'}
 
 const TICK_LUA: &str = r#"
 local holder = redis.call('GET', KEYS[7])
+local took_over = false
 if not holder then
   redis.call('SET', KEYS[7], ARGV[1], 'PX', ARGV[2])
+  took_over = true
 elseif holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[7], ARGV[2])
 else
@@ -153,7 +155,15 @@ elseif mode == 'queue' and now >= (tonumber(c[6]) or 0) and redis.call('EXISTS',
   local ts = tonumber(b[2]) or now
   local burst = math.max(1, rate * tonumber(ARGV[4]) / 60000)
   if now > ts then tokens = tokens + (now - ts) * rate / 60000 end
-  if tokens > burst then tokens = burst end
+  local cap = burst
+  if took_over then
+    -- A leader that takes the lease over (the previous one crashed: its lease had to lapse
+    -- first) admits what was due since the last tick, up to the lease TTL plus one tick, so
+    -- a leader crash does not lower the admit rate over the run. Otherwise a late tick
+    -- never catches up: at most one batch per tick.
+    cap = math.max(burst, rate * math.min(now - ts, tonumber(ARGV[2]) + tonumber(ARGV[4])) / 60000)
+  end
+  if tokens > cap then tokens = cap end
   n = math.floor(tokens)
   local maxa = tonumber(c[3])
   if maxa > 0 then
