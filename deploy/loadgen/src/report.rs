@@ -76,17 +76,17 @@ fn scale_section(out: &mut String, r: &SurgeReport, s: &ScaleRun) {
     let takeover_ok = s.takeover_ms <= 5_000;
     let _ = writeln!(
         out,
-        "### Across processes (issue 17)
-
-         {} gateway processes and {} booking processes, the waiting room on a {} Redis; every          gateway proxies to every booking, fans are spread over the gateways round robin and          move to the other one when theirs stops answering (as a load balancer would).          {} (the event's admission leader) was killed with `kill -9` {kill_t:.0} s into the          run.
-
-| | goal | measured | |
-| --- | --- | --- | --- |
-         | lease taken over by {} | within a few seconds (≤ 5 s) | {:.1} s after the kill | {} |
-         | admit rate, 10 s before the kill | configured {configured:.1}/s | {} | |
-         | admit rate, 10 s after the kill | | {} | |
-         | fans moved to the other gateway | | {} | |
-",
+        "### Across processes (issue 17)\n\n\
+         {} gateway processes and {} booking processes, the waiting room on a {} Redis; \
+         every gateway proxies to every booking, fans are spread over the gateways round \
+         robin and move to the other one when theirs stops answering (as a load balancer \
+         would). {} (the event's admission leader) was killed with `kill -9` {kill_t:.0} s \
+         into the run.\n\n\
+         | | goal | measured | |\n| --- | --- | --- | --- |\n\
+         | lease taken over by {} | within a few seconds (≤ 5 s) | {:.1} s after the kill | {} |\n\
+         | admit rate, 10 s before the kill | configured {configured:.1}/s | {} | |\n\
+         | admit rate, 10 s after the kill | | {} | |\n\
+         | fans moved to the other gateway | | {} | |\n",
         s.gateways,
         s.bookings,
         s.redis,
