@@ -16,7 +16,7 @@ use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(20);
 
-fn chromium_or_skip() -> Option<PathBuf> {
+pub fn chromium_or_skip() -> Option<PathBuf> {
     match find_chromium() {
         Some(p) => Some(p),
         None if std::env::var_os("CI").is_some() => {
