@@ -47,7 +47,8 @@ fn attribute_values(html: &str, attr: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// Keys passed as a literal to the page's `t(` helper (`t("key"`, not `get("x"` or `alt(`).
+/// Keys passed whole as a literal to the page's `t(` helper: `t("key")` or `t("key", vars)`,
+/// not `get("x"`, `s.t("x"` or a prefix completed at run time (`t("status." + s)`).
 fn literal_keys(js: &str) -> BTreeSet<String> {
     let mut keys = BTreeSet::new();
     let mut rest = js;
@@ -55,7 +56,8 @@ fn literal_keys(js: &str) -> BTreeSet<String> {
         let before = rest[..at].chars().next_back();
         let after = &rest[at + 3..];
         if before.is_none_or(|c| !(c.is_alphanumeric() || c == '_' || c == '$' || c == '.'))
-            && let Some(key) = after.split('"').next()
+            && let Some((key, tail)) = after.split_once('"')
+            && (tail.starts_with(')') || tail.starts_with(','))
         {
             keys.insert(key.to_owned());
         }
@@ -98,6 +100,11 @@ fn check_page(dict: &str, html: &str, js: &str) {
     let mut used = attribute_values(&read(html), "data-i18n");
     used.extend(attribute_values(&read(html), "data-i18n-label"));
     used.extend(literal_keys(&read(js)));
+    assert!(
+        used.len() > 10,
+        "{html}/{js}: too few keys found in use ({})",
+        used.len()
+    );
     let missing: Vec<_> = used.difference(&en_keys).collect();
     assert!(
         missing.is_empty(),
@@ -159,7 +166,7 @@ fn the_checks_catch_a_missing_translation() {
     let ja: BTreeSet<_> = dictionary(js, "ja").into_iter().map(|(k, _)| k).collect();
     assert_eq!(en.difference(&ja).collect::<Vec<_>>(), vec!["b"]);
     assert_eq!(
-        literal_keys("t(\"a\") + get(\"no\") + s.t(\"no\") + (t(\"b\", 1))"),
+        literal_keys("t(\"a\") + get(\"no\") + s.t(\"no\") + (t(\"b\", 1)) + t(\"pre.\" + x)"),
         BTreeSet::from(["a".to_owned(), "b".to_owned()])
     );
 }

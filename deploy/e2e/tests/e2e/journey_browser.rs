@@ -33,7 +33,7 @@ pub fn chromium_or_skip() -> Option<PathBuf> {
 }
 
 /// Where screenshots go (never committed): `$FLOODGATE_E2E_SCREENSHOTS` or /tmp.
-fn shot(name: &str) -> PathBuf {
+pub fn shot(name: &str) -> PathBuf {
     let dir = std::env::var_os("FLOODGATE_E2E_SCREENSHOTS")
         .map(PathBuf::from)
         .unwrap_or_else(std::env::temp_dir);

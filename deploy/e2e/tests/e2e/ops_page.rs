@@ -11,7 +11,7 @@
 
 use crate::cdp::{Browser, Page};
 use crate::journey_api::{Fan, admitted_fan};
-use crate::journey_browser::chromium_or_skip;
+use crate::journey_browser::{chromium_or_skip, shot};
 use crate::stack::{ADMIN, Stack, demo_event};
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -249,6 +249,7 @@ async fn the_ops_page_finds_refunds_and_cancels_exactly_once() {
             .await,
         1
     );
+    page.screenshot(&shot("ops-order"), true).await;
 
     // Per line: the page shows the API's answer in its own words; nothing changes.
     page.click("#d-items input.pick").await;
@@ -473,6 +474,7 @@ async fn the_ops_page_finds_refunds_and_cancels_exactly_once() {
     );
     assert_eq!(page.text("#e-state").await, "完了");
     assert_eq!(page.text("#d-status").await, "返金済み");
+    page.screenshot(&shot("ops-ja"), true).await;
     page.assert_no_js_errors();
 
     // A tab whose browser speaks Japanese starts in Japanese, signed out (its own session).
