@@ -76,6 +76,7 @@
     for (var i = 0; i < nodes.length; i++) nodes[i].textContent = t(nodes[i].getAttribute("data-i18n"));
     var labelled = document.querySelectorAll("[data-i18n-label]");
     for (var j = 0; j < labelled.length; j++) labelled[j].setAttribute("aria-label", t(labelled[j].getAttribute("data-i18n-label")));
+    rewordNotices();
     renderAll();
   }
 
@@ -114,13 +115,24 @@
     return tr;
   }
   function clear(node) { while (node.firstChild) node.removeChild(node.firstChild); }
-  function notice(id, text, kind) {
+  // `words` is a function giving the text in the current language, so a language switch
+  // re-words every notice on screen (applyLang calls rewordNotices).
+  var notices = {};
+  function notice(id, words, kind) {
     var n = $(id);
-    if (!text) { n.hidden = true; n.textContent = ""; n.removeAttribute("data-kind"); return; }
+    if (!words) {
+      delete notices[id];
+      n.hidden = true; n.textContent = ""; n.removeAttribute("data-kind");
+      return;
+    }
+    notices[id] = words;
     n.hidden = false;
-    n.textContent = text;
+    n.textContent = words();
     n.className = "notice " + (kind || "");
     n.setAttribute("data-kind", kind || "info");
+  }
+  function rewordNotices() {
+    for (var id in notices) if (Object.prototype.hasOwnProperty.call(notices, id)) $(id).textContent = notices[id]();
   }
 
   // ---- the API ---------------------------------------------------------------------------
@@ -189,18 +201,18 @@
     ev.preventDefault();
     var secret = $("secret").value;
     var actor = $("actor").value.trim();
-    if (!secret) { notice("login-message", t("login.need_secret"), "bad"); return; }
+    if (!secret) { notice("login-message", function () { return t("login.need_secret"); }, "bad"); return; }
     // The name travels in an HTTP header: visible ASCII only, 1 to 200 characters.
     if (!actor || actor.length > 200 || !/^[\x20-\x7e]+$/.test(actor)) {
-      notice("login-message", t("login.bad_actor"), "bad");
+      notice("login-message", function () { return t("login.bad_actor"); }, "bad");
       return;
     }
-    notice("login-message", t("login.checking"), "info");
+    notice("login-message", function () { return t("login.checking"); }, "info");
     // Check the secret with a read before keeping it: a wrong one is refused (401) and
     // nothing is stored or changed.
     api("GET", "/admin/audit?limit=1", undefined, null, secret)
       .then(function (r) {
-        if (!ok(r)) { notice("login-message", errorText(r), "bad"); return; }
+        if (!ok(r)) { notice("login-message", function () { return errorText(r); }, "bad"); return; }
         sset(KEY_SECRET, secret);
         sset(KEY_ACTOR, actor);
         $("secret").value = "";
@@ -229,7 +241,7 @@
   function search(ev) {
     if (ev) ev.preventDefault();
     var from = isoFromLocal($("q-from").value), to = isoFromLocal($("q-to").value);
-    if (from === null || to === null) { notice("search-message", t("orders.bad_time"), "bad"); return; }
+    if (from === null || to === null) { notice("search-message", function () { return t("orders.bad_time"); }, "bad"); return; }
     S.search = {
       params: { account: $("q-account").value.trim(), event: $("q-event").value.trim(),
                 status: $("q-status").value, created_from: from, created_to: to, limit: 20 },
@@ -244,10 +256,10 @@
     var params = {};
     for (var k in q.params) params[k] = q.params[k];
     if (q.cursor) params.cursor = q.cursor;
-    notice("search-message", t("loading"), "info");
+    notice("search-message", function () { return t("loading"); }, "info");
     $("next-page").hidden = true;
     api("GET", "/admin/orders" + qs(params)).then(function (r) {
-      if (!ok(r)) { notice("search-message", errorText(r), "bad"); return; }
+      if (!ok(r)) { notice("search-message", function () { return errorText(r); }, "bad"); return; }
       notice("search-message", null);
       var orders = (r.body && r.body.orders) || [];
       var body = $("results-body");
@@ -280,7 +292,8 @@
   }
   function loadOrder(id, scroll) {
     return api("GET", "/admin/orders/" + seg(id)).then(function (r) {
-      if (!ok(r)) { notice("search-message", errorText(r), "bad"); return; }
+      if (!ok(r)) { notice("search-message", function () { return errorText(r); }, "bad"); return; }
+      notice("search-message", null);
       S.detail = r.body;
       $("detail").hidden = false;
       renderDetail();
@@ -377,7 +390,7 @@
       lines = [];
       var picks = document.querySelectorAll("#d-items input.pick:checked");
       for (var i = 0; i < picks.length; i++) lines.push(Number(picks[i].value));
-      if (!lines.length) { notice("action-message", t("action.pick_first"), "bad"); return; }
+      if (!lines.length) { notice("action-message", function () { return t("action.pick_first"); }, "bad"); return; }
     }
     var body = actionBody(lines);
     var path = "/admin/orders/" + seg(o.id) + (kind === "cancel" ? "/cancel" : "/refund");
@@ -401,14 +414,14 @@
     all[c.intent] = key;
     saveIntents(all);
     $("confirm-yes").disabled = true;
-    notice("action-message", t("working"), "info");
+    notice("action-message", function () { return t("working"); }, "info");
     api("POST", c.path, c.body, key).then(function (r) {
       $("confirm-yes").disabled = false;
       var now = intents();
       if (unknownOutcome(r)) {
         // Keep the key: the retry replays this request's result (never a second refund).
         $("confirm-yes").textContent = t("action.retry");
-        notice("action-message", errorText(r) + " " + t("err.retry_safe"), "bad");
+        notice("action-message", function () { return errorText(r) + " " + t("err.retry_safe"); }, "bad");
         return;
       }
       delete now[c.intent];
@@ -417,9 +430,9 @@
       $("confirm").hidden = true;
       if (ok(r)) {
         var status = r.body && r.body.status;
-        notice("action-message", t("done.order", { status: statusText(status) }), "ok");
+        notice("action-message", function () { return t("done.order", { status: statusText(status) }); }, "ok");
       } else {
-        notice("action-message", errorText(r), "bad");
+        notice("action-message", function () { return errorText(r); }, "bad");
       }
       var id = S.detail && S.detail.order && S.detail.order.id;
       if (id) loadOrder(id, false);
@@ -437,7 +450,7 @@
   function askEventCancel(ev) {
     ev.preventDefault();
     var id = eventId();
-    if (!id) { notice("event-message", t("event.need_id"), "bad"); return; }
+    if (!id) { notice("event-message", function () { return t("event.need_id"); }, "bad"); return; }
     $("e-confirm-text").textContent = t("confirm.event", { id: id });
     $("e-typed").value = "";
     $("e-confirm-yes").disabled = true;
@@ -453,14 +466,16 @@
     var reason = $("e-reason").value.trim();
     if (reason) body.reason = reason;
     $("e-confirm-yes").disabled = true;
-    notice("event-message", t("working"), "info");
+    notice("event-message", function () { return t("working"); }, "info");
     // Idempotent by itself (a repeat answers 200, cancelled_now false): no key needed.
     api("POST", "/admin/events/" + seg(id) + "/cancel", body).then(function (r) {
       $("e-confirm-yes").disabled = !typedMatches();
-      if (!ok(r)) { notice("event-message", errorText(r), "bad"); return; }
+      if (!ok(r)) { notice("event-message", function () { return errorText(r); }, "bad"); return; }
       $("e-confirm").hidden = true;
-      notice("event-message", t(r.body && r.body.cancelled_now ? "event.cancelled_now" : "event.cancelled_before",
-                                { n: r.body ? r.body.refunds_queued_now : 0 }), "ok");
+      var now = !!(r.body && r.body.cancelled_now), queued = r.body ? r.body.refunds_queued_now : 0;
+      notice("event-message", function () {
+        return t(now ? "event.cancelled_now" : "event.cancelled_before", { n: queued });
+      }, "ok");
       if (r.body && r.body.progress) renderProgress(r.body.progress);
       startPoll(id);
       loadAudit(true);
@@ -474,7 +489,7 @@
       api("GET", "/admin/events/" + seg(id) + "/cancellation").then(function (r) {
         if (S.pollEvent !== id) return;
         if (!ok(r)) {
-          notice("event-message", errorText(r), "bad");
+          notice("event-message", function () { return errorText(r); }, "bad");
           // A lost answer is retried; a definite refusal (unknown event, bad secret) stops.
           if (r.network || r.status >= 500) S.poll = setTimeout(tick, POLL_MS * 3);
           return;
@@ -530,7 +545,7 @@
     $("audit-next").hidden = true;
     api("GET", "/admin/audit" + qs(params)).then(function (r) {
       if (a !== S.audit) return;   // a newer load replaced this one
-      if (!ok(r)) { notice("audit-message", errorText(r), "bad"); return; }
+      if (!ok(r)) { notice("audit-message", function () { return errorText(r); }, "bad"); return; }
       notice("audit-message", null);
       var entries = (r.body && r.body.entries) || [];
       var body = $("audit-body");
@@ -577,7 +592,7 @@
     $("e-confirm-yes").addEventListener("click", eventCancelYes);
     $("e-confirm-no").addEventListener("click", function () { $("e-confirm").hidden = true; });
     $("e-progress").addEventListener("click", function () {
-      if (!eventId()) { notice("event-message", t("event.need_id"), "bad"); return; }
+      if (!eventId()) { notice("event-message", function () { return t("event.need_id"); }, "bad"); return; }
       notice("event-message", null);
       startPoll(eventId());
     });

@@ -474,6 +474,14 @@ async fn the_ops_page_finds_refunds_and_cancels_exactly_once() {
     );
     assert_eq!(page.text("#e-state").await, "完了");
     assert_eq!(page.text("#d-status").await, "返金済み");
+    // What is already on screen is re-worded too (the last results and errors).
+    let said = page.text("#event-message").await;
+    assert!(said.starts_with("公演を中止しました"), "{said}");
+    let said = page.text("#action-message").await;
+    assert!(
+        said.contains("管理シークレットが正しくありません"),
+        "{said}"
+    );
     page.screenshot(&shot("ops-ja"), true).await;
     page.assert_no_js_errors();
 
