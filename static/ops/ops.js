@@ -242,9 +242,14 @@
     if (ev) ev.preventDefault();
     var from = isoFromLocal($("q-from").value), to = isoFromLocal($("q-to").value);
     if (from === null || to === null) { notice("search-message", function () { return t("orders.bad_time"); }, "bad"); return; }
+    var limit = Number($("q-limit").value || 20);
+    if (!(limit >= 1 && limit <= 200 && Math.floor(limit) === limit)) {
+      notice("search-message", function () { return t("orders.bad_limit"); }, "bad");
+      return;
+    }
     S.search = {
       params: { account: $("q-account").value.trim(), event: $("q-event").value.trim(),
-                status: $("q-status").value, created_from: from, created_to: to, limit: 20 },
+                status: $("q-status").value, created_from: from, created_to: to, limit: limit },
       cursor: null
     };
     clear($("results-body"));

@@ -224,6 +224,39 @@ async fn the_ops_page_finds_refunds_and_cancels_exactly_once() {
     assert!(!href.as_str().unwrap_or_default().contains(ADMIN), "{href}");
     wait_text(&page, "#who", OPERATOR).await;
 
+    // The event's orders one per page: the next page brings the other one, then no more.
+    type_into(&page, "#q-event", &event).await;
+    type_into(&page, "#q-limit", "1").await;
+    page.click("#search").await;
+    page.wait_for("document.querySelectorAll('#results-body tr').length === 1 && !document.getElementById('next-page').hidden", WAIT)
+        .await;
+    page.click("#next-page").await;
+    page.wait_for(
+        "document.querySelectorAll('#results-body tr').length === 2",
+        WAIT,
+    )
+    .await;
+    let mut listed: Vec<String> = serde_json::from_value(
+        page.eval("[...document.querySelectorAll('#results-body button[data-order]')].map(b => b.dataset.order)")
+            .await,
+    )
+    .expect("order ids");
+    listed.sort();
+    let mut both = vec![order_a.clone(), order_b.clone()];
+    both.sort();
+    assert_eq!(listed, both);
+    page.wait_for("document.getElementById('next-page').hidden", WAIT)
+        .await;
+    // A time range with nothing in it.
+    page.eval("document.getElementById('q-from').value = '2099-01-01T00:00'; true")
+        .await;
+    page.click("#search").await;
+    wait_text(&page, "#results-empty", "No orders match").await;
+    page.eval("document.getElementById('q-from').value = ''; true")
+        .await;
+    type_into(&page, "#q-event", "").await;
+    type_into(&page, "#q-limit", "20").await;
+
     // Search by account, open the order.
     type_into(&page, "#q-account", "fan-ops-a").await;
     page.click("#search").await;
