@@ -399,13 +399,14 @@
     }
     var body = actionBody(lines);
     var path = "/admin/orders/" + seg(o.id) + (kind === "cancel" ? "/cancel" : "/refund");
-    var text = kind === "cancel"
-      ? t(o.status === "PAID" ? "confirm.cancel_paid" : "confirm.cancel", { id: o.id, amount: money(o.total, o.currency) })
-      : kind === "lines"
-        ? t("confirm.refund_lines", { id: o.id, lines: lines.join(", ") })
-        : t("confirm.refund", { id: o.id, amount: money(o.total, o.currency) });
-    S.confirm = { intent: path + " " + JSON.stringify(body), path: path, body: body };
-    $("confirm-text").textContent = text;
+    var words = function () {
+      var amount = money(o.total, o.currency);
+      if (kind === "cancel") return t(o.status === "PAID" ? "confirm.cancel_paid" : "confirm.cancel", { id: o.id, amount: amount });
+      if (kind === "lines") return t("confirm.refund_lines", { id: o.id, lines: lines.join(", ") });
+      return t("confirm.refund", { id: o.id, amount: amount });
+    };
+    S.confirm = { intent: path + " " + JSON.stringify(body), path: path, body: body, words: words };
+    $("confirm-text").textContent = words();
     $("confirm").hidden = false;
     $("confirm-yes").textContent = intents()[S.confirm.intent] ? t("action.retry") : t("action.confirm");
     notice("action-message", null);
@@ -572,7 +573,11 @@
     showView();
     if (S.detail) renderDetail();
     if (S.progress) renderProgress(S.progress);
-    if (S.confirm) $("confirm-yes").textContent = intents()[S.confirm.intent] ? t("action.retry") : t("action.confirm");
+    if (!$("e-confirm").hidden) $("e-confirm-text").textContent = t("confirm.event", { id: eventId() });
+    if (S.confirm) {
+      $("confirm-text").textContent = S.confirm.words();
+      $("confirm-yes").textContent = intents()[S.confirm.intent] ? t("action.retry") : t("action.confirm");
+    }
   }
   function start() {
     S.lang = pickLang();
