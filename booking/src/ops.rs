@@ -4,7 +4,8 @@
 //!
 //! Layout: [`search`] (filters, keyset pages), [`detail`] (the order's items, payment
 //! attempts, provider events, refunds, tickets and audit entries, read in one snapshot),
-//! [`audit_log`] (the `ops_audit` reader). The writes of the ops API live with what they
+//! [`audit_log`] (the `ops_audit` reader), [`page`] (the ops page at `/ops/`, a static page
+//! over this API). The writes of the ops API live with what they
 //! change (seat kills in `inventory::kills`, refunds and cancellations in `payments`), each
 //! recording its audit entry with `platform::audit::record_tx`.
 //!
@@ -13,6 +14,7 @@
 
 pub mod audit_log;
 pub mod detail;
+pub mod page;
 pub mod search;
 
 use crate::platform::auth::Auth;

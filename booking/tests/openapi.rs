@@ -8,9 +8,17 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// Served but not JSON, so not in the document: Prometheus text and the auction WebSocket
-/// (both described in docs/api.md).
-const NOT_JSON: [&str; 2] = ["/metrics", "/ws/auctions/{id}"];
+/// Served but not JSON, so not in the document: Prometheus text, the auction WebSocket and
+/// the ops page's static files (all described in docs/api.md).
+const NOT_JSON: [&str; 7] = [
+    "/metrics",
+    "/ws/auctions/{id}",
+    "/ops",
+    "/ops/",
+    "/ops/ops.js",
+    "/ops/ops-i18n.js",
+    "/ops/ops.css",
+];
 const METHODS: [&str; 5] = ["get", "post", "put", "patch", "delete"];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {

@@ -572,7 +572,8 @@ def booking_doc():
             "description": "The booking core behind the waiting room: holds, carts, orders, payments, "
                            "auctions, ops. Fans reach `/api/…` only through the gateway, with an admission "
                            "token; `/admin/…` takes the admin bearer secret. WebSocket `GET /ws/auctions/{id}` "
-                           "is described in docs/api.md. " + ERROR_CODES_NOTE,
+                           "and the ops page (`GET /ops/` and its files: HTML, script, styles) are "
+                           "described in docs/api.md. " + ERROR_CODES_NOTE,
             "license": {"name": "Apache-2.0", "identifier": "Apache-2.0"},
         },
         "servers": [{"url": "http://127.0.0.1:8090", "description": "the local stack"}],

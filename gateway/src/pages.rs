@@ -18,6 +18,9 @@ pub struct Pages {
 
 const MAX_FILE: u64 = 4 * 1024 * 1024;
 const MAX_DEPTH: usize = 3;
+/// Top-level folders of `static/` that belong to booking, not to the public listener: the
+/// ops page (served by booking itself; `routes::is_booking_only`).
+const NOT_PUBLIC: [&str; 1] = ["ops"];
 
 fn content_type(path: &Path) -> &'static str {
     match path.extension().and_then(|e| e.to_str()).unwrap_or("") {
@@ -59,6 +62,12 @@ impl Pages {
             if hidden {
                 continue;
             }
+            if depth == 0
+                && meta.is_dir()
+                && NOT_PUBLIC.contains(&entry.file_name().to_string_lossy().as_ref())
+            {
+                continue;
+            }
             if meta.is_dir() && depth < MAX_DEPTH {
                 self.walk(root, &path, depth + 1);
             } else if meta.is_file() && meta.len() <= MAX_FILE {
@@ -81,5 +90,28 @@ impl Pages {
 
     pub fn get(&self, path: &str) -> Option<&StaticFile> {
         self.files.get(path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The repository's `static/`: the fans' pages load, the ops page's files do not.
+    #[test]
+    fn the_ops_page_is_not_loaded_for_the_public_listener() {
+        let pages = Pages::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../static"));
+        assert!(pages.get("/waiting.html").is_some());
+        assert!(pages.get("/shop.js").is_some());
+        assert!(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../static/ops/ops.html")
+                .is_file()
+        );
+        assert!(
+            pages.files.keys().all(|k| !k.starts_with("/ops/")),
+            "{:?}",
+            pages.files.keys()
+        );
     }
 }

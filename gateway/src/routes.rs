@@ -138,11 +138,21 @@ pub fn public<'a>(method: &Method, path: &'a str) -> Route<'a> {
             _ => Route::NotFound,
         };
     }
+    if is_booking_only(path) {
+        return Route::NotFound;
+    }
     if get {
         Route::Page(path)
     } else {
         Route::NotFound
     }
+}
+
+/// `/ops` and below: booking's ops page, served on booking's internal listener only (it
+/// takes the admin secret). The public listener never serves or forwards it, even if
+/// `static_dir` holds its files (`pages` skips `static/ops/` as well).
+pub fn is_booking_only(path: &str) -> bool {
+    path == "/ops" || path.starts_with("/ops/")
 }
 
 /// Refuses dot segments, encoded dots/slashes/backslashes and empty segments, so the path
@@ -263,6 +273,16 @@ mod tests {
         assert_eq!(public(&g, "/waiting.js"), Route::Page("/waiting.js"));
         assert_eq!(public(&g, "relative"), Route::BadPath);
         assert_eq!(public(&p, "/dev/login"), Route::DevLogin);
+        for ops in [
+            "/ops",
+            "/ops/",
+            "/ops/ops.html",
+            "/ops/ops.js",
+            "/ops/ops-i18n.js",
+        ] {
+            assert_eq!(public(&g, ops), Route::NotFound, "{ops}");
+        }
+        assert_eq!(public(&g, "/opsx.js"), Route::Page("/opsx.js"));
     }
 
     #[test]

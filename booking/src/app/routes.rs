@@ -42,6 +42,8 @@ pub fn router(state: AppState) -> Router {
         // Ops (issue 18): order search/detail, the audit log; seat kills.
         .merge(crate::ops::router().with_state(state.ops.clone()))
         .merge(crate::inventory::kills::router().with_state(state.inventory.clone()))
+        // The ops page over that API (static, embedded; booking's listener only).
+        .merge(crate::ops::page::router())
         .fallback(fallback);
     routes
         .layer(DefaultBodyLimit::max(body_limit))

@@ -46,8 +46,10 @@ pub struct Browser {
     pending: Pending,
     next_id: AtomicU64,
     errors: Arc<Mutex<Vec<String>>>,
-    /// Requests paused by `Fetch` interception, waiting for [`Page::release_requests`].
-    paused: Arc<Mutex<Vec<String>>>,
+    /// Requests paused by `Fetch` interception (the `Fetch.requestPaused` parameters: id,
+    /// request with its headers), waiting for [`Page::release_requests`] or
+    /// [`Page::fail_requests`].
+    paused: Arc<Mutex<Vec<Value>>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -118,7 +120,7 @@ impl Browser {
         });
         let pending: Pending = Arc::default();
         let errors: Arc<Mutex<Vec<String>>> = Arc::default();
-        let paused: Arc<Mutex<Vec<String>>> = Arc::default();
+        let paused: Arc<Mutex<Vec<Value>>> = Arc::default();
         let (p, e, held) = (pending.clone(), errors.clone(), paused.clone());
         let reader = tokio::spawn(async move {
             while let Some(Ok(msg)) = stream.next().await {
@@ -131,8 +133,8 @@ impl Browser {
                         let _ = tx.send(v);
                     }
                 } else if v["method"] == "Fetch.requestPaused" {
-                    if let Some(id) = v["params"]["requestId"].as_str() {
-                        held.lock().expect("paused lock").push(id.to_owned());
+                    if v["params"]["requestId"].is_string() {
+                        held.lock().expect("paused lock").push(v["params"].clone());
                     }
                 } else if v["method"] == "Runtime.exceptionThrown" {
                     let d = &v["params"]["exceptionDetails"];
@@ -386,14 +388,49 @@ impl Page<'_> {
 
     /// Lets the held requests go on and stops holding new ones. Returns how many were held.
     pub async fn release_requests(&self) -> usize {
-        let ids: Vec<String> =
+        let held: Vec<Value> =
             std::mem::take(&mut *self.browser.paused.lock().expect("paused lock"));
-        for id in &ids {
-            self.call("Fetch.continueRequest", json!({"requestId": id}))
-                .await;
+        for p in &held {
+            self.call(
+                "Fetch.continueRequest",
+                json!({"requestId": p["requestId"]}),
+            )
+            .await;
         }
         self.call("Fetch.disable", json!({})).await;
-        ids.len()
+        held.len()
+    }
+
+    /// Holds back the answers to requests whose URL matches `pattern`: the server has done
+    /// the work, the page has not seen the result yet (see [`Page::fail_requests`]).
+    pub async fn hold_responses(&self, pattern: &str) {
+        self.call(
+            "Fetch.enable",
+            json!({"patterns": [{"urlPattern": pattern, "requestStage": "Response"}]}),
+        )
+        .await;
+    }
+
+    /// How many requests (or answers) are held right now.
+    pub fn held(&self) -> usize {
+        self.browser.paused.lock().expect("paused lock").len()
+    }
+
+    /// Fails every held request as a dropped connection (for a held answer: the work was
+    /// done but the page sees a network error), stops holding, and returns what was held
+    /// (`request.headers` shows what the page sent).
+    pub async fn fail_requests(&self) -> Vec<Value> {
+        let held: Vec<Value> =
+            std::mem::take(&mut *self.browser.paused.lock().expect("paused lock"));
+        for p in &held {
+            self.call(
+                "Fetch.failRequest",
+                json!({"requestId": p["requestId"], "errorReason": "ConnectionReset"}),
+            )
+            .await;
+        }
+        self.call("Fetch.disable", json!({})).await;
+        held
     }
 
     /// Uncaught exceptions the page threw so far.

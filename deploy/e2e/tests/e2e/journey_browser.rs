@@ -16,7 +16,7 @@ use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(20);
 
-fn chromium_or_skip() -> Option<PathBuf> {
+pub fn chromium_or_skip() -> Option<PathBuf> {
     match find_chromium() {
         Some(p) => Some(p),
         None if std::env::var_os("CI").is_some() => {
@@ -33,7 +33,7 @@ fn chromium_or_skip() -> Option<PathBuf> {
 }
 
 /// Where screenshots go (never committed): `$FLOODGATE_E2E_SCREENSHOTS` or /tmp.
-fn shot(name: &str) -> PathBuf {
+pub fn shot(name: &str) -> PathBuf {
     let dir = std::env::var_os("FLOODGATE_E2E_SCREENSHOTS")
         .map(PathBuf::from)
         .unwrap_or_else(std::env::temp_dir);

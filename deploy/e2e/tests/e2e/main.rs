@@ -7,7 +7,9 @@
 //! `chromium` on the PATH; without it the browser test is skipped unless `CI` is set).
 
 mod cdp;
+mod i18n;
 mod journey_api;
 mod journey_browser;
+mod ops_page;
 mod session;
 mod stack;
