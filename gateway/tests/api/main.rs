@@ -20,6 +20,8 @@ mod limits_shared;
 mod proxy;
 mod queue;
 mod redis_outage;
+mod registered;
+mod registered_draw;
 mod slots;
 mod startup_config;
 mod status_memory;
