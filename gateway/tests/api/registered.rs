@@ -429,12 +429,13 @@ async fn joins_racing_an_upload_are_refused_or_queued_never_half() {
     for f in &fans {
         tokens.push(app.login(f).await);
     }
-    // The fans are spread through 200,000 filler ids, so the upload is many batches long and
-    // the joins land before, between and after the batches that carry them.
+    // The fans are spread through 600,000 filler ids, so the upload is many batches long and
+    // the joins (spread over two seconds) land before, between and after the batches that
+    // carry them.
     let mut body = String::new();
-    for i in 0..200_000 {
-        if i % 1000 == 500 {
-            body.push_str(&fans[i / 1000]);
+    for i in 0..600_000 {
+        if i % 3000 == 1500 {
+            body.push_str(&fans[i / 3000]);
             body.push('\n');
         }
         body.push_str(&format!("filler-{i:07}\n"));
@@ -445,7 +446,7 @@ async fn joins_racing_an_upload_are_refused_or_queued_never_half() {
         let http = app.http.clone();
         let t = t.clone();
         async move {
-            tokio::time::sleep(Duration::from_millis((i as u64 % 50) * 5)).await;
+            tokio::time::sleep(Duration::from_millis(i as u64 * 10)).await;
             http.post(url).bearer_auth(t).send().await.unwrap()
         }
     });
