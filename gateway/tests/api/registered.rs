@@ -109,6 +109,15 @@ async fn a_million_accounts_upload_in_one_request_and_again_changes_nothing() {
         .await
         .unwrap();
     assert_eq!(scard, 1_000_000);
+    let bytes: Option<u64> = redis::cmd("MEMORY")
+        .arg("USAGE")
+        .arg(app.key("mil", "reg"))
+        .arg("SAMPLES")
+        .arg(0)
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap_or(None);
+    eprintln!("the list of 1,000,000 accounts takes {bytes:?} bytes in Redis");
     for a in ["m-0000000", "m-0499999", "m-0999999"] {
         assert_eq!(count(&app, "mil", Some(a)).await["registered"], true, "{a}");
     }
