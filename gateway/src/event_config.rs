@@ -365,7 +365,10 @@ mod tests {
                 r#","access":"registered","registration_closes":"2027-01-10T10:00:01Z""#,
                 "after sale_start",
             ),
-            (r#","registration_closes":"2027-01-09T10:00:00Z""#, "only applies"),
+            (
+                r#","registration_closes":"2027-01-09T10:00:00Z""#,
+                "only applies",
+            ),
         ] {
             let errs = input(&format!("{{{base}{extra}}}"))
                 .validate(600, 120)

@@ -45,8 +45,11 @@ pub async fn register(shared: &Shared, store: &Store, session: &Session, event: 
         ),
         Ok(RegisterOutcome::Closed { closes_ms }) => Reply::from_error(
             409,
-            ErrorBody::new(codes::REGISTRATION_CLOSED, "registration for this sale has closed")
-                .with("registration_closes", closes(closes_ms)),
+            ErrorBody::new(
+                codes::REGISTRATION_CLOSED,
+                "registration for this sale has closed",
+            )
+            .with("registration_closes", closes(closes_ms)),
         ),
         Ok(RegisterOutcome::Registered { closes_ms }) => Reply::json(
             200,
@@ -276,7 +279,11 @@ pub async fn count(shared: &Shared, store: &Store, session: &Session, event: &st
     if let Some(a) = &account
         && !is_valid_account(a)
     {
-        return Reply::error(422, codes::VALIDATION_FAILED, "account is not an account id");
+        return Reply::error(
+            422,
+            codes::VALIDATION_FAILED,
+            "account is not an account id",
+        );
     }
     match store.event_exists(event).await {
         Err(e) => return unavailable(shared, &e),
@@ -309,10 +316,7 @@ mod tests {
         let got: Vec<_> = lines(b"a\r\n\nb\nc\r\n")
             .map(|(n, l)| (n, String::from_utf8_lossy(l).into_owned()))
             .collect();
-        assert_eq!(
-            got,
-            vec![(1, "a".into()), (3, "b".into()), (4, "c".into())]
-        );
+        assert_eq!(got, vec![(1, "a".into()), (3, "b".into()), (4, "c".into())]);
     }
 
     #[test]

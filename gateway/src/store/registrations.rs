@@ -55,9 +55,13 @@ pub enum RegisterOutcome {
     /// The room is open to everyone.
     NotRequired,
     /// Past the closing time (and not registered before).
-    Closed { closes_ms: Option<i64> },
+    Closed {
+        closes_ms: Option<i64>,
+    },
     /// Registered (now or before).
-    Registered { closes_ms: Option<i64> },
+    Registered {
+        closes_ms: Option<i64>,
+    },
 }
 
 /// How an upload changes the list.

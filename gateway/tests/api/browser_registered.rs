@@ -89,7 +89,10 @@ async fn the_waiting_page_says_not_registered_in_english_and_japanese_then_regis
     let note = page
         .eval("document.getElementById('room-note').hidden ? '' : document.getElementById('room-note').textContent")
         .await;
-    assert_eq!(note, "この販売は事前登録された方限定です。あなたは登録済みです。");
+    assert_eq!(
+        note,
+        "この販売は事前登録された方限定です。あなたは登録済みです。"
+    );
     let count = app
         .http
         .get(app.admin_url("/admin/events/brr/registrations"))

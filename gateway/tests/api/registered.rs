@@ -121,10 +121,16 @@ async fn a_million_accounts_upload_in_one_request_and_again_changes_nothing() {
     for a in ["m-0000000", "m-0499999", "m-0999999"] {
         assert_eq!(count(&app, "mil", Some(a)).await["registered"], true, "{a}");
     }
-    assert_eq!(count(&app, "mil", Some("m-1000000")).await["registered"], false);
+    assert_eq!(
+        count(&app, "mil", Some("m-1000000")).await["registered"],
+        false
+    );
     // Idempotent: the same list again adds nothing.
     let again = upload_ok(&app, "mil", "add", body).await;
-    assert_eq!((again["changed"].as_u64(), again["count"].as_u64()), (Some(0), Some(1_000_000)));
+    assert_eq!(
+        (again["changed"].as_u64(), again["count"].as_u64()),
+        (Some(0), Some(1_000_000))
+    );
     assert_eq!(count(&app, "mil", None).await["count"], 1_000_000);
 }
 
@@ -162,7 +168,10 @@ async fn replace_swaps_the_whole_list_and_remove_takes_accounts_off() {
     let want: BTreeSet<String> = ["c", "d"].iter().map(|s| s.to_string()).collect();
     assert_eq!(members(&app, "rep").await, want);
     let v = upload_ok(&app, "rep", "remove", "d\nzz\n".into()).await;
-    assert_eq!((v["changed"].as_u64(), v["count"].as_u64()), (Some(1), Some(1)));
+    assert_eq!(
+        (v["changed"].as_u64(), v["count"].as_u64()),
+        (Some(1), Some(1))
+    );
     // An empty replacement empties the list; no staging key is left behind.
     let v = upload_ok(&app, "rep", "replace", String::new()).await;
     assert_eq!(v["count"], 0);
@@ -252,7 +261,10 @@ async fn bad_uploads_are_refused_whole_and_change_nothing() {
     // `@` arrives percent-encoded in a query.
     upload_ok(&app, "bad", "add", "fan@example.com\n".into()).await;
     let v = count(&app, "bad", Some("fan%40example.com")).await;
-    assert_eq!((v["registered"].as_bool(), v["count"].as_u64()), (Some(true), Some(4)));
+    assert_eq!(
+        (v["registered"].as_bool(), v["count"].as_u64()),
+        (Some(true), Some(4))
+    );
 }
 
 #[tokio::test]
@@ -272,7 +284,10 @@ async fn a_registered_room_needs_a_closing_time_no_later_than_the_sale() {
         .iter()
         .map(|e| e["field"].as_str().unwrap().to_owned())
         .collect();
-    assert!(fields.contains(&"registration_closes".to_owned()), "{fields:?}");
+    assert!(
+        fields.contains(&"registration_closes".to_owned()),
+        "{fields:?}"
+    );
     assert!(fields.contains(&"pow_difficulty".to_owned()), "{fields:?}");
     let r = app
         .put_config(
@@ -341,7 +356,10 @@ async fn an_unregistered_join_is_refused_and_leaves_no_trace() {
     let r = app.join("nr", &t).await;
     assert_eq!(r.status(), StatusCode::CREATED);
     let v = json(r).await;
-    assert_eq!((v["kind"].as_str(), v["access"].as_str()), (Some("draw"), Some("registered")));
+    assert_eq!(
+        (v["kind"].as_str(), v["access"].as_str()),
+        (Some("draw"), Some("registered"))
+    );
     assert_eq!(queued(&app, "nr").await, (1, 1));
 }
 
@@ -394,13 +412,19 @@ async fn fans_register_until_registration_closes() {
     let registered = count(&app, "reg", None).await["count"].as_u64().unwrap();
     assert_eq!(registered, n, "every fan before the close and none after");
     let t = app.login("later").await;
-    assert_eq!(register(&app, "reg", &t).await.status(), StatusCode::CONFLICT);
+    assert_eq!(
+        register(&app, "reg", &t).await.status(),
+        StatusCode::CONFLICT
+    );
     assert_eq!(count(&app, "reg", Some("later")).await["registered"], false);
     // An account registered before the close still gets its (same) answer.
     assert_eq!(json(register(&app, "reg", &early).await).await, first);
     // The refusal of an unregistered join says registration is over.
     let v = json(app.join("reg", &t).await).await;
-    assert_eq!((v["code"].as_str(), v["registration_open"].as_bool()), (Some("NOT_REGISTERED"), Some(false)));
+    assert_eq!(
+        (v["code"].as_str(), v["registration_open"].as_bool()),
+        (Some("NOT_REGISTERED"), Some(false))
+    );
     assert!(v.get("register_url").is_none());
 
     // Open rooms need no registration; unknown events and anonymous callers are refused.
@@ -475,7 +499,11 @@ async fn joins_racing_an_upload_are_refused_or_queued_never_half() {
             s => panic!("join of {} answered {s}", fans[i]),
         }
     }
-    eprintln!("{} joins queued and {} refused during the upload", places.len(), refused.len());
+    eprintln!(
+        "{} joins queued and {} refused during the upload",
+        places.len(),
+        refused.len()
+    );
     // Exactly the queued fans hold a place and a queue entry; a refused one holds neither.
     let mut c = app.redis.clone();
     let q: BTreeSet<String> = redis::cmd("ZRANGE")

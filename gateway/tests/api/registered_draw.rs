@@ -11,7 +11,11 @@ use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-async fn join_all_fans(urls: &[String], http: &reqwest::Client, tokens: &[(String, String)]) -> Vec<(String, reqwest::Response)> {
+async fn join_all_fans(
+    urls: &[String],
+    http: &reqwest::Client,
+    tokens: &[(String, String)],
+) -> Vec<(String, reqwest::Response)> {
     let joins = tokens.iter().enumerate().map(|(i, (a, t))| {
         let url = format!("{}/queue/rd/join", urls[i % urls.len()]);
         let http = http.clone();
@@ -47,7 +51,10 @@ async fn every_registered_fan_is_drawn_by_the_revealed_seed_and_admitted_in_that
             "mode": mode,
         })
     };
-    assert_eq!(app.put_config("rd", room(later, "paused")).await.status(), StatusCode::OK);
+    assert_eq!(
+        app.put_config("rd", room(later, "paused")).await.status(),
+        StatusCode::OK
+    );
     let fans: Vec<String> = (0..300).map(|i| format!("drawn-{i:03}")).collect();
     let body: String = fans.iter().map(|f| format!("{f}\n")).collect();
     let r = upload(&app.http, &app.admin_url(""), "rd", "add", body).await;
@@ -68,7 +75,12 @@ async fn every_registered_fan_is_drawn_by_the_revealed_seed_and_admitted_in_that
     // Two thirds join before the sale start, on both instances at once.
     let mut answers: HashMap<String, Value> = HashMap::new();
     let early = join_all_fans(&urls, &app.http, &tokens[..200]).await;
-    let draw = app.http.get(app.url("/queue/rd/draw")).send().await.unwrap();
+    let draw = app
+        .http
+        .get(app.url("/queue/rd/draw"))
+        .send()
+        .await
+        .unwrap();
     let committed: Value = json(draw).await;
     assert_eq!(committed["revealed"], false);
     for (a, r) in early {
@@ -81,11 +93,21 @@ async fn every_registered_fan_is_drawn_by_the_revealed_seed_and_admitted_in_that
     // Wait for the reveal (Redis time past the sale start), then the last third joins late.
     let deadline = Instant::now() + Duration::from_secs(30);
     let revealed = loop {
-        let v: Value = json(app.http.get(app.url("/queue/rd/draw")).send().await.unwrap()).await;
+        let v: Value = json(
+            app.http
+                .get(app.url("/queue/rd/draw"))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
         if v["revealed"] == true {
             break v;
         }
-        assert!(Instant::now() < deadline, "the seed was never revealed: {v}");
+        assert!(
+            Instant::now() < deadline,
+            "the seed was never revealed: {v}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     assert_eq!(revealed["seed_hash"], committed["seed_hash"]);
@@ -137,7 +159,12 @@ async fn every_registered_fan_is_drawn_by_the_revealed_seed_and_admitted_in_that
     assert_eq!(v["kind"], "fifo", "{v}");
 
     // Admission follows the draw, then the fan who went to the back.
-    assert_eq!(app.put_config("rd", room(sale_start, "queue")).await.status(), StatusCode::OK);
+    assert_eq!(
+        app.put_config("rd", room(sale_start, "queue"))
+            .await
+            .status(),
+        StatusCode::OK
+    );
     let deadline = Instant::now() + Duration::from_secs(30);
     let admitted = loop {
         let adm = app.admissions("rd").await;
