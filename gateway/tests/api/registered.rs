@@ -529,3 +529,47 @@ async fn joins_racing_an_upload_are_refused_or_queued_never_half() {
     assert_eq!(queued(&app, "race").await, (200, 200));
     stop(b).await;
 }
+
+#[tokio::test]
+async fn a_streamed_upload_past_the_bound_is_refused_and_changes_nothing() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let app = TestApp::spawn_with(|c| c.gateway.registrations_max_body_bytes = 256 * 1024).await;
+    registered_room(&app, "chunk").await;
+    // Chunked: no Content-Length to refuse up front, so the bound is applied while reading.
+    let mut s = tokio::net::TcpStream::connect(app.gw().admin)
+        .await
+        .unwrap();
+    let head = format!(
+        "PUT /admin/events/chunk/registrations HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ADMIN}\r\n\
+         Content-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n"
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    let chunk = ids(0..6_000, "c");
+    for _ in 0..8 {
+        // 8 × ~60 KiB: past the 256 KiB bound; the server may stop reading (and answer) early.
+        let frame = format!("{:x}\r\n{chunk}\r\n", chunk.len());
+        if s.write_all(frame.as_bytes()).await.is_err() {
+            break;
+        }
+    }
+    let _ = s.write_all(b"0\r\n\r\n").await;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut answer)).await;
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 413"), "{text}");
+    assert!(text.contains("PAYLOAD_TOO_LARGE"), "{text}");
+    assert_eq!(count(&app, "chunk", None).await["count"], 0);
+}
+
+#[tokio::test]
+async fn registering_spends_the_join_rate_limit() {
+    let app = TestApp::spawn_with(|c| c.gateway.limits.join_per_account_per_min = 2).await;
+    registered_room(&app, "rl").await;
+    let t = app.login("eager").await;
+    assert_eq!(register(&app, "rl", &t).await.status(), StatusCode::OK);
+    assert_eq!(app.join("rl", &t).await.status(), StatusCode::CREATED);
+    let r = register(&app, "rl", &t).await;
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(r.headers().contains_key("retry-after"));
+    assert_eq!(json(r).await["code"], "RATE_LIMITED");
+}
