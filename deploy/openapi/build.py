@@ -631,7 +631,7 @@ def gateway_doc():
             "Register for a registered-only room (idempotent; open until registration_closes)",
             [ok(obj({"event": S, "registered": B, "registration_closes": NULLABLE_TS, "join_url": S},
                     required=("event", "registered"))),
-             err("401", "404", "409", "429", "503")],
+             err("401", "404", "409", "413", "429", "503")],
             tag=q, params=[ev], security=IDENTITY,
             desc="`409 REGISTRATION_CLOSED` after `registration_closes` (Redis time) for an account "
                  "not registered before; `409 REGISTRATION_NOT_REQUIRED` in a room open to everyone. "

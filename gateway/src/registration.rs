@@ -27,11 +27,15 @@ const MAX_REPORTED_LINES: usize = 20;
 const DRAIN_REFUSED_BODY: Duration = Duration::from_secs(2);
 
 /// `POST /queue/{event}/register`: the caller's account joins the room's list.
-pub async fn register(shared: &Shared, store: &Store, session: &Session, event: &str) -> Reply {
+pub async fn register(shared: &Shared, store: &Store, session: &mut Session, event: &str) -> Reply {
     let account = match admit_caller(shared, store, session, Scope::Join).await {
         Ok(a) => a,
         Err(r) => return r,
     };
+    // The body means nothing here; reading it keeps the connection usable for the answer.
+    if let Err(e) = crate::respond::read_body(session, shared.config.gateway.max_body_bytes).await {
+        return e.reply();
+    }
     let closes = |ms: Option<i64>| ms.map(rfc3339_ms);
     match store.register(event, &account).await {
         Err(e) => unavailable(shared, &e),
