@@ -172,9 +172,13 @@ async fn replace_swaps_the_whole_list_and_remove_takes_accounts_off() {
         (v["changed"].as_u64(), v["count"].as_u64()),
         (Some(1), Some(1))
     );
-    // An empty replacement empties the list; no staging key is left behind.
+    // An empty replacement empties the list; no staging key is left behind (`KEYS` sees one
+    // node only, so this part is checked against a single Redis).
     let v = upload_ok(&app, "rep", "replace", String::new()).await;
     assert_eq!(v["count"], 0);
+    if cluster() {
+        return;
+    }
     let left: Vec<String> = redis::cmd("KEYS")
         .arg(format!("{}*staging*", app.prefix))
         .query_async(&mut app.redis.clone())
