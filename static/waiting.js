@@ -80,7 +80,7 @@
       joining: "title.joining", waiting: "title.waiting", paused: "title.paused", closed: "title.closed",
       sold_out: "title.sold_out", admitted: "title.admitted", expired: "title.expired",
       unavailable: "title.unavailable", unknown: "title.unknown", login: "title.login", pow: "title.pow",
-      network: "title.unavailable", slow: "title.unavailable"
+      network: "title.unavailable", slow: "title.unavailable", not_registered: "title.not_registered"
     }[S.state] || "title.waiting";
     $("headline").textContent = t(title);
     document.body.setAttribute("data-state", S.state);
@@ -103,13 +103,46 @@
     else if (S.state === "unavailable") message(t("msg.unavailable", S.retryIn), "warn");
     else if (S.state === "network") message(t("msg.network", S.retryIn), "warn");
     else if (S.state === "slow") message(t("msg.slow", S.retryIn), "warn");
+    else if (S.state === "not_registered") message(notRegistered(), "bad");
     else message(null);
+    $("room-note").hidden = !(S.access === "registered" && inQueue);
+    $("room-note").textContent = t("msg.registered_room");
     if (S.state === "expired") action(t("action.rejoin"), function () { action(null); join(); });
     else if (S.state === "admitted" && S.next) action(t("action.shop"), function () { location.assign(S.next); });
+    else if (S.state === "not_registered" && S.reg && S.reg.open) action(t("action.register"), register);
     else action(null);
   }
 
   function setState(s) { S.state = s; render(); }
+
+  // ---- registered rooms ----------------------------------------------------------------
+  // The closing time in the fan's own language and time zone.
+  function fmtTime(iso) {
+    var d = new Date(iso);
+    if (!iso || isNaN(d.getTime())) return "—";
+    try {
+      return d.toLocaleString(S.lang === "ja" ? "ja-JP" : "en-US", { dateStyle: "medium", timeStyle: "short" });
+    } catch (e) { return d.toLocaleString(); }
+  }
+  function notRegistered() {
+    var r = S.reg || {};
+    var text = t("msg.not_registered");
+    if (r.closes) text += (S.lang === "ja" ? "" : " ") + t(r.open ? "msg.registration_closes" : "msg.registration_closed", fmtTime(r.closes));
+    return text;
+  }
+  function register() {
+    action(null);
+    call("POST", "/queue/" + EVENT + "/register", undefined, S.identity).then(function (r) {
+      if (r.status === 200) { join(); return; }
+      if (r.data && r.data.code === "REGISTRATION_CLOSED") {
+        S.reg = { closes: r.data.registration_closes || (S.reg && S.reg.closes), open: false };
+        setState("not_registered");
+        return;
+      }
+      if (common(r, register)) return;
+      S.retryIn = 5; setState("network"); later(register, 5000);
+    });
+  }
 
   // ---- HTTP ----------------------------------------------------------------------------
   function call(method, path, body, auth) {
@@ -222,8 +255,14 @@
           });
         });
       }
+      if (r.status === 403 && r.data.code === "NOT_REGISTERED") {
+        S.reg = { closes: r.data.registration_closes, open: !!r.data.registration_open };
+        setState("not_registered");
+        return;
+      }
       if (common(r, join)) return;
       if (r.status === 200 || r.status === 201) {
+        S.access = r.data.access;
         if (r.data.receipt) { store("receipt", r.data.receipt); $("receipt").textContent = r.data.receipt.slice(0, 24) + "…"; }
         if (r.status === 201) store("first", null);
         // A waiting fan is told where they stand and when to ask next; an admitted one (or an

@@ -10,12 +10,17 @@
 // Full profile of the design seed (2,000,000 arrivals in 10 minutes for 60,000 seats):
 //   PEAK_RATE=4200 RAMP=2m HOLD=6m RAMP_DOWN=2m SEATS=60000 ADMIT_PER_MINUTE=30000
 //   (4200/s x (60 s + 360 s + 60 s) = 2.0 M arrivals). See README.md for VU sizing.
+//
+// Registered-room profile (ACCESS=registered): setup() makes the room registered-only and
+// uploads the accounts of the expected arrivals (PUT /admin/events/{event}/registrations,
+// REGISTER_BATCH ids per upload) except every UNREGISTERED_EVERY-th fan, who must be refused
+// with 403 NOT_REGISTERED (counted in `not_registered`; any other answer fails the run).
 import http from 'k6/http';
-import { check } from 'k6';
+import { check, fail } from 'k6';
 import { Counter, Trend } from 'k6/metrics';
 import exec from 'k6/execution';
 import {
-  BASE_URL, QUICK, env, num, flag, jsonHeaders, body, code, unexpectedResponse, newKey, runId, perEndpoint,
+  BASE_URL, GATEWAY_ADMIN_URL, ADMIN_TOKEN, QUICK, env, num, flag, jsonHeaders, body, code, unexpectedResponse, newKey, runId, perEndpoint,
   login, waitForAdmission, ensureEvent, putGatewayConfig, seatMap, isoAgo, bookingEvent,
 } from './lib/floodgate.js';
 
@@ -36,6 +41,9 @@ const SETUP = flag('SETUP', '1'); // create the event / set the gateway config i
 const ADMIT_PER_MINUTE = num('ADMIT_PER_MINUTE', 3000);
 const MAX_ACTIVE = num('MAX_ACTIVE', 0);
 const PRE_VUS = num('PRE_VUS', 100);
+const REGISTERED = env('ACCESS', 'open') === 'registered';
+const UNREGISTERED_EVERY = num('UNREGISTERED_EVERY', 10); // 0: everyone is registered
+const REGISTER_BATCH = num('REGISTER_BATCH', 100000);
 const MAX_VUS = num('MAX_VUS', 2000);
 
 const timeToTicket = new Trend('time_to_ticket', true);
@@ -45,6 +53,64 @@ const ticketsBought = new Counter('tickets');
 const ordersPaid = new Counter('orders_paid');
 const declined = new Counter('payments_declined');
 const noSeatAfterRetries = new Counter('hold_gave_up');
+const notRegistered = new Counter('not_registered');
+const uploadMs = new Trend('registration_upload_ms', true);
+
+// Seconds in a k6 duration such as '20s', '2m', '1m30s'.
+function seconds(d) {
+  let total = 0;
+  for (const [, n, u] of String(d).matchAll(/(\d+(?:\.\d+)?)(ms|s|m|h)/g)) {
+    total += Number(n) * { ms: 0.001, s: 1, m: 60, h: 3600 }[u];
+  }
+  return total;
+}
+
+// Arrivals the ramping-arrival-rate stages produce (trapezoids), with 10 % to spare.
+function expectedArrivals() {
+  const up = ((START_RATE + PEAK_RATE) / 2) * seconds(RAMP);
+  const flat = PEAK_RATE * seconds(HOLD);
+  const down = (PEAK_RATE / 2) * seconds(RAMP_DOWN);
+  return Math.ceil((up + flat + down) * 1.1) + 10;
+}
+
+function isRegistered(fan) {
+  return !(UNREGISTERED_EVERY > 0 && fan % UNREGISTERED_EVERY === UNREGISTERED_EVERY - 1);
+}
+
+// Uploads the registered fans' accounts in batches (mode=add: idempotent, any order).
+function uploadRegistrations(run) {
+  const total = expectedArrivals();
+  let registered = 0;
+  for (let from = 0; from < total; from += REGISTER_BATCH) {
+    const ids = [];
+    for (let i = from; i < Math.min(total, from + REGISTER_BATCH); i++) {
+      if (isRegistered(i)) ids.push(`fan-${run}-${i}`);
+    }
+    const res = http.put(`${GATEWAY_ADMIN_URL}/admin/events/${EVENT}/registrations?mode=add`, ids.join('\n') + '\n', {
+      headers: { Authorization: `Bearer ${ADMIN_TOKEN}`, 'Content-Type': 'text/plain' },
+      tags: { name: 'admin_registrations' },
+      timeout: '120s',
+    });
+    if (res.status !== 200) fail(`uploading registrations: ${res.status} ${res.body}`);
+    uploadMs.add(res.timings.duration);
+    registered += ids.length;
+  }
+  console.log(`registered ${registered} of ${total} expected fans for ${EVENT}`);
+}
+
+// An unregistered fan's join: refused, with nothing to wait for.
+function refusedJoin(identity) {
+  const res = http.post(`${BASE_URL}/queue/${EVENT}/join`, null, {
+    headers: jsonHeaders(identity),
+    tags: { name: 'join' },
+    responseCallback: http.expectedStatuses(403),
+  });
+  if (res.status === 403 && code(res) === 'NOT_REGISTERED') {
+    notRegistered.add(1);
+    return;
+  }
+  unexpectedResponse(res, 'join');
+}
 
 const timing = QUICK
   ? {}
@@ -83,6 +149,8 @@ export const options = {
       checks: ['rate>0.999'],
     },
     timing,
+    // The registered-room profile must have met (and refused) its unregistered fans.
+    REGISTERED && UNREGISTERED_EVERY > 0 ? { not_registered: ['count>0'] } : {},
   ),
   summaryTrendStats: ['min', 'med', 'avg', 'p(90)', 'p(95)', 'p(99)', 'max', 'count'],
 };
@@ -100,15 +168,19 @@ export function setup() {
       seat_map: seatMap(SEATS),
       ga_tiers: [],
     });
-    putGatewayConfig(EVENT, {
+    const room = {
       sale_start: isoAgo(60),
       admit_per_minute: ADMIT_PER_MINUTE,
       mode: env('MODE', 'queue'),
       max_active: MAX_ACTIVE,
-    });
+    };
+    if (REGISTERED) Object.assign(room, { access: 'registered', registration_closes: isoAgo(61) });
+    putGatewayConfig(EVENT, room);
   }
+  const run = runId();
+  if (SETUP && REGISTERED) uploadRegistrations(run);
   const before = SETUP ? bookingEvent(EVENT) : null;
-  return { run: runId(), before };
+  return { run, before };
 }
 
 // Per-VU seat map cache: {at, free: [seat ids]}.
@@ -183,6 +255,10 @@ export default function (data) {
 
   const identity = login(account, fan);
   if (!identity) return;
+  if (REGISTERED && !isRegistered(fan)) {
+    refusedJoin(identity);
+    return;
+  }
   const adm = waitForAdmission(EVENT, identity, MAX_WAIT_S);
   if (adm.state === 'sold_out') {
     soldOut.add(1, { step: 'queue' });

@@ -605,6 +605,7 @@ def gateway_doc():
             "new": B, "session": S, "kind": {"enum": ["draw", "fifo"]}, "receipt": S, "status_url": S,
             "poll_after_ms": I, "position": I, "ahead": I, "queue_length": I, "eta_seconds": {"type": ["integer", "null"]},
             "admit_per_minute": {}, "token": S, "expires_at": {}, "expires_in_s": I, "next": S,
+            "access": {"enum": ["open", "registered"]},
         },
         required=("state",),
     )
@@ -627,12 +628,23 @@ def gateway_doc():
             [ok(waiting, "A new place", "201"), ok(waiting, "The same place again"),
              err("400", "401", "403", "404", "409", "413", "415", "429", "503")],
             tag=q, params=[ev], security=IDENTITY, req=body(pow_body, required=False))},
+        "/queue/{event}/register": {"post": op(
+            "Register for a registered-only room (idempotent; open until registration_closes)",
+            [ok(obj({"event": S, "registered": B, "registration_closes": NULLABLE_TS, "join_url": S},
+                    required=("event", "registered"))),
+             err("401", "404", "409", "413", "429", "503")],
+            tag=q, params=[ev], security=IDENTITY,
+            desc="`409 REGISTRATION_CLOSED` after `registration_closes` (Redis time) for an account "
+                 "not registered before; `409 REGISTRATION_NOT_REQUIRED` in a room open to everyone. "
+                 "A join from an account not on a registered room's list is `403 NOT_REGISTERED` "
+                 "(`registration_closes`, `registration_open`, `register_url` while open).")},
         "/queue/{event}/status": {"get": op(
             "Position, ETA, or the admission token once admitted",
             [ok(waiting), err("401", "404", "429", "503")], tag=q, params=[ev, place_hdr], security=IDENTITY)},
         "/queue/{event}/draw": {"get": op(
             "The pre-sale draw's commitment and, after the start, its seed",
-            [ok(obj({"seed_hash": S, "sale_start": {}, "revealed": B, "seed": {}, "hash": {}, "score": {}})),
+            [ok(obj({"seed_hash": S, "sale_start": {}, "revealed": B, "seed": {}, "hash": {}, "score": {},
+                     "access": {"enum": ["open", "registered"]}, "registered": {}})),
              err("404", "429", "503")],
             tag=q, params=[ev], security=NONE)},
         "/queue/{event}/receipt": {"post": op(
@@ -684,6 +696,8 @@ def gateway_admin_doc():
             "auto": auto,
             "claim_deadline_s": {"type": "integer", "minimum": 10, "maximum": 3600},
             "pow_difficulty": {"type": "integer", "minimum": 0, "maximum": 24},
+            "access": {"enum": ["open", "registered"]},
+            "registration_closes": {**TS, "description": "required with access registered; not after sale_start"},
         },
         required=("sale_start", "admit_per_minute", "mode"),
     )
@@ -709,6 +723,26 @@ def gateway_admin_doc():
             "Mark an event sold out (or not)",
             [ok({"type": "object"}), err("400", "401", "404", "405", "413", "415", "422", "503")],
             tag=t, params=[ev], req=body(obj({"sold_out": B}, required=("sold_out",))))},
+        "/admin/events/{event}/registrations": {
+            "put": op(
+                "Upload a registration list: one account id per line (text/plain)",
+                [ok(obj({"event": S, "mode": {"enum": ["add", "remove", "replace"]}, "accounts": I,
+                         "changed": I, "count": I}, required=("event", "mode", "accounts", "count"))),
+                 err("400", "401", "404", "405", "413", "415", "422", "503")],
+                tag="registrations",
+                params=[ev, query("mode", {"enum": ["add", "remove", "replace"]},
+                                  "add (default: union), remove, or replace (the list becomes exactly this body)")],
+                req={"required": False, "content": {"text/plain": {"schema": S}}},
+                desc="Validated whole: any malformed id is `422 INVALID_ACCOUNTS` with the bad line "
+                     "numbers and nothing changes. Idempotent. Bounded by "
+                     "`gateway.registrations_max_body_bytes` (64 MiB by default; `413` above)."),
+            "get": op(
+                "How many accounts are on the list (and whether one is)",
+                [ok(obj({"event": S, "count": I, "account": S, "registered": B}, required=("event", "count"))),
+                 err("401", "404", "405", "422", "503")],
+                tag="registrations",
+                params=[ev, query("account", S, "an account id to look up")]),
+        },
     }
     return {
         "openapi": "3.1.0",

@@ -1,5 +1,5 @@
 //! The admin listener (separate port, never the public one): live event config, early
-//! revocation, the sold-out flag, health and metrics.
+//! revocation, the sold-out flag, registration lists (`registration.rs`), health and metrics.
 //!
 //! Guarantees: every admin call needs the admin bearer secret (constant-time compare;
 //! missing or wrong → `401`); a config PUT is validated as a whole and nothing is stored
@@ -34,6 +34,8 @@ enum Action {
     PutConfig(String),
     Revoke(String),
     SoldOut(String),
+    PutRegistrations(String),
+    GetRegistrations(String),
 }
 
 impl AdminApp {
@@ -247,6 +249,8 @@ impl ProxyHttp for AdminApp {
                 AdminRoute::PutConfig(e) => Action::PutConfig(e.to_owned()),
                 AdminRoute::Revoke(e) => Action::Revoke(e.to_owned()),
                 AdminRoute::SoldOut(e) => Action::SoldOut(e.to_owned()),
+                AdminRoute::PutRegistrations(e) => Action::PutRegistrations(e.to_owned()),
+                AdminRoute::GetRegistrations(e) => Action::GetRegistrations(e.to_owned()),
             }
         };
         let reply = match action {
@@ -259,6 +263,12 @@ impl ProxyHttp for AdminApp {
             Action::PutConfig(e) => self.put_config(session, &e).await,
             Action::Revoke(e) => self.revoke(session, &e).await,
             Action::SoldOut(e) => self.sold_out(session, &e).await,
+            Action::PutRegistrations(e) => {
+                crate::registration::upload(&self.shared, &self.store, session, &e).await
+            }
+            Action::GetRegistrations(e) => {
+                crate::registration::count(&self.shared, &self.store, session, &e).await
+            }
         };
         send(session, reply).await
     }

@@ -82,6 +82,9 @@ pub struct GatewaySettings {
     pub limits: RateLimits,
     /// Largest request body the gateway itself accepts (join, admin PUT); 413 above.
     pub max_body_bytes: usize,
+    /// Largest account list one `PUT /admin/events/{event}/registrations` accepts (the admin
+    /// listener's only large body; 64 MiB holds a million ids of up to 60 characters).
+    pub registrations_max_body_bytes: usize,
     /// Largest request line plus header block accepted on the public listener; `431` above.
     pub max_header_bytes: usize,
     /// Sliding window (seconds) over which upstream latency and errors are measured for
@@ -125,6 +128,7 @@ impl Default for GatewaySettings {
             default_claim_deadline_s: 120,
             limits: RateLimits::default(),
             max_body_bytes: 16 * 1024,
+            registrations_max_body_bytes: 64 * 1024 * 1024,
             max_header_bytes: 16 * 1024,
             auto_window_s: 10,
             passthrough_batch: 5000,

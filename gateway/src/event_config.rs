@@ -42,6 +42,25 @@ impl Mode {
     }
 }
 
+/// Who may join: anyone, or only accounts on the event's registration list
+/// (`registration.rs`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Access {
+    #[default]
+    Open,
+    Registered,
+}
+
+impl Access {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Access::Open => "open",
+            Access::Registered => "registered",
+        }
+    }
+}
+
 /// Auto mode: the admit rate follows the measured upstream health between these bounds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -85,6 +104,11 @@ pub struct EventConfigInput {
     pub claim_deadline_s: Option<i64>,
     #[serde(default)]
     pub pow_difficulty: i64,
+    #[serde(default)]
+    pub access: Access,
+    /// Registered rooms: fans may register until then (required with `registered`).
+    #[serde(default)]
+    pub registration_closes: Option<DateTime<Utc>>,
 }
 
 /// Default `max_session_s`: half an hour from admission.
@@ -112,6 +136,11 @@ pub struct EventConfig {
     pub auto: Option<AutoBounds>,
     pub claim_deadline_s: u64,
     pub pow_difficulty: u32,
+    /// Stored configs written before registered rooms existed read as open.
+    #[serde(default)]
+    pub access: Access,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registration_closes: Option<DateTime<Utc>>,
 }
 
 /// Upper bounds that catch typos (an extra zero or two) without limiting real launches.
@@ -203,6 +232,24 @@ impl EventConfigInput {
         if !("2000".."2100").contains(&year.as_str()) {
             bad("sale_start", "must be a date between 2000 and 2099".into());
         }
+        match (self.access, self.registration_closes) {
+            (Access::Registered, None) => bad(
+                "registration_closes",
+                "required when access is registered".into(),
+            ),
+            // The seed is revealed at the sale start and a registered fan's first join is
+            // drawn whenever it happens: registering after the reveal would let anyone pick
+            // accounts with known good scores.
+            (Access::Registered, Some(t)) if t > self.sale_start => bad(
+                "registration_closes",
+                "must not be after sale_start (the draw seed is revealed then)".into(),
+            ),
+            (Access::Open, Some(_)) => bad(
+                "registration_closes",
+                "only applies when access is registered".into(),
+            ),
+            _ => {}
+        }
         if !errs.is_empty() {
             return Err(errs);
         }
@@ -218,6 +265,8 @@ impl EventConfigInput {
             auto: self.auto,
             claim_deadline_s: u(claim),
             pow_difficulty: u32::try_from(self.pow_difficulty).unwrap_or(0),
+            access: self.access,
+            registration_closes: self.registration_closes,
         })
     }
 }
@@ -225,6 +274,11 @@ impl EventConfigInput {
 impl EventConfig {
     pub fn sale_start_ms(&self) -> i64 {
         self.sale_start.timestamp_millis()
+    }
+
+    /// When registration closes (unix ms); `None` for open rooms.
+    pub fn registration_closes_ms(&self) -> Option<i64> {
+        self.registration_closes.map(|t| t.timestamp_millis())
     }
 }
 
@@ -293,6 +347,41 @@ mod tests {
         stored.as_object_mut().unwrap().remove("max_session_s");
         let old: EventConfig = serde_json::from_value(stored).unwrap();
         assert_eq!(old.max_session_s, DEFAULT_MAX_SESSION_S);
+    }
+
+    #[test]
+    fn registered_rooms_need_a_closing_time_before_the_sale() {
+        let base = r#""sale_start":"2027-01-10T10:00:00Z","admit_per_minute":1"#;
+        let ok = input(&format!(
+            r#"{{{base},"access":"registered","registration_closes":"2027-01-10T10:00:00Z"}}"#
+        ))
+        .validate(600, 120)
+        .unwrap();
+        assert_eq!(ok.access, Access::Registered);
+        assert_eq!(ok.registration_closes_ms(), Some(ok.sale_start_ms()));
+        for (extra, why) in [
+            (r#","access":"registered""#, "required"),
+            (
+                r#","access":"registered","registration_closes":"2027-01-10T10:00:01Z""#,
+                "after sale_start",
+            ),
+            (
+                r#","registration_closes":"2027-01-09T10:00:00Z""#,
+                "only applies",
+            ),
+        ] {
+            let errs = input(&format!("{{{base}{extra}}}"))
+                .validate(600, 120)
+                .unwrap_err();
+            assert_eq!(errs[0].field, "registration_closes");
+            assert!(errs[0].problem.contains(why), "{errs:?}");
+        }
+        let open = input(&format!("{{{base}}}")).validate(600, 120).unwrap();
+        let mut stored = serde_json::to_value(&open).unwrap();
+        assert!(stored.get("registration_closes").is_none());
+        stored.as_object_mut().unwrap().remove("access");
+        let old: EventConfig = serde_json::from_value(stored).unwrap();
+        assert_eq!(old.access, Access::Open);
     }
 
     #[test]

@@ -30,6 +30,7 @@ pub mod pow;
 pub mod progress;
 pub mod proxy;
 pub mod queue;
+pub mod registration;
 pub mod respond;
 pub mod routes;
 pub mod session;

@@ -81,7 +81,7 @@ fn limited(shared: &Shared, scope: Scope, wait: std::time::Duration) -> Reply {
 }
 
 /// Rate limits (IP first, before any token work) and identity.
-async fn admit_caller(
+pub(crate) async fn admit_caller(
     shared: &Shared,
     store: &Store,
     session: &Session,
@@ -135,7 +135,7 @@ pub async fn snapshot(
     }
 }
 
-fn rfc3339_ms(ms: i64) -> String {
+pub(crate) fn rfc3339_ms(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms)
         .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
         .unwrap_or_default()
@@ -213,6 +213,9 @@ pub async fn join(shared: &Shared, store: &Store, session: &mut Session, event: 
             Reply::error(409, codes::EVENT_CLOSED, "this waiting room is closed")
         }
         Ok(JoinOutcome::SoldOut) => Reply::error(409, codes::SOLD_OUT, "sold out"),
+        Ok(JoinOutcome::NotRegistered { now_ms }) => {
+            crate::registration::not_registered(event, cfg.registration_closes_ms(), now_ms)
+        }
         Ok(JoinOutcome::Placed {
             place,
             new,
@@ -247,6 +250,7 @@ pub async fn join(shared: &Shared, store: &Store, session: &mut Session, event: 
                 "receipt": receipt,
                 "status_url": format!("/queue/{event}/status"),
                 "poll_after_ms": 0,
+                "access": cfg.access.as_str(),
             });
             // Tell a waiting fan where they stand now, and when to ask again: the first poll
             // of a fan far back comes late instead of one second after every join.

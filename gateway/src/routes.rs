@@ -13,6 +13,8 @@ pub enum Route<'a> {
     OpenApi,
     DevLogin,
     Join(&'a str),
+    /// `POST /queue/{event}/register`: a fan registers for a registered room.
+    Register(&'a str),
     Status(&'a str),
     /// Seed commitment / reveal of the pre-sale draw.
     Draw(&'a str),
@@ -115,11 +117,14 @@ pub fn public<'a>(method: &Method, path: &'a str) -> Route<'a> {
         }
         return match (action, get, post) {
             ("join", _, true) => Route::Join(event),
+            ("register", _, true) => Route::Register(event),
             ("status", true, _) => Route::Status(event),
             ("draw", true, _) => Route::Draw(event),
             ("receipt", _, true) => Route::Receipt(event),
             ("challenge", true, _) => Route::Challenge(event),
-            ("join" | "status" | "draw" | "receipt" | "challenge", _, _) => Route::MethodNotAllowed,
+            ("join" | "register" | "status" | "draw" | "receipt" | "challenge", _, _) => {
+                Route::MethodNotAllowed
+            }
             _ => Route::NotFound,
         };
     }
@@ -184,6 +189,9 @@ pub enum AdminRoute<'a> {
     PutConfig(&'a str),
     Revoke(&'a str),
     SoldOut(&'a str),
+    /// `PUT` / `GET /admin/events/{event}/registrations`.
+    PutRegistrations(&'a str),
+    GetRegistrations(&'a str),
     UnknownEvent,
     MethodNotAllowed,
     NotFound,
@@ -213,7 +221,9 @@ pub fn admin<'a>(method: &Method, path: &'a str) -> AdminRoute<'a> {
         ("config", &Method::PUT) => AdminRoute::PutConfig(event),
         ("revoke", &Method::POST) => AdminRoute::Revoke(event),
         ("sold_out", &Method::PUT) => AdminRoute::SoldOut(event),
-        ("config" | "revoke" | "sold_out", _) => AdminRoute::MethodNotAllowed,
+        ("registrations", &Method::PUT) => AdminRoute::PutRegistrations(event),
+        ("registrations", &Method::GET) => AdminRoute::GetRegistrations(event),
+        ("config" | "revoke" | "sold_out" | "registrations", _) => AdminRoute::MethodNotAllowed,
         _ => AdminRoute::NotFound,
     }
 }
@@ -283,6 +293,8 @@ mod tests {
             assert_eq!(public(&g, ops), Route::NotFound, "{ops}");
         }
         assert_eq!(public(&g, "/opsx.js"), Route::Page("/opsx.js"));
+        assert_eq!(public(&p, "/queue/demo/register"), Route::Register("demo"));
+        assert_eq!(public(&g, "/queue/demo/register"), Route::MethodNotAllowed);
     }
 
     #[test]
@@ -308,5 +320,17 @@ mod tests {
             AdminRoute::UnknownEvent
         );
         assert_eq!(admin(&Method::GET, "/admin/other"), AdminRoute::NotFound);
+        assert_eq!(
+            admin(&Method::PUT, "/admin/events/demo/registrations"),
+            AdminRoute::PutRegistrations("demo")
+        );
+        assert_eq!(
+            admin(&Method::GET, "/admin/events/demo/registrations"),
+            AdminRoute::GetRegistrations("demo")
+        );
+        assert_eq!(
+            admin(&Method::POST, "/admin/events/demo/registrations"),
+            AdminRoute::MethodNotAllowed
+        );
     }
 }

@@ -7,7 +7,9 @@
 //! `fg:{event}:adm` (sorted set: admitted, unclaimed, by claim deadline), `fg:{event}:active`
 //! (sorted set: claimed admissions, by token expiry), `fg:{event}:bucket` (admission token
 //! bucket), `fg:{event}:lease` (admission lease), `fg:{event}:sold_out`, `fg:{event}:revoked`,
-//! `fg:{event}:admissions` (stream: audit log of admissions). The event is a hash tag, so an
+//! `fg:{event}:admissions` (stream: audit log of admissions), `fg:{event}:reg` (set: accounts
+//! allowed into a registered room), `fg:{event}:drawn` (set: registered accounts whose draw
+//! place has been given). The event is a hash tag, so an
 //! event's keys share one Redis Cluster slot and every script below touches one slot only.
 //! Global keys: `fg:events` (set of configured events), `fg:upstream` (per-instance upstream
 //! health, for auto mode).
@@ -24,10 +26,12 @@ use shared::redis_conn::{Conn, Connector};
 use std::time::Duration;
 
 mod outcomes;
+mod registrations;
 mod scripts;
 mod snapshots;
 
 pub use outcomes::{Draw, EventSnapshot, JoinOutcome, Place, StatusOutcome, TickOutcome};
+pub use registrations::{ListChange, RegisterOutcome};
 pub use scripts::{JOIN_LUA, STATUS_LUA};
 use scripts::{Reply, SCRIPTS};
 
@@ -141,13 +145,18 @@ impl Store {
             Some(r) => inv.arg(&r.score).arg(&r.sid).arg(r.joined_ms).arg(&r.kind),
             None => inv.arg("").arg("").arg("").arg(""),
         };
-        inv.key(self.key(event, "revoked"));
+        inv.key(self.key(event, "revoked"))
+            .key(self.key(event, "reg"))
+            .key(self.key(event, "drawn"));
         let v: Value = self
             .with(|mut c| async move { inv.invoke_async(&mut c).await })
             .await?;
         let r = Reply::from(v)?;
         Ok(match r.tag() {
             "unknown" => JoinOutcome::UnknownEvent,
+            "not_registered" => JoinOutcome::NotRegistered {
+                now_ms: r.int(1).unwrap_or(0),
+            },
             "closed" => JoinOutcome::Closed,
             "sold_out" => JoinOutcome::SoldOut,
             "existing" => JoinOutcome::Placed {
@@ -296,7 +305,14 @@ impl Store {
             .arg(seed_hex)
             .arg(seed_hash)
             .arg(floor)
-            .arg(ceiling);
+            .arg(ceiling)
+            .arg(config.access.as_str())
+            .arg(
+                config
+                    .registration_closes_ms()
+                    .map(|ms| ms.to_string())
+                    .unwrap_or_default(),
+            );
         let version: i64 = self
             .with(|mut c| async move { inv.invoke_async(&mut c).await })
             .await?;

@@ -54,6 +54,14 @@ pub mod codes {
     pub const POW_REQUIRED: &str = "POW_REQUIRED";
     pub const POW_INVALID: &str = "POW_INVALID";
     pub const METHOD_NOT_ALLOWED: &str = "METHOD_NOT_ALLOWED";
+    /// A join to a registered-only room from an account not on its list (`403`).
+    pub const NOT_REGISTERED: &str = "NOT_REGISTERED";
+    /// Registering after the room's `registration_closes` (`409`).
+    pub const REGISTRATION_CLOSED: &str = "REGISTRATION_CLOSED";
+    /// Registering for a room open to everyone (`409`): there is nothing to register for.
+    pub const REGISTRATION_NOT_REQUIRED: &str = "REGISTRATION_NOT_REQUIRED";
+    /// An account list with malformed ids (`422`, the bad lines listed; nothing stored).
+    pub const INVALID_ACCOUNTS: &str = "INVALID_ACCOUNTS";
     // Seat booking.
     pub const EVENT_EXISTS: &str = "EVENT_EXISTS";
     pub const SALE_NOT_STARTED: &str = "SALE_NOT_STARTED";

@@ -19,15 +19,21 @@ pub async fn draw(shared: &Shared, store: &Store, event: &str) -> Reply {
     let Some(snap) = shared.live.get(event) else {
         return unknown_event();
     };
+    let access = snap.config.as_ref().map(|c| c.access).unwrap_or_default();
     shared
         .answers
         .get_or_fill(event, snap.version, || {
-            draw_from_redis(shared, store, event)
+            draw_from_redis(shared, store, event, access)
         })
         .await
 }
 
-async fn draw_from_redis(shared: &Shared, store: &Store, event: &str) -> Reply {
+async fn draw_from_redis(
+    shared: &Shared,
+    store: &Store,
+    event: &str,
+    access: crate::event_config::Access,
+) -> Reply {
     match store.draw(event).await {
         Err(e) => unavailable(shared, &e),
         Ok(None) => unknown_event(),
@@ -41,6 +47,10 @@ async fn draw_from_redis(shared: &Shared, store: &Store, event: &str) -> Reply {
                 "seed": d.seed,
                 "hash": "seed_hash = hex(SHA-256(hex_decode(seed)))",
                 "score": "score(account) = (u64_be(HMAC-SHA256(key = hex_decode(seed), msg = account)[0..8]) >> 12) - 2^52; lower scores are admitted first; arrivals after the sale start score their arrival time in ms",
+                "access": access.as_str(),
+                "registered": (access == crate::event_config::Access::Registered).then_some(
+                    "registered room: every registered account's first join scores score(account), before or after the sale start; a later join (after an admission lapsed or a revocation) scores its arrival time"
+                ),
             }),
         ),
     }

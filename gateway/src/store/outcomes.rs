@@ -12,6 +12,10 @@ pub enum JoinOutcome {
     UnknownEvent,
     Closed,
     SoldOut,
+    /// A registered-only room and the account is not on its list (`now_ms`: Redis time).
+    NotRegistered {
+        now_ms: i64,
+    },
     /// A new place (`new = true`) or the existing one (repeat join); `ahead` is the number
     /// of fans in front when waiting in the queue, `before` the number ever queued in front
     /// (those admitted or revoked since included), which stays fixed for a FIFO place.

@@ -20,7 +20,7 @@ local sec = tonumber(t[1])
 local usec = tonumber(t[2])
 local now_ms = sec * 1000 + math.floor(usec / 1000)
 local now_str = string.format('%d', now_ms)
-local cfg = redis.call('HMGET', KEYS[1], 'mode', 'sale_start_ms', 'revealed')
+local cfg = redis.call('HMGET', KEYS[1], 'mode', 'sale_start_ms', 'revealed', 'access')
 local mode = cfg[1]
 if not mode then return {'unknown'} end
 local place = redis.call('HGET', KEYS[3], ARGV[1])
@@ -34,6 +34,12 @@ if place then
 end
 if mode == 'closed' then return {'closed'} end
 if redis.call('EXISTS', KEYS[5]) == 1 then return {'sold_out'} end
+-- Registered rooms (registration.rs): decided here, in the same script as the place, so a join
+-- racing an upload of the list is refused or queued, never half.
+local registered = cfg[4] == 'registered'
+if registered and redis.call('SISMEMBER', KEYS[11], ARGV[1]) == 0 then
+  return {'not_registered', now_str}
+end
 local score
 local kind
 local joined = now_str
@@ -56,6 +62,17 @@ if ARGV[8] == 'draw' or ARGV[8] == 'fifo' then
   end
 end
 if restored == 1 then
+  if registered then redis.call('SADD', KEYS[12], ARGV[1]) end
+elseif registered then
+  -- A registered fan's first join is drawn whenever it happens (registration was the
+  -- arrival); the drawn set makes it once, so a lapsed or revoked fan joins at the back.
+  if redis.call('SADD', KEYS[12], ARGV[1]) == 1 then
+    score = ARGV[2]
+    kind = 'draw'
+  else
+    score = string.format('%d%03d.%03d', sec, math.floor(usec / 1000), usec % 1000)
+    kind = 'fifo'
+  end
 elseif now_ms < tonumber(cfg[2]) and not cfg[3] then
   score = ARGV[2]
   kind = 'draw'
@@ -203,6 +220,7 @@ const PUT_CONFIG_LUA: &str = r#"
 redis.call('HSET', KEYS[1], 'json', ARGV[1], 'mode', ARGV[2], 'sale_start_ms', ARGV[3],
   'admit_per_minute', ARGV[4], 'max_active', ARGV[5], 'claim_deadline_ms', ARGV[6],
   'token_ttl_s', ARGV[7])
+redis.call('HSET', KEYS[1], 'access', ARGV[12], 'reg_closes_ms', ARGV[13])
 redis.call('HSETNX', KEYS[1], 'seed', ARGV[8])
 redis.call('HSETNX', KEYS[1], 'seed_hash', ARGV[9])
 if ARGV[10] ~= '' then

@@ -12,6 +12,7 @@
 mod admin;
 mod admission;
 mod browser;
+mod browser_registered;
 mod cluster_failover;
 mod edge;
 mod faults;
@@ -20,6 +21,8 @@ mod limits_shared;
 mod proxy;
 mod queue;
 mod redis_outage;
+mod registered;
+mod registered_draw;
 mod slots;
 mod startup_config;
 mod status_memory;
