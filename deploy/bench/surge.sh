@@ -241,10 +241,12 @@ k6_run() { # name script VAR=value...
 if [ "${SURGE_K6:-1}" = 1 ]; then
   if [ "$QUICK" = 1 ]; then
     k6_run launch-surge launch-surge.js EVENT=k6-surge SEATS=100 PEAK_RATE=10 RAMP=5s HOLD=10s RAMP_DOWN=5s ADMIT_PER_MINUTE=1200 MAX_VUS=300
+    k6_run launch-surge-registered launch-surge.js EVENT=k6-registered ACCESS=registered SEATS=100 PEAK_RATE=10 RAMP=5s HOLD=10s RAMP_DOWN=5s ADMIT_PER_MINUTE=1200 MAX_VUS=300
     k6_run hot-auction hot-auction.js BIDDERS=30 DURATION_S=12 BID_INTERVAL_MS=400
     k6_run flash-sale flash-sale.js STOCK=50 PEAK_RATE=20 RAMP=4s HOLD=8s MAX_VUS=300
   else
     k6_run launch-surge launch-surge.js EVENT=k6-surge SEATS=1000 PEAK_RATE=40 RAMP=10s HOLD=30s RAMP_DOWN=10s ADMIT_PER_MINUTE=1800 MAX_VUS=3000
+    k6_run launch-surge-registered launch-surge.js EVENT=k6-registered ACCESS=registered SEATS=1000 PEAK_RATE=40 RAMP=10s HOLD=30s RAMP_DOWN=10s ADMIT_PER_MINUTE=1800 MAX_VUS=3000
     k6_run hot-auction hot-auction.js BIDDERS=1000 DURATION_S=60 BID_INTERVAL_MS=1000
     k6_run flash-sale flash-sale.js STOCK=1000 PEAK_RATE=400 RAMP=10s HOLD=50s MAX_VUS=3000
   fi

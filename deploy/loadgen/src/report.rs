@@ -378,9 +378,14 @@ fn k6_section(out: &mut String, name: &str, v: &Value) {
     }
     let reqs = m["http_reqs"]["count"].as_f64().unwrap_or(0.0);
     let rate = m["http_reqs"]["rate"].as_f64().unwrap_or(0.0);
+    // One script may run in several profiles (`launch-surge-registered`: ACCESS=registered).
+    let script = match name.strip_suffix("-registered") {
+        Some(base) => format!("`{base}.js` (`ACCESS=registered`)"),
+        None => format!("`{name}.js`"),
+    };
     let _ = writeln!(
         out,
-        "**`{name}.js`** — {} requests ({rate:.0}/s), thresholds: {}.\n",
+        "**{script}** — {} requests ({rate:.0}/s), thresholds: {}.\n",
         thousands(reqs),
         if failed.is_empty() {
             "all passed".to_owned()
@@ -520,7 +525,12 @@ pub fn section(a: &ReportArgs) -> anyhow::Result<String> {
         }
     }
     let mut any_k6 = false;
-    for name in ["launch-surge", "hot-auction", "flash-sale"] {
+    for name in [
+        "launch-surge",
+        "launch-surge-registered",
+        "hot-auction",
+        "flash-sale",
+    ] {
         if let Some(v) = read_json(&a.dir.join(format!("k6-{name}.json"))) {
             if !any_k6 {
                 let _ = writeln!(
