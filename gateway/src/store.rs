@@ -23,9 +23,12 @@ use shared::config::RedisSettings;
 use shared::redis_conn::{Conn, Connector};
 use std::time::Duration;
 
+mod changes;
 mod outcomes;
 mod scripts;
 mod snapshots;
+
+pub use changes::{AUDIT_MAX_LEN, AuditEntry, ChangeWrite, ConfigWrite, DueChange, WriteOutcome};
 
 pub use outcomes::{Draw, EventSnapshot, JoinOutcome, Place, StatusOutcome, TickOutcome};
 pub use scripts::{JOIN_LUA, STATUS_LUA};
@@ -269,15 +272,16 @@ impl Store {
         })
     }
 
-    /// Stores a validated config (absolute). The draw seed is set only the first time, so
-    /// the published commitment never changes. Returns the new config version.
+    /// Stores a validated config (absolute) and its audit entry, in one script. The draw seed
+    /// is set only the first time, so the published commitment never changes.
     pub async fn put_config(
         &self,
         event: &str,
         config: &EventConfig,
         seed_hex: &str,
         seed_hash: &str,
-    ) -> Result<i64, StoreError> {
+        write: &ConfigWrite<'_>,
+    ) -> Result<WriteOutcome, StoreError> {
         let json = serde_json::to_string(config)
             .map_err(|_| StoreError::Protocol("config not serialisable"))?;
         let (floor, ceiling) = match &config.auto {
@@ -297,9 +301,17 @@ impl Store {
             .arg(seed_hash)
             .arg(floor)
             .arg(ceiling);
-        let version: i64 = self
+        self.config_write_args(&mut inv, event, config, write);
+        let v: Value = self
             .with(|mut c| async move { inv.invoke_async(&mut c).await })
             .await?;
+        let r = Reply::from(v)?;
+        let version = match r.tag() {
+            "ok" => r.int(1).ok_or(StoreError::Protocol("bad config version"))?,
+            "stale" => return Ok(WriteOutcome::Stale),
+            "gone" => return Ok(WriteOutcome::Gone),
+            _ => return Err(StoreError::Protocol("unknown config-write reply")),
+        };
         // The index is a separate (cross-slot) key; writing it after the config means the
         // refresher never sees an indexed event without a config.
         let events = self.events_key();
@@ -312,24 +324,7 @@ impl Store {
                 .await
         })
         .await?;
-        Ok(version)
-    }
-
-    /// Sets or clears the sold-out flag (booking may also `SET` the key itself).
-    pub async fn set_sold_out(&self, event: &str, sold_out: bool) -> Result<(), StoreError> {
-        let key = self.key(event, "sold_out");
-        self.with(|mut c| async move {
-            if sold_out {
-                redis::cmd("SET")
-                    .arg(key)
-                    .arg("1")
-                    .query_async::<()>(&mut c)
-                    .await
-            } else {
-                redis::cmd("DEL").arg(key).query_async::<()>(&mut c).await
-            }
-        })
-        .await
+        Ok(WriteOutcome::Written(version))
     }
 
     /// Revokes an account's (field `a:<account>`) or a session's (`s:<session>`) admission.
@@ -341,6 +336,7 @@ impl Store {
         account: Option<&str>,
         session: Option<&str>,
         keep_s: u64,
+        actor: &str,
     ) -> Result<Option<i64>, StoreError> {
         let mut inv = SCRIPTS.revoke.prepare_invoke();
         inv.key(self.key(event, "cfg"))
@@ -353,7 +349,10 @@ impl Store {
             .arg(field)
             .arg(account.unwrap_or(""))
             .arg(keep_s.max(60))
-            .arg(session.unwrap_or(""));
+            .arg(session.unwrap_or(""))
+            .key(self.key(event, "cfglog"))
+            .arg(actor)
+            .arg(AUDIT_MAX_LEN);
         let at: i64 = self
             .with(|mut c| async move { inv.invoke_async(&mut c).await })
             .await?;

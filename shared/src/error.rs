@@ -54,6 +54,12 @@ pub mod codes {
     pub const POW_REQUIRED: &str = "POW_REQUIRED";
     pub const POW_INVALID: &str = "POW_INVALID";
     pub const METHOD_NOT_ALLOWED: &str = "METHOD_NOT_ALLOWED";
+    /// A mutating admin call that names no operator in `X-Floodgate-Actor`.
+    pub const ACTOR_REQUIRED: &str = "ACTOR_REQUIRED";
+    /// No scheduled change with this id.
+    pub const CHANGE_NOT_FOUND: &str = "CHANGE_NOT_FOUND";
+    /// The scheduled change already applied, failed or was cancelled.
+    pub const CHANGE_NOT_PENDING: &str = "CHANGE_NOT_PENDING";
     // Seat booking.
     pub const EVENT_EXISTS: &str = "EVENT_EXISTS";
     pub const SALE_NOT_STARTED: &str = "SALE_NOT_STARTED";

@@ -117,6 +117,10 @@ pub struct EventSnapshot {
     pub revoked_sessions: HashMap<String, i64>,
     /// Queue progress for status polls answered from memory (`progress.rs`).
     pub progress: Arc<Progress>,
+    /// Scheduled changes still pending, by time (`schedule.rs`).
+    pub pending: Vec<crate::schedule::Change>,
+    /// Safety-net mode: `pass` or `queueing`, as the join and tick scripts last decided.
+    pub safety_net_state: Option<String>,
 }
 
 impl EventSnapshot {
@@ -162,5 +166,7 @@ pub(super) fn snapshot(
         revoked_accounts,
         revoked_sessions,
         progress: Arc::default(),
+        pending: crate::schedule::parse_pending(cfg.get("pending")),
+        safety_net_state: cfg.remove("sn_state"),
     }
 }

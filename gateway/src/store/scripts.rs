@@ -189,7 +189,16 @@ local active = redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[4])
 return {'leader', admitted, #gone, #done, qlen - admitted, active, math.floor(rate)}
 "#;
 
-const PUT_CONFIG_LUA: &str = r#"
+// KEYS[2..4] and ARGV[12..]: the audit log and the schedule (`changes.rs`, which lays them out).
+const PUT_CONFIG_LUA: &str = concat!(
+    super::changes::pending_lua!(),
+    r#"
+local before = redis.call('HGET', KEYS[1], 'json') or ''
+-- A scheduled change applies only onto the config it was merged with, and only while it is
+-- still pending and unedited: exactly once, whichever instance gets there first.
+if ARGV[14] ~= '' and (redis.call('HGET', KEYS[1], 'version') or '0') ~= ARGV[14] then return {'stale'} end
+if ARGV[15] ~= '' and (redis.call('HGET', KEYS[4], ARGV[15]) ~= ARGV[16]
+    or not redis.call('ZSCORE', KEYS[3], ARGV[15])) then return {'gone'} end
 redis.call('HSET', KEYS[1], 'json', ARGV[1], 'mode', ARGV[2], 'sale_start_ms', ARGV[3],
   'admit_per_minute', ARGV[4], 'max_active', ARGV[5], 'claim_deadline_ms', ARGV[6],
   'token_ttl_s', ARGV[7])
@@ -202,8 +211,43 @@ if ARGV[10] ~= '' then
 else
   redis.call('HDEL', KEYS[1], 'auto_rate')
 end
-return redis.call('HINCRBY', KEYS[1], 'version', 1)
-"#;
+if ARGV[18] ~= '' then
+  redis.call('HSET', KEYS[1], 'sn_arrivals', ARGV[18])
+else
+  redis.call('HDEL', KEYS[1], 'sn_arrivals', 'sn_state')
+end
+local version = redis.call('HINCRBY', KEYS[1], 'version', 1)
+local sched_before = redis.call('HGET', KEYS[1], 'pending') or '[]'
+if ARGV[15] ~= '' then
+  redis.call('ZREM', KEYS[3], ARGV[15])
+  redis.call('HSET', KEYS[4], ARGV[15], ARGV[17])
+end
+if ARGV[20] == '1' then
+  -- The PUT named the whole pending list: the old one goes (the audit entry keeps it).
+  for _, id in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do redis.call('HDEL', KEYS[4], id) end
+  redis.call('DEL', KEYS[3])
+  for i = 21, #ARGV, 3 do
+    redis.call('ZADD', KEYS[3], ARGV[i + 1], ARGV[i])
+    redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 2])
+  end
+end
+local sched_after = render_pending()
+local entry = {'at', now_ms(), 'actor', ARGV[12], 'action', ARGV[13], 'before', before,
+  'after', ARGV[1], 'version', version}
+if ARGV[15] ~= '' then
+  entry[#entry + 1] = 'change'
+  entry[#entry + 1] = ARGV[15]
+end
+if sched_after ~= sched_before then
+  entry[#entry + 1] = 'schedule_before'
+  entry[#entry + 1] = sched_before
+  entry[#entry + 1] = 'schedule_after'
+  entry[#entry + 1] = sched_after
+end
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[19], '*', unpack(entry))
+return {'ok', version}
+"#
+);
 
 const REVOKE_LUA: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
@@ -233,6 +277,9 @@ if who ~= '' then
   redis.call('ZREM', KEYS[5], who)
   redis.call('HDEL', KEYS[6], who)
 end
+-- The config audit log (KEYS[8]; ARGV[5] actor, ARGV[6] its length cap).
+redis.call('XADD', KEYS[8], 'MAXLEN', '~', ARGV[6], '*', 'at', now_s * 1000, 'actor', ARGV[5],
+  'action', 'revoke', 'before', '', 'after', ARGV[1])
 return now_s
 "#;
 
