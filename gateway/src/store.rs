@@ -267,6 +267,11 @@ impl Store {
                 queue_len: n(4),
                 active: n(5),
                 rate: n(6),
+                safety_net_queueing: match r.str(7) {
+                    Some("queueing") => Some(true),
+                    Some("pass") => Some(false),
+                    _ => None,
+                },
             },
             _ => return Err(StoreError::Protocol("unknown tick reply")),
         })

@@ -91,6 +91,8 @@ pub enum TickOutcome {
         queue_len: u64,
         active: u64,
         rate: u64,
+        /// Safety-net mode: `Some(true)` while queueing, `Some(false)` while passing.
+        safety_net_queueing: Option<bool>,
     },
 }
 

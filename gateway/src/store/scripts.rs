@@ -20,7 +20,7 @@ local sec = tonumber(t[1])
 local usec = tonumber(t[2])
 local now_ms = sec * 1000 + math.floor(usec / 1000)
 local now_str = string.format('%d', now_ms)
-local cfg = redis.call('HMGET', KEYS[1], 'mode', 'sale_start_ms', 'revealed')
+local cfg = redis.call('HMGET', KEYS[1], 'mode', 'sale_start_ms', 'revealed', 'sn_arrivals', 'max_active', 'sn_state')
 local mode = cfg[1]
 if not mode then return {'unknown'} end
 local place = redis.call('HGET', KEYS[3], ARGV[1])
@@ -63,11 +63,30 @@ else
   score = string.format('%d%03d.%03d', sec, math.floor(usec / 1000), usec % 1000)
   kind = 'fifo'
 end
+-- The safety net (after the sale start): count the arrival (10-second buckets in the progress
+-- hash), then let it straight through unless the last minute's arrivals, the admitted fans
+-- (max_active) or a backlog say queue. Decided here, atomically, for every instance at once;
+-- a fan is either passed or queued, never both.
+local pass = false
+if mode == 'safety_net' and kind == 'fifo' and restored == 0 then
+  local b = math.floor(sec / 10)
+  if redis.call('HINCRBY', KEYS[7], 'arr:' .. b, 1) == 1 then
+    for i = 6, 17 do redis.call('HDEL', KEYS[7], 'arr:' .. (b - i)) end
+  end
+  local arrivals = 0
+  for i = 0, 5 do arrivals = arrivals + (tonumber(redis.call('HGET', KEYS[7], 'arr:' .. (b - i))) or 0) end
+  local maxa = tonumber(cfg[5]) or 0
+  pass = arrivals <= (tonumber(cfg[4]) or 0) and redis.call('ZCARD', KEYS[2]) == 0
+    and (maxa == 0 or redis.call('ZCARD', KEYS[4]) + redis.call('ZCARD', KEYS[6]) < maxa)
+  local state = pass and 'pass' or 'queueing'
+  if cfg[6] ~= state then redis.call('HSET', KEYS[1], 'sn_state', state) end
+end
 place = session .. '|' .. score .. '|' .. joined .. '|' .. kind
-if mode == 'passthrough' then place = place .. '|' .. now_str end
+if mode == 'passthrough' or pass then place = place .. '|' .. now_str end
 redis.call('HSET', KEYS[3], ARGV[1], place)
-if mode == 'passthrough' then
+if mode == 'passthrough' or pass then
   redis.call('ZADD', KEYS[6], now_ms + tonumber(ARGV[4]), ARGV[1])
+  if pass then redis.call('HINCRBY', KEYS[7], 'sn_passed', 1) end
   return {'admitted', place, now_str}
 end
 redis.call('ZADD', KEYS[2], 'NX', score, ARGV[1])
@@ -119,7 +138,7 @@ elseif holder == ARGV[1] then
 else
   return {'follower'}
 end
-local c = redis.call('HMGET', KEYS[1], 'mode', 'admit_per_minute', 'max_active', 'claim_deadline_ms', 'auto_rate', 'sale_start_ms')
+local c = redis.call('HMGET', KEYS[1], 'mode', 'admit_per_minute', 'max_active', 'claim_deadline_ms', 'auto_rate', 'sale_start_ms', 'sn_arrivals', 'sn_state')
 if not c[1] then return {'unknown'} end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -147,7 +166,7 @@ local n = 0
 if mode == 'passthrough' then
   n = math.min(qlen, tonumber(ARGV[5]))
   redis.call('DEL', KEYS[6])
-elseif mode == 'queue' and now >= (tonumber(c[6]) or 0) and redis.call('EXISTS', KEYS[8]) == 0 then
+elseif (mode == 'queue' or mode == 'safety_net') and now >= (tonumber(c[6]) or 0) and redis.call('EXISTS', KEYS[8]) == 0 then
   local b = redis.call('HMGET', KEYS[6], 'tokens', 'ts')
   local tokens = tonumber(b[1]) or 0
   local ts = tonumber(b[2]) or now
@@ -186,7 +205,18 @@ if n > 0 then
   if passed > 0 then redis.call('HINCRBY', KEYS[10], 'gone_passed', passed) end
 end
 local active = redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[4])
-return {'leader', admitted, #gone, #done, qlen - admitted, active, math.floor(rate)}
+-- The safety net passes joins again once the backlog is gone and both thresholds hold.
+local sn = ''
+if mode == 'safety_net' then
+  local b = math.floor(now / 10000)
+  local arrivals = 0
+  for i = 0, 5 do arrivals = arrivals + (tonumber(redis.call('HGET', KEYS[10], 'arr:' .. (b - i))) or 0) end
+  local maxa = tonumber(c[3])
+  local calm = qlen - admitted == 0 and arrivals <= (tonumber(c[7]) or 0) and (maxa == 0 or active < maxa)
+  sn = calm and 'pass' or 'queueing'
+  if c[8] ~= sn then redis.call('HSET', KEYS[1], 'sn_state', sn) end
+end
+return {'leader', admitted, #gone, #done, qlen - admitted, active, math.floor(rate), sn}
 "#;
 
 // KEYS[2..4] and ARGV[12..]: the audit log and the schedule (`changes.rs`, which lays them out).

@@ -20,6 +20,8 @@ mod limits_shared;
 mod proxy;
 mod queue;
 mod redis_outage;
+mod safety_net;
+mod schedule;
 mod slots;
 mod startup_config;
 mod status_memory;
