@@ -194,8 +194,17 @@ async fn a_scheduled_opening_applies_on_both_instances_once_and_is_audited() {
         assert_eq!(c["config"]["mode"], "paused");
         assert!(c["opens_at"].is_string(), "{c}");
     }
-    let waiting = p.join("op", "early-fan").await;
-    assert!(waiting["opens_at"].is_string(), "{waiting}");
+    // The fan's instance learns of it on its next refresh.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let waiting = p.join("op", "early-fan").await;
+        if waiting["opens_at"].is_string() {
+            assert_eq!(waiting["state"], "paused");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no opening announced: {waiting}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     p.wait_both("op", "early-fan", |c, st| {
         c["config"]["mode"] == "queue"
             && c["config"]["admit_per_minute"] == 1200
