@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use tokio_tungstenite::tungstenite::Message;
 
-struct Chromium {
+pub(crate) struct Chromium {
     child: Child,
     dir: std::path::PathBuf,
     port: u16,
@@ -23,7 +23,7 @@ impl Drop for Chromium {
     }
 }
 
-fn chromium_binary() -> Option<&'static str> {
+pub(crate) fn chromium_binary() -> Option<&'static str> {
     ["chromium", "chromium-browser"].into_iter().find(|b| {
         Command::new(b)
             .arg("--version")
@@ -34,7 +34,7 @@ fn chromium_binary() -> Option<&'static str> {
     })
 }
 
-fn launch(bin: &str) -> Chromium {
+pub(crate) fn launch(bin: &str) -> Chromium {
     let port = free_port();
     let dir = std::env::temp_dir().join(format!("fg-chromium-{}", shared::ids::new_id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -53,6 +53,8 @@ fn launch(bin: &str) -> Chromium {
         .arg(format!("--user-data-dir={}", dir.display()))
         .arg(format!("--remote-debugging-port={port}"))
         .arg("about:blank")
+        // Times on the page are the fan's local time: UTC here, so tests can name them.
+        .env("TZ", "UTC")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -61,7 +63,7 @@ fn launch(bin: &str) -> Chromium {
 }
 
 /// A minimal DevTools-protocol client for one page.
-struct Page {
+pub(crate) struct Page {
     ws: tokio_tungstenite::WebSocketStream<
         tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
     >,
@@ -69,7 +71,7 @@ struct Page {
 }
 
 impl Page {
-    async fn open(chrome: &Chromium) -> Page {
+    pub(crate) async fn open(chrome: &Chromium) -> Page {
         let http = client();
         let deadline = Instant::now() + Duration::from_secs(20);
         let ws_url = loop {
@@ -92,7 +94,7 @@ impl Page {
         Page { ws, next_id: 0 }
     }
 
-    async fn call(&mut self, method: &str, params: Value) -> Value {
+    pub(crate) async fn call(&mut self, method: &str, params: Value) -> Value {
         self.next_id += 1;
         let id = self.next_id;
         let msg = json!({"id": id, "method": method, "params": params}).to_string();
@@ -112,7 +114,7 @@ impl Page {
         }
     }
 
-    async fn eval(&mut self, expr: &str) -> Value {
+    pub(crate) async fn eval(&mut self, expr: &str) -> Value {
         let v = self
             .call(
                 "Runtime.evaluate",
@@ -123,7 +125,7 @@ impl Page {
     }
 
     /// Polls `expr` until `pred` holds (or panics with the last value after `within`).
-    async fn wait_for(
+    pub(crate) async fn wait_for(
         &mut self,
         expr: &str,
         within: Duration,

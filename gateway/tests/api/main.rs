@@ -12,6 +12,7 @@
 mod admin;
 mod admission;
 mod browser;
+mod browser_states;
 mod cluster_failover;
 mod edge;
 mod faults;
