@@ -7,7 +7,9 @@
 //! `fg:{event}:adm` (sorted set: admitted, unclaimed, by claim deadline), `fg:{event}:active`
 //! (sorted set: claimed admissions, by token expiry), `fg:{event}:bucket` (admission token
 //! bucket), `fg:{event}:lease` (admission lease), `fg:{event}:sold_out`, `fg:{event}:revoked`,
-//! `fg:{event}:admissions` (stream: audit log of admissions). The event is a hash tag, so an
+//! `fg:{event}:admissions` (stream: audit log of admissions), `fg:{event}:cfglog` (stream: the
+//! config audit log), `fg:{event}:sched` / `fg:{event}:schedq` (scheduled changes: records,
+//! pending by time; see `changes.rs`). The event is a hash tag, so an
 //! event's keys share one Redis Cluster slot and every script below touches one slot only.
 //! Global keys: `fg:events` (set of configured events), `fg:upstream` (per-instance upstream
 //! health, for auto mode).
