@@ -554,3 +554,59 @@ async fn every_config_change_is_in_the_audit_log_newest_first_and_paged() {
     assert_eq!(v["code"], "UNKNOWN_EVENT");
     p.stop().await;
 }
+
+#[tokio::test]
+async fn a_change_that_no_longer_validates_when_due_fails_and_changes_nothing() {
+    let p = Pair::start().await;
+    let mut cfg = paused();
+    cfg["safety_net"] = json!({"arrivals_per_minute": 100});
+    assert_eq!(
+        p.put_config("fl", cfg, Some("ops")).await.status(),
+        StatusCode::OK
+    );
+    let (s, change) = p
+        .schedule(
+            reqwest::Method::POST,
+            "/admin/events/fl/schedule",
+            Some(json!({"at": p.redis_in(2).await, "set": {"mode": "safety_net"}})),
+            Some("ops-hana"),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{change}");
+    let id = change["id"].as_str().unwrap().to_owned();
+    // Ops drop the thresholds the change relies on (the schedule is kept).
+    assert_eq!(
+        p.put_config("fl", paused(), Some("ops")).await.status(),
+        StatusCode::OK
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let failed = loop {
+        let (_, v) = p
+            .schedule(
+                reqwest::Method::GET,
+                &format!("/admin/events/fl/schedule/{id}"),
+                None,
+                None,
+            )
+            .await;
+        if v["status"] != "pending" {
+            break v;
+        }
+        assert!(Instant::now() < deadline, "never came due: {v}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(failed["status"], "failed", "{failed}");
+    assert_eq!(failed["problems"][0]["field"], "set.safety_net");
+    let c = p.config(&p.a, "fl").await;
+    assert_eq!(c["config"]["mode"], "paused");
+    assert_eq!(c["schedule"], json!([]));
+    let entries = p.audit_all("fl").await;
+    assert_eq!(applies(&entries, &id), 0);
+    let fail: Vec<&Value> = entries
+        .iter()
+        .filter(|e| e["action"] == "schedule.fail")
+        .collect();
+    assert_eq!(fail.len(), 1, "{entries:?}");
+    assert_eq!(fail[0]["actor"], "ops-hana");
+    p.stop().await;
+}
