@@ -107,10 +107,29 @@
     else message(null);
     $("room-note").hidden = !(S.access === "registered" && inQueue);
     $("room-note").textContent = t("msg.registered_room");
+    note(st);
     if (S.state === "expired") action(t("action.rejoin"), function () { action(null); join(); });
     else if (S.state === "admitted" && S.next) action(t("action.shop"), function () { location.assign(S.next); });
     else if (S.state === "not_registered" && S.reg && S.reg.open) action(t("action.register"), register);
     else action(null);
+  }
+
+  // The safety net queueing a surge, and a scheduled opening ("the sale opens at HH:MM" in
+  // the fan's own time zone), explained beside the queue state (issue 19).
+  function note(st) {
+    var parts = [];
+    var waiting = S.state === "waiting" || S.state === "paused" || S.state === "closed";
+    if (waiting && st.safety_net === "queueing") parts.push(t("note.safety_net"));
+    if (waiting && st.opens_at) {
+      var at = new Date(st.opens_at);
+      if (!isNaN(at.getTime())) {
+        parts.push(t("note.opens_at", at.toLocaleTimeString(S.lang === "ja" ? "ja-JP" : "en-US",
+          { hour: "2-digit", minute: "2-digit", hour12: false })));
+      }
+    }
+    var el = $("note");
+    el.hidden = !parts.length;
+    el.textContent = parts.join(" ");
   }
 
   function setState(s) { S.state = s; render(); }

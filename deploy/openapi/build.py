@@ -606,6 +606,9 @@ def gateway_doc():
             "poll_after_ms": I, "position": I, "ahead": I, "queue_length": I, "eta_seconds": {"type": ["integer", "null"]},
             "admit_per_minute": {}, "token": S, "expires_at": {}, "expires_in_s": I, "next": S,
             "access": {"enum": ["open", "registered"]},
+            "safety_net": {"enum": ["queueing"], "description": "a safety-net room is queueing a surge"},
+            "opens_at": {"type": "string", "format": "date-time",
+                         "description": "a scheduled change opens the sale then"},
         },
         required=("state",),
     )
@@ -683,13 +686,15 @@ def gateway_doc():
 def gateway_admin_doc():
     ev = path_param("event")
     t = "room config"
+    change_in = obj({"at": TS, "set": {"type": "object", "description": "a partial room config"}},
+                    required=("at", "set"), extra=False)
     auto = {"type": ["object", "null"], "properties": {
         "floor": I, "ceiling": I, "target_p99_ms": I, "max_error_ratio": {"type": "number"}}}
     config = obj(
         {
             "sale_start": TS,
             "admit_per_minute": {"type": "integer", "minimum": 1, "maximum": 1000000},
-            "mode": {"enum": ["queue", "paused", "passthrough", "closed"]},
+            "mode": {"enum": ["queue", "paused", "passthrough", "closed", "safety_net"]},
             "max_active": {"type": "integer", "minimum": 0, "maximum": 10000000},
             "token_ttl_s": {"type": "integer", "minimum": 30, "maximum": 86400},
             "max_session_s": {"type": "integer", "minimum": 30, "maximum": 86400},
@@ -698,11 +703,31 @@ def gateway_admin_doc():
             "pow_difficulty": {"type": "integer", "minimum": 0, "maximum": 24},
             "access": {"enum": ["open", "registered"]},
             "registration_closes": {**TS, "description": "required with access registered; not after sale_start"},
+            "safety_net": {"type": ["object", "null"], "properties": {
+                "arrivals_per_minute": {"type": "integer", "minimum": 1, "maximum": 1000000}},
+                "description": "required with mode safety_net"},
+            "schedule": arr(change_in, description="when present, the whole pending list; absent keeps it"),
         },
         required=("sale_start", "admit_per_minute", "mode"),
     )
+    change = obj({"id": S, "at": TS, "set": {"type": "object"},
+                  "status": {"enum": ["pending", "applied", "cancelled", "failed"]},
+                  "scheduled_by": S, "scheduled_at": TS, "edited_by": S, "edited_at": TS,
+                  "done_by": S, "done_at": TS, "problems": arr({"type": "object"})},
+                 required=("id", "at", "set", "status", "scheduled_by", "scheduled_at"))
     shown = obj({"event": S, "config": {"type": "object"}, "version": {}, "seed_hash": {},
-                 "effective_admit_per_minute": {}, "sold_out": B}, required=("event", "config"))
+                 "effective_admit_per_minute": {}, "sold_out": B, "schedule": arr(change),
+                 "safety_net_state": {"type": ["string", "null"], "enum": ["pass", "queueing", None]},
+                 "opens_at": NULLABLE_TS}, required=("event", "config"))
+    actor_opt = dict(ACTOR, required=False,
+                     description="The operator behind the change (audit log); `unnamed` when absent")
+    cid = path_param("id", SLUG, "the change id")
+    entry = obj({"id": S, "at": TS, "actor": S, "action": {"enum": [
+                     "config.put", "schedule.add", "schedule.edit", "schedule.cancel",
+                     "schedule.apply", "schedule.fail", "sold_out", "revoke"]},
+                 "before": {}, "after": {}, "change": S, "version": I,
+                 "schedule_before": {}, "schedule_after": {}},
+                required=("id", "at", "actor", "action", "before", "after"))
     p = {
         "/healthz": {"get": op("Liveness", [ok({"type": "object"})], tag="health", security=NONE)},
         "/readyz": {"get": op("Readiness", [ok(GW_READY), ok(GW_READY, "Not ready", "503")],
@@ -712,17 +737,42 @@ def gateway_admin_doc():
             "get": op("An event's room config", [ok(shown), err("401", "404", "405", "503")], tag=t, params=[ev]),
             "put": op("Set an event's room config (validated whole; nothing applied on a refusal)",
                       [ok(shown), err("400", "401", "404", "405", "413", "415", "422", "503")],
-                      tag=t, params=[ev], req=body(config)),
+                      tag=t, params=[ev, actor_opt], req=body(config)),
         },
+        "/admin/events/{event}/schedule": {
+            "get": op("Pending scheduled changes, by time",
+                      [ok(obj({"event": S, "pending": arr(change)}, required=("event", "pending"))),
+                       err("401", "404", "405", "503")], tag=t, params=[ev]),
+            "post": op("Schedule a change (the merged config must validate; nothing stored otherwise)",
+                       [ok(change, "Scheduled", "201"),
+                        err("400", "401", "404", "405", "413", "415", "422", "503")],
+                       tag=t, params=[ev, ACTOR], req=body(change_in)),
+        },
+        "/admin/events/{event}/schedule/{id}": {
+            "get": op("One scheduled change, any status", [ok(change), err("401", "404", "405", "503")],
+                      tag=t, params=[ev, cid]),
+            "put": op("Edit a pending change (`409 CHANGE_NOT_PENDING` once applied or cancelled)",
+                      [ok(change), err("400", "401", "404", "405", "409", "413", "415", "422", "503")],
+                      tag=t, params=[ev, cid, ACTOR], req=body(change_in)),
+            "delete": op("Cancel a pending change", [ok(change), err("400", "401", "404", "405", "409", "503")],
+                         tag=t, params=[ev, cid, ACTOR]),
+        },
+        "/admin/events/{event}/audit": {"get": op(
+            "The config audit log, newest first",
+            [ok(obj({"event": S, "entries": arr(entry), "next_before": NULLABLE_S},
+                    required=("event", "entries", "next_before"))),
+             err("401", "404", "405", "422", "503")],
+            tag=t, params=[ev, query("limit", {"type": "integer", "minimum": 1, "maximum": 500}, "default 50"),
+                           query("before", S, "`next_before` of the previous page")])},
         "/admin/events/{event}/revoke": {"post": op(
             "Revoke an account's or a session's admission",
             [ok(obj({"revoked": {}, "revoked_at": {}})), err("400", "401", "404", "405", "413", "415", "422", "503")],
-            tag=t, params=[ev],
+            tag=t, params=[ev, actor_opt],
             req=body({"oneOf": [obj({"account": S}, required=("account",)), obj({"session": S}, required=("session",))]}))},
         "/admin/events/{event}/sold_out": {"put": op(
             "Mark an event sold out (or not)",
             [ok({"type": "object"}), err("400", "401", "404", "405", "413", "415", "422", "503")],
-            tag=t, params=[ev], req=body(obj({"sold_out": B}, required=("sold_out",))))},
+            tag=t, params=[ev, actor_opt], req=body(obj({"sold_out": B}, required=("sold_out",))))},
         "/admin/events/{event}/registrations": {
             "put": op(
                 "Upload a registration list: one account id per line (text/plain)",

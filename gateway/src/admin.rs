@@ -22,6 +22,51 @@ use serde_json::json;
 use shared::error::{ErrorBody, codes};
 use std::sync::Arc;
 
+mod audit;
+mod schedule;
+
+/// The header naming the operator behind an admin call (booking's convention).
+pub const ACTOR_HEADER: &str = "x-floodgate-actor";
+/// The actor recorded for a config PUT, sold-out flag or revocation that named nobody
+/// (those calls predate the audit log; loadgen, deploy/stack and k6 make them unnamed).
+pub const UNNAMED: &str = "unnamed";
+const MAX_ACTOR: usize = 200;
+
+/// The operator named in `X-Floodgate-Actor`: 1..=200 visible characters, trimmed. Missing:
+/// `400 ACTOR_REQUIRED` when `required`, else [`UNNAMED`]; present but unusable: `400`.
+fn actor(session: &Session, required: bool) -> std::result::Result<String, Reply> {
+    let refuse = || {
+        Reply::error(
+            400,
+            codes::ACTOR_REQUIRED,
+            "name the operator in X-Floodgate-Actor (1 to 200 visible characters)",
+        )
+    };
+    let Some(raw) = session.req_header().headers.get(ACTOR_HEADER) else {
+        return if required {
+            Err(refuse())
+        } else {
+            Ok(UNNAMED.to_owned())
+        };
+    };
+    let raw = raw.to_str().map_err(|_| refuse())?.trim();
+    let ok =
+        !raw.is_empty() && raw.chars().count() <= MAX_ACTOR && raw.chars().all(|c| !c.is_control());
+    ok.then(|| raw.to_owned()).ok_or_else(refuse)
+}
+
+/// A `422` listing the problems of scheduled changes; nothing was stored.
+fn schedule_refused(problems: &[crate::schedule::Problem]) -> Reply {
+    Reply::from_error(
+        422,
+        ErrorBody::new(
+            codes::VALIDATION_FAILED,
+            "invalid scheduled change; nothing stored",
+        )
+        .with("errors", serde_json::to_value(problems).unwrap_or_default()),
+    )
+}
+
 pub struct AdminApp {
     pub shared: Arc<Shared>,
     pub store: Store,
@@ -36,6 +81,12 @@ enum Action {
     SoldOut(String),
     PutRegistrations(String),
     GetRegistrations(String),
+    Audit(String),
+    Schedule(String),
+    AddChange(String),
+    Change(String, String),
+    EditChange(String, String),
+    CancelChange(String, String),
 }
 
 impl AdminApp {
@@ -65,6 +116,11 @@ impl AdminApp {
                     "seed_hash": s.seed_hash,
                     "effective_admit_per_minute": s.effective_rate(),
                     "sold_out": s.sold_out,
+                    "schedule": s.pending,
+                    "safety_net_state": s.safety_net_state,
+                    "opens_at": s.config.as_ref().and_then(|c| {
+                        crate::schedule::opening(c, &s.pending, chrono::Utc::now())
+                    }),
                 }),
             ),
         }
@@ -84,14 +140,19 @@ impl AdminApp {
     }
 
     async fn put_config(&self, session: &mut Session, event: &str) -> Reply {
+        let actor = match actor(session, false) {
+            Ok(a) => a,
+            Err(r) => return r,
+        };
         let body = match self.body(session).await {
             Ok(b) => b,
             Err(r) => return r,
         };
-        let input: EventConfigInput = match parse_json(&body) {
+        let mut input: EventConfigInput = match parse_json(&body) {
             Ok(i) => i,
             Err(r) => return r,
         };
+        let schedule = input.schedule.take();
         let cfg = match input.validate(
             self.shared.tokens.default_ttl_s(),
             self.shared.config.gateway.default_claim_deadline_s,
@@ -114,9 +175,27 @@ impl AdminApp {
             Ok(s) => s,
             Err(_) => return Reply::error(500, codes::INTERNAL, "no randomness available"),
         };
-        match self.store.put_config(event, &cfg, &seed, &seed_hash).await {
+        let changes = match schedule {
+            None => None,
+            Some(list) => match self.new_schedule(&cfg, list, &actor).await {
+                Ok(c) => Some(c),
+                Err(r) => return r,
+            },
+        };
+        let write = crate::store::ConfigWrite {
+            replace_schedule: changes.as_deref(),
+            ..crate::store::ConfigWrite::manual(&actor)
+        };
+        match self
+            .store
+            .put_config(event, &cfg, &seed, &seed_hash, &write)
+            .await
+        {
             Err(e) => unavailable(&self.shared, &e),
-            Ok(version) => {
+            Ok(crate::store::WriteOutcome::Stale | crate::store::WriteOutcome::Gone) => {
+                Reply::error(500, codes::INTERNAL, "config write refused unexpectedly")
+            }
+            Ok(crate::store::WriteOutcome::Written(version)) => {
                 tracing::info!(
                     event,
                     version,
@@ -134,6 +213,10 @@ impl AdminApp {
     }
 
     async fn revoke(&self, session: &mut Session, event: &str) -> Reply {
+        let actor = match actor(session, false) {
+            Ok(a) => a,
+            Err(r) => return r,
+        };
         #[derive(Deserialize)]
         #[serde(deny_unknown_fields)]
         struct Body {
@@ -165,7 +248,11 @@ impl AdminApp {
         };
         // Keep the revocation as long as any token could still be valid.
         let keep_s = 86_400 + self.shared.config.tokens.leeway_s;
-        match self.store.revoke(event, &field, account, sid, keep_s).await {
+        match self
+            .store
+            .revoke(event, &field, account, sid, keep_s, &actor)
+            .await
+        {
             Err(e) => unavailable(&self.shared, &e),
             Ok(None) => Reply::error(404, codes::UNKNOWN_EVENT, "no config for this event"),
             Ok(Some(at)) => {
@@ -181,6 +268,10 @@ impl AdminApp {
     }
 
     async fn sold_out(&self, session: &mut Session, event: &str) -> Reply {
+        let actor = match actor(session, false) {
+            Ok(a) => a,
+            Err(r) => return r,
+        };
         #[derive(Deserialize)]
         #[serde(deny_unknown_fields)]
         struct Body {
@@ -194,16 +285,10 @@ impl AdminApp {
             Ok(b) => b,
             Err(r) => return r,
         };
-        match self.store.load_event(event).await {
-            Err(e) => return unavailable(&self.shared, &e),
-            Ok(None) => {
-                return Reply::error(404, codes::UNKNOWN_EVENT, "no config for this event");
-            }
-            Ok(Some(_)) => {}
-        }
-        match self.store.set_sold_out(event, b.sold_out).await {
+        match self.store.set_sold_out(event, b.sold_out, &actor).await {
             Err(e) => unavailable(&self.shared, &e),
-            Ok(()) => Reply::json(200, &json!({"event": event, "sold_out": b.sold_out})),
+            Ok(false) => Reply::error(404, codes::UNKNOWN_EVENT, "no config for this event"),
+            Ok(true) => Reply::json(200, &json!({"event": event, "sold_out": b.sold_out})),
         }
     }
 }
@@ -251,6 +336,14 @@ impl ProxyHttp for AdminApp {
                 AdminRoute::SoldOut(e) => Action::SoldOut(e.to_owned()),
                 AdminRoute::PutRegistrations(e) => Action::PutRegistrations(e.to_owned()),
                 AdminRoute::GetRegistrations(e) => Action::GetRegistrations(e.to_owned()),
+                AdminRoute::Audit(e) => Action::Audit(e.to_owned()),
+                AdminRoute::Schedule(e) => Action::Schedule(e.to_owned()),
+                AdminRoute::AddChange(e) => Action::AddChange(e.to_owned()),
+                AdminRoute::Change(e, id) => Action::Change(e.to_owned(), id.to_owned()),
+                AdminRoute::EditChange(e, id) => Action::EditChange(e.to_owned(), id.to_owned()),
+                AdminRoute::CancelChange(e, id) => {
+                    Action::CancelChange(e.to_owned(), id.to_owned())
+                }
             }
         };
         let reply = match action {
@@ -269,6 +362,12 @@ impl ProxyHttp for AdminApp {
             Action::GetRegistrations(e) => {
                 crate::registration::count(&self.shared, &self.store, session, &e).await
             }
+            Action::Audit(e) => self.audit(session, &e).await,
+            Action::Schedule(e) => self.schedule(&e).await,
+            Action::AddChange(e) => self.add_change(session, &e).await,
+            Action::Change(e, id) => self.change(&e, &id).await,
+            Action::EditChange(e, id) => self.edit_change(session, &e, &id).await,
+            Action::CancelChange(e, id) => self.cancel_change(session, &e, &id).await,
         };
         send(session, reply).await
     }

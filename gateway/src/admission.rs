@@ -202,6 +202,7 @@ impl Ticker {
                 queue_len,
                 active,
                 rate,
+                safety_net_queueing,
                 ..
             } => {
                 if !st.leader {
@@ -224,6 +225,11 @@ impl Ticker {
                     .with_label_values(&l)
                     .set(i64::try_from(rate).unwrap_or(i64::MAX));
                 m.is_leader.with_label_values(&l).set(1);
+                if let Some(q) = safety_net_queueing {
+                    m.safety_net_queueing
+                        .with_label_values(&l)
+                        .set(i64::from(q));
+                }
             }
             TickOutcome::Follower | TickOutcome::UnknownEvent => {
                 if st.leader {

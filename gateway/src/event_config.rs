@@ -19,6 +19,10 @@ pub enum Mode {
     Passthrough,
     /// Refuse new joins; stop admitting.
     Closed,
+    /// Admit straight through while arrivals and active fans stay under the safety net's
+    /// thresholds; queue new arrivals once either is passed, until the backlog drains.
+    #[serde(rename = "safety_net")]
+    SafetyNet,
 }
 
 impl Mode {
@@ -28,6 +32,7 @@ impl Mode {
             Mode::Paused => "paused",
             Mode::Passthrough => "passthrough",
             Mode::Closed => "closed",
+            Mode::SafetyNet => "safety_net",
         }
     }
 
@@ -37,6 +42,7 @@ impl Mode {
             "paused" => Some(Mode::Paused),
             "passthrough" => Some(Mode::Passthrough),
             "closed" => Some(Mode::Closed),
+            "safety_net" => Some(Mode::SafetyNet),
             _ => None,
         }
     }
@@ -75,6 +81,14 @@ pub struct AutoBounds {
     pub max_error_ratio: f64,
 }
 
+/// Safety-net thresholds (`mode: "safety_net"`); `max_active` is the room's own cap.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SafetyNet {
+    /// New arrivals in the last minute (counted in 10-second buckets) above this queue.
+    pub arrivals_per_minute: i64,
+}
+
 fn default_target_p99_ms() -> i64 {
     800
 }
@@ -109,6 +123,13 @@ pub struct EventConfigInput {
     /// Registered rooms: fans may register until then (required with `registered`).
     #[serde(default)]
     pub registration_closes: Option<DateTime<Utc>>,
+    /// Required with `mode: "safety_net"` (and allowed, unused, otherwise).
+    #[serde(default)]
+    pub safety_net: Option<SafetyNet>,
+    /// Scheduled changes: when present the pending list becomes exactly these (see
+    /// `schedule.rs`); when absent the pending list is kept.
+    #[serde(default)]
+    pub schedule: Option<Vec<crate::schedule::ChangeInput>>,
 }
 
 /// Default `max_session_s`: half an hour from admission.
@@ -141,6 +162,8 @@ pub struct EventConfig {
     pub access: Access,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub registration_closes: Option<DateTime<Utc>>,
+    #[serde(default)]
+    pub safety_net: Option<SafetyNet>,
 }
 
 /// Upper bounds that catch typos (an extra zero or two) without limiting real launches.
@@ -228,6 +251,19 @@ impl EventConfigInput {
                 bad("auto.max_error_ratio", "must be between 0 and 1".into());
             }
         }
+        match (&self.safety_net, self.mode) {
+            (Some(sn), _) if !(1..=MAX_ADMIT_PER_MINUTE).contains(&sn.arrivals_per_minute) => {
+                bad(
+                    "safety_net.arrivals_per_minute",
+                    format!("must be between 1 and {MAX_ADMIT_PER_MINUTE}"),
+                );
+            }
+            (None, Mode::SafetyNet) => bad(
+                "safety_net",
+                "required with mode safety_net (arrivals_per_minute)".into(),
+            ),
+            _ => {}
+        }
         let year = self.sale_start.format("%Y").to_string();
         if !("2000".."2100").contains(&year.as_str()) {
             bad("sale_start", "must be a date between 2000 and 2099".into());
@@ -267,6 +303,7 @@ impl EventConfigInput {
             pow_difficulty: u32::try_from(self.pow_difficulty).unwrap_or(0),
             access: self.access,
             registration_closes: self.registration_closes,
+            safety_net: self.safety_net,
         })
     }
 }
@@ -279,6 +316,14 @@ impl EventConfig {
     /// When registration closes (unix ms); `None` for open rooms.
     pub fn registration_closes_ms(&self) -> Option<i64> {
         self.registration_closes.map(|t| t.timestamp_millis())
+    }
+
+    /// The safety net's arrivals threshold when the room is in safety-net mode.
+    pub fn safety_net_arrivals(&self) -> Option<u64> {
+        match (&self.safety_net, self.mode) {
+            (Some(sn), Mode::SafetyNet) => u64::try_from(sn.arrivals_per_minute).ok(),
+            _ => None,
+        }
     }
 }
 

@@ -33,6 +33,7 @@ pub mod queue;
 pub mod registration;
 pub mod respond;
 pub mod routes;
+pub mod schedule;
 pub mod session;
 pub mod signing;
 pub mod sim;
@@ -237,6 +238,17 @@ impl Gateway {
                 window_s: g.auto_window_s,
             },
         );
+        let scheduler = background_service(
+            "config schedule",
+            schedule::Scheduler {
+                store: Store::new(&s.config.redis)?,
+                live: s.live.clone(),
+                metrics: s.metrics.clone(),
+                instance: s.instance.clone(),
+                every: Duration::from_millis(g.refresh_ms),
+                defaults: (s.tokens.default_ttl_s(), g.default_claim_deadline_s),
+            },
+        );
         let health = background_service(
             "upstream health",
             upstream::HealthChecker {
@@ -248,6 +260,7 @@ impl Gateway {
         server.add_service(admin);
         server.add_service(ticker);
         server.add_service(refresher);
+        server.add_service(scheduler);
         server.add_service(health);
         Ok(server)
     }

@@ -22,6 +22,8 @@ pub struct Metrics {
     pub active_admitted: IntGaugeVec,
     pub admit_rate: IntGaugeVec,
     pub is_leader: IntGaugeVec,
+    /// Safety-net rooms: 1 while new arrivals queue, 0 while they pass (leader's view).
+    pub safety_net_queueing: IntGaugeVec,
     token_rejections: IntCounterVec,
     pub rate_limited: IntCounterVec,
     pub upstream_latency: Histogram,
@@ -87,6 +89,10 @@ impl Metrics {
                 "fg_admission_leader",
                 "1 when this instance holds the lease",
             )?,
+            safety_net_queueing: gauge_vec(
+                "fg_safety_net_queueing",
+                "1 while a safety-net room queues new arrivals, 0 while it lets them through",
+            )?,
             token_rejections: IntCounterVec::new(
                 Opts::new(
                     "fg_token_rejections_total",
@@ -139,6 +145,8 @@ impl Metrics {
         m.registry.register(Box::new(m.active_admitted.clone()))?;
         m.registry.register(Box::new(m.admit_rate.clone()))?;
         m.registry.register(Box::new(m.is_leader.clone()))?;
+        m.registry
+            .register(Box::new(m.safety_net_queueing.clone()))?;
         m.registry.register(Box::new(m.token_rejections.clone()))?;
         m.registry.register(Box::new(m.rate_limited.clone()))?;
         m.registry.register(Box::new(m.upstream_latency.clone()))?;

@@ -21,6 +21,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 mod cadence;
+mod notes;
 mod side;
 use cadence::Waiting;
 pub use cadence::{MAX_POLL_MS, MIN_POLL_MS, expected_wait_ms, poll_after_ms, poll_cap_ms};
@@ -265,6 +266,9 @@ pub async fn join(shared: &Shared, store: &Store, session: &mut Session, event: 
             } else if !admitted {
                 body["poll_after_ms"] = json!(MIN_POLL_MS);
             }
+            if !admitted {
+                notes::add(&mut body, &snap, cfg);
+            }
             Reply::json(if new { 201 } else { 200 }, &body).header("set-cookie", cookie)
         }
     }
@@ -360,9 +364,7 @@ fn waiting(
     queue_len: u64,
 ) -> Reply {
     let w = Waiting::of(snap, cfg, rank);
-    Reply::json(
-        200,
-        &json!({
+    let mut body = json!({
             "event": event,
             "state": w.state,
             "position": rank + 1,
@@ -371,8 +373,9 @@ fn waiting(
             "eta_seconds": w.eta_s,
             "poll_after_ms": w.poll_ms,
             "admit_per_minute": w.rate,
-        }),
-    )
+    });
+    notes::add(&mut body, snap, cfg);
+    Reply::json(200, &body)
 }
 
 fn admitted(

@@ -192,6 +192,15 @@ pub enum AdminRoute<'a> {
     /// `PUT` / `GET /admin/events/{event}/registrations`.
     PutRegistrations(&'a str),
     GetRegistrations(&'a str),
+    /// `GET /admin/events/{event}/audit`: the config audit log, newest first.
+    Audit(&'a str),
+    /// `GET`/`POST /admin/events/{event}/schedule`: pending changes; schedule one.
+    Schedule(&'a str),
+    AddChange(&'a str),
+    /// `GET`/`PUT`/`DELETE /admin/events/{event}/schedule/{id}`.
+    Change(&'a str, &'a str),
+    EditChange(&'a str, &'a str),
+    CancelChange(&'a str, &'a str),
     UnknownEvent,
     MethodNotAllowed,
     NotFound,
@@ -216,7 +225,22 @@ pub fn admin<'a>(method: &Method, path: &'a str) -> AdminRoute<'a> {
     if !is_valid_slug(event) {
         return AdminRoute::UnknownEvent;
     }
+    if let Some(id) = action.strip_prefix("schedule/") {
+        if !is_valid_slug(id) {
+            return AdminRoute::NotFound;
+        }
+        return match *method {
+            Method::GET => AdminRoute::Change(event, id),
+            Method::PUT => AdminRoute::EditChange(event, id),
+            Method::DELETE => AdminRoute::CancelChange(event, id),
+            _ => AdminRoute::MethodNotAllowed,
+        };
+    }
     match (action, method) {
+        ("audit", &Method::GET) => AdminRoute::Audit(event),
+        ("schedule", &Method::GET) => AdminRoute::Schedule(event),
+        ("schedule", &Method::POST) => AdminRoute::AddChange(event),
+        ("audit" | "schedule", _) => AdminRoute::MethodNotAllowed,
         ("config", &Method::GET) => AdminRoute::GetConfig(event),
         ("config", &Method::PUT) => AdminRoute::PutConfig(event),
         ("revoke", &Method::POST) => AdminRoute::Revoke(event),
@@ -331,6 +355,26 @@ mod tests {
         assert_eq!(
             admin(&Method::POST, "/admin/events/demo/registrations"),
             AdminRoute::MethodNotAllowed
+        );
+        assert_eq!(
+            admin(&Method::GET, "/admin/events/demo/audit"),
+            AdminRoute::Audit("demo")
+        );
+        assert_eq!(
+            admin(&Method::POST, "/admin/events/demo/schedule"),
+            AdminRoute::AddChange("demo")
+        );
+        assert_eq!(
+            admin(&Method::DELETE, "/admin/events/demo/schedule/c1"),
+            AdminRoute::CancelChange("demo", "c1")
+        );
+        assert_eq!(
+            admin(&Method::POST, "/admin/events/demo/schedule/c1"),
+            AdminRoute::MethodNotAllowed
+        );
+        assert_eq!(
+            admin(&Method::GET, "/admin/events/demo/schedule/C:1"),
+            AdminRoute::NotFound
         );
     }
 }

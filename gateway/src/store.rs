@@ -9,7 +9,9 @@
 //! bucket), `fg:{event}:lease` (admission lease), `fg:{event}:sold_out`, `fg:{event}:revoked`,
 //! `fg:{event}:admissions` (stream: audit log of admissions), `fg:{event}:reg` (set: accounts
 //! allowed into a registered room), `fg:{event}:drawn` (set: registered accounts whose draw
-//! place has been given). The event is a hash tag, so an
+//! place has been given), `fg:{event}:cfglog` (stream: the config audit log),
+//! `fg:{event}:sched` / `fg:{event}:schedq` (scheduled changes: records, pending by time; see
+//! `changes.rs`). The event is a hash tag, so an
 //! event's keys share one Redis Cluster slot and every script below touches one slot only.
 //! Global keys: `fg:events` (set of configured events), `fg:upstream` (per-instance upstream
 //! health, for auto mode).
@@ -25,10 +27,13 @@ use shared::config::RedisSettings;
 use shared::redis_conn::{Conn, Connector};
 use std::time::Duration;
 
+mod changes;
 mod outcomes;
 mod registrations;
 mod scripts;
 mod snapshots;
+
+pub use changes::{AUDIT_MAX_LEN, AuditEntry, ChangeWrite, ConfigWrite, DueChange, WriteOutcome};
 
 pub use outcomes::{Draw, EventSnapshot, JoinOutcome, Place, StatusOutcome, TickOutcome};
 pub use registrations::{ListChange, RegisterOutcome};
@@ -273,20 +278,26 @@ impl Store {
                 queue_len: n(4),
                 active: n(5),
                 rate: n(6),
+                safety_net_queueing: match r.str(7) {
+                    Some("queueing") => Some(true),
+                    Some("pass") => Some(false),
+                    _ => None,
+                },
             },
             _ => return Err(StoreError::Protocol("unknown tick reply")),
         })
     }
 
-    /// Stores a validated config (absolute). The draw seed is set only the first time, so
-    /// the published commitment never changes. Returns the new config version.
+    /// Stores a validated config (absolute) and its audit entry, in one script. The draw seed
+    /// is set only the first time, so the published commitment never changes.
     pub async fn put_config(
         &self,
         event: &str,
         config: &EventConfig,
         seed_hex: &str,
         seed_hash: &str,
-    ) -> Result<i64, StoreError> {
+        write: &ConfigWrite<'_>,
+    ) -> Result<WriteOutcome, StoreError> {
         let json = serde_json::to_string(config)
             .map_err(|_| StoreError::Protocol("config not serialisable"))?;
         let (floor, ceiling) = match &config.auto {
@@ -305,17 +316,18 @@ impl Store {
             .arg(seed_hex)
             .arg(seed_hash)
             .arg(floor)
-            .arg(ceiling)
-            .arg(config.access.as_str())
-            .arg(
-                config
-                    .registration_closes_ms()
-                    .map(|ms| ms.to_string())
-                    .unwrap_or_default(),
-            );
-        let version: i64 = self
+            .arg(ceiling);
+        self.config_write_args(&mut inv, event, config, write);
+        let v: Value = self
             .with(|mut c| async move { inv.invoke_async(&mut c).await })
             .await?;
+        let r = Reply::from(v)?;
+        let version = match r.tag() {
+            "ok" => r.int(1).ok_or(StoreError::Protocol("bad config version"))?,
+            "stale" => return Ok(WriteOutcome::Stale),
+            "gone" => return Ok(WriteOutcome::Gone),
+            _ => return Err(StoreError::Protocol("unknown config-write reply")),
+        };
         // The index is a separate (cross-slot) key; writing it after the config means the
         // refresher never sees an indexed event without a config.
         let events = self.events_key();
@@ -328,24 +340,7 @@ impl Store {
                 .await
         })
         .await?;
-        Ok(version)
-    }
-
-    /// Sets or clears the sold-out flag (booking may also `SET` the key itself).
-    pub async fn set_sold_out(&self, event: &str, sold_out: bool) -> Result<(), StoreError> {
-        let key = self.key(event, "sold_out");
-        self.with(|mut c| async move {
-            if sold_out {
-                redis::cmd("SET")
-                    .arg(key)
-                    .arg("1")
-                    .query_async::<()>(&mut c)
-                    .await
-            } else {
-                redis::cmd("DEL").arg(key).query_async::<()>(&mut c).await
-            }
-        })
-        .await
+        Ok(WriteOutcome::Written(version))
     }
 
     /// Revokes an account's (field `a:<account>`) or a session's (`s:<session>`) admission.
@@ -357,6 +352,7 @@ impl Store {
         account: Option<&str>,
         session: Option<&str>,
         keep_s: u64,
+        actor: &str,
     ) -> Result<Option<i64>, StoreError> {
         let mut inv = SCRIPTS.revoke.prepare_invoke();
         inv.key(self.key(event, "cfg"))
@@ -369,7 +365,10 @@ impl Store {
             .arg(field)
             .arg(account.unwrap_or(""))
             .arg(keep_s.max(60))
-            .arg(session.unwrap_or(""));
+            .arg(session.unwrap_or(""))
+            .key(self.key(event, "cfglog"))
+            .arg(actor)
+            .arg(AUDIT_MAX_LEN);
         let at: i64 = self
             .with(|mut c| async move { inv.invoke_async(&mut c).await })
             .await?;

@@ -62,6 +62,12 @@ pub mod codes {
     pub const REGISTRATION_NOT_REQUIRED: &str = "REGISTRATION_NOT_REQUIRED";
     /// An account list with malformed ids (`422`, the bad lines listed; nothing stored).
     pub const INVALID_ACCOUNTS: &str = "INVALID_ACCOUNTS";
+    /// A mutating admin call that names no operator in `X-Floodgate-Actor`.
+    pub const ACTOR_REQUIRED: &str = "ACTOR_REQUIRED";
+    /// No scheduled change with this id.
+    pub const CHANGE_NOT_FOUND: &str = "CHANGE_NOT_FOUND";
+    /// The scheduled change already applied, failed or was cancelled.
+    pub const CHANGE_NOT_PENDING: &str = "CHANGE_NOT_PENDING";
     // Seat booking.
     pub const EVENT_EXISTS: &str = "EVENT_EXISTS";
     pub const SALE_NOT_STARTED: &str = "SALE_NOT_STARTED";

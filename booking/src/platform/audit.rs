@@ -18,7 +18,7 @@ use sqlx::PgConnection;
 /// The header that names the operator behind an admin call.
 pub const ACTOR_HEADER: &str = "x-floodgate-actor";
 /// Error code of a mutating admin call without an operator name.
-pub const ACTOR_REQUIRED: &str = "ACTOR_REQUIRED";
+pub const ACTOR_REQUIRED: &str = shared::error::codes::ACTOR_REQUIRED;
 const MAX_ACTOR: usize = 200;
 
 /// An admin caller (bearer admin secret) who named themselves in `X-Floodgate-Actor`.

@@ -59,7 +59,7 @@ impl Waiting {
             match cfg.mode {
                 Mode::Paused => "paused",
                 Mode::Closed => "closed",
-                Mode::Queue | Mode::Passthrough => "waiting",
+                Mode::Queue | Mode::Passthrough | Mode::SafetyNet => "waiting",
             }
         };
         let until_start_ms =

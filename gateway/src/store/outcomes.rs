@@ -95,6 +95,8 @@ pub enum TickOutcome {
         queue_len: u64,
         active: u64,
         rate: u64,
+        /// Safety-net mode: `Some(true)` while queueing, `Some(false)` while passing.
+        safety_net_queueing: Option<bool>,
     },
 }
 
@@ -121,6 +123,10 @@ pub struct EventSnapshot {
     pub revoked_sessions: HashMap<String, i64>,
     /// Queue progress for status polls answered from memory (`progress.rs`).
     pub progress: Arc<Progress>,
+    /// Scheduled changes still pending, by time (`schedule.rs`).
+    pub pending: Vec<crate::schedule::Change>,
+    /// Safety-net mode: `pass` or `queueing`, as the join and tick scripts last decided.
+    pub safety_net_state: Option<String>,
 }
 
 impl EventSnapshot {
@@ -166,5 +172,7 @@ pub(super) fn snapshot(
         revoked_accounts,
         revoked_sessions,
         progress: Arc::default(),
+        pending: crate::schedule::parse_pending(cfg.get("pending")),
+        safety_net_state: cfg.remove("sn_state"),
     }
 }

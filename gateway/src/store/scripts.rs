@@ -20,7 +20,7 @@ local sec = tonumber(t[1])
 local usec = tonumber(t[2])
 local now_ms = sec * 1000 + math.floor(usec / 1000)
 local now_str = string.format('%d', now_ms)
-local cfg = redis.call('HMGET', KEYS[1], 'mode', 'sale_start_ms', 'revealed', 'access')
+local cfg = redis.call('HMGET', KEYS[1], 'mode', 'sale_start_ms', 'revealed', 'sn_arrivals', 'max_active', 'sn_state', 'access')
 local mode = cfg[1]
 if not mode then return {'unknown'} end
 local place = redis.call('HGET', KEYS[3], ARGV[1])
@@ -36,7 +36,7 @@ if mode == 'closed' then return {'closed'} end
 if redis.call('EXISTS', KEYS[5]) == 1 then return {'sold_out'} end
 -- Registered rooms (registration.rs): decided here, in the same script as the place, so a join
 -- racing an upload of the list is refused or queued, never half.
-local registered = cfg[4] == 'registered'
+local registered = cfg[7] == 'registered'
 if registered and redis.call('SISMEMBER', KEYS[11], ARGV[1]) == 0 then
   return {'not_registered', now_str}
 end
@@ -80,11 +80,30 @@ else
   score = string.format('%d%03d.%03d', sec, math.floor(usec / 1000), usec % 1000)
   kind = 'fifo'
 end
+-- The safety net (after the sale start): count the arrival (10-second buckets in the progress
+-- hash), then let it straight through unless the last minute's arrivals, the admitted fans
+-- (max_active) or a backlog say queue. Decided here, atomically, for every instance at once;
+-- a fan is either passed or queued, never both.
+local pass = false
+if mode == 'safety_net' and kind == 'fifo' and restored == 0 then
+  local b = math.floor(sec / 10)
+  if redis.call('HINCRBY', KEYS[7], 'arr:' .. b, 1) == 1 then
+    for i = 6, 17 do redis.call('HDEL', KEYS[7], 'arr:' .. (b - i)) end
+  end
+  local arrivals = 0
+  for i = 0, 5 do arrivals = arrivals + (tonumber(redis.call('HGET', KEYS[7], 'arr:' .. (b - i))) or 0) end
+  local maxa = tonumber(cfg[5]) or 0
+  pass = arrivals <= (tonumber(cfg[4]) or 0) and redis.call('ZCARD', KEYS[2]) == 0
+    and (maxa == 0 or redis.call('ZCARD', KEYS[4]) + redis.call('ZCARD', KEYS[6]) < maxa)
+  local state = pass and 'pass' or 'queueing'
+  if cfg[6] ~= state then redis.call('HSET', KEYS[1], 'sn_state', state) end
+end
 place = session .. '|' .. score .. '|' .. joined .. '|' .. kind
-if mode == 'passthrough' then place = place .. '|' .. now_str end
+if mode == 'passthrough' or pass then place = place .. '|' .. now_str end
 redis.call('HSET', KEYS[3], ARGV[1], place)
-if mode == 'passthrough' then
+if mode == 'passthrough' or pass then
   redis.call('ZADD', KEYS[6], now_ms + tonumber(ARGV[4]), ARGV[1])
+  if pass then redis.call('HINCRBY', KEYS[7], 'sn_passed', 1) end
   return {'admitted', place, now_str}
 end
 redis.call('ZADD', KEYS[2], 'NX', score, ARGV[1])
@@ -138,7 +157,7 @@ elseif holder == ARGV[1] then
 else
   return {'follower'}
 end
-local c = redis.call('HMGET', KEYS[1], 'mode', 'admit_per_minute', 'max_active', 'claim_deadline_ms', 'auto_rate', 'sale_start_ms')
+local c = redis.call('HMGET', KEYS[1], 'mode', 'admit_per_minute', 'max_active', 'claim_deadline_ms', 'auto_rate', 'sale_start_ms', 'sn_arrivals', 'sn_state')
 if not c[1] then return {'unknown'} end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -166,7 +185,7 @@ local n = 0
 if mode == 'passthrough' then
   n = math.min(qlen, tonumber(ARGV[5]))
   redis.call('DEL', KEYS[6])
-elseif mode == 'queue' and now >= (tonumber(c[6]) or 0) and redis.call('EXISTS', KEYS[8]) == 0 then
+elseif (mode == 'queue' or mode == 'safety_net') and now >= (tonumber(c[6]) or 0) and redis.call('EXISTS', KEYS[8]) == 0 then
   local b = redis.call('HMGET', KEYS[6], 'tokens', 'ts')
   local tokens = tonumber(b[1]) or 0
   local ts = tonumber(b[2]) or now
@@ -213,14 +232,34 @@ if n > 0 then
   if passed > 0 then redis.call('HINCRBY', KEYS[10], 'gone_passed', passed) end
 end
 local active = redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[4])
-return {'leader', admitted, #gone, #done, qlen - admitted, active, math.floor(rate)}
+-- The safety net passes joins again once the backlog is gone and both thresholds hold.
+local sn = ''
+if mode == 'safety_net' then
+  local b = math.floor(now / 10000)
+  local arrivals = 0
+  for i = 0, 5 do arrivals = arrivals + (tonumber(redis.call('HGET', KEYS[10], 'arr:' .. (b - i))) or 0) end
+  local maxa = tonumber(c[3])
+  local calm = qlen - admitted == 0 and arrivals <= (tonumber(c[7]) or 0) and (maxa == 0 or active < maxa)
+  sn = calm and 'pass' or 'queueing'
+  if c[8] ~= sn then redis.call('HSET', KEYS[1], 'sn_state', sn) end
+end
+return {'leader', admitted, #gone, #done, qlen - admitted, active, math.floor(rate), sn}
 "#;
 
-const PUT_CONFIG_LUA: &str = r#"
+// KEYS[2..4] and ARGV[12..]: the audit log and the schedule (`changes.rs`, which lays them out).
+const PUT_CONFIG_LUA: &str = concat!(
+    super::changes::pending_lua!(),
+    r#"
+local before = redis.call('HGET', KEYS[1], 'json') or ''
+-- A scheduled change applies only onto the config it was merged with, and only while it is
+-- still pending and unedited: exactly once, whichever instance gets there first.
+if ARGV[14] ~= '' and (redis.call('HGET', KEYS[1], 'version') or '0') ~= ARGV[14] then return {'stale'} end
+if ARGV[15] ~= '' and (redis.call('HGET', KEYS[4], ARGV[15]) ~= ARGV[16]
+    or not redis.call('ZSCORE', KEYS[3], ARGV[15])) then return {'gone'} end
 redis.call('HSET', KEYS[1], 'json', ARGV[1], 'mode', ARGV[2], 'sale_start_ms', ARGV[3],
   'admit_per_minute', ARGV[4], 'max_active', ARGV[5], 'claim_deadline_ms', ARGV[6],
   'token_ttl_s', ARGV[7])
-redis.call('HSET', KEYS[1], 'access', ARGV[12], 'reg_closes_ms', ARGV[13])
+redis.call('HSET', KEYS[1], 'access', ARGV[21], 'reg_closes_ms', ARGV[22])
 redis.call('HSETNX', KEYS[1], 'seed', ARGV[8])
 redis.call('HSETNX', KEYS[1], 'seed_hash', ARGV[9])
 if ARGV[10] ~= '' then
@@ -230,8 +269,43 @@ if ARGV[10] ~= '' then
 else
   redis.call('HDEL', KEYS[1], 'auto_rate')
 end
-return redis.call('HINCRBY', KEYS[1], 'version', 1)
-"#;
+if ARGV[18] ~= '' then
+  redis.call('HSET', KEYS[1], 'sn_arrivals', ARGV[18])
+else
+  redis.call('HDEL', KEYS[1], 'sn_arrivals', 'sn_state')
+end
+local version = redis.call('HINCRBY', KEYS[1], 'version', 1)
+local sched_before = redis.call('HGET', KEYS[1], 'pending') or '[]'
+if ARGV[15] ~= '' then
+  redis.call('ZREM', KEYS[3], ARGV[15])
+  redis.call('HSET', KEYS[4], ARGV[15], ARGV[17])
+end
+if ARGV[20] == '1' then
+  -- The PUT named the whole pending list: the old one goes (the audit entry keeps it).
+  for _, id in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do redis.call('HDEL', KEYS[4], id) end
+  redis.call('DEL', KEYS[3])
+  for i = 23, #ARGV, 3 do
+    redis.call('ZADD', KEYS[3], ARGV[i + 1], ARGV[i])
+    redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 2])
+  end
+end
+local sched_after = render_pending()
+local entry = {'at', now_ms(), 'actor', ARGV[12], 'action', ARGV[13], 'before', before,
+  'after', ARGV[1], 'version', version}
+if ARGV[15] ~= '' then
+  entry[#entry + 1] = 'change'
+  entry[#entry + 1] = ARGV[15]
+end
+if sched_after ~= sched_before then
+  entry[#entry + 1] = 'schedule_before'
+  entry[#entry + 1] = sched_before
+  entry[#entry + 1] = 'schedule_after'
+  entry[#entry + 1] = sched_after
+end
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[19], '*', unpack(entry))
+return {'ok', version}
+"#
+);
 
 const REVOKE_LUA: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
@@ -261,6 +335,9 @@ if who ~= '' then
   redis.call('ZREM', KEYS[5], who)
   redis.call('HDEL', KEYS[6], who)
 end
+-- The config audit log (KEYS[8]; ARGV[5] actor, ARGV[6] its length cap).
+redis.call('XADD', KEYS[8], 'MAXLEN', '~', ARGV[6], '*', 'at', now_s * 1000, 'actor', ARGV[5],
+  'action', 'revoke', 'before', '', 'after', ARGV[1])
 return now_s
 "#;
 

@@ -53,6 +53,8 @@ pub(crate) fn launch(bin: &str) -> Chromium {
         .arg(format!("--user-data-dir={}", dir.display()))
         .arg(format!("--remote-debugging-port={port}"))
         .arg("about:blank")
+        // Times on the page are the fan's local time: UTC here, so tests can name them.
+        .env("TZ", "UTC")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

@@ -15,7 +15,13 @@ async fn configure(store: &Store, event: &str, cfg: Value) {
     let cfg = input.validate(600, 120).unwrap();
     let (seed, seed_hash) = gateway::draw::new_seed().unwrap();
     store
-        .put_config(event, &cfg, &seed, &seed_hash)
+        .put_config(
+            event,
+            &cfg,
+            &seed,
+            &seed_hash,
+            &gateway::store::ConfigWrite::manual("test"),
+        )
         .await
         .unwrap();
 }
