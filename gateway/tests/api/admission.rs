@@ -268,9 +268,11 @@ async fn lease_failover_admits_everyone_exactly_once() {
     // the time since the dead leader's last tick, up to the lease TTL plus one tick), so the
     // crash does not lower the admit rate over the run. Times are Redis times.
     let gap = first_survivor_ms - last_dead_ms;
+    // One tick's stream entries may span a few milliseconds on a loaded machine; the next
+    // tick comes 100 ms later.
     let first_batch = adm
         .iter()
-        .filter(|(_, by, ms)| *by == survivor.instance && *ms == first_survivor_ms)
+        .filter(|(_, by, ms)| *by == survivor.instance && *ms < first_survivor_ms + 50)
         .count() as u64;
     let owed = gap.min(1000 + 100) * 3000 / 60_000;
     let left = (n - by_dead) as u64;
