@@ -45,3 +45,30 @@ SELECT i.order_id, i.line, r.id, i.unit_price * i.quantity,
   FROM order_refunds r
   JOIN order_items i ON i.order_id = r.order_id
  WHERE r.status <> 'failed';
+
+-- GA hold-backs by ops: units of a GA tier taken out of sale (counted in
+-- ga_counters.held_back, like the units a refund held back) and released later, exactly once.
+-- The shards each took from are kept, so a release gives back exactly those units.
+CREATE TABLE ga_holdbacks (
+    id          TEXT PRIMARY KEY,
+    event_id    TEXT NOT NULL,
+    tier        TEXT NOT NULL,
+    quantity    INTEGER NOT NULL CHECK (quantity > 0),
+    reason      TEXT NOT NULL,
+    note        TEXT,
+    actor       TEXT NOT NULL,
+    status      TEXT NOT NULL DEFAULT 'active' CHECK (status IN ('active', 'released')),
+    created_at  TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
+    released_at TIMESTAMPTZ,
+    released_by TEXT,
+    FOREIGN KEY (event_id, tier) REFERENCES ga_tiers (event_id, tier) ON DELETE CASCADE,
+    CHECK ((status = 'released') = (released_at IS NOT NULL))
+);
+CREATE INDEX ga_holdbacks_event ON ga_holdbacks (event_id, created_at);
+
+CREATE TABLE ga_holdback_items (
+    holdback_id TEXT NOT NULL REFERENCES ga_holdbacks (id) ON DELETE CASCADE,
+    shard       INTEGER NOT NULL,
+    quantity    INTEGER NOT NULL CHECK (quantity > 0),
+    PRIMARY KEY (holdback_id, shard)
+);

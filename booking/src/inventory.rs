@@ -12,6 +12,7 @@
 pub mod error;
 pub mod events;
 pub mod ga;
+pub mod holdbacks;
 pub mod holds;
 mod http;
 pub mod kills;

@@ -515,6 +515,32 @@ def booking_paths():
         "delete": release,
     }
     p["/admin/events/{event}/seat-kills/release"] = {"post": release}
+    # GA hold-backs (inventory/holdbacks).
+    holdback = obj({
+        "id": S, "event_id": S, "tier": S, "quantity": I, "reason": S, "note": NULLABLE_S, "actor": S,
+        "status": {"enum": ["active", "released"]}, "created_at": S, "released_at": NULLABLE_S,
+        "released_by": NULLABLE_S,
+    }, required=("id", "event_id", "tier", "quantity", "status"))
+    hb_id = {"name": "id", "in": "path", "required": True, "schema": S}
+    p["/admin/events/{event}/ga-holdbacks"] = {
+        "post": op("Take units of a GA tier out of sale (all or nothing; `409 SOLD_OUT` when not enough are on sale)",
+                   [ok(holdback, "Held back", "201"), ok(holdback, "The first answer replayed"),
+                    err("400", "401", "404", "409", "413", "415", "422")],
+                   tag=ops, params=[ev, ACTOR, IDEMPOTENCY_OPTIONAL], security=ADMIN,
+                   req=body(obj({"tier": {"type": "string", "minLength": 1, "maxLength": 64},
+                                 "quantity": {"type": "integer", "minimum": 1, "maximum": 1000000},
+                                 "reason": {"enum": ["production", "accessibility", "sponsor", "damaged", "other"]},
+                                 "note": {"type": "string", "maxLength": 500}},
+                                required=("tier", "quantity", "reason"), extra=False))),
+        "get": op("An event's GA hold-backs, newest first", [ok(obj({"holdbacks": arr(holdback)},
+                                                                    required=("holdbacks",))),
+                                                             err("401", "404")],
+                  tag=ops, params=[ev], security=ADMIN),
+    }
+    p["/admin/events/{event}/ga-holdbacks/{id}/release"] = {"post": op(
+        "Put all units of a hold-back back on sale, once (`409 HOLDBACK_RELEASED` after)",
+        [ok(holdback), err("400", "401", "404", "409", "422")],
+        tag=ops, params=[ev, hb_id, ACTOR, IDEMPOTENCY_OPTIONAL], security=ADMIN)}
     # Fans' own orders.
     p["/api/orders"]["get"] = op(
         "One's own orders (newest first, keyset pages)",

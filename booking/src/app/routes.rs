@@ -42,6 +42,7 @@ pub fn router(state: AppState) -> Router {
         // Ops (issue 18): order search/detail, the audit log; seat kills.
         .merge(crate::ops::router().with_state(state.ops.clone()))
         .merge(crate::inventory::kills::router().with_state(state.inventory.clone()))
+        .merge(crate::inventory::holdbacks::router().with_state(state.inventory.clone()))
         .fallback(fallback);
     routes
         .layer(DefaultBodyLimit::max(body_limit))

@@ -66,7 +66,7 @@ pub enum KillReason {
 }
 
 impl KillReason {
-    fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             KillReason::Production => "production",
             KillReason::Accessibility => "accessibility",

@@ -18,6 +18,7 @@ mod fan_orders;
 mod faults;
 mod flash;
 mod ga;
+mod ga_holdbacks;
 mod ga_shards;
 mod health;
 mod helpers;
