@@ -12,6 +12,7 @@ mod best_race;
 mod cancelled_orders;
 mod cart;
 mod event_cancel;
+mod event_cancel_kill;
 mod event_scope;
 mod events;
 mod fan_orders;
