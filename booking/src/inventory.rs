@@ -12,6 +12,7 @@
 pub mod error;
 pub mod events;
 pub mod ga;
+pub mod holdbacks;
 pub mod holds;
 mod http;
 pub mod kills;
@@ -23,6 +24,7 @@ pub mod sweeper;
 pub use error::InventoryError;
 
 use crate::platform::auth::Auth;
+use crate::platform::idempotency::Idempotency;
 use crate::platform::jobs::Job;
 use prometheus::{IntCounterVec, Opts, Registry};
 use sqlx::PgPool;
@@ -37,6 +39,8 @@ pub struct InventoryState {
     /// the connection's, so a hold or a release is one statement with no transaction around it.
     pub hold_pool: PgPool,
     pub auth: Auth,
+    /// `Idempotency-Key`s of the ops seat kills and GA hold-backs.
+    pub idempotency: Idempotency,
     pub settings: Arc<InventorySettings>,
     pub metrics: InventoryMetrics,
     /// Rendered seat maps, per event (see [`seats`]).
@@ -49,6 +53,7 @@ impl InventoryState {
     pub fn new(
         pool: PgPool,
         auth: Auth,
+        idempotency: Idempotency,
         settings: InventorySettings,
         metrics: InventoryMetrics,
     ) -> Self {
@@ -56,6 +61,7 @@ impl InventoryState {
             hold_pool: holds::take::hold_pool(&pool, settings.async_commit_holds),
             pool,
             auth,
+            idempotency,
             settings: Arc::new(settings),
             metrics,
             seat_maps: Default::default(),

@@ -123,6 +123,10 @@ IDEMPOTENCY = {
     "description": "1..=255 visible ASCII characters; the same key replays the first answer",
     "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]+$"},
 }
+IDEMPOTENCY_OPTIONAL = dict(
+    IDEMPOTENCY, required=False,
+    description="Optional; 1..=255 visible ASCII characters; the same key and body replay the first "
+                "answer, another body under the key is `422 IDEMPOTENCY_KEY_REUSED`")
 ACTOR = {
     "name": "X-Floodgate-Actor",
     "in": "header",
@@ -498,11 +502,12 @@ def booking_paths():
     kill_answer = obj({"event_id": S, "seats": arr(S), "status": S}, required=("event_id", "seats", "status"))
     kill_errs = err("400", "401", "404", "409", "413", "415", "422")
     release = op("Put killed or held-back seats back on sale (all or nothing)", [ok(kill_answer), kill_errs],
-                 tag=ops, params=[ev, ACTOR], security=ADMIN,
+                 tag=ops, params=[ev, ACTOR, IDEMPOTENCY_OPTIONAL], security=ADMIN,
                  req=body(obj({"seats": seat_ids}, required=("seats",), extra=False)))
     p["/admin/events/{event}/seat-kills"] = {
         "post": op("Take free seats out of sale (all or nothing; `409 SEATS_NOT_FREE` names the others)",
-                   [ok(kill_answer), kill_errs], tag=ops, params=[ev, ACTOR], security=ADMIN,
+                   [ok(kill_answer), kill_errs], tag=ops, params=[ev, ACTOR, IDEMPOTENCY_OPTIONAL],
+                   security=ADMIN,
                    req=body(obj({"seats": seat_ids,
                                  "reason": {"enum": ["production", "accessibility", "sponsor", "damaged", "other"]},
                                  "note": {"type": "string", "maxLength": 500}},
@@ -510,6 +515,32 @@ def booking_paths():
         "delete": release,
     }
     p["/admin/events/{event}/seat-kills/release"] = {"post": release}
+    # GA hold-backs (inventory/holdbacks).
+    holdback = obj({
+        "id": S, "event_id": S, "tier": S, "quantity": I, "reason": S, "note": NULLABLE_S, "actor": S,
+        "status": {"enum": ["active", "released"]}, "created_at": S, "released_at": NULLABLE_S,
+        "released_by": NULLABLE_S,
+    }, required=("id", "event_id", "tier", "quantity", "status"))
+    hb_id = {"name": "id", "in": "path", "required": True, "schema": S}
+    p["/admin/events/{event}/ga-holdbacks"] = {
+        "post": op("Take units of a GA tier out of sale (all or nothing; `409 SOLD_OUT` when not enough are on sale)",
+                   [ok(holdback, "Held back", "201"), ok(holdback, "The first answer replayed"),
+                    err("400", "401", "404", "409", "413", "415", "422")],
+                   tag=ops, params=[ev, ACTOR, IDEMPOTENCY_OPTIONAL], security=ADMIN,
+                   req=body(obj({"tier": {"type": "string", "minLength": 1, "maxLength": 64},
+                                 "quantity": {"type": "integer", "minimum": 1, "maximum": 1000000},
+                                 "reason": {"enum": ["production", "accessibility", "sponsor", "damaged", "other"]},
+                                 "note": {"type": "string", "maxLength": 500}},
+                                required=("tier", "quantity", "reason"), extra=False))),
+        "get": op("An event's GA hold-backs, newest first", [ok(obj({"holdbacks": arr(holdback)},
+                                                                    required=("holdbacks",))),
+                                                             err("401", "404")],
+                  tag=ops, params=[ev], security=ADMIN),
+    }
+    p["/admin/events/{event}/ga-holdbacks/{id}/release"] = {"post": op(
+        "Put all units of a hold-back back on sale, once (`409 HOLDBACK_RELEASED` after)",
+        [ok(holdback), err("400", "401", "404", "409", "422")],
+        tag=ops, params=[ev, hb_id, ACTOR, IDEMPOTENCY_OPTIONAL], security=ADMIN)}
     # Fans' own orders.
     p["/api/orders"]["get"] = op(
         "One's own orders (newest first, keyset pages)",
@@ -527,18 +558,22 @@ def booking_paths():
         "stock": {"enum": ["release", "kill"]}, "origin": {"enum": ["ops", "event_cancel"]},
         "status": {"enum": ["pending", "succeeded", "failed"]}, "provider_refund_id": NULLABLE_S,
         "actor": S, "reason": NULLABLE_S, "attempts": I,
-    }, required=("id", "order_id", "amount", "status"))
+        "reverses_order": B, "lines": arr(I, description="the order lines this refund takes"),
+    }, required=("id", "order_id", "amount", "status", "lines"))
     refunded = obj({"order_id": S, "status": S, "refund": {"anyOf": [refund_row, {"type": "null"}]}},
                    required=("order_id", "status"))
     refund_req = obj({
-        "items": arr(I, minItems=1, description="per-line refunds: not available yet (501)"),
+        "items": arr({"type": "integer", "minimum": 1, "maximum": 2147483647}, minItems=1, maxItems=1000,
+                     uniqueItems=True,
+                     description="order line numbers to refund (each once); absent: every line not "
+                                 "refunded yet"),
         "stock": {"enum": ["release", "kill"], "description": "default: the event's refund_stock"},
         "reason": {"type": "string", "minLength": 1, "maxLength": 500},
     }, extra=False)
     money = ("400", "401", "404", "409", "413", "415", "422", "502", "503")
     p["/admin/orders/{id}/refund"] = {"post": op(
-        "Refund a paid order in full (exactly once, whatever races it)",
-        [ok(refunded, "Refunded (or the first answer replayed)"), err(*money, "501")],
+        "Refund a paid order, in full or some of its lines (each line exactly once, whatever races it)",
+        [ok(refunded, "Refunded (or the first answer replayed)"), err(*money)],
         tag=ops, params=[oid, ACTOR, IDEMPOTENCY], req=body(refund_req), security=ADMIN)}
     p["/admin/orders/{id}/cancel"] = {"post": op(
         "Cancel an order: a pending one ends like an expiry, a paid one is refunded",

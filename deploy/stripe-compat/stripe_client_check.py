@@ -79,6 +79,28 @@ check("second refund refused", isinstance(twice, stripe.InvalidRequestError)
       and twice.code == "charge_already_refunded", repr(twice))
 check("intent shows the refund", stripe.PaymentIntent.retrieve(pi.id).amount_refunded == 1000)
 
+# Partial refunds, as Stripe takes them: several per charge up to the captured amount.
+part = stripe.PaymentIntent.create(payment_method="pm_card_visa", confirm=True, **card)
+first = stripe.Refund.create(payment_intent=part.id, amount=300, idempotency_key=f"py-{run}-p1")
+check("partial refund", first.status == "succeeded" and first.amount == 300, first)
+again = stripe.Refund.create(payment_intent=part.id, amount=300, idempotency_key=f"py-{run}-p1")
+check("partial refund replay is the same refund", again.id == first.id, again)
+second = stripe.Refund.create(payment_intent=part.id, amount=500)
+check("second partial refund", second.amount == 500 and second.id != first.id, second)
+check("intent sums its partial refunds",
+      stripe.PaymentIntent.retrieve(part.id).amount_refunded == 800)
+too_much = raises(stripe.InvalidRequestError,
+                  lambda: stripe.Refund.create(payment_intent=part.id, amount=201))
+check("more than is left refused on amount", isinstance(too_much, stripe.InvalidRequestError)
+      and too_much.param == "amount", repr(too_much))
+rest = stripe.Refund.create(payment_intent=part.id, amount=200)
+check("the rest refunded", rest.amount == 200, rest)
+nothing_left = raises(stripe.InvalidRequestError,
+                      lambda: stripe.Refund.create(payment_intent=part.id, amount=1))
+check("nothing left: charge_already_refunded", isinstance(nothing_left, stripe.InvalidRequestError)
+      and nothing_left.code == "charge_already_refunded", repr(nothing_left))
+check("intent fully refunded", stripe.PaymentIntent.retrieve(part.id).amount_refunded == 1000)
+
 # Decline: a CardError with the decline code and the declined intent.
 declined = raises(stripe.CardError, lambda: stripe.PaymentIntent.create(
     payment_method="pm_card_chargeDeclinedInsufficientFunds", confirm=True, **card))

@@ -85,6 +85,11 @@ pub mod codes {
     pub const PAYMENT_IN_PROGRESS: &str = "PAYMENT_IN_PROGRESS";
     pub const PAYMENT_REFUNDED: &str = "PAYMENT_REFUNDED";
     pub const INVALID_SIGNATURE: &str = "INVALID_SIGNATURE";
+    // Ops refunds.
+    /// `422`: a per-line refund names lines the order does not have.
+    pub const UNKNOWN_ORDER_LINES: &str = "UNKNOWN_ORDER_LINES";
+    /// `409`: a per-line refund names lines a refund already took (done or under way).
+    pub const LINES_ALREADY_REFUNDED: &str = "LINES_ALREADY_REFUNDED";
 }
 
 /// The wire shape of an error.

@@ -44,6 +44,7 @@ pub fn router(state: AppState) -> Router {
         .merge(crate::inventory::kills::router().with_state(state.inventory.clone()))
         // The ops page over that API (static, embedded; booking's listener only).
         .merge(crate::ops::page::router())
+        .merge(crate::inventory::holdbacks::router().with_state(state.inventory.clone()))
         .fallback(fallback);
     routes
         .layer(DefaultBodyLimit::max(body_limit))

@@ -82,6 +82,7 @@ impl AppState {
         let inventory = crate::inventory::InventoryState::new(
             pool.clone(),
             auth.clone(),
+            idempotency.clone(),
             crate::inventory::InventorySettings {
                 sweeper_interval_ms: config.booking.sweeper_interval_ms,
                 sweeper_batch: config.booking.sweeper_batch,

@@ -16,15 +16,21 @@
 //!   process is marked stale after the commit.
 //! - Each change writes its audit entry in its own transaction (`platform::audit`), so the
 //!   log has an entry exactly when the change committed; a refused request writes none.
+//! - With an `Idempotency-Key` (optional) the key is claimed by the change's first statement
+//!   and its answer stored before the commit ([`idempotency::claim_tx`]): a retry of a kill
+//!   that went through replays its answer instead of `409 SEATS_NOT_FREE`, the same key with
+//!   another body is `422 IDEMPOTENCY_KEY_REUSED`, and a refusal stores nothing.
 
 use crate::inventory::InventoryState;
 use crate::platform::audit::{self, Operator};
 use crate::platform::error::{ApiError, ApiResult};
+use crate::platform::idempotency::{self, Begin, Fingerprint, IdempotencyKey, OPS_ACCOUNT};
 use crate::platform::json::ApiJson;
 use anyhow::Context;
 use axum::Router;
-use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::extract::{OriginalUri, Path, State};
+use axum::http::{Method, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde::{Deserialize, Serialize};
 use shared::error::codes;
@@ -60,7 +66,7 @@ pub enum KillReason {
 }
 
 impl KillReason {
-    fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             KillReason::Production => "production",
             KillReason::Accessibility => "accessibility",
@@ -181,37 +187,98 @@ enum Change<'a> {
     Release,
 }
 
+/// The request's key and fingerprint (method, path, body), when it carries a key.
+pub(crate) fn keyed(
+    key: Option<IdempotencyKey>,
+    method: &Method,
+    uri: &OriginalUri,
+    body: &impl Serialize,
+) -> ApiResult<Option<(IdempotencyKey, Fingerprint)>> {
+    let Some(key) = key else { return Ok(None) };
+    let body = serde_json::to_value(body).map_err(ApiError::unexpected)?;
+    Ok(Some((key, Fingerprint::of_json(method, uri.path(), &body))))
+}
+
+/// Claims the request's key as the transaction's first statement. `Some(response)`: the key
+/// answered before (the caller rolls back and returns it).
+pub(crate) async fn claim_key(
+    state: &InventoryState,
+    conn: &mut sqlx::PgConnection,
+    keyed: &Option<(IdempotencyKey, Fingerprint)>,
+) -> ApiResult<Result<Option<idempotency::Claim>, Response>> {
+    let Some((key, fp)) = keyed else {
+        return Ok(Ok(None));
+    };
+    match idempotency::claim_tx(conn, &state.idempotency.settings, OPS_ACCOUNT, key, fp).await {
+        Ok(Begin::Started(claim)) => Ok(Ok(Some(claim))),
+        Ok(Begin::Replay(stored)) => Ok(Err(stored.into_response())),
+        Err(e) => Err(ApiError::from(e)),
+    }
+}
+
+/// Stores `answer` under the claimed key in the caller's transaction.
+pub(crate) async fn complete_key(
+    conn: &mut sqlx::PgConnection,
+    claim: Option<&idempotency::Claim>,
+    status: StatusCode,
+    answer: &impl Serialize,
+) -> ApiResult<Response> {
+    let bytes = serde_json::to_vec(answer).map_err(ApiError::unexpected)?;
+    if let Some(claim) = claim {
+        claim
+            .complete_tx(conn, status, &bytes)
+            .await
+            .map_err(ApiError::from)?;
+    }
+    Ok(idempotency::respond(status, bytes))
+}
+
 async fn kill_seats(
     State(state): State<InventoryState>,
     op: Operator,
+    key: Option<IdempotencyKey>,
+    method: Method,
+    uri: OriginalUri,
     Path(event): Path<String>,
     ApiJson(req): ApiJson<KillRequest>,
-) -> ApiResult<(StatusCode, ApiJson<KillAnswer>)> {
+) -> ApiResult<Response> {
     let seats = seat_ids(&req.seats)?;
     if let Some(note) = &req.note
         && note.chars().count() > 500
     {
         return Err(ApiError::validation("note is at most 500 characters").with("field", "note"));
     }
+    let keyed = keyed(key, &method, &uri, &req)?;
     let detail = serde_json::json!({"seats": seats, "reason": req.reason, "note": req.note});
     let how = Change::Kill {
         reason: req.reason.as_str(),
         note: req.note.as_deref(),
     };
-    let answer = change(&state, &op, &event, &seats, how, &detail).await?;
-    Ok((StatusCode::OK, ApiJson(answer)))
+    change(&state, &op, &event, &seats, how, &detail, &keyed).await
 }
 
 async fn release_seats(
     State(state): State<InventoryState>,
     op: Operator,
+    key: Option<IdempotencyKey>,
+    method: Method,
+    uri: OriginalUri,
     Path(event): Path<String>,
     ApiJson(req): ApiJson<ReleaseRequest>,
-) -> ApiResult<(StatusCode, ApiJson<KillAnswer>)> {
+) -> ApiResult<Response> {
     let seats = seat_ids(&req.seats)?;
+    let keyed = keyed(key, &method, &uri, &req)?;
     let detail = serde_json::json!({"seats": seats});
-    let answer = change(&state, &op, &event, &seats, Change::Release, &detail).await?;
-    Ok((StatusCode::OK, ApiJson(answer)))
+    change(
+        &state,
+        &op,
+        &event,
+        &seats,
+        Change::Release,
+        &detail,
+        &keyed,
+    )
+    .await
 }
 
 async fn change(
@@ -221,12 +288,18 @@ async fn change(
     seats: &[String],
     how: Change<'_>,
     detail: &serde_json::Value,
-) -> ApiResult<KillAnswer> {
+    keyed: &Option<(IdempotencyKey, Fingerprint)>,
+) -> ApiResult<Response> {
     let mut tx = state
         .pool
         .begin()
         .await
         .context("failed to begin the seat change")?;
+    let claim = match claim_key(state, &mut tx, keyed).await? {
+        Ok(claim) => claim,
+        // Dropping the transaction rolls the claim statement back.
+        Err(replay) => return Ok(replay),
+    };
     let known: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM events WHERE id = $1)")
         .bind(event)
         .fetch_one(&mut *tx)
@@ -280,13 +353,15 @@ async fn change(
         detail,
     )
     .await?;
+    let answer = KillAnswer {
+        event_id: event.to_owned(),
+        seats: seats.to_vec(),
+        status,
+    };
+    let resp = complete_key(&mut tx, claim.as_ref(), StatusCode::OK, &answer).await?;
     tx.commit()
         .await
         .context("failed to commit the seat change")?;
     state.seat_maps.changed(event);
-    Ok(KillAnswer {
-        event_id: event.to_owned(),
-        seats: seats.to_vec(),
-        status,
-    })
+    Ok(resp)
 }

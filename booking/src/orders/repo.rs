@@ -58,6 +58,10 @@ pub enum OrderError {
     Overflow,
     #[error("hold {hold_id} is not active")]
     HoldNotActive { hold_id: String },
+    /// The order's event was cancelled: it takes no new orders (the order statement's own
+    /// condition).
+    #[error("the event was cancelled")]
+    EventCancelled,
     /// The key's idempotency row was purged but an order still carries the key.
     #[error("idempotency key already used for another order")]
     KeyReused,

@@ -276,15 +276,39 @@ pub async fn move_order_stock_tx(
     order_ids: &[String],
     how: StockMove,
 ) -> Result<Vec<String>, OrderError> {
+    move_stock_tx(conn, order_ids, None, how).await
+}
+
+/// [`move_order_stock_tx`] for the lines of SKUs `skus` of one order only (a per-line refund).
+pub async fn move_order_lines_stock_tx(
+    conn: &mut PgConnection,
+    order_id: &str,
+    skus: &[String],
+    how: StockMove,
+) -> Result<Vec<String>, OrderError> {
+    if skus.is_empty() {
+        return Ok(Vec::new());
+    }
+    move_stock_tx(conn, &[order_id.to_owned()], Some(skus), how).await
+}
+
+async fn move_stock_tx(
+    conn: &mut PgConnection,
+    order_ids: &[String],
+    only_skus: Option<&[String]>,
+    how: StockMove,
+) -> Result<Vec<String>, OrderError> {
     let rows: Vec<(String, i32, i64)> = sqlx::query_as(
         "SELECT i.sku, i.shard, l.q
            FROM (SELECT sku, shard, sum(quantity)::bigint AS q FROM order_stock
-                  WHERE order_id = ANY($1) GROUP BY sku, shard) l
+                  WHERE order_id = ANY($1) AND ($2::text[] IS NULL OR sku = ANY($2))
+                  GROUP BY sku, shard) l
            JOIN inventory i ON i.sku = l.sku AND i.shard = l.shard
           ORDER BY i.sku, i.shard
             FOR UPDATE OF i",
     )
     .bind(order_ids)
+    .bind(only_skus)
     .fetch_all(&mut *conn)
     .await
     .during("lock the orders' stock shards")?;

@@ -140,7 +140,7 @@ pub(crate) async fn settle_open_attempt(
 pub async fn refund(c: &PaymentClients, payment_id: &str, provider_payment_id: &str) -> bool {
     let refund_id = match c
         .provider
-        .refund(&refund_key(payment_id), provider_payment_id)
+        .refund(&refund_key(payment_id), provider_payment_id, None)
         .await
     {
         Ok(r) => r.id,

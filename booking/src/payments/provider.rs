@@ -108,11 +108,14 @@ pub trait PaymentProvider: Send + Sync + 'static {
     /// Every payment the provider holds for a merchant order id (metadata `order_id`).
     async fn find_by_order(&self, order_id: &str) -> Result<Vec<ProviderPayment>, ProviderError>;
 
-    /// Refunds the whole payment, at most once per `idempotency_key`.
+    /// Refunds `amount` minor units of the payment (`None`: all that is left), at most once
+    /// per `idempotency_key`. More than is left is refused ([`ProviderError::Rejected`]:
+    /// `charge_already_refunded` when nothing is left, otherwise a refusal of `amount`).
     async fn refund(
         &self,
         idempotency_key: &str,
         payment_id: &str,
+        amount: Option<i64>,
     ) -> Result<ProviderRefund, ProviderError>;
 }
 

@@ -20,6 +20,8 @@
 //! - A partial refund is recorded by the provider but changes no order here (per-line
 //!   refunds are an ops feature); only a full refund reverses the order.
 
+pub mod lines;
+
 use crate::orders::stock::{self, StockMove};
 use crate::outbox;
 use crate::payments::error::{PaymentResult, Statement};
@@ -173,7 +175,8 @@ async fn reverse_order_tx(
                    -- the stock, whichever of its answer and its webhook applies it.
                    COALESCE((SELECT CASE r.stock WHEN 'kill' THEN 'hold_back' ELSE 'release' END
                                FROM order_refunds r
-                              WHERE r.order_id = o.id AND r.status <> 'failed'),
+                              WHERE r.order_id = o.id AND r.status <> 'failed'
+                                AND r.reverses_order),
                             (SELECT e.refund_stock FROM events e WHERE e.id = o.event_id),
                             'release') AS refund_stock",
     )
@@ -189,7 +192,14 @@ async fn reverse_order_tx(
     let release = order.refund_stock == "release";
     let mut released_skus = Vec::new();
     let mut event_id = order.event_id.clone();
-    if let Some(hold_id) = &order.hold_id {
+    // Lines refunded on their own went back already: return only the rest, line by line.
+    let by_line = lines::any_returned_tx(conn, order_id).await?;
+    if by_line {
+        released_skus = lines::return_rest_tx(conn, order_id, release).await?;
+    } else {
+        lines::mark_all_returned_tx(conn, order_id).await?;
+    }
+    if let Some(hold_id) = order.hold_id.as_ref().filter(|_| !by_line) {
         let hold: Option<(String, String, Option<String>, i32)> =
             sqlx::query_as("SELECT event_id, kind, ga_tier, quantity FROM holds WHERE id = $1")
                 .bind(hold_id)
@@ -256,7 +266,7 @@ async fn reverse_order_tx(
             event_id = Some(hold_event);
         }
     }
-    if order.source == "cart" {
+    if order.source == "cart" && !by_line {
         // The units go back to the shard rows the order took them from.
         let how = if release {
             StockMove::Release

@@ -161,6 +161,16 @@ fn create_form(req: &CreatePayment) -> Vec<(String, String)> {
     form
 }
 
+/// `POST /v1/refunds`: the intent, and `amount` for a partial refund (Stripe refunds the rest
+/// without it).
+fn refund_form(payment_id: &str, amount: Option<i64>) -> Vec<(&'static str, String)> {
+    let mut form = vec![("payment_intent", payment_id.to_owned())];
+    if let Some(a) = amount {
+        form.push(("amount", a.to_string()));
+    }
+    form
+}
+
 fn error_code(v: &Value) -> String {
     v.pointer("/error/code")
         .and_then(Value::as_str)
@@ -251,13 +261,14 @@ impl PaymentProvider for HttpProvider {
         &self,
         idempotency_key: &str,
         payment_id: &str,
+        amount: Option<i64>,
     ) -> Result<ProviderRefund, ProviderError> {
         let (status, value) = self
             .send(
                 self.client
                     .post(self.url("/v1/refunds"))
                     .header("Idempotency-Key", idempotency_key)
-                    .form(&[("payment_intent", payment_id)]),
+                    .form(&refund_form(payment_id, amount)),
             )
             .await?;
         if !status.is_success() {
@@ -282,6 +293,21 @@ impl PaymentProvider for HttpProvider {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_partial_refund_names_its_amount() {
+        assert_eq!(
+            refund_form("pi_1", None),
+            [("payment_intent", "pi_1".to_owned())]
+        );
+        assert_eq!(
+            refund_form("pi_1", Some(2500)),
+            [
+                ("payment_intent", "pi_1".to_owned()),
+                ("amount", "2500".to_owned())
+            ]
+        );
+    }
 
     #[test]
     fn create_is_form_encoded_with_nested_metadata() {

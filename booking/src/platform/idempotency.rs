@@ -84,6 +84,8 @@ pub use request::{Fingerprint, IdempotencyKey};
 pub const HEADER: &str = "idempotency-key";
 /// Response header set on replays.
 pub const REPLAYED_HEADER: &str = "idempotent-replayed";
+/// The pseudo-account ops calls' keys are scoped to (operators share them).
+pub const OPS_ACCOUNT: &str = "ops:admin";
 /// Longest accepted key.
 pub const MAX_KEY_LEN: usize = 255;
 

@@ -292,14 +292,6 @@ async fn bad_refund_requests_change_nothing() {
             "VALIDATION_FAILED",
         ),
         (
-            path.clone(),
-            Some("ops"),
-            Some("k"),
-            json!({"items": [1]}),
-            501,
-            "PER_LINE_REFUND_UNAVAILABLE",
-        ),
-        (
             "/admin/orders/ord_nope/refund".into(),
             Some("ops"),
             Some("k2"),

@@ -1203,8 +1203,8 @@ async fn http_adapter_round_trip_against_the_sandbox() {
     );
     assert_eq!(provider.retrieve(&paid.id).await.unwrap().amount, 5000);
     assert_eq!(provider.find_by_order("ord-1").await.unwrap().len(), 2);
-    let r1 = provider.refund("rf", &paid.id).await.unwrap();
-    let r2 = provider.refund("rf", &paid.id).await.unwrap();
+    let r1 = provider.refund("rf", &paid.id, None).await.unwrap();
+    let r2 = provider.refund("rf", &paid.id, None).await.unwrap();
     assert_eq!((r1.id.clone(), r1.amount), (r2.id, 5000));
     assert_eq!(
         provider.retrieve(&paid.id).await.unwrap().amount_refunded,

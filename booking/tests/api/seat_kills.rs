@@ -240,3 +240,119 @@ async fn kills_racing_holds_leave_each_seat_killed_or_held_never_both() {
     assert_eq!(kills, killed, "one audit entry per kill that committed");
     app.stop().await;
 }
+
+/// A kill or release with an `Idempotency-Key`: the same key and body replay the first answer
+/// (not `409 SEATS_NOT_FREE` for a kill that went through), another body under the key is
+/// `422`, and a refused change stores nothing, so the key works once the seats are free.
+#[tokio::test]
+async fn kills_and_releases_replay_under_their_idempotency_key() {
+    let app = TestApp::spawn().await;
+    create_event(&app, &small_event("ev", 2, 5, 10, 1)).await;
+    let keyed = |method: reqwest::Method, path: &str, key: &str, body: &Value| {
+        app.client
+            .request(method, app.url(path))
+            .bearer_auth(ADMIN_TOKEN)
+            .header("X-Floodgate-Actor", "ops")
+            .header("Idempotency-Key", key)
+            .json(body)
+    };
+    async fn send(req: reqwest::RequestBuilder) -> (u16, Value, bool) {
+        let resp = req.send().await.expect("request");
+        let replayed = resp.headers().get("idempotent-replayed").is_some();
+        let (s, v) = json(resp).await;
+        (s, v, replayed)
+    }
+    let kill =
+        json!({"seats": ["S1-R1-2", "S1-R1-1"], "reason": "accessibility", "note": "wheelchair"});
+    let path = "/admin/events/ev/seat-kills";
+    let (s, first, replayed) = send(keyed(reqwest::Method::POST, path, "kill-1", &kill)).await;
+    assert_eq!((s, replayed), (200, false), "{first}");
+    let after = seats(&app, "ev").await;
+    // 20 retries at once: every one the stored answer, nothing changes.
+    let retries = futures::future::join_all(
+        (0..20).map(|_| send(keyed(reqwest::Method::POST, path, "kill-1", &kill))),
+    )
+    .await;
+    for (s, v, replayed) in retries {
+        assert_eq!((s, replayed), (200, true), "{v}");
+        assert_eq!(v, first);
+    }
+    // Without the key a retry is refused: the seats are killed already.
+    let (s, v) = ops_post(&app, path, Some("ops"), &kill).await;
+    assert_eq!(
+        (s, v["code"].clone()),
+        (409, json!("SEATS_NOT_FREE")),
+        "{v}"
+    );
+    // The same key with another body.
+    let other = json!({"seats": ["S1-R1-3"], "reason": "production"});
+    let (s, v, _) = send(keyed(reqwest::Method::POST, path, "kill-1", &other)).await;
+    assert_eq!(
+        (s, v["code"].clone()),
+        (422, json!("IDEMPOTENCY_KEY_REUSED")),
+        "{v}"
+    );
+    assert_eq!(
+        seats(&app, "ev").await,
+        after,
+        "a replay or a refusal wrote"
+    );
+    assert_eq!(audit_count(&app).await, 1);
+
+    // Releases, by POST .../release and by DELETE, each under its own key.
+    let release = json!({"seats": ["S1-R1-1"]});
+    let (s, v, replayed) = send(keyed(
+        reqwest::Method::POST,
+        "/admin/events/ev/seat-kills/release",
+        "rel-1",
+        &release,
+    ))
+    .await;
+    assert_eq!(
+        (s, v["status"].clone(), replayed),
+        (200, json!("available"), false),
+        "{v}"
+    );
+    let (s, again, replayed) = send(keyed(
+        reqwest::Method::POST,
+        "/admin/events/ev/seat-kills/release",
+        "rel-1",
+        &release,
+    ))
+    .await;
+    assert_eq!((s, replayed), (200, true));
+    assert_eq!(again, v);
+    // The same key on DELETE is another request.
+    let (s, v, _) = send(keyed(reqwest::Method::DELETE, path, "rel-1", &release)).await;
+    assert_eq!(
+        (s, v["code"].clone()),
+        (422, json!("IDEMPOTENCY_KEY_REUSED")),
+        "{v}"
+    );
+    // A refused release (S1-R1-1 is on sale again) keeps no answer under its key...
+    let (s, v, _) = send(keyed(reqwest::Method::DELETE, path, "rel-2", &release)).await;
+    assert_eq!(
+        (s, v["code"].clone()),
+        (409, json!("SEATS_NOT_HELD_BACK")),
+        "{v}"
+    );
+    // ...so the key works for the same request once it can succeed.
+    let (s, _, _) = send(keyed(
+        reqwest::Method::POST,
+        path,
+        "kill-2",
+        &json!({"seats": ["S1-R1-1"], "reason": "other"}),
+    ))
+    .await;
+    assert_eq!(s, 200);
+    let (s, v, replayed) = send(keyed(reqwest::Method::DELETE, path, "rel-2", &release)).await;
+    assert_eq!(
+        (s, v["status"].clone(), replayed),
+        (200, json!("available"), false),
+        "{v}"
+    );
+    assert_eq!(audit_count(&app).await, 4);
+    // A key too long is refused before anything runs.
+    let (s, v, _) = send(keyed(reqwest::Method::POST, path, &"k".repeat(300), &kill)).await;
+    assert_eq!(s, 422, "{v}");
+}

@@ -121,7 +121,7 @@ async fn booking_adapter_passes_against_localstripe() {
     }
     // Refund the whole payment.
     let refund = provider
-        .refund(&format!("refund-{}", paid.id), &paid.id)
+        .refund(&format!("refund-{}", paid.id), &paid.id, None)
         .await
         .expect("refund");
     assert!(refund.id.starts_with("re_"), "{}", refund.id);

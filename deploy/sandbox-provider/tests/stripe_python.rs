@@ -1,7 +1,7 @@
 //! Stripe's official Python library (`stripe==16.1.0`) against a running sandbox: create and
-//! confirm, confirm later, retrieve, refund once, decline (`CardError` with its decline code),
-//! 3-D Secure and processing, idempotent replay and its refusal, bad input, a bad key
-//! (`deploy/stripe-compat/stripe_client_check.py`).
+//! confirm, confirm later, retrieve, refund once, partial refunds up to the charge, decline
+//! (`CardError` with its decline code), 3-D Secure and processing, idempotent replay and its
+//! refusal, bad input, a bad key (`deploy/stripe-compat/stripe_client_check.py`).
 //!
 //! The library lives in a venv that `deploy/stack test` sets up (`.stack/py`, exported as
 //! `FLOODGATE_TEST_PYTHON`). Without it the test fails when `CI` is set and otherwise skips
@@ -78,10 +78,11 @@ async fn stripes_official_python_library_works_against_the_sandbox() {
         "the Python client's checks failed:\n{stdout}\n{stderr}"
     );
     assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
-    // What the library did is what the sandbox recorded: 3 charges (create+confirm, the
-    // later confirm, the idempotent pair once), one decline, one refund.
+    // What the library did is what the sandbox recorded: 4 charges (create+confirm, the
+    // partially refunded one, the later confirm, the idempotent pair once), one decline, one
+    // full refund and three partial ones (the replay and the refusals refunded nothing).
     let stats = sandbox.0.store.stats();
-    assert_eq!(stats["charges"], 3, "{stats}");
-    assert_eq!(stats["refunds"], 1, "{stats}");
+    assert_eq!(stats["charges"], 4, "{stats}");
+    assert_eq!(stats["refunds"], 4, "{stats}");
     assert_eq!(stats["declines"], 1, "{stats}");
 }

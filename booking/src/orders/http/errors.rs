@@ -61,6 +61,9 @@ impl From<OrderError> for ApiError {
                 "the hold is not active: it expired, was released, is already ordered, or is not yours",
             )
             .with("hold_id", hold_id),
+            OrderError::EventCancelled => {
+                ApiError::conflict(codes::EVENT_CANCELLED, "this event was cancelled")
+            }
             OrderError::KeyReused => ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 codes::IDEMPOTENCY_KEY_REUSED,
@@ -174,6 +177,7 @@ mod tests {
                 "HOLD_EXPIRED",
             ),
             (OrderError::KeyReused, 422, "IDEMPOTENCY_KEY_REUSED"),
+            (OrderError::EventCancelled, 409, "EVENT_CANCELLED"),
             (OrderError::ProductExists("X".into()), 409, "PRODUCT_EXISTS"),
             (OrderError::UnknownEvent("e".into()), 422, "UNKNOWN_EVENT"),
             (

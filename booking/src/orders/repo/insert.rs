@@ -117,15 +117,36 @@ pub(super) async fn insert_order(
         .fetch_optional(&mut *conn)
         .await
         .during("insert the order, its items, order.created and the response")?;
-    // No row: the idempotency row was purged (older than the retention) but an order still
-    // carries this key, so the key cannot be used for a new order.
-    let (live_until_ms, completed) = created.ok_or(OrderError::KeyReused)?;
+    let Some((live_until_ms, completed)) = created else {
+        // No row: the event was cancelled, or the idempotency row was purged (older than the
+        // retention) while an order still carries this key, so the key cannot be used for a
+        // new order. The statement decided; this read only words the refusal.
+        return Err(refusal(conn, o.event_id).await);
+    };
     match answer {
         // This attempt lost its claim to a takeover: the caller rolls everything back.
         KeyAnswer::Claimed(_) if !completed => Err(OrderError::ClaimLost(Claim::lost())),
         // The key is stored already: the caller rolls back and answers from it.
         KeyAnswer::Insert { .. } if !completed => Err(OrderError::KeyTaken),
         _ => Ok((view, body, live_until_ms)),
+    }
+}
+
+/// Why the order's statement wrote nothing: its event is cancelled, or its key was used before.
+async fn refusal(conn: &mut PgConnection, event: Option<EventId<'_>>) -> OrderError {
+    let Some(event) = event else {
+        return OrderError::KeyReused;
+    };
+    let cancelled: Result<Option<bool>, _> =
+        sqlx::query_scalar("SELECT cancelled_at IS NOT NULL FROM events WHERE id = $1")
+            .bind(event.as_str())
+            .fetch_optional(&mut *conn)
+            .await
+            .during("read whether the order's event is cancelled");
+    match cancelled {
+        Ok(Some(true)) => OrderError::EventCancelled,
+        Ok(_) => OrderError::KeyReused,
+        Err(e) => e,
     }
 }
 
@@ -138,7 +159,11 @@ macro_rules! insert_order_sql {
             "WITH o AS (
              INSERT INTO orders (id, account_id, idempotency_key, source, hold_id, event_id,
                                  total, currency, expires_at, created_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $20)
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $20
+              -- A cancelled event takes no new orders, decided here rather than by an
+              -- earlier read (holds and carts of the event may outlive its cancellation).
+              WHERE NOT EXISTS (SELECT 1 FROM events e
+                                 WHERE e.id = $6 AND e.cancelled_at IS NOT NULL)
              ON CONFLICT (account_id, idempotency_key) DO NOTHING
              RETURNING id, expires_at),
          i AS (

@@ -23,30 +23,65 @@ use std::time::Duration;
 const BATCH: i64 = 200;
 const CONCURRENCY: usize = 16;
 
-/// Queues a refund (stock killed: the show is off) for every paid order of cancelled event
-/// `event` that has no live refund yet. One statement; orders that became paid after the
-/// cancellation (a payment already under way) are caught by the job's next sweep.
+/// Queues a refund (stock killed: the show is off) of everything left of every paid order of
+/// cancelled event `event` that has no live order-reversing refund yet: the lines no refund
+/// took, for what the provider still holds. Orders that became paid after the cancellation
+/// (a payment already under way) are caught by the job's next sweep.
+///
+/// Two statements: the orders are locked first (in id order), as every refund claim locks
+/// its order, so the insert's snapshot sees every line refund committed before and none can
+/// start until this commits (the amounts and lines read cannot change under it).
 async fn queue_refunds_tx(conn: &mut PgConnection, event: Option<&str>) -> PaymentResult<u64> {
-    let n = sqlx::query(
-        "INSERT INTO order_refunds (id, order_id, event_id, payment_id, provider_payment_id,
-                                    amount, stock, origin, actor, reason)
-         SELECT 'rf_' || replace(gen_random_uuid()::text, '-', ''), o.id, o.event_id, p.id,
-                p.provider_payment_id, p.amount, 'kill', 'event_cancel',
-                COALESCE(e.cancelled_by, 'floodgate'), e.cancel_reason
-           FROM events e
+    let orders: Vec<String> = sqlx::query_scalar(
+        "SELECT o.id FROM events e
            JOIN orders o ON o.event_id = e.id AND o.status = 'PAID'
-           JOIN payments p ON p.order_id = o.id AND p.status = 'succeeded'
           WHERE e.cancelled_at IS NOT NULL AND ($1::text IS NULL OR e.id = $1)
             AND NOT EXISTS (SELECT 1 FROM order_refunds r
-                             WHERE r.order_id = o.id AND r.status <> 'failed')
-         ON CONFLICT (order_id) WHERE status <> 'failed' DO NOTHING",
+                             WHERE r.order_id = o.id AND r.status <> 'failed'
+                               AND r.reverses_order)
+          ORDER BY o.id
+            FOR UPDATE OF o",
     )
     .bind(event)
-    .execute(&mut *conn)
+    .fetch_all(&mut *conn)
     .await
-    .statement("queue the refunds of a cancelled event")?
-    .rows_affected();
-    Ok(n)
+    .statement("lock the paid orders of a cancelled event")?;
+    if orders.is_empty() {
+        return Ok(0);
+    }
+    let n: i64 = sqlx::query_scalar(
+        "WITH r AS (
+             INSERT INTO order_refunds (id, order_id, event_id, payment_id, provider_payment_id,
+                                        amount, stock, origin, actor, reason, reverses_order,
+                                        whole_payment)
+             SELECT 'rf_' || replace(gen_random_uuid()::text, '-', ''), o.id, o.event_id, p.id,
+                    p.provider_payment_id, p.amount - a.amount, 'kill', 'event_cancel',
+                    COALESCE(e.cancelled_by, 'floodgate'), e.cancel_reason, true, a.n = 0
+               FROM orders o
+               JOIN events e ON e.id = o.event_id
+               JOIN payments p ON p.order_id = o.id AND p.status = 'succeeded'
+               CROSS JOIN LATERAL (
+                   SELECT COALESCE(sum(amount), 0)::bigint AS amount, count(*) AS n
+                     FROM order_refunds r WHERE r.order_id = o.id AND r.status <> 'failed') a
+              WHERE o.id = ANY($1) AND o.status = 'PAID' AND p.amount - a.amount >= 0
+                AND NOT EXISTS (SELECT 1 FROM order_refunds r
+                                 WHERE r.order_id = o.id AND r.status <> 'failed'
+                                   AND r.reverses_order)
+             ON CONFLICT (order_id) WHERE status <> 'failed' AND reverses_order DO NOTHING
+             RETURNING id, order_id),
+         l AS (
+             INSERT INTO order_refund_lines (order_id, line, refund_id, amount)
+             SELECT i.order_id, i.line, r.id, i.unit_price * i.quantity
+               FROM r JOIN order_items i ON i.order_id = r.order_id
+              WHERE NOT EXISTS (SELECT 1 FROM order_refund_lines t
+                                 WHERE t.order_id = i.order_id AND t.line = i.line))
+         SELECT count(*) FROM r",
+    )
+    .bind(&orders)
+    .fetch_one(&mut *conn)
+    .await
+    .statement("queue the refunds of a cancelled event")?;
+    Ok(u64::try_from(n).unwrap_or(0))
 }
 
 /// Cancels the pending orders of cancelled events (as an expiry does: units and holds back).

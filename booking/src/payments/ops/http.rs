@@ -13,7 +13,7 @@ use crate::payments::ops::refund::{
 use crate::platform::audit::{self, Operator};
 use crate::platform::auth::Admin;
 use crate::platform::error::{ApiError, ApiResult};
-use crate::platform::idempotency::{self, Begin, Fingerprint, IdempotencyKey};
+use crate::platform::idempotency::{self, Begin, Fingerprint, IdempotencyKey, OPS_ACCOUNT};
 use crate::platform::json::ApiJson;
 use axum::Router;
 use axum::extract::{Path, State};
@@ -24,11 +24,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use shared::error::codes;
 
-/// Idempotency keys of ops calls are scoped to this pseudo-account (operators share them).
-const OPS_ACCOUNT: &str = "ops:admin";
 pub const ORDER_NOT_REFUNDABLE: &str = "ORDER_NOT_REFUNDABLE";
 pub const REFUND_REFUSED: &str = "REFUND_REFUSED";
-pub const PER_LINE_REFUND_UNAVAILABLE: &str = "PER_LINE_REFUND_UNAVAILABLE";
 const MAX_REASON: usize = 1000;
 
 pub fn router() -> Router<PaymentsState> {
@@ -60,7 +57,7 @@ impl StockChoice {
 pub struct RefundRequest {
     /// Order item lines; absent = the whole order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub items: Option<Vec<i64>>,
+    pub items: Option<Vec<i32>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stock: Option<StockChoice>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -83,24 +80,32 @@ fn check_reason(reason: &Option<String>) -> ApiResult<()> {
     }
 }
 
+/// Most lines in one per-line refund.
+const MAX_LINES: usize = 1000;
+
 fn validate(req: &RefundRequest) -> ApiResult<()> {
     check_reason(&req.reason)?;
-    match &req.items {
-        None => Ok(()),
-        Some(items) if items.is_empty() => Err(ApiError::validation(
-            "items must name at least one order line",
-        )),
-        Some(items) if items.iter().any(|l| *l < 1) => Err(ApiError::validation(
-            "items are order line numbers (1 or more)",
-        )),
-        // Per-line refunds need a partial-amount refund call on the provider trait, which
-        // the adapter being rewritten does not have yet (docs/decisions.md).
-        Some(_) => Err(ApiError::new(
-            StatusCode::NOT_IMPLEMENTED,
-            PER_LINE_REFUND_UNAVAILABLE,
-            "per-line refunds are not available yet; refund the whole order",
-        )),
+    let Some(items) = &req.items else {
+        return Ok(());
+    };
+    let field = |e: ApiError| e.with("field", "items");
+    if items.is_empty() || items.len() > MAX_LINES {
+        return Err(field(ApiError::validation(format!(
+            "items must name 1 to {MAX_LINES} order lines"
+        ))));
     }
+    if items.iter().any(|l| *l < 1) {
+        return Err(field(ApiError::validation(
+            "items are order line numbers (1 or more)",
+        )));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    if let Some(twice) = items.iter().find(|l| !seen.insert(**l)) {
+        return Err(field(
+            ApiError::validation("items names a line twice").with("line", *twice),
+        ));
+    }
+    Ok(())
 }
 
 async fn refund_order(
@@ -124,7 +129,7 @@ async fn refund_order(
             .begin()
             .await
             .statement("begin the refund claim")?;
-        let claimed = refund::claim_tx(&mut tx, &order_id, &ask).await?;
+        let claimed = refund::claim_tx(&mut tx, &order_id, req.items.as_deref(), &ask).await?;
         tx.commit().await.statement("commit the refund claim")?;
         refund_answer(&state, &order_id, claimed).await
     })
@@ -186,7 +191,7 @@ async fn cancel_order(
             actor: op.name(),
             origin: Origin::Ops,
         };
-        let claimed = refund::claim_tx(&mut tx, &order_id, &ask).await?;
+        let claimed = refund::claim_tx(&mut tx, &order_id, None, &ask).await?;
         tx.commit()
             .await
             .statement("commit the cancel's refund claim")?;
@@ -209,6 +214,23 @@ async fn refund_answer(
                 "only a paid order can be refunded",
             )
             .with("status", status));
+        }
+        Claimed::UnknownLines(lines) => {
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                codes::UNKNOWN_ORDER_LINES,
+                "the order has no such lines; nothing was refunded",
+            )
+            .with("field", "items")
+            .with("lines", lines));
+        }
+        Claimed::LinesTaken(lines) => {
+            return Err(ApiError::conflict(
+                codes::LINES_ALREADY_REFUNDED,
+                "some lines are refunded already (or their refund is under way); nothing \
+                 more was refunded",
+            )
+            .with("lines", lines));
         }
         Claimed::Row(row) => row,
     };

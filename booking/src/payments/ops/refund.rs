@@ -1,17 +1,27 @@
-//! Full refunds booking asks the provider for: claim a durable `order_refunds` row, call the
-//! provider outside any transaction with the row's own idempotency key, then apply it.
+//! Refunds booking asks the provider for, of a whole order or of some of its lines: claim a
+//! durable `order_refunds` row with its lines, call the provider outside any transaction with
+//! the row's own idempotency key, then apply it.
 //!
 //! Why this never refunds twice:
-//! - At most one live refund row per order (partial unique index), inserted under the
-//!   order's row lock: concurrent requests, the event-cancellation sweep and retries all share
-//!   one row, hence one provider key `ops-refund-<row id>`.
+//! - Every refund row takes order lines (`order_refund_lines`, primary key (order, line)),
+//!   under the order's row lock: a line belongs to one live refund, so two requests for the
+//!   same line get one row, or the second is refused (`LINE_ALREADY_REFUNDED`). The refund
+//!   that takes the last lines is the order's `final` one (at most one live, partial unique
+//!   index); a full refund takes whatever lines are left. Concurrent requests, the
+//!   event-cancellation sweep and retries therefore share rows, hence provider keys
+//!   `ops-refund-<row id>`.
+//! - Amounts: a line costs unit price x quantity; a refund never asks for more than was
+//!   captured minus what live refunds already asked for, and the final one asks for exactly
+//!   that rest (the whole payment when nothing was refunded before).
 //! - The provider refunds at most once per key and replays its answer; a crash between its
 //!   answer and our commit leaves the row `pending`, and the next worker (the refund job once
 //!   the lease ends) replays the same key.
-//! - Applying is [`reversal::apply_tx`] with a full refund, the same conditional
-//!   `PAID → REFUNDED` the provider's `charge.refunded` webhook runs, so whichever of the
-//!   ops answer and the webhook comes first reverses the order and the other changes nothing.
-//!   The stock choice of the row (`release` / `kill`) is read by that statement either way.
+//! - Applying a final row is [`reversal::apply_tx`] with a full refund, the same conditional
+//!   `PAID → REFUNDED` the provider's `charge.refunded` webhook runs, so whichever of the ops
+//!   answer and the webhook comes first reverses the order and the other changes nothing.
+//!   Applying an earlier row returns its lines ([`reversal::lines`]) and leaves the order
+//!   `PAID`; the provider's partial `charge.refunded` changes nothing. The stock choice
+//!   (`release` / `kill`) is the row's, read by those statements either way.
 
 use crate::payments::PaymentClients;
 use crate::payments::error::{PaymentError, PaymentResult, Statement};
@@ -65,10 +75,19 @@ pub struct RefundRow {
     pub actor: String,
     pub reason: Option<String>,
     pub attempts: i32,
+    /// Takes the order's last lines: applying it reverses the order.
+    pub reverses_order: bool,
+    /// The provider is asked for the whole payment (no amount).
+    #[serde(skip)]
+    pub whole_payment: bool,
+    /// The order lines it refunds.
+    pub lines: Vec<i32>,
 }
 
 pub const ROW_COLUMNS: &str = "id, order_id, event_id, payment_id, provider_payment_id, amount, \
-     stock, origin, status, provider_refund_id, actor, reason, attempts";
+     stock, origin, status, provider_refund_id, actor, reason, attempts, reverses_order, whole_payment, \
+     ARRAY(SELECT line FROM order_refund_lines l WHERE l.refund_id = order_refunds.id \
+           ORDER BY line) AS lines";
 
 /// What claiming a refund of an order found.
 #[derive(Debug)]
@@ -77,6 +96,10 @@ pub enum Claimed {
     Row(Box<RefundRow>),
     /// The order is not paid (and has no refund of ours): its status.
     NotRefundable(String),
+    /// Lines the order does not have.
+    UnknownLines(Vec<i32>),
+    /// Lines a live refund already took (refunded, or under way).
+    LinesTaken(Vec<i32>),
     NotFound,
 }
 
@@ -90,11 +113,27 @@ pub struct RefundAsk<'a> {
     pub origin: Origin,
 }
 
-/// Under the order's lock: the order's live refund row, inserted if the order is `PAID` and
-/// has none. The new row is leased to the caller (it calls the provider next).
+/// One line of the order as a claim sees it.
+#[derive(sqlx::FromRow)]
+struct LineRow {
+    line: i32,
+    amount: i64,
+    /// A live refund has it.
+    taken: bool,
+}
+
+/// Under the order's lock, a refund of `lines` (`None`: the whole order, i.e. every line
+/// not taken yet). A whole-order request answers the order's live final refund if there is
+/// one (new requests, retries and the event sweep share it); a line request naming a line
+/// already taken is refused. The new row is leased to the caller (it calls the provider next).
+///
+/// A locked transaction, not one statement: the lines taken, the amounts already asked for and
+/// the captured payment are read after the order's lock, which every writer of this order's
+/// refunds takes first, so nothing read here can change before the insert.
 pub async fn claim_tx(
     conn: &mut PgConnection,
     order_id: &str,
+    lines: Option<&[i32]>,
     ask: &RefundAsk<'_>,
 ) -> PaymentResult<Claimed> {
     let order: Option<(String,)> =
@@ -106,34 +145,91 @@ pub async fn claim_tx(
     let Some((status,)) = order else {
         return Ok(Claimed::NotFound);
     };
-    let live: Option<RefundRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT {ROW_COLUMNS} FROM order_refunds WHERE order_id = $1 AND status <> 'failed'"
-    )))
+    let items: Vec<LineRow> = sqlx::query_as(
+        "SELECT i.line, i.unit_price * i.quantity AS amount,
+                EXISTS (SELECT 1 FROM order_refund_lines l
+                         WHERE l.order_id = i.order_id AND l.line = i.line) AS taken
+           FROM order_items i WHERE i.order_id = $1 ORDER BY i.line",
+    )
     .bind(order_id)
-    .fetch_optional(&mut *conn)
+    .fetch_all(&mut *conn)
     .await
-    .statement("read the order's refund")?;
-    if let Some(row) = live {
-        return Ok(Claimed::Row(Box::new(row)));
+    .statement("read the order's lines")?;
+    if let Some(wanted) = lines {
+        let unknown: Vec<i32> = wanted
+            .iter()
+            .copied()
+            .filter(|l| !items.iter().any(|i| i.line == *l))
+            .collect();
+        if !unknown.is_empty() {
+            return Ok(Claimed::UnknownLines(unknown));
+        }
+        let taken: Vec<i32> = items
+            .iter()
+            .filter(|i| i.taken && wanted.contains(&i.line))
+            .map(|i| i.line)
+            .collect();
+        if !taken.is_empty() {
+            return Ok(Claimed::LinesTaken(taken));
+        }
+    } else {
+        let live: Option<RefundRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {ROW_COLUMNS} FROM order_refunds
+              WHERE order_id = $1 AND status <> 'failed' AND reverses_order"
+        )))
+        .bind(order_id)
+        .fetch_optional(&mut *conn)
+        .await
+        .statement("read the order's refund")?;
+        if let Some(row) = live {
+            return Ok(Claimed::Row(Box::new(row)));
+        }
     }
     if status != "PAID" {
         return Ok(Claimed::NotRefundable(status));
     }
-    // The order is locked and has no live row: this insert cannot conflict.
+    let take: Vec<&LineRow> = items
+        .iter()
+        .filter(|i| !i.taken && lines.is_none_or(|w| w.contains(&i.line)))
+        .collect();
+    let is_final = items
+        .iter()
+        .all(|i| i.taken || take.iter().any(|t| t.line == i.line));
+    let lines_amount: i64 = take.iter().map(|t| t.amount).sum();
+    let take_lines: Vec<i32> = take.iter().map(|t| t.line).collect();
+    let take_amounts: Vec<i64> = take.iter().map(|t| t.amount).collect();
+    // The order is locked and its live refunds read: neither insert can conflict.
     let row: Option<RefundRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "INSERT INTO order_refunds (id, order_id, event_id, payment_id, provider_payment_id,
-                                    amount, stock, origin, actor, reason, leased_until)
-         SELECT 'rf_' || replace(gen_random_uuid()::text, '-', ''), o.id, o.event_id, p.id,
-                p.provider_payment_id, p.amount,
-                COALESCE($2, CASE e.refund_stock WHEN 'hold_back' THEN 'kill' ELSE 'release' END,
-                         'release'),
-                $3, $4, $5, clock_timestamp() + make_interval(secs => $6)
-           FROM orders o
-           JOIN payments p ON p.order_id = o.id AND p.status = 'succeeded'
-           LEFT JOIN events e ON e.id = o.event_id
-          WHERE o.id = $1
-          LIMIT 1
-         RETURNING {ROW_COLUMNS}"
+        "WITH asked AS (
+             SELECT COALESCE(sum(amount), 0)::bigint AS amount, count(*) AS n
+               FROM order_refunds WHERE order_id = $1 AND status <> 'failed'),
+         r AS (
+             INSERT INTO order_refunds (id, order_id, event_id, payment_id, provider_payment_id,
+                                        amount, stock, origin, actor, reason, leased_until,
+                                        reverses_order, whole_payment)
+             SELECT 'rf_' || replace(gen_random_uuid()::text, '-', ''), o.id, o.event_id, p.id,
+                    p.provider_payment_id,
+                    -- The final refund asks for all that is left; another for its lines'
+                    -- cost, never past what is left.
+                    CASE WHEN $7 THEN p.amount - a.amount
+                         ELSE LEAST($8, p.amount - a.amount) END,
+                    COALESCE($2, CASE e.refund_stock WHEN 'hold_back' THEN 'kill' ELSE 'release'
+                                 END, 'release'),
+                    $3, $4, $5, clock_timestamp() + make_interval(secs => $6),
+                    $7, $7 AND a.n = 0
+               FROM orders o
+               JOIN payments p ON p.order_id = o.id AND p.status = 'succeeded'
+               LEFT JOIN events e ON e.id = o.event_id
+               CROSS JOIN asked a
+              WHERE o.id = $1 AND p.amount - a.amount >= 0
+              LIMIT 1
+             RETURNING *),
+         l AS (
+             INSERT INTO order_refund_lines (order_id, line, refund_id, amount)
+             SELECT r.order_id, t.line, r.id, t.amount
+               FROM r, unnest($9::int[], $10::bigint[]) AS t(line, amount))
+         SELECT {} FROM r",
+        ROW_COLUMNS.replace("order_refunds.id", "r.id")
     )))
     .bind(order_id)
     .bind(ask.stock)
@@ -141,11 +237,19 @@ pub async fn claim_tx(
     .bind(ask.actor)
     .bind(ask.reason)
     .bind(LEASE_S as f64)
+    .bind(is_final)
+    .bind(lines_amount)
+    .bind(&take_lines)
+    .bind(&take_amounts)
     .fetch_optional(&mut *conn)
     .await
-    .statement("record the refund before calling the provider")?;
+    .statement("record the refund and its lines before calling the provider")?;
     Ok(match row {
-        Some(row) => Claimed::Row(Box::new(row)),
+        // The lines CTE's rows are not visible to the statement's own SELECT.
+        Some(mut row) => {
+            row.lines = take_lines;
+            Claimed::Row(Box::new(row))
+        }
         // PAID without a succeeded attempt: nothing of ours to refund.
         None => Claimed::NotRefundable(status),
     })
@@ -174,11 +278,20 @@ pub async fn work(c: &PaymentClients, redis: &Redis, row: &RefundRow) -> Payment
         return Ok(Worked::Failed(row.id.clone()));
     }
     let key = provider_key(&row.id);
+    let amount = (!row.whole_payment).then_some(row.amount);
     let mut pause = Duration::from_millis(50);
     let mut tries = 0;
     let refund_id = loop {
         tries += 1;
-        match c.provider.refund(&key, &row.provider_payment_id).await {
+        if amount == Some(0) {
+            // Free lines (or nothing left to give back): no money moves, the lines still go.
+            break format!("none:{}", row.id);
+        }
+        match c
+            .provider
+            .refund(&key, &row.provider_payment_id, amount)
+            .await
+        {
             Ok(r) => break r.id,
             // Refunded before (in the dashboard, say): the money is back all the same.
             Err(ProviderError::Rejected { code, .. }) if code == "charge_already_refunded" => {
@@ -251,15 +364,22 @@ async fn apply_tx(
         // Applied by another worker already.
         return Ok(Vec::new());
     }
-    let reversal = Reversal::Refund {
-        reference: format!("refund:{refund_id}"),
-        full: true,
-    };
-    let reversed =
-        reversal::apply_tx(conn, &row.payment_id, &row.provider_payment_id, &reversal).await?;
-    let (order_reversed, released) = match reversed {
-        Reversed::Order { released_skus, .. } => (true, released_skus),
-        _ => (false, Vec::new()),
+    let (order_reversed, released) = if row.reverses_order {
+        let reversal = Reversal::Refund {
+            reference: format!("refund:{refund_id}"),
+            full: true,
+        };
+        let reversed =
+            reversal::apply_tx(conn, &row.payment_id, &row.provider_payment_id, &reversal).await?;
+        match reversed {
+            Reversed::Order { released_skus, .. } => (true, released_skus),
+            _ => (false, Vec::new()),
+        }
+    } else {
+        // Some lines only: they go back, the order stays PAID.
+        let returned =
+            reversal::lines::return_refund_lines_tx(conn, &row.order_id, &row.id).await?;
+        (false, returned)
     };
     let action = match row.origin.as_str() {
         "event_cancel" => "event.cancel.refund",
@@ -276,6 +396,8 @@ async fn apply_tx(
             "provider_refund_id": refund_id,
             "amount": row.amount,
             "stock": row.stock,
+            "lines": row.lines,
+            "reverses_order": row.reverses_order,
             "reason": row.reason,
             // False when the provider's webhook reversed the order first.
             "reversed_here": order_reversed,
@@ -286,17 +408,21 @@ async fn apply_tx(
     Ok(released)
 }
 
+/// The provider refused: nothing was refunded, so the row's lines are free to refund again.
 async fn mark_failed(c: &PaymentClients, id: &str, why: &str) -> PaymentResult<()> {
     sqlx::query(
-        "UPDATE order_refunds SET status = 'failed', last_error = $2, attempts = attempts + 1,
-                updated_at = clock_timestamp()
-          WHERE id = $1 AND status = 'pending'",
+        "WITH f AS (
+             UPDATE order_refunds SET status = 'failed', last_error = $2,
+                    attempts = attempts + 1, updated_at = clock_timestamp()
+              WHERE id = $1 AND status = 'pending'
+             RETURNING id)
+         DELETE FROM order_refund_lines l USING f WHERE l.refund_id = f.id",
     )
     .bind(id)
     .bind(why)
     .execute(&c.pool)
     .await
-    .statement("mark the refund failed")?;
+    .statement("mark the refund failed and free its lines")?;
     Ok(())
 }
 

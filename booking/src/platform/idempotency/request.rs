@@ -3,7 +3,7 @@
 
 use super::{HEADER, MAX_KEY_LEN};
 use crate::platform::error::ApiError;
-use axum::extract::FromRequestParts;
+use axum::extract::{FromRequestParts, OptionalFromRequestParts};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, Method};
 use shared::error::codes;
@@ -47,6 +47,18 @@ impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
         Self::parse(parts.headers.get(HEADER))
+    }
+}
+
+/// `Option<IdempotencyKey>`: no header is `None`; a header that is there must be a valid key.
+impl<S: Send + Sync> OptionalFromRequestParts<S> for IdempotencyKey {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Option<Self>, ApiError> {
+        match parts.headers.get(HEADER) {
+            None => Ok(None),
+            raw => Self::parse(raw).map(Some),
+        }
     }
 }
 
