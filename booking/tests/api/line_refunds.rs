@@ -408,3 +408,67 @@ async fn cancelling_the_event_refunds_what_line_refunds_left() {
     assert_eq!(seat(&env.app, &items[&2].0).await, "available");
     assert_eq!(seat(&env.app, &items[&1].0).await, "held_back");
 }
+
+/// A cancelled event's refund that the provider refuses is `failed` and stays so: ops retry it
+/// by hand (docs/operations.md). The job's sweep used to queue a new refund row (with a new
+/// provider key) for that order on every pass, asking the provider again every second.
+#[tokio::test]
+async fn a_refused_event_cancel_refund_is_not_queued_again_by_the_sweep() {
+    let env = PayEnv::spawn().await;
+    crate::helpers::create_refund_event(&env.app, "ev", "release").await;
+    let order = paid_seats(&env, "alice", &["S1-R1-1", "S2-R1-1"]).await;
+    let (s, v, _) = refund(&env, &order, "k1", json!({"items": [2]})).await;
+    assert_eq!((s, v["status"].clone()), (200, json!("PAID")), "{v}");
+    // A partial refund made in the provider's dashboard: what booking still asks for is now
+    // more than the charge has left, so the provider refuses the event's refund.
+    let intent = env.intents(&order)[0].clone();
+    let (s, v) = json(
+        env.app
+            .client
+            .post(format!(
+                "{}/_sandbox/payment_intents/{intent}/refund",
+                env.provider_url
+            ))
+            .bearer_auth(crate::payments::API_KEY)
+            .json(&json!({"amount": 1}))
+            .send()
+            .await
+            .expect("dashboard refund"),
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+    let provider_refunds = env.refunds(&order);
+    let (s, v, _) = ops_post(
+        &env.app,
+        "/admin/events/ev/cancel",
+        Some("ops"),
+        None,
+        &json!({}),
+    )
+    .await;
+    assert_eq!((s, v["refunds_queued_now"].clone()), (202, json!(1)), "{v}");
+    let job = booking::payments::ops::event_cancel::RefundJob::new(&env.app.state.payments);
+    for _ in 0..4 {
+        job.pass().await.expect("refund pass");
+    }
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "SELECT status, origin FROM order_refunds WHERE order_id = $1 ORDER BY created_at",
+    )
+    .bind(&order)
+    .fetch_all(&env.app.pool)
+    .await
+    .expect("refund rows");
+    let cancel_rows: Vec<&(String, String)> =
+        rows.iter().filter(|(_, o)| o == "event_cancel").collect();
+    assert_eq!(
+        cancel_rows,
+        vec![&("failed".to_owned(), "event_cancel".to_owned())],
+        "one refused event refund, not queued again: {rows:?}"
+    );
+    // The provider was asked once (refused: no refund was made) and the order is still paid.
+    assert_eq!(env.refunds(&order), provider_refunds);
+    let end = state(&env.app, &order).await;
+    assert_eq!(end["order"], json!("PAID"), "{end}");
+    let (_, p) = json(env.app.admin_get("/admin/events/ev/cancellation").await).await;
+    assert_eq!(p["failed"], json!(1), "{p}");
+}

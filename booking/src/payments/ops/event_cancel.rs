@@ -24,7 +24,8 @@ const BATCH: i64 = 200;
 const CONCURRENCY: usize = 16;
 
 /// Queues a refund (stock killed: the show is off) of everything left of every paid order of
-/// cancelled event `event` that has no live order-reversing refund yet: the lines no refund
+/// cancelled event `event` that has no live order-reversing refund yet, and whose event
+/// refund the provider has not refused (that one waits for ops: never retried by itself): the lines no refund
 /// took, for what the provider still holds. Orders that became paid after the cancellation
 /// (a payment already under way) are caught by the job's next sweep.
 ///
@@ -39,6 +40,9 @@ async fn queue_refunds_tx(conn: &mut PgConnection, event: Option<&str>) -> Payme
             AND NOT EXISTS (SELECT 1 FROM order_refunds r
                              WHERE r.order_id = o.id AND r.status <> 'failed'
                                AND r.reverses_order)
+            AND NOT EXISTS (SELECT 1 FROM order_refunds r
+                             WHERE r.order_id = o.id AND r.status = 'failed'
+                               AND r.origin = 'event_cancel')
           ORDER BY o.id
             FOR UPDATE OF o",
     )
@@ -67,6 +71,9 @@ async fn queue_refunds_tx(conn: &mut PgConnection, event: Option<&str>) -> Payme
                 AND NOT EXISTS (SELECT 1 FROM order_refunds r
                                  WHERE r.order_id = o.id AND r.status <> 'failed'
                                    AND r.reverses_order)
+                AND NOT EXISTS (SELECT 1 FROM order_refunds r
+                                 WHERE r.order_id = o.id AND r.status = 'failed'
+                                   AND r.origin = 'event_cancel')
              ON CONFLICT (order_id) WHERE status <> 'failed' AND reverses_order DO NOTHING
              RETURNING id, order_id),
          l AS (

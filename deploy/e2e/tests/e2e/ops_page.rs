@@ -1,10 +1,10 @@
 //! The ops page in real headless Chromium against the whole stack (booking with its jobs,
 //! the sandbox provider, the gateway): served by booking's own listener and never by the
 //! gateway's public one; a wrong admin secret is refused and changes nothing; the operator
-//! finds a fan's paid order by account, opens it, asks for a per-line refund (the API's
-//! answer is shown), refunds it in full — with the first answer lost on the way back, so the
-//! retry must reuse the same Idempotency-Key — and then Postgres, the provider and the audit
-//! log must show exactly one refund, by that operator. A mutation sent with a wrong secret
+//! finds a fan's paid order by account, opens it, refunds one line (the order stays paid),
+//! then refunds the rest — with the first answer lost on the way back, so the retry must
+//! reuse the same Idempotency-Key — and then Postgres, the provider and the audit log must
+//! show exactly those two refunds, by that operator. A mutation sent with a wrong secret
 //! changes nothing. Then the event is cancelled from the page (the confirmation needs the
 //! event id typed) and the progress view reaches done; the page switches to Japanese, and a
 //! tab whose browser language is Japanese starts in Japanese.
@@ -284,22 +284,31 @@ async fn the_ops_page_finds_refunds_and_cancels_exactly_once() {
     );
     page.screenshot(&shot("ops-order"), true).await;
 
-    // Per line: the page shows the API's answer in its own words; nothing changes.
+    // Per line: the first line goes back; the order stays paid until its last line goes.
     page.click("#d-items input.pick").await;
     page.click("#a-lines").await;
     page.wait_for("!document.getElementById('confirm').hidden", WAIT)
         .await;
     page.click("#confirm-yes").await;
-    wait_text(
-        &page,
-        "#action-message",
-        "Refunding single lines is not available yet",
-    )
-    .await;
+    wait_text(&page, "#action-message", "Done. The order is now: Paid").await;
     assert_eq!(order_status(&stack, &order_a).await, "PAID");
+    let line_amount: i64 = sqlx::query_scalar(
+        "SELECT amount FROM order_refund_lines WHERE order_id = $1 AND line = 1",
+    )
+    .bind(&order_a)
+    .fetch_one(&stack.pool)
+    .await
+    .expect("the first line was refunded");
+    let summary = stack.sandbox.order_summary(&order_a);
+    assert_eq!(
+        (summary.refunds, summary.amount_refunded),
+        (1, line_amount),
+        "{summary:?}"
+    );
 
-    // The full refund; booking's first answer is lost on the way back (the refund happened,
-    // the page saw a network error), so the operator retries: the same key, no second refund.
+    // The full refund (what is left); booking's first answer is lost on the way back (the
+    // refund happened, the page saw a network error), so the operator retries: the same key,
+    // no second refund.
     page.hold_responses("*/admin/orders/*/refund").await;
     page.click("#a-refund").await;
     let confirm = wait_text(&page, "#confirm-text", &order_a).await;
@@ -341,12 +350,19 @@ async fn the_ops_page_finds_refunds_and_cancels_exactly_once() {
         WAIT,
     )
     .await;
-    let keys: Vec<String> =
-        sqlx::query_scalar("SELECT key FROM idempotency_keys WHERE account_id = 'ops:admin'")
-            .fetch_all(&stack.pool)
-            .await
-            .expect("ops keys");
-    assert_eq!(keys, vec![first_key], "the retry must reuse the first key");
+    // Two ops keys: the line refund's and the full refund's first one (the retry reused it).
+    let keys: Vec<String> = sqlx::query_scalar(
+        "SELECT key FROM idempotency_keys WHERE account_id = 'ops:admin' ORDER BY created_at",
+    )
+    .fetch_all(&stack.pool)
+    .await
+    .expect("ops keys");
+    assert_eq!(
+        keys.len(),
+        2,
+        "{keys:?}: the retry must reuse the first key"
+    );
+    assert_eq!(keys[1], first_key, "the retry must reuse the first key");
     assert_eq!(
         count(
             &stack,
@@ -354,7 +370,7 @@ async fn the_ops_page_finds_refunds_and_cancels_exactly_once() {
             &order_a
         )
         .await,
-        1
+        2
     );
     assert_eq!(
         count(
@@ -363,12 +379,12 @@ async fn the_ops_page_finds_refunds_and_cancels_exactly_once() {
             &order_a
         )
         .await,
-        1
+        2
     );
     let summary = stack.sandbox.order_summary(&order_a);
     assert_eq!(
         (summary.refunds, summary.amount_refunded),
-        (1, total_a),
+        (2, total_a),
         "{summary:?}"
     );
     let actors: Vec<String> = sqlx::query_scalar(
@@ -378,7 +394,11 @@ async fn the_ops_page_finds_refunds_and_cancels_exactly_once() {
     .fetch_all(&stack.pool)
     .await
     .expect("audit");
-    assert_eq!(actors, vec![OPERATOR.to_owned()]);
+    assert_eq!(
+        actors,
+        vec![OPERATOR.to_owned(); 2],
+        "the line and the rest"
+    );
     wait_text(&page, "#d-audit", OPERATOR).await;
     wait_text(&page, "#d-refunds", "succeeded").await;
 
@@ -465,9 +485,10 @@ async fn the_ops_page_finds_refunds_and_cancels_exactly_once() {
     assert_eq!(page.text("#e-state").await, "Done");
     assert_eq!(order_status(&stack, &order_b).await, "REFUNDED");
     assert_eq!(stack.sandbox.order_summary(&order_b).refunds, 1);
+    // Order A was refunded before (a line, then the rest): nothing more.
     assert_eq!(
         stack.sandbox.order_summary(&order_a).refunds,
-        1,
+        2,
         "order A refunded again"
     );
     let cancelled_by: Option<String> =
