@@ -34,7 +34,7 @@ const MAX_ACTOR: usize = 200;
 
 /// The operator named in `X-Floodgate-Actor`: 1..=200 visible characters, trimmed. Missing:
 /// `400 ACTOR_REQUIRED` when `required`, else [`UNNAMED`]; present but unusable: `400`.
-fn actor(session: &Session, required: bool) -> std::result::Result<String, Reply> {
+pub(crate) fn actor(session: &Session, required: bool) -> std::result::Result<String, Reply> {
     let refuse = || {
         Reply::error(
             400,

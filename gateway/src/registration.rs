@@ -241,6 +241,10 @@ pub async fn upload(shared: &Shared, store: &Store, session: &mut Session, event
             .with("lines", named),
         );
     }
+    let actor = match crate::admin::actor(session, false) {
+        Ok(a) => a,
+        Err(r) => return r,
+    };
     match store.event_exists(event).await {
         Err(e) => return unavailable(shared, &e),
         Ok(false) => return unknown_event(),
@@ -269,6 +273,15 @@ pub async fn upload(shared: &Shared, store: &Store, session: &mut Session, event
                 "accounts": accounts,
                 "count": size,
             });
+            // An upload is many pipelined commands, not one script, so its audit entry is
+            // written after the list changed; if that write fails the upload still stands
+            // and the failure is logged (docs/gateway.md, "Registered rooms").
+            if let Err(e) = store
+                .audit_registrations(event, &actor, change.as_str(), &answer.to_string())
+                .await
+            {
+                tracing::error!(event, error = %e, "registration upload not recorded in the audit log");
+            }
             if change != ListChange::Replace {
                 answer["changed"] = json!(changed);
             }

@@ -243,6 +243,43 @@ impl Store {
         }
     }
 
+    /// Records a registration list upload (`registrations.add|remove|replace`, what it did as
+    /// `after`) in the config audit log.
+    pub async fn audit_registrations(
+        &self,
+        event: &str,
+        actor: &str,
+        mode: &str,
+        after: &str,
+    ) -> Result<(), StoreError> {
+        let key = self.key(event, "cfglog");
+        let action = format!("registrations.{mode}");
+        self.with(|mut c| async move {
+            let t: (i64, i64) = redis::cmd("TIME").query_async(&mut c).await?;
+            let at = t.0 * 1000 + t.1 / 1000;
+            redis::cmd("XADD")
+                .arg(&key)
+                .arg("MAXLEN")
+                .arg("~")
+                .arg(AUDIT_MAX_LEN)
+                .arg("*")
+                .arg("at")
+                .arg(at)
+                .arg("actor")
+                .arg(actor)
+                .arg("action")
+                .arg(&action)
+                .arg("before")
+                .arg("")
+                .arg("after")
+                .arg(after)
+                .query_async::<String>(&mut c)
+                .await
+        })
+        .await
+        .map(|_| ())
+    }
+
     /// Applies a due scheduled change: `config` is its merge onto `due.config`.
     pub async fn apply_change(
         &self,

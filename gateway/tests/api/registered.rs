@@ -577,3 +577,63 @@ async fn registering_spends_the_join_rate_limit() {
     assert!(r.headers().contains_key("retry-after"));
     assert_eq!(json(r).await["code"], "RATE_LIMITED");
 }
+
+#[tokio::test]
+async fn uploads_are_in_the_config_audit_log_with_their_operator() {
+    let app = TestApp::spawn().await;
+    registered_room(&app, "aud").await;
+    let r = app
+        .http
+        .put(app.admin_url("/admin/events/aud/registrations?mode=add"))
+        .bearer_auth(ADMIN)
+        .header("content-type", "text/plain")
+        .header("x-floodgate-actor", "Rie Ops")
+        .body("fan-1\nfan-2\nfan-3\n")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    upload_ok(&app, "aud", "remove", "fan-2\n".into()).await;
+    let r = app
+        .http
+        .get(app.admin_url("/admin/events/aud/audit"))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let v = json(r).await;
+    let entries = v["entries"].as_array().expect("entries").clone();
+    let uploads: Vec<(String, String, Value)> = entries
+        .iter()
+        .filter(|e| {
+            e["action"]
+                .as_str()
+                .is_some_and(|a| a.starts_with("registrations."))
+        })
+        .map(|e| {
+            let after = e["after"].clone();
+            let after = after
+                .as_str()
+                .and_then(|s| serde_json::from_str(s).ok())
+                .unwrap_or(after);
+            (
+                e["action"].as_str().unwrap_or("").to_owned(),
+                e["actor"].as_str().unwrap_or("").to_owned(),
+                after,
+            )
+        })
+        .collect();
+    assert_eq!(uploads.len(), 2, "{entries:?}");
+    // Newest first: the unnamed removal, then Rie's addition.
+    assert_eq!(
+        (uploads[0].0.as_str(), uploads[0].1.as_str()),
+        ("registrations.remove", "unnamed")
+    );
+    assert_eq!(uploads[0].2["count"], json!(2), "{:?}", uploads[0]);
+    assert_eq!(
+        (uploads[1].0.as_str(), uploads[1].1.as_str()),
+        ("registrations.add", "Rie Ops")
+    );
+    assert_eq!(uploads[1].2["accounts"], json!(3), "{:?}", uploads[1]);
+}
