@@ -364,10 +364,16 @@ impl ProxyHttp for AdminApp {
             }
             Action::Audit(e) => self.audit(session, &e).await,
             Action::Schedule(e) => self.schedule(&e).await,
-            Action::AddChange(e) => self.add_change(session, &e).await,
+            Action::AddChange(e) => self.add_change(session, &e).await.unwrap_or_else(|r| r),
             Action::Change(e, id) => self.change(&e, &id).await,
-            Action::EditChange(e, id) => self.edit_change(session, &e, &id).await,
-            Action::CancelChange(e, id) => self.cancel_change(session, &e, &id).await,
+            Action::EditChange(e, id) => self
+                .edit_change(session, &e, &id)
+                .await
+                .unwrap_or_else(|r| r),
+            Action::CancelChange(e, id) => self
+                .cancel_change(session, &e, &id)
+                .await
+                .unwrap_or_else(|r| r),
         };
         send(session, reply).await
     }

@@ -121,30 +121,22 @@ impl AdminApp {
         parse_json(&body)
     }
 
-    pub(super) async fn add_change(&self, session: &mut Session, event: &str) -> Reply {
-        let actor = match actor(session, true) {
-            Ok(a) => a,
-            Err(r) => return r,
-        };
-        let input = match self.change_input(session).await {
-            Ok(i) => i,
-            Err(r) => return r,
-        };
-        let (cfg, snap) = match self.current(event).await {
-            Ok(c) => c,
-            Err(r) => return r,
-        };
-        let (now_ms, now) = match self.redis_now().await {
-            Ok(n) => n,
-            Err(r) => return r,
-        };
+    pub(super) async fn add_change(
+        &self,
+        session: &mut Session,
+        event: &str,
+    ) -> Result<Reply, Reply> {
+        let actor = actor(session, true)?;
+        let input = self.change_input(session).await?;
+        let (cfg, snap) = self.current(event).await?;
+        let (now_ms, now) = self.redis_now().await?;
         let change = new_change(input, &actor, now);
         let mut all = snap.pending.clone();
         all.push(change.clone());
         let mut problems = check_at(&change.id, change.at, now_ms);
         problems.extend(check_chain(&cfg, &all, self.defaults()));
         if !problems.is_empty() {
-            return schedule_refused(&problems);
+            return Ok(schedule_refused(&problems));
         }
         let w = self
             .store
@@ -158,7 +150,7 @@ impl AdminApp {
                 "schedule.add",
             )
             .await;
-        self.after_write(event, w, &change, 201).await
+        Ok(self.after_write(event, w, &change, 201).await)
     }
 
     pub(super) async fn change(&self, event: &str, id: &str) -> Reply {
@@ -187,27 +179,17 @@ impl AdminApp {
         Ok((raw, c))
     }
 
-    pub(super) async fn edit_change(&self, session: &mut Session, event: &str, id: &str) -> Reply {
-        let actor = match actor(session, true) {
-            Ok(a) => a,
-            Err(r) => return r,
-        };
-        let input = match self.change_input(session).await {
-            Ok(i) => i,
-            Err(r) => return r,
-        };
-        let (raw, old) = match self.pending_change(event, id).await {
-            Ok(c) => c,
-            Err(r) => return r,
-        };
-        let (cfg, snap) = match self.current(event).await {
-            Ok(c) => c,
-            Err(r) => return r,
-        };
-        let (now_ms, now) = match self.redis_now().await {
-            Ok(n) => n,
-            Err(r) => return r,
-        };
+    pub(super) async fn edit_change(
+        &self,
+        session: &mut Session,
+        event: &str,
+        id: &str,
+    ) -> Result<Reply, Reply> {
+        let actor = actor(session, true)?;
+        let input = self.change_input(session).await?;
+        let (raw, old) = self.pending_change(event, id).await?;
+        let (cfg, snap) = self.current(event).await?;
+        let (now_ms, now) = self.redis_now().await?;
         let mut change = old;
         change.at = input.at;
         change.set = input.set;
@@ -218,7 +200,7 @@ impl AdminApp {
         let mut problems = check_at(id, change.at, now_ms);
         problems.extend(check_chain(&cfg, &all, self.defaults()));
         if !problems.is_empty() {
-            return schedule_refused(&problems);
+            return Ok(schedule_refused(&problems));
         }
         let w = self
             .store
@@ -232,22 +214,18 @@ impl AdminApp {
                 "schedule.edit",
             )
             .await;
-        self.after_write(event, w, &change, 200).await
+        Ok(self.after_write(event, w, &change, 200).await)
     }
 
-    pub(super) async fn cancel_change(&self, session: &Session, event: &str, id: &str) -> Reply {
-        let actor = match actor(session, true) {
-            Ok(a) => a,
-            Err(r) => return r,
-        };
-        let (raw, mut change) = match self.pending_change(event, id).await {
-            Ok(c) => c,
-            Err(r) => return r,
-        };
-        let now = match self.redis_now().await {
-            Ok((_, n)) => n,
-            Err(r) => return r,
-        };
+    pub(super) async fn cancel_change(
+        &self,
+        session: &Session,
+        event: &str,
+        id: &str,
+    ) -> Result<Reply, Reply> {
+        let actor = actor(session, true)?;
+        let (raw, mut change) = self.pending_change(event, id).await?;
+        let (_, now) = self.redis_now().await?;
         change.status = ChangeStatus::Cancelled;
         change.done_by = Some(actor.clone());
         change.done_at = Some(now);
@@ -263,7 +241,7 @@ impl AdminApp {
                 "schedule.cancel",
             )
             .await;
-        self.after_write(event, w, &change, 200).await
+        Ok(self.after_write(event, w, &change, 200).await)
     }
 
     /// The answer to a change write; installs the new pending list on this instance at once.

@@ -174,28 +174,7 @@ async fn return_lines_tx(
         hold_kind.as_deref(),
         lines.iter().find(|l| l.kind == "ga"),
     ) {
-        sqlx::query(
-            "WITH items AS (SELECT shard, quantity FROM hold_ga_items WHERE hold_id = $1),
-             locked AS (
-                 SELECT c.shard, items.quantity
-                   FROM ga_counters c JOIN items USING (shard)
-                  WHERE c.event_id = $2 AND c.tier = $3
-                  ORDER BY c.shard
-                  FOR UPDATE OF c)
-             UPDATE ga_counters c
-                SET sold = c.sold - l.quantity,
-                    available = c.available + CASE WHEN $4 THEN l.quantity ELSE 0 END,
-                    held_back = c.held_back + CASE WHEN $4 THEN 0 ELSE l.quantity END
-               FROM locked l
-              WHERE c.event_id = $2 AND c.tier = $3 AND c.shard = l.shard",
-        )
-        .bind(hold)
-        .bind(event)
-        .bind(&ga_tier)
-        .bind(ga.release)
-        .execute(&mut *conn)
-        .await
-        .statement("give the refunded line's GA units back")?;
+        super::return_ga_units_tx(conn, hold, event, ga_tier.as_deref(), ga.release).await?;
     }
     let tickets: i32 = lines
         .iter()
