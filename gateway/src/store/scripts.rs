@@ -63,22 +63,23 @@ if ARGV[8] == 'draw' or ARGV[8] == 'fifo' then
 end
 if restored == 1 then
   if registered then redis.call('SADD', KEYS[12], ARGV[1]) end
-elseif registered then
+else
   -- A registered fan's first join is drawn whenever it happens (registration was the
   -- arrival); the drawn set makes it once, so a lapsed or revoked fan joins at the back.
-  if redis.call('SADD', KEYS[12], ARGV[1]) == 1 then
+  -- Anyone else is drawn only before the sale start (and the seed's reveal).
+  local drawn
+  if registered then
+    drawn = redis.call('SADD', KEYS[12], ARGV[1]) == 1
+  else
+    drawn = now_ms < tonumber(cfg[2]) and not cfg[3]
+  end
+  if drawn then
     score = ARGV[2]
     kind = 'draw'
   else
     score = string.format('%d%03d.%03d', sec, math.floor(usec / 1000), usec % 1000)
     kind = 'fifo'
   end
-elseif now_ms < tonumber(cfg[2]) and not cfg[3] then
-  score = ARGV[2]
-  kind = 'draw'
-else
-  score = string.format('%d%03d.%03d', sec, math.floor(usec / 1000), usec % 1000)
-  kind = 'fifo'
 end
 -- The safety net (after the sale start): count the arrival (10-second buckets in the progress
 -- hash), then let it straight through unless the last minute's arrivals, the admitted fans
