@@ -759,7 +759,8 @@ def gateway_admin_doc():
     cid = path_param("id", SLUG, "the change id")
     entry = obj({"id": S, "at": TS, "actor": S, "action": {"enum": [
                      "config.put", "schedule.add", "schedule.edit", "schedule.cancel",
-                     "schedule.apply", "schedule.fail", "sold_out", "revoke"]},
+                     "schedule.apply", "schedule.fail", "sold_out", "revoke",
+                     "registrations.add", "registrations.remove", "registrations.replace"]},
                  "before": {}, "after": {}, "change": S, "version": I,
                  "schedule_before": {}, "schedule_after": {}},
                 required=("id", "at", "actor", "action", "before", "after"))
