@@ -677,6 +677,9 @@ fn documented_audit_actions(doc: &Value) -> Vec<String> {
     }
     let mut out = Vec::new();
     walk(doc, &mut out);
-    assert!(!out.is_empty(), "no audit action enum in the admin document");
+    assert!(
+        !out.is_empty(),
+        "no audit action enum in the admin document"
+    );
     out
 }
