@@ -7,18 +7,19 @@
 //!    each pick's seats marked taken before the next pick: the picks of a batch are disjoint,
 //!    and each is checked for stranding against the state after the picks before it, so the
 //!    batch picks exactly what the same requests one after the other would (on that read);
-//! 3. every pick's guarded hold statement ([`super::guard`]) at once, each its own statement,
-//!    exactly as for a request on its own. Each request gets its own answer through a
-//!    oneshot channel.
+//! 3. every pick's guarded hold statement ([`super::guard`]), each its own statement exactly
+//!    as for a request on its own: picks that touch the same row in pick order (so each
+//!    statement sees the state its pick was checked against), different rows at once. Each
+//!    request gets its own answer through a oneshot channel.
 //!
 //! The read decides nothing; the statement does. It re-checks, under its locks, every seat it
 //! takes and the stranding rule on the latest committed rows, so a stale read (a release, an
 //! explicit hold, another booking process) costs a lost round, never a shared or stranded
-//! seat. Statements of one batch may lock the same neighbour seats (adjacent picks in one
-//! row): they wait for each other in `seat_id` order; a deadlock, should Postgres report one,
-//! is a lost round like a taken seat. A loser is queued ahead of newer requests for the next
-//! batch (which reads after this batch's holds are committed), with its lost rounds counted:
-//! [`ROUNDS`] lost rounds answer `503`, as before batching.
+//! seat. Seat statements of one batch do not wait for each other (each locks seats of its own
+//! rows only, and one row's run one after the other); a deadlock with other statements,
+//! should Postgres report one, is a lost round like a taken seat. A loser is queued ahead of
+//! newer requests for the next batch (which reads after this batch's holds are committed),
+//! with its lost rounds counted: [`ROUNDS`] lost rounds answer `503`, as before batching.
 //!
 //! A request whose pick fails on a read that the batch's earlier picks changed has learnt
 //! nothing about the hall: it waits for the next batch's fresh read (not a lost round), ahead
@@ -34,7 +35,7 @@ use crate::inventory::InventoryState;
 use crate::inventory::error::InventoryError;
 use crate::inventory::holds::http::{HoldResponse, taken_response};
 use crate::inventory::holds::pick::{
-    BestAvailable, Candidates, Fit, WINDOW, any_seats, no_free_seats,
+    BestAvailable, Candidates, Fit, Picked, WINDOW, any_seats, no_free_seats,
 };
 use crate::inventory::holds::take::{
     Attempt, expire_account_holds, limit_refusal, sale_not_started, take_seats_tx,
@@ -246,7 +247,7 @@ impl Group {
         event: &str,
         w: &Waiter,
         picked: &mut HashSet<String>,
-    ) -> Result<Option<Vec<String>>, InventoryError> {
+    ) -> Result<Option<Picked>, InventoryError> {
         let q = usize::try_from(w.q).unwrap_or(0);
         loop {
             let fit = match &mut self.read {
@@ -267,7 +268,7 @@ impl Group {
                 Some(Ok(c)) => c.fit(q, w.req.adjacent, picked),
             };
             match fit {
-                Fit::Seats(seats) => return Ok(Some(seats)),
+                Fit::Seats(p) => return Ok(Some(p)),
                 Fit::Later => return Ok(None),
                 Fit::Widen => {
                     let read = Candidates::read(
@@ -300,8 +301,49 @@ impl Group {
     }
 }
 
-/// One batch: the picks on one read per section and tiers, then every hold statement at once.
-/// Returns the requests for the next batch (losers and those waiting for a fresh read).
+/// Picks whose hold statements lock seats of the same rows, in pick order.
+#[derive(Default)]
+struct Chain {
+    rows: Vec<(String, i32)>,
+    takes: Vec<(Waiter, Vec<String>)>,
+}
+
+/// Puts a pick in a chain: after every earlier pick that touches one of its rows (merging
+/// the chains it joins), so picks of one row run in pick order and other rows at once.
+///
+/// Why: each pick was checked for stranding against the state after the picks before it,
+/// not without them. Run in pick order, each statement sees exactly that state and its guard
+/// agrees; a later pick that ran first could be refused for a seat an earlier pick was about
+/// to take (a lost round for nothing), and statements of one row would wait for each other's
+/// locks anyway. Statements never lock seats of other rows, so chains do not wait for each
+/// other.
+fn chain(chains: &mut Vec<Chain>, w: Waiter, p: Picked) {
+    let mut joined = Chain::default();
+    let mut i = 0;
+    while i < chains.len() {
+        let touches = chains
+            .get(i)
+            .is_some_and(|c| c.rows.iter().any(|r| p.rows.contains(r)));
+        if touches {
+            let c = chains.remove(i);
+            joined.rows.extend(c.rows);
+            joined.takes.extend(c.takes);
+        } else {
+            i += 1;
+        }
+    }
+    for r in p.rows {
+        if !joined.rows.contains(&r) {
+            joined.rows.push(r);
+        }
+    }
+    joined.takes.push((w, p.seats));
+    chains.push(joined);
+}
+
+/// One batch: the picks on one read per section and tiers, then the hold statements, every
+/// chain at once. Returns the requests for the next batch (losers and those waiting for a
+/// fresh read).
 async fn run_batch(state: &InventoryState, event: &str, batch: Vec<Waiter>) -> Vec<Waiter> {
     state
         .metrics
@@ -309,7 +351,7 @@ async fn run_batch(state: &InventoryState, event: &str, batch: Vec<Waiter>) -> V
         .observe(batch.len() as f64);
     let mut picked: HashSet<String> = HashSet::new();
     let mut groups: Vec<Group> = Vec::new();
-    let mut takes: Vec<(Waiter, Vec<String>)> = Vec::new();
+    let mut chains: Vec<Chain> = Vec::new();
     let mut back: Vec<Waiter> = Vec::new();
     for w in batch {
         if w.tx.is_closed() {
@@ -327,16 +369,18 @@ async fn run_batch(state: &InventoryState, event: &str, batch: Vec<Waiter>) -> V
             continue;
         };
         match group.fit(state, event, &w, &mut picked).await {
-            Ok(Some(seats)) => takes.push((w, seats)),
+            Ok(Some(p)) => chain(&mut chains, w, p),
             Ok(None) => back.push(w),
             Err(e) => w.answer(Err(e)),
         }
     }
-    let lost = join_all(
-        takes
-            .into_iter()
-            .map(|(w, seats)| settle(state, event, w, seats)),
-    )
+    let lost = join_all(chains.into_iter().map(|c| async move {
+        let mut lost = Vec::new();
+        for (w, seats) in c.takes {
+            lost.extend(settle(state, event, w, seats).await);
+        }
+        lost
+    }))
     .await;
     back.extend(lost.into_iter().flatten());
     back
@@ -447,6 +491,38 @@ mod tests {
         assert!(queues.next_batch("ev").is_empty());
         let (w, _rx) = waiter(99);
         assert!(queues.push("ev", w));
+    }
+
+    fn picked(rows: &[(&str, i32)]) -> Picked {
+        Picked {
+            seats: Vec::new(),
+            rows: rows.iter().map(|(s, r)| ((*s).to_owned(), *r)).collect(),
+        }
+    }
+
+    #[test]
+    fn picks_of_one_row_chain_in_pick_order_and_other_rows_run_apart() {
+        let mut chains = Vec::new();
+        for (seq, rows) in [
+            vec![("S1", 1)],
+            vec![("S2", 1)],
+            vec![("S1", 1)],
+            vec![("S3", 1)],
+            // Not adjacent: one pick over two rows joins their chains.
+            vec![("S2", 1), ("S3", 1)],
+            vec![("S1", 2)],
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            chain(&mut chains, waiter(seq as u64).0, picked(&rows));
+        }
+        let mut order: Vec<Vec<u64>> = chains
+            .iter()
+            .map(|c| c.takes.iter().map(|(w, _)| w.seq).collect())
+            .collect();
+        order.sort();
+        assert_eq!(order, vec![vec![0, 2], vec![1, 3, 4], vec![5]]);
     }
 
     #[test]

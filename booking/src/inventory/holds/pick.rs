@@ -138,6 +138,8 @@ ORDER BY s.section, s.row_no, s.number, s.seat_id";
 pub(crate) struct Candidates {
     segments: Vec<Vec<Slot>>,
     ids: Vec<Vec<String>>,
+    /// Each segment's (section, row).
+    rows: Vec<(String, i32)>,
     /// Free eligible seats in the window, as read.
     in_window: i64,
     /// The window the read used (`None`: every row with a free eligible seat).
@@ -147,10 +149,18 @@ pub(crate) struct Candidates {
     changed: bool,
 }
 
+/// A pick of one request.
+pub(crate) struct Picked {
+    pub seats: Vec<String>,
+    /// The (section, row) of its seats, each once: its hold statement locks seats of these
+    /// rows only (the guard's neighbours are row neighbours).
+    pub rows: Vec<(String, i32)>,
+}
+
 /// What the candidate rows say about one request.
 pub(crate) enum Fit {
-    /// The seat ids to take (already marked taken in the candidates).
-    Seats(Vec<String>),
+    /// The seats to take (already marked taken in the candidates).
+    Seats(Picked),
     /// Nothing fits in this read, which this batch's picks changed: ask a fresh read.
     Later,
     /// Nothing fits in the window although it is full: read every row.
@@ -183,6 +193,7 @@ impl Candidates {
         let mut c = Candidates {
             segments: Vec::new(),
             ids: Vec::new(),
+            rows: Vec::new(),
             in_window: rows.first().map_or(0, |r| r.7),
             limit,
             changed: false,
@@ -196,6 +207,7 @@ impl Candidates {
             if !joins {
                 c.segments.push(Vec::new());
                 c.ids.push(Vec::new());
+                c.rows.push((section.clone(), row));
             }
             let taken_here = free && picked.contains(&seat);
             c.changed |= taken_here;
@@ -217,7 +229,13 @@ impl Candidates {
     pub(crate) fn fit(&mut self, q: usize, adjacent: bool, picked: &mut HashSet<String>) -> Fit {
         if let Some(p) = pick(&self.segments, q, adjacent) {
             let mut seats = Vec::with_capacity(p.seats.len());
+            let mut rows: Vec<(String, i32)> = Vec::new();
             for (s, i) in p.seats {
+                if let Some(row) = self.rows.get(s)
+                    && !rows.contains(row)
+                {
+                    rows.push(row.clone());
+                }
                 if let (Some(slot), Some(id)) = (
                     self.segments.get_mut(s).and_then(|v| v.get_mut(i)),
                     self.ids.get(s).and_then(|v| v.get(i)),
@@ -228,7 +246,7 @@ impl Candidates {
                 }
             }
             self.changed = true;
-            return Fit::Seats(seats);
+            return Fit::Seats(Picked { seats, rows });
         }
         match self.limit {
             _ if self.changed => Fit::Later,
