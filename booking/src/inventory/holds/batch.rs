@@ -12,26 +12,20 @@
 //!    statement sees the state its pick was checked against), different rows at once. Each
 //!    request gets its own answer through a oneshot channel.
 //!
-//! Batches overlap by one step: the next batch is read and picked while this batch's
-//! statements run, with their seats counted as taken, and its statements start once these
-//! have finished. So statements of two batches never run at once (one row's statements stay
-//! in pick order), and the read costs the fans no waiting.
-//!
 //! The read decides nothing; the statement does. It re-checks, under its locks, every seat it
 //! takes and the stranding rule on the latest committed rows, so a stale read (a release, an
 //! explicit hold, another booking process) costs a lost round, never a shared or stranded
 //! seat. Seat statements of one batch do not wait for each other (each locks seats of its own
 //! rows only, and one row's run one after the other); a deadlock with other statements,
 //! should Postgres report one, is a lost round like a taken seat. A loser is queued ahead of
-//! newer requests for a later batch (which reads after its statement has finished), with its
-//! lost rounds counted: [`ROUNDS`] lost rounds answer `503`, as before batching.
+//! newer requests for the next batch (which reads after this batch's holds are committed),
+//! with its lost rounds counted: [`ROUNDS`] lost rounds answer `503`, as before batching.
 //!
-//! A request whose pick fails on a read that picks changed (the batch's earlier ones, or the
-//! running statements' seats) has learnt nothing about the hall: it waits for the next batch
-//! (not a lost round), ahead of newer requests, and that batch reads only once every earlier
-//! statement has finished. So `SOLD_OUT` and `NO_SEATS_TOGETHER` are only ever answered from
-//! a read as the database gave it, and the oldest request of such a batch always gets a pick
-//! or an answer: every request is served.
+//! A request whose pick fails on a read that the batch's earlier picks changed has learnt
+//! nothing about the hall: it waits for the next batch's fresh read (not a lost round), ahead
+//! of newer requests, so `SOLD_OUT` and `NO_SEATS_TOGETHER` are only ever answered from a read
+//! as the database gave it. The oldest request of each batch always gets a pick or an answer,
+//! so every request is served.
 //!
 //! Without the queue, N concurrent requests would read the same rows, pick the same block,
 //! and N−1 would lose and read again; one read per batch instead of one per request is what
@@ -72,9 +66,6 @@ struct Waiter {
     rounds: usize,
     /// The account's own expired holds were expired once after a limit refusal.
     healed: bool,
-    /// Its pick failed on a read that picks of the batch had changed: its next batch reads
-    /// only after every earlier statement has finished.
-    deferred: bool,
     tx: oneshot::Sender<Answer>,
 }
 
@@ -127,17 +118,16 @@ impl Queues {
         start
     }
 
-    /// The next batch, oldest first; empty when the queue is: then, unless the drain still
-    /// has statements running (`busy`), it ends, under the same lock as [`Self::push`], so a
-    /// request queued after that starts a new one.
-    fn next_batch(&self, event: &str, busy: bool) -> Vec<Waiter> {
+    /// The next batch, oldest first; empty when the queue is: then the drain ends, under the
+    /// same lock as [`Self::push`], so a request queued after that starts a new one.
+    fn next_batch(&self, event: &str) -> Vec<Waiter> {
         let mut map = self.lock();
         let Some(queue) = map.get_mut(event) else {
             return Vec::new();
         };
         let n = queue.waiting.len().min(MAX_BATCH);
         let batch: Vec<Waiter> = queue.waiting.drain(..n).collect();
-        if batch.is_empty() && !busy {
+        if batch.is_empty() {
             map.remove(event);
         }
         batch
@@ -180,7 +170,6 @@ pub(crate) async fn hold(
         q,
         rounds: 0,
         healed: false,
-        deferred: false,
         tx,
     };
     if queues.push(event, w) {
@@ -206,27 +195,7 @@ impl Drop for DrainGuard<'_> {
     }
 }
 
-/// One batch's hold statements, running, and the seats they take.
-struct InFlight {
-    seats: HashSet<String>,
-    task: tokio::task::JoinHandle<Vec<Waiter>>,
-}
-
-impl InFlight {
-    /// Waits for the statements: the requests that lost their round.
-    async fn finish(self) -> Vec<Waiter> {
-        self.task.await.unwrap_or_else(|e| {
-            // Its requests were dropped with it: each answers 503.
-            tracing::error!(error = %e, "best-available hold statements failed");
-            Vec::new()
-        })
-    }
-}
-
-/// Serves the event's queue, batch by batch, until it is empty. The next batch is read and
-/// picked while the previous batch's statements run (their seats counted as taken); its
-/// statements start when those have finished, so statements of one row still run in pick
-/// order, and a loser's next read comes after its lost statement.
+/// Serves the event's queue, batch by batch, until it is empty.
 #[tracing::instrument(skip_all, fields(event = %event))]
 async fn drain(state: InventoryState, event: String) {
     let queues = &state.events.queues;
@@ -235,46 +204,14 @@ async fn drain(state: InventoryState, event: String) {
         event: &event,
         done: false,
     };
-    let mut running: Option<InFlight> = None;
     loop {
-        let batch = queues.next_batch(&event, running.is_some());
+        let batch = queues.next_batch(&event);
         if batch.is_empty() {
-            match running.take() {
-                Some(f) => {
-                    let lost = f.finish().await;
-                    queues.requeue(&event, lost);
-                    continue;
-                }
-                None => {
-                    guard.done = true;
-                    return;
-                }
-            }
+            guard.done = true;
+            return;
         }
-        let mut back = Vec::new();
-        // A request that waits for a read without anyone's picks in it gets one: the
-        // statements still running finish first. (Without this, under steady traffic, every
-        // read would count someone's running picks and it might wait for ever.)
-        if batch.iter().any(|w| w.deferred)
-            && let Some(f) = running.take()
-        {
-            back.extend(f.finish().await);
-        }
-        let running_seats = running.as_ref().map(|f| f.seats.clone());
-        let (chains, seats, later) =
-            pick_batch(&state, &event, batch, running_seats.unwrap_or_default()).await;
-        back.extend(later);
-        if let Some(f) = running.take() {
-            back.extend(f.finish().await);
-        }
+        let back = run_batch(&state, &event, batch).await;
         queues.requeue(&event, back);
-        if !chains.is_empty() {
-            let (state, event) = (state.clone(), event.clone());
-            running = Some(InFlight {
-                seats,
-                task: tokio::spawn(async move { hold_chains(&state, &event, chains).await }),
-            });
-        }
     }
 }
 
@@ -404,24 +341,19 @@ fn chain(chains: &mut Vec<Chain>, w: Waiter, p: Picked) {
     chains.push(joined);
 }
 
-/// One batch's picks, on one read per section and tiers (`picked`: seats taken meanwhile, by
-/// the statements still running): the picks in chains, every seat they take, and the
-/// requests that wait for the next batch's read.
-async fn pick_batch(
-    state: &InventoryState,
-    event: &str,
-    batch: Vec<Waiter>,
-    mut picked: HashSet<String>,
-) -> (Vec<Chain>, HashSet<String>, Vec<Waiter>) {
+/// One batch: the picks on one read per section and tiers, then the hold statements, every
+/// chain at once. Returns the requests for the next batch (losers and those waiting for a
+/// fresh read).
+async fn run_batch(state: &InventoryState, event: &str, batch: Vec<Waiter>) -> Vec<Waiter> {
     state
         .metrics
         .best_available_batch
         .observe(batch.len() as f64);
+    let mut picked: HashSet<String> = HashSet::new();
     let mut groups: Vec<Group> = Vec::new();
     let mut chains: Vec<Chain> = Vec::new();
-    let mut seats: HashSet<String> = HashSet::new();
-    let mut later: Vec<Waiter> = Vec::new();
-    for mut w in batch {
+    let mut back: Vec<Waiter> = Vec::new();
+    for w in batch {
         if w.tx.is_closed() {
             // The fan has gone: hold nothing for them.
             continue;
@@ -437,22 +369,11 @@ async fn pick_batch(
             continue;
         };
         match group.fit(state, event, &w, &mut picked).await {
-            Ok(Some(p)) => {
-                seats.extend(p.seats.iter().cloned());
-                chain(&mut chains, w, p);
-            }
-            Ok(None) => {
-                w.deferred = true;
-                later.push(w);
-            }
+            Ok(Some(p)) => chain(&mut chains, w, p),
+            Ok(None) => back.push(w),
             Err(e) => w.answer(Err(e)),
         }
     }
-    (chains, seats, later)
-}
-
-/// The hold statements of one batch, every chain at once: the requests that lost their round.
-async fn hold_chains(state: &InventoryState, event: &str, chains: Vec<Chain>) -> Vec<Waiter> {
     let lost = join_all(chains.into_iter().map(|c| async move {
         let mut lost = Vec::new();
         for (w, seats) in c.takes {
@@ -461,7 +382,8 @@ async fn hold_chains(state: &InventoryState, event: &str, chains: Vec<Chain>) ->
         lost
     }))
     .await;
-    lost.into_iter().flatten().collect()
+    back.extend(lost.into_iter().flatten());
+    back
 }
 
 /// One request's guarded hold statement and what follows from it: the answer, or the request
@@ -536,7 +458,6 @@ mod tests {
             q: 2,
             rounds: 0,
             healed: false,
-            deferred: false,
             tx,
         };
         (w, rx)
@@ -555,7 +476,7 @@ mod tests {
                 "only the first starts a drain"
             );
         }
-        let first = queues.next_batch("ev", false);
+        let first = queues.next_batch("ev");
         assert_eq!(first.len(), MAX_BATCH);
         assert_eq!(first.first().map(|w| w.seq), Some(0));
         // Two losers of the batch, handed back out of order, go first, oldest first.
@@ -563,20 +484,11 @@ mod tests {
         let a = first.next().expect("a waiter");
         let b = first.next().expect("a waiter");
         queues.requeue("ev", vec![b, a]);
-        let second: Vec<u64> = queues
-            .next_batch("ev", false)
-            .iter()
-            .map(|w| w.seq)
-            .collect();
+        let second: Vec<u64> = queues.next_batch("ev").iter().map(|w| w.seq).collect();
         let newer = MAX_BATCH as u64;
         assert_eq!(second, vec![0, 1, newer, newer + 1, newer + 2]);
-        // Empty while statements still run: the drain goes on, a new request joins it.
-        assert!(queues.next_batch("ev", true).is_empty());
-        let (w, _rx) = waiter(98);
-        assert!(!queues.push("ev", w));
-        assert_eq!(queues.next_batch("ev", true).len(), 1);
         // Empty: the drain ends and the next request starts a new one.
-        assert!(queues.next_batch("ev", false).is_empty());
+        assert!(queues.next_batch("ev").is_empty());
         let (w, _rx) = waiter(99);
         assert!(queues.push("ev", w));
     }
