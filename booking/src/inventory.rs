@@ -26,7 +26,7 @@ pub use error::InventoryError;
 use crate::platform::auth::Auth;
 use crate::platform::idempotency::Idempotency;
 use crate::platform::jobs::Job;
-use prometheus::{IntCounterVec, Opts, Registry};
+use prometheus::{Histogram, HistogramOpts, IntCounterVec, Opts, Registry};
 use sqlx::PgPool;
 use std::sync::Arc;
 
@@ -45,7 +45,7 @@ pub struct InventoryState {
     pub metrics: InventoryMetrics,
     /// Rendered seat maps, per event (see [`seats`]).
     pub seat_maps: Arc<seats::SeatMapCache>,
-    /// Per-process event facts of the hold paths (`no_orphans`, best-available turns).
+    /// Per-process event facts of the hold paths (`no_orphans`, best-available queues).
     pub events: Arc<holds::pick::EventLocal>,
 }
 
@@ -110,6 +110,9 @@ pub struct InventoryMetrics {
     /// Seat-map renderings by part (`layout`/`availability`/`json`):
     /// `seat_map_builds_total`. Once per change per process, not per request.
     pub seat_map_builds: IntCounterVec,
+    /// Best-available requests per batch (one candidate read per section and tiers, see
+    /// `holds/batch.rs`): `best_available_batch_size`.
+    pub best_available_batch: Histogram,
 }
 
 impl InventoryMetrics {
@@ -129,12 +132,21 @@ impl InventoryMetrics {
         )?;
         registry.register(Box::new(holds.clone()))?;
         registry.register(Box::new(holds_expired.clone()))?;
+        let best_available_batch = Histogram::with_opts(
+            HistogramOpts::new(
+                "best_available_batch_size",
+                "Best-available requests served per batch",
+            )
+            .buckets(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]),
+        )?;
         registry.register(Box::new(seat_map_builds.clone()))?;
+        registry.register(Box::new(best_available_batch.clone()))?;
         Ok(Self {
             holds,
             holds_expired,
             refusals,
             seat_map_builds,
+            best_available_batch,
         })
     }
 }

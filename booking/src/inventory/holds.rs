@@ -4,7 +4,9 @@
 //! Files: `repo.rs` (the helpers below and the release of ended holds), `take.rs` (the
 //! statements of the seat and GA hold paths), `guard.rs` (the seat hold statement with the
 //! orphan guard), `best.rs` (the pure best-available pick), `pick.rs` (best available: the
-//! request, the candidate read, the retry loop), `release.rs` (a fan's release in one
+//! request, the candidate read and the picks on it), `batch.rs` (best available: one
+//! event's queued requests picked on one read, held concurrently, losers retried),
+//! `release.rs` (a fan's release in one
 //! statement), `http.rs` (`POST /api/events/{event}/holds`, `DELETE /api/holds/{hold}`).
 //!
 //! Guarantees:
@@ -47,6 +49,7 @@
 //!   [`SellOutcome::NotOrdered`] (nothing changed) when the hold is not `ordered` for that
 //!   account.
 
+mod batch;
 pub mod best;
 mod guard;
 pub(crate) mod http;

@@ -259,3 +259,89 @@ async fn two_holds_that_would_strand_a_seat_together_never_both_succeed() {
     assert_no_lonely_seat(&app, "strict").await;
     app.stop().await;
 }
+
+/// `name value` of one metric line in booking's `/metrics` text (0 when absent).
+async fn metric(app: &TestApp, name: &str) -> f64 {
+    let text = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("metrics text");
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn two_hundred_concurrent_pairs_are_picked_in_batches_disjoint_and_fill_the_hall() {
+    let app = TestApp::spawn().await;
+    // 160 seats in rows of 10, for 200 fans asking 2 each at once: 80 get a pair, and the
+    // pairs, picked front-row centre first, always leave runs of an even length, so nothing is
+    // ever refused before the hall is full.
+    create_event(
+        &app,
+        &json!({
+            "id": "pairs", "name": "Pairs", "sale_start": "2020-01-01T00:00:00Z",
+            "max_tickets_per_account": 10, "no_orphans": true,
+            "price_tiers": [{"tier": "A", "price": 100}],
+            "seat_map": {"sections": [
+                {"name": "S1", "rows": 8, "seats_per_row": 10, "price_tier": "A"},
+                {"name": "S2", "rows": 8, "seats_per_row": 10, "price_tier": "A"}
+            ]},
+        }),
+    )
+    .await;
+    let results = join_all((0..200).map(|i| {
+        let app = &app;
+        async move { best(app, "pairs", &format!("fan-{i}"), json!({"quantity": 2})).await }
+    }))
+    .await;
+    let mut seen = HashSet::new();
+    let mut held = 0;
+    for (status, body) in &results {
+        if *status == 201 {
+            assert_eq!(record(&app, &mut seen, body).await, 2);
+            let at: Vec<(String, i32, i32)> = seat_list(body).iter().map(|s| position(s)).collect();
+            assert_eq!(
+                (&at[1].0, at[1].1, at[1].2),
+                (&at[0].0, at[0].1, at[0].2 + 1)
+            );
+            held += 1;
+        } else {
+            // Only ever from a read of the full hall: no 503, no NO_SEATS_TOGETHER.
+            assert_eq!(
+                (*status, body["code"].as_str()),
+                (409, Some("SOLD_OUT")),
+                "{body}"
+            );
+        }
+    }
+    assert_eq!((held, seen.len()), (80, 160));
+    assert_no_lonely_seat(&app, "pairs").await;
+    let free: usize = free_rows(&app, "pairs")
+        .await
+        .values()
+        .map(|r| r.iter().filter(|&&f| f).count())
+        .sum();
+    assert_eq!(free, 0, "every seat held");
+    // Batching really happened: some batch served more than one request, and far fewer
+    // batches than requests ran.
+    let batches = metric(&app, "floodgate_booking_best_available_batch_size_count").await;
+    let singles = metric(
+        &app,
+        "floodgate_booking_best_available_batch_size_bucket{le=\"1\"}",
+    )
+    .await;
+    let served = metric(&app, "floodgate_booking_best_available_batch_size_sum").await;
+    assert!(
+        batches > singles,
+        "a batch of more than one: {batches} {singles}"
+    );
+    assert!(served >= 200.0, "every request was in a batch: {served}");
+    assert!(batches < 100.0, "requests share batches: {batches} batches");
+    app.stop().await;
+}

@@ -1,6 +1,6 @@
 //! Best available: which free seats to take for a quantity, as a pure function of the rows
 //! (unit-tested exhaustively against a brute-force reference in `best/tests.rs`). The
-//! request, the reads and the retry loop are in `best_http.rs`.
+//! request and the reads are in `pick.rs`, the batches and the retry loop in `batch.rs`.
 //!
 //! A row is split into *segments*: seats of consecutive numbers (a gap in the numbering is an
 //! aisle, treated like a row end). The rule every pick obeys: **no stranded seat**. A seat is

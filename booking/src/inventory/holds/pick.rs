@@ -1,36 +1,29 @@
 //! Best available (`{"best_available": {...}}` on `POST /api/events/{event}/holds`): the
-//! request and its checks, the read of the candidate rows, and the loop that takes the pick
-//! with the guarded hold statement ([`super::guard`]), re-reading when a concurrent hold got
-//! a seat first, so the loser gets the next best block instead of an error.
+//! request and its checks, the read of the candidate rows and the picks made on one read
+//! ([`Candidates`]). The queue that batches one event's requests, and takes each pick with
+//! the guarded hold statement ([`super::guard`]) and re-picks the losers, is
+//! [`super::batch`].
 //!
 //! Also the per-process facts about events the hold paths need: an event's `no_orphans`
-//! setting (it never changes after creation, so it is read once per process) and the
-//! per-event turn that serialises this process's best-available picks (racing picks of one
-//! process would all choose the same best block; picks of other processes still race, and
-//! the guarded statement plus the re-read settle that).
+//! setting (it never changes after creation, so it is read once per process) and each
+//! event's best-available queue.
 
 use crate::inventory::InventoryState;
 use crate::inventory::error::{During, InventoryError};
+use crate::inventory::holds::batch::{self, Queues};
 use crate::inventory::holds::best::{Slot, pick};
-use crate::inventory::holds::http::{HoldResponse, taken_response};
-use crate::inventory::holds::take::{
-    Attempt, expire_account_holds, limit_refusal, sale_not_started, take_seats_tx,
-};
+use crate::inventory::holds::http::HoldResponse;
 use crate::inventory::model::Invalid;
-use crate::platform::db;
 use serde::Deserialize;
 use sqlx::PgPool;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
 
 /// Most seats one best-available request may ask for.
 pub const MAX_BEST_QUANTITY: i64 = 10;
 /// Free seats (in rank order) whose rows are read as candidates; only when nothing fits in
 /// them are all rows read.
-const WINDOW: i64 = 200;
-/// Reads and takes per request before giving up with a `503` (each lost round means another
-/// hold got a seat of the pick meanwhile).
-const ROUNDS: usize = 8;
+pub(crate) const WINDOW: i64 = 200;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -85,7 +78,8 @@ pub fn check_best(req: &BestAvailable, max_seats_per_hold: usize) -> Result<i32,
 #[derive(Default)]
 pub struct EventLocal {
     no_orphans: Mutex<HashMap<String, bool>>,
-    turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Each event's queue of best-available requests ([`super::batch`]).
+    pub(crate) queues: Queues,
 }
 
 impl EventLocal {
@@ -113,14 +107,6 @@ impl EventLocal {
         }
         Ok(v)
     }
-
-    fn turn(&self, event: &str) -> Arc<tokio::sync::Mutex<()>> {
-        match self.turns.lock() {
-            Ok(mut m) => m.entry(event.to_owned()).or_default().clone(),
-            // A poisoned map only loses the serialisation; the statement stays the guard.
-            Err(_) => Arc::default(),
-        }
-    }
 }
 
 /// (section, row, number, seat id, rank, free, eligible, free eligible seats in the window)
@@ -145,90 +131,170 @@ FROM seats s JOIN picked_rows r ON s.section = r.section AND s.row_no = r.row_no
 WHERE s.event_id = $1
 ORDER BY s.section, s.row_no, s.number, s.seat_id";
 
-/// Reads the candidates and picks: the seat ids to take.
-async fn choose(
-    pool: &PgPool,
-    event: &str,
-    req: &BestAvailable,
-    q: usize,
-) -> Result<Vec<String>, InventoryError> {
-    let mut limit = Some(WINDOW);
-    loop {
+/// One read of the candidate rows for one section and tiers, as segments for the pure pick,
+/// and the picks made on it so far: a pick's seats are marked taken here before the next
+/// pick, so the picks of one batch are disjoint and each is judged (stranding included)
+/// against the state after the ones before it.
+pub(crate) struct Candidates {
+    segments: Vec<Vec<Slot>>,
+    ids: Vec<Vec<String>>,
+    /// Each segment's (section, row).
+    rows: Vec<(String, i32)>,
+    /// Free eligible seats in the window, as read.
+    in_window: i64,
+    /// The window the read used (`None`: every row with a free eligible seat).
+    limit: Option<i64>,
+    /// A seat that was free in the read is taken by a pick of this batch: a pick that
+    /// fails now may fit in a fresh read, so it proves nothing about the hall.
+    changed: bool,
+}
+
+/// A pick of one request.
+pub(crate) struct Picked {
+    pub seats: Vec<String>,
+    /// The (section, row) of its seats, each once: its hold statement locks seats of these
+    /// rows only (the guard's neighbours are row neighbours).
+    pub rows: Vec<(String, i32)>,
+}
+
+/// What the candidate rows say about one request.
+pub(crate) enum Fit {
+    /// The seats to take (already marked taken in the candidates).
+    Seats(Picked),
+    /// Nothing fits in this read, which this batch's picks changed: ask a fresh read.
+    Later,
+    /// Nothing fits in the window although it is full: read every row.
+    Widen,
+    /// Nothing free matches at all (sold out, or no such seats: [`no_free_seats`]).
+    NoneFree,
+    /// Free seats match, but no pick of the quantity strands none.
+    NotTogether { free: i64 },
+}
+
+impl Candidates {
+    /// Reads the candidates (`limit`: the window, `None` for all rows); seats in `picked`
+    /// (taken by earlier picks of the same batch) count as taken.
+    pub(crate) async fn read(
+        pool: &PgPool,
+        event: &str,
+        section: &Option<String>,
+        tiers: &Option<Vec<String>>,
+        limit: Option<i64>,
+        picked: &HashSet<String>,
+    ) -> Result<Self, InventoryError> {
         let rows: Vec<CandidateRow> = sqlx::query_as(CANDIDATES)
             .bind(event)
-            .bind(&req.section)
-            .bind(&req.tiers)
+            .bind(section)
+            .bind(tiers)
             .bind(limit)
             .fetch_all(pool)
             .await
             .during("read the best-available candidates")?;
-        let in_window = rows.first().map_or(0, |r| r.7);
+        let mut c = Candidates {
+            segments: Vec::new(),
+            ids: Vec::new(),
+            rows: Vec::new(),
+            in_window: rows.first().map_or(0, |r| r.7),
+            limit,
+            changed: false,
+        };
         // Segments: runs of consecutive numbers within one row.
-        let mut segments: Vec<Vec<Slot>> = Vec::new();
-        let mut ids: Vec<Vec<&str>> = Vec::new();
-        let mut prev: Option<(&str, i32, i32)> = None;
-        for (section, row, number, seat, rank, free, eligible, _) in &rows {
+        let mut prev: Option<(String, i32, i32)> = None;
+        for (section, row, number, seat, rank, free, eligible, _) in rows {
             let joins = prev
-                .is_some_and(|(s, r, n)| s == section.as_str() && r == *row && n + 1 == *number);
+                .as_ref()
+                .is_some_and(|(s, r, n)| *s == section && *r == row && n + 1 == number);
             if !joins {
-                segments.push(Vec::new());
-                ids.push(Vec::new());
+                c.segments.push(Vec::new());
+                c.ids.push(Vec::new());
+                c.rows.push((section.clone(), row));
             }
-            prev = Some((section, *row, *number));
-            if let (Some(seg), Some(seg_ids)) = (segments.last_mut(), ids.last_mut()) {
+            let taken_here = free && picked.contains(&seat);
+            c.changed |= taken_here;
+            if let (Some(seg), Some(seg_ids)) = (c.segments.last_mut(), c.ids.last_mut()) {
                 seg.push(Slot {
-                    free: *free,
-                    eligible: *eligible,
-                    rank: i64::from(*rank),
+                    free: free && !taken_here,
+                    eligible,
+                    rank: i64::from(rank),
                 });
                 seg_ids.push(seat);
             }
+            prev = Some((section, row, number));
         }
-        if let Some(p) = pick(&segments, q, req.adjacent) {
-            return Ok(p
-                .seats
-                .iter()
-                .filter_map(|&(s, i)| ids.get(s).and_then(|v| v.get(i)).map(|id| id.to_string()))
-                .collect());
-        }
-        match limit {
-            Some(w) if in_window >= w => limit = None,
-            _ if in_window == 0 => return Err(no_free_seats(pool, event, req).await),
-            _ => {
-                return Err(InventoryError::NoSeatsTogether {
-                    quantity: q as i32,
-                    free: in_window,
-                });
+        Ok(c)
+    }
+
+    /// The best pick for `q` seats on these rows as they stand after the earlier picks; a
+    /// pick is marked taken here and added to `picked`.
+    pub(crate) fn fit(&mut self, q: usize, adjacent: bool, picked: &mut HashSet<String>) -> Fit {
+        if let Some(p) = pick(&self.segments, q, adjacent) {
+            let mut seats = Vec::with_capacity(p.seats.len());
+            let mut rows: Vec<(String, i32)> = Vec::new();
+            for (s, i) in p.seats {
+                if let Some(row) = self.rows.get(s)
+                    && !rows.contains(row)
+                {
+                    rows.push(row.clone());
+                }
+                if let (Some(slot), Some(id)) = (
+                    self.segments.get_mut(s).and_then(|v| v.get_mut(i)),
+                    self.ids.get(s).and_then(|v| v.get(i)),
+                ) {
+                    slot.free = false;
+                    picked.insert(id.clone());
+                    seats.push(id.clone());
+                }
             }
+            self.changed = true;
+            return Fit::Seats(Picked { seats, rows });
+        }
+        match self.limit {
+            _ if self.changed => Fit::Later,
+            Some(w) if self.in_window >= w => Fit::Widen,
+            _ if self.in_window == 0 => Fit::NoneFree,
+            _ => Fit::NotTogether {
+                free: self.in_window,
+            },
         }
     }
 }
 
-/// Nothing free matches: sold out, or (a client error) no seat of that section or tiers.
-async fn no_free_seats(pool: &PgPool, event: &str, req: &BestAvailable) -> InventoryError {
-    let any: Result<bool, InventoryError> = sqlx::query_scalar(
+/// Nothing free matches: sold out (`true`), or (a client error) no seat of that section or
+/// tiers (`false`): whether the event has seats of the section and tiers at all.
+pub(crate) async fn any_seats(
+    pool: &PgPool,
+    event: &str,
+    section: &Option<String>,
+    tiers: &Option<Vec<String>>,
+) -> Result<bool, InventoryError> {
+    sqlx::query_scalar(
         "SELECT EXISTS (SELECT 1 FROM seats WHERE event_id = $1
                           AND ($2::text IS NULL OR section = $2)
                           AND ($3::text[] IS NULL OR tier = ANY($3)))",
     )
     .bind(event)
-    .bind(&req.section)
-    .bind(&req.tiers)
+    .bind(section)
+    .bind(tiers)
     .fetch_one(pool)
     .await
-    .during("read whether the section and tiers have seats");
-    match any {
-        Err(e) => e,
-        Ok(true) => InventoryError::SeatsSoldOut,
-        Ok(false) => Invalid::field(
+    .during("read whether the section and tiers have seats")
+}
+
+/// The answer when nothing free matches, from [`any_seats`].
+pub(crate) fn no_free_seats(any: bool) -> InventoryError {
+    if any {
+        InventoryError::SeatsSoldOut
+    } else {
+        Invalid::field(
             "best_available",
             "no seats of this section and tiers in the event",
         )
-        .into(),
+        .into()
     }
 }
 
-/// Picks and holds. The answer is a hold like an explicit one.
+/// Picks and holds: queues the request for the event's batch ([`super::batch`]) and waits
+/// for its answer. The answer is a hold like an explicit one.
 pub(crate) async fn hold_best(
     state: &InventoryState,
     event: &str,
@@ -239,26 +305,7 @@ pub(crate) async fn hold_best(
     if state.events.no_orphans(&state.pool, event).await?.is_none() {
         return Err(InventoryError::UnknownEvent);
     }
-    let turn = state.events.turn(event);
-    let _turn = turn.lock().await;
-    let pool = &state.hold_pool;
-    let mut healed = false;
-    for _ in 0..ROUNDS {
-        let seats = choose(&state.pool, event, &req, q as usize).await?;
-        let attempt = db::retry(1, || take_seats_tx(pool, event, account, &seats, q, true)).await?;
-        match attempt {
-            Attempt::Done(taken) => return Ok(taken_response(state, event, taken, seats)),
-            Attempt::Limit if !healed => {
-                healed = true;
-                expire_account_holds(pool, event, account).await?;
-            }
-            Attempt::Limit => return Err(limit_refusal(pool, event, account, q).await),
-            Attempt::NotOnSale => return Err(sale_not_started(pool, event).await),
-            // Another hold got a seat of the pick, or a neighbour, since the read: read again.
-            Attempt::Short(_) => {}
-        }
-    }
-    Err(InventoryError::Contended)
+    batch::hold(state, event, account, req, q).await
 }
 
 #[cfg(test)]
