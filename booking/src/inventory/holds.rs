@@ -62,5 +62,5 @@ pub use crate::inventory::model::{HoldKind, HoldStatus};
 pub use http::{HoldRequest, HoldResponse, router};
 pub use repo::{
     IssuedTicket, PinnedHold, PinnedSeat, ReleasedHold, SellOutcome, pin_hold_tx, release_hold_tx,
-    sell_hold_tx,
+    return_ga_units_tx, sell_hold_tx,
 };

@@ -22,6 +22,7 @@
 
 pub mod lines;
 
+use crate::inventory::holds;
 use crate::orders::stock::{self, StockMove};
 use crate::outbox;
 use crate::payments::error::{PaymentResult, Statement};
@@ -229,7 +230,9 @@ async fn reverse_order_tx(
                 .await
                 .statement("give the seats back")?;
             } else {
-                return_ga_units_tx(conn, hold_id, &hold_event, ga_tier.as_deref(), release).await?;
+                holds::return_ga_units_tx(conn, hold_id, &hold_event, ga_tier.as_deref(), release)
+                    .await
+                    .statement("give the GA units back")?;
             }
             // The fan no longer holds these tickets: they count against the limit no more.
             sqlx::query(
@@ -296,39 +299,4 @@ async fn reverse_order_tx(
         tickets_voided: voided.len(),
         released_skus,
     })
-}
-
-/// Gives a GA hold's units back to the shards it took them from (their `hold_ga_items`), on
-/// sale when `release`, else held back. The shards are locked in shard order, like every GA
-/// path. Used by a whole-order reversal and by the refund of an order's GA line.
-pub(super) async fn return_ga_units_tx(
-    conn: &mut PgConnection,
-    hold_id: &str,
-    event: &str,
-    tier: Option<&str>,
-    release: bool,
-) -> PaymentResult<()> {
-    sqlx::query(
-        "WITH items AS (SELECT shard, quantity FROM hold_ga_items WHERE hold_id = $1),
-         locked AS (
-             SELECT c.shard, items.quantity
-               FROM ga_counters c JOIN items USING (shard)
-              WHERE c.event_id = $2 AND c.tier = $3
-              ORDER BY c.shard
-              FOR UPDATE OF c)
-         UPDATE ga_counters c
-            SET sold = c.sold - l.quantity,
-                available = c.available + CASE WHEN $4 THEN l.quantity ELSE 0 END,
-                held_back = c.held_back + CASE WHEN $4 THEN 0 ELSE l.quantity END
-           FROM locked l
-          WHERE c.event_id = $2 AND c.tier = $3 AND c.shard = l.shard",
-    )
-    .bind(hold_id)
-    .bind(event)
-    .bind(tier)
-    .bind(release)
-    .execute(&mut *conn)
-    .await
-    .statement("give the GA units back")?;
-    Ok(())
 }

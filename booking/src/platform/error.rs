@@ -143,7 +143,7 @@ impl From<sqlx::Error> for ApiError {
 
 /// Deadlock (40P01), serialization failure (40001), lock not available (55P03) and statement
 /// timeout (57014): the transaction changed nothing and may succeed when retried.
-fn is_transient(e: &sqlx::Error) -> bool {
+pub(crate) fn is_transient(e: &sqlx::Error) -> bool {
     matches!(
         e.as_database_error().and_then(|d| d.code()).as_deref(),
         Some("40P01" | "40001" | "55P03" | "57014")

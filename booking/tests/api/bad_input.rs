@@ -320,15 +320,7 @@ async fn bad_hold_requests_are_refused_and_change_nothing() {
     assert_eq!((status, err["code"].as_str()), (404, Some("NOT_FOUND")));
     assert_eq!(db_state(&app.pool).await, before);
     // Refusals are counted by code.
-    let metrics = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.metrics_text().await;
     assert!(
         metrics.contains("floodgate_booking_refusals_total{code=\"SEAT_TAKEN\"}"),
         "{metrics}"

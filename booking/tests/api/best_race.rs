@@ -262,16 +262,9 @@ async fn two_holds_that_would_strand_a_seat_together_never_both_succeed() {
 
 /// `name value` of one metric line in booking's `/metrics` text (0 when absent).
 async fn metric(app: &TestApp, name: &str) -> f64 {
-    let text = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
+    app.metrics_text()
         .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("metrics text");
-    text.lines()
+        .lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
         .unwrap_or(0.0)
 }

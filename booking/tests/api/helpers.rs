@@ -255,6 +255,18 @@ impl TestApp {
         format!("{}{}", self.addr, path)
     }
 
+    /// Booking's `/metrics` text.
+    pub async fn metrics_text(&self) -> String {
+        self.client
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .expect("GET /metrics")
+            .text()
+            .await
+            .expect("the /metrics text")
+    }
+
     pub fn tokens(&self) -> &AdmissionTokens {
         self.state.auth.tokens()
     }

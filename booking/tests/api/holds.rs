@@ -122,15 +122,7 @@ async fn hold_then_release_returns_everything() {
     // The seats are free again for anyone.
     let (status, _) = hold(&app, "ev", "bob", &["S1-R1-2"]).await;
     assert_eq!(status, 201);
-    let metrics = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.metrics_text().await;
     assert!(
         metrics.contains("floodgate_booking_holds_total{kind=\"seats\"} 2"),
         "{metrics}"

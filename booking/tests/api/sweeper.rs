@@ -80,15 +80,7 @@ async fn the_sweeper_releases_expired_holds_only() {
     assert_eq!(state["held"], 4);
     assert_eq!(state["usage"], 4);
     assert_eq!(state["ga_available"], 20);
-    let metrics = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.metrics_text().await;
     assert!(
         metrics.contains("floodgate_booking_holds_expired_total{kind=\"ga\"} 1"),
         "{metrics}"

@@ -334,6 +334,52 @@ pub async fn pin_hold_tx(
     Ok(Some(pinned))
 }
 
+/// One statement over a GA hold's units (`$1` the hold, `$2` the event, `$3` the tier): locks
+/// the shards it took units from (its `hold_ga_items`) in shard order, like every GA path,
+/// then applies `$set` to each with `l.quantity`, that shard's units of the hold.
+macro_rules! ga_hold_units_sql {
+    ($set:literal) => {
+        concat!(
+            "WITH items AS (SELECT shard, quantity FROM hold_ga_items WHERE hold_id = $1),
+             locked AS (
+                 SELECT c.shard, items.quantity
+                 FROM ga_counters c JOIN items USING (shard)
+                 WHERE c.event_id = $2 AND c.tier = $3
+                 ORDER BY c.shard
+                 FOR UPDATE OF c)
+             UPDATE ga_counters c SET ",
+            $set,
+            "
+             FROM locked l
+             WHERE c.event_id = $2 AND c.tier = $3 AND c.shard = l.shard"
+        )
+    };
+}
+
+/// Gives a sold GA hold's units back to the shards it took them from: on sale when
+/// `release`, else held back. Used by a whole-order reversal and by the refund of an order's
+/// GA line (payments).
+pub async fn return_ga_units_tx(
+    conn: &mut PgConnection,
+    hold_id: &str,
+    event: &str,
+    tier: Option<&str>,
+    release: bool,
+) -> sqlx::Result<()> {
+    sqlx::query(ga_hold_units_sql!(
+        "sold = c.sold - l.quantity,
+             available = c.available + CASE WHEN $4 THEN l.quantity ELSE 0 END,
+             held_back = c.held_back + CASE WHEN $4 THEN 0 ELSE l.quantity END"
+    ))
+    .bind(hold_id)
+    .bind(event)
+    .bind(tier)
+    .bind(release)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
 /// Sells an ordered hold. See the module docs. The hold row and its seats are ONE statement,
 /// which changes nothing unless every seat is still the hold's: `NotOrdered` and `Lost` leave
 /// the hold and its seats as they were (a lost seat's rows are listed, not sold).
@@ -401,23 +447,12 @@ pub async fn sell_hold_tx(
             })
             .collect::<Vec<_>>()
     } else {
-        sqlx::query(
-            "WITH items AS (SELECT shard, quantity FROM hold_ga_items WHERE hold_id = $1),
-             locked AS (
-                 SELECT c.shard, items.quantity
-                 FROM ga_counters c JOIN items USING (shard)
-                 WHERE c.event_id = $2 AND c.tier = $3
-                 ORDER BY c.shard
-                 FOR UPDATE OF c)
-             UPDATE ga_counters c SET sold = c.sold + l.quantity
-             FROM locked l
-             WHERE c.event_id = $2 AND c.tier = $3 AND c.shard = l.shard",
-        )
-        .bind(hold_id)
-        .bind(&event_id)
-        .bind(&ga_tier)
-        .execute(&mut *conn)
-        .await?;
+        sqlx::query(ga_hold_units_sql!("sold = c.sold + l.quantity"))
+            .bind(hold_id)
+            .bind(&event_id)
+            .bind(&ga_tier)
+            .execute(&mut *conn)
+            .await?;
         (0..quantity)
             .map(|_| IssuedTicket {
                 id: shared::ids::new_id(),

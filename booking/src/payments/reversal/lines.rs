@@ -13,6 +13,7 @@
 //!   ([`return_rest_tx`]) once any line went back on its own; otherwise it keeps the
 //!   whole-order path of [`super::reverse_order_tx`].
 
+use crate::inventory::holds;
 use crate::orders::stock::{self, StockMove};
 use crate::payments::error::{PaymentResult, Statement};
 use sqlx::PgConnection;
@@ -174,7 +175,9 @@ async fn return_lines_tx(
         hold_kind.as_deref(),
         lines.iter().find(|l| l.kind == "ga"),
     ) {
-        super::return_ga_units_tx(conn, hold, event, ga_tier.as_deref(), ga.release).await?;
+        holds::return_ga_units_tx(conn, hold, event, ga_tier.as_deref(), ga.release)
+            .await
+            .statement("give the refunded line's GA units back")?;
     }
     let tickets: i32 = lines
         .iter()
