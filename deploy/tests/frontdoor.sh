@@ -74,12 +74,12 @@ say "clone $(git -C "$CLONE" rev-parse --short HEAD) in $CLONE (mode 700 above i
 
 unset FLOODGATE_STACK_DIR CARGO_TARGET_DIR
 export FLOODGATE_BIN_DIR="$BIN_DIR" FLOODGATE_PROFILE=debug
-export FLOODGATE_PG_PORT; FLOODGATE_PG_PORT="$(free_port)"
-export FLOODGATE_REDIS_PORT; FLOODGATE_REDIS_PORT="$(free_port)"
-export FLOODGATE_GATEWAY_ADDR; FLOODGATE_GATEWAY_ADDR="127.0.0.1:$(free_port)"
-export FLOODGATE_GATEWAY_ADMIN_ADDR; FLOODGATE_GATEWAY_ADMIN_ADDR="127.0.0.1:$(free_port)"
-export FLOODGATE_BOOKING_ADDR; FLOODGATE_BOOKING_ADDR="127.0.0.1:$(free_port)"
-export FLOODGATE_SANDBOX_ADDR; FLOODGATE_SANDBOX_ADDR="127.0.0.1:$(free_port)"
+free_port FLOODGATE_PG_PORT; export FLOODGATE_PG_PORT
+free_port FLOODGATE_REDIS_PORT; export FLOODGATE_REDIS_PORT
+free_port port; export FLOODGATE_GATEWAY_ADDR="127.0.0.1:$port"
+free_port port; export FLOODGATE_GATEWAY_ADMIN_ADDR="127.0.0.1:$port"
+free_port port; export FLOODGATE_BOOKING_ADDR="127.0.0.1:$port"
+free_port port; export FLOODGATE_SANDBOX_ADDR="127.0.0.1:$port"
 STATE="$CLONE/.stack"
 
 # `deploy/stack up` under a parent that never reaps: the services it leaves behind are

@@ -1,13 +1,27 @@
 # Shared by the scripts of deploy/tests that run a private stack beside any other
 # (frontdoor.sh, openapi.sh). Source it after setting ROOT and defining say().
 
-# A port nobody listens on, drawn from a range away from the stack's defaults.
+# A port nobody holds, below the kernel's ephemeral range (ip_local_port_range) so no outgoing
+# connection can be sitting on it when the service binds, checked by binding it (a connect test
+# misses client sockets), and never one this script has handed out already. A picked port can
+# still be taken by another process before the service binds; below the ephemeral range only a
+# process that binds ports by number can do that. Sets the variable named by $1 (not a command
+# substitution: the subshell would forget the ports handed out).
+FREE_PORTS_GIVEN=" "
 free_port() {
-  local p
-  for _ in $(seq 1 200); do
-    p=$((20000 + RANDOM % 20000))
-    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return 0; }
+  local _fp_lo _fp_p
+  _fp_lo="$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)"
+  [ "$_fp_lo" -gt 10001 ] 2>/dev/null || _fp_lo=32768
+  for _ in $(seq 1 500); do
+    _fp_p=$((10000 + (RANDOM * 32768 + RANDOM) % (_fp_lo - 10000)))
+    case "$FREE_PORTS_GIVEN" in *" $_fp_p "*) continue ;; esac
+    if python3 -c 'import socket,sys; s=socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1])))' \
+         "$_fp_p" 2>/dev/null; then
+      FREE_PORTS_GIVEN="$FREE_PORTS_GIVEN$_fp_p "
+      printf -v "$1" '%s' "$_fp_p"; return 0
+    fi
   done
+  echo "no free port below $_fp_lo" >&2
   return 1
 }
 

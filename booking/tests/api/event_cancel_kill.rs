@@ -15,11 +15,10 @@ use tokio::process::{Child, Command};
 const ORDERS: usize = 2000;
 const API_KEY: &str = "sk_test_kill_suite";
 
+/// Below the ephemeral range: a port the kernel handed out for `:0` and we let go of can be
+/// taken by any outgoing connection before the child process binds it.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    shared::net::free_port_outside_ephemeral_range().expect("a free port")
 }
 
 /// The workspace's binaries sit beside booking's (one target directory).

@@ -55,10 +55,8 @@ impl Drop for Fake {
 }
 
 async fn start(bin: PathBuf) -> (Fake, String) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
+    // Below the ephemeral range, so no outgoing connection sits on it when localstripe binds.
+    let port = shared::net::free_port_outside_ephemeral_range().expect("a free port");
     let child = Command::new(bin)
         .args(["--port", &port.to_string(), "--from-scratch"])
         .stdout(Stdio::null())
