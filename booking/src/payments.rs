@@ -206,6 +206,10 @@ impl PaymentMetrics {
         registry.register(Box::new(m.refunds.clone()))?;
         registry.register(Box::new(m.reversals.clone()))?;
         registry.register(Box::new(m.reconciled.clone()))?;
+        // Exported at 0 from startup (the dashboard's paid/min reads `paid`).
+        for outcome in ["paid", "already_paid", "refunded", "declined"] {
+            m.attempts.with_label_values(&[outcome]);
+        }
         Ok(m)
     }
 }

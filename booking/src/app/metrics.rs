@@ -6,6 +6,21 @@
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
 };
+use shared::error::codes;
+
+/// The refusal codes exported (at 0) from startup.
+const SALE_REFUSALS: [&str; 10] = [
+    codes::SEAT_TAKEN,
+    codes::SOLD_OUT,
+    codes::NO_SEATS_TOGETHER,
+    codes::ORPHAN_SEAT,
+    codes::LIMIT_EXCEEDED,
+    codes::INSUFFICIENT_STOCK,
+    codes::HOLD_EXPIRED,
+    codes::CARD_DECLINED,
+    codes::BID_TOO_LOW,
+    codes::AUCTION_CLOSED,
+];
 
 pub struct Metrics {
     pub registry: Registry,
@@ -37,6 +52,12 @@ impl Metrics {
         registry.register(Box::new(http_requests.clone()))?;
         registry.register(Box::new(http_latency.clone()))?;
         registry.register(Box::new(refusals.clone()))?;
+        // Zero from the start for the refusals a sale is watched by, so the dashboard's
+        // "409s by error code" shows 0 (not "no data") until the first one, and `rate()`
+        // sees the first refusal as an increase.
+        for code in SALE_REFUSALS {
+            refusals.with_label_values(&[code]);
+        }
         Ok(Self {
             registry,
             http_requests,

@@ -19,6 +19,53 @@ async fn health_ready_and_metrics() {
     app.stop().await;
 }
 
+/// Every booking metric the launch-day dashboard queries is exported by a booking that has
+/// answered nothing but a health check: a panel on a quiet launch shows 0, not "no data"
+/// (and the surge bench's dashboard check failed when a run happened to refuse nobody).
+#[tokio::test]
+async fn a_fresh_booking_exports_every_metric_the_dashboard_queries() {
+    let app = TestApp::spawn().await;
+    let (status, _) = json(app.client.get(app.url("/healthz")).send().await.unwrap()).await;
+    assert_eq!(status, 200);
+    let text = app.metrics_text().await;
+    let dashboard = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../deploy/grafana/floodgate.json"
+    ))
+    .expect("read deploy/grafana/floodgate.json");
+    let mut names: Vec<&str> = dashboard
+        .match_indices("floodgate_booking_")
+        .map(|(i, _)| {
+            let rest = &dashboard[i..];
+            let end = rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(rest.len());
+            &rest[..end]
+        })
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    assert!(names.len() >= 5, "the dashboard queries booking: {names:?}");
+    let exported = |name: &str| {
+        text.lines()
+            .any(|l| !l.starts_with('#') && l.split(['{', ' ']).next() == Some(name))
+    };
+    let missing: Vec<&&str> = names.iter().filter(|n| !exported(n)).collect();
+    assert!(
+        missing.is_empty(),
+        "not on a fresh booking's /metrics: {missing:?}"
+    );
+    // And the labels the panels select on.
+    for series in [
+        "floodgate_booking_orders_total{event=\"created\"} 0",
+        "floodgate_booking_payment_attempts_total{outcome=\"paid\"} 0",
+        "floodgate_booking_refusals_total{code=\"SOLD_OUT\"} 0",
+    ] {
+        assert!(text.contains(series), "{series} missing");
+    }
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn unknown_path_is_json_404() {
     let app = TestApp::spawn().await;
