@@ -7,7 +7,7 @@
 //! It reports what was measured, including misses: a target that was not met is marked so,
 //! with the measured value next to the goal.
 
-use crate::surge::{Quantiles, SurgeReport, latency_chart, queue_chart};
+use crate::surge::{Quantiles, SurgeReport, Tick, latency_chart, queue_chart};
 use crate::verify::VerifyReport;
 use anyhow::Context;
 use serde::Deserialize;
@@ -184,6 +184,43 @@ pub fn targets(r: &SurgeReport) -> Vec<Target> {
     ]
 }
 
+/// Join latency second by second at the arrival peak (the seconds with at least 90 % of the
+/// configured peak rate, or of the busiest second's arrivals when none is configured): the
+/// whole run's join p99 hides whether the peak was slow throughout or in a few seconds (e.g.
+/// those where the sale's work shared the CPU). `None` for reports without the column.
+pub fn join_by_second(timeline: &[Tick], peak_rate: Option<f64>) -> Option<String> {
+    let peak = peak_rate.filter(|p| *p > 0.0).unwrap_or_else(|| {
+        timeline
+            .iter()
+            .map(|x| x.arrivals_per_s)
+            .fold(0.0_f64, f64::max)
+    });
+    let mut at_peak: Vec<(f64, f64, f64)> = timeline
+        .iter()
+        .filter(|x| x.arrivals_per_s >= 0.9 * peak && x.join_p99_ms.is_finite())
+        .map(|x| (x.t, x.join_p99_ms, x.holds_per_s))
+        .collect();
+    if peak <= 0.0 || at_peak.is_empty() {
+        return None;
+    }
+    let under = at_peak.iter().filter(|x| x.1 < 50.0).count();
+    let (worst_t, worst, worst_holds) = at_peak
+        .iter()
+        .copied()
+        .fold((0.0, f64::MIN, 0.0), |w, x| if x.1 > w.1 { x } else { w });
+    at_peak.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let median = at_peak[at_peak.len() / 2].1;
+    Some(format!(
+        "Join p99 second by second at the arrival peak ({} seconds with ≥ 90 % of {} \
+         arrivals/s): {under} of them under 50 ms, the median second {median:.1} ms, \
+         the worst {worst:.1} ms at t = {worst_t:.0} s ({} holds/s then); column \
+         `join_p99_ms` of the timeline.",
+        at_peak.len(),
+        thousands(peak),
+        thousands(worst_holds),
+    ))
+}
+
 /// 12345.6 -> "12,346".
 pub fn thousands(v: f64) -> String {
     if !v.is_finite() {
@@ -324,6 +361,9 @@ fn surge_section(out: &mut String, r: &SurgeReport, a: &ReportArgs) -> anyhow::R
         .filter_map(|e| r.latency_ms.get(*e).map(|q| (e.to_string(), q.clone())))
         .collect();
     latency_table(out, &rows, r.duration_s);
+    if let Some(line) = join_by_second(&r.timeline, r.config["peak_rate"].as_f64()) {
+        let _ = writeln!(out, "\n{line}");
+    }
     let k = |n: &str| thousands(r.counters.get(n).copied().unwrap_or(0) as f64);
     let _ = writeln!(
         out,
@@ -656,7 +696,54 @@ pub fn write_top(a: &SummaryArgs) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::{splice_top, thousands};
+    use super::{join_by_second, splice_top, thousands};
+    use crate::surge::Tick;
+
+    fn tick(t: f64, arrivals: f64, join_p99: Option<f64>, holds: f64) -> Tick {
+        serde_json::from_value(serde_json::json!({
+            "t": t, "arrivals_per_s": arrivals, "queue_length": 0.0, "admitted_per_s": 0.0,
+            "admitted_total": 0.0, "admit_rate_per_s": 0.0, "active_admitted": 0.0,
+            "holds_per_s": holds, "sold": null, "held": null, "available": null,
+            "tickets": 0.0, "errors_per_s": 0.0, "requests_per_s": 0.0, "status_p99_ms": 0.0,
+            "join_p99_ms": join_p99, "fans_in_flight": 0.0
+        }))
+        .expect("a tick")
+    }
+
+    #[test]
+    fn join_p99_is_summarised_over_the_peak_seconds_only() {
+        let timeline = [
+            tick(1.0, 100.0, Some(900.0), 0.0), // far below the peak: ignored
+            tick(2.0, 4_600.0, Some(12.0), 0.0),
+            tick(3.0, 5_000.0, Some(700.0), 180.0),
+            tick(4.0, 4_950.0, Some(30.0), 5.0),
+            tick(5.0, 4_900.0, None, 0.0), // no join answered: ignored
+        ];
+        let line = join_by_second(&timeline, None).expect("a summary");
+        assert!(line.contains("(3 seconds with"), "{line}");
+        assert!(line.contains("90 % of 5,000 arrivals/s"), "{line}");
+        assert!(line.contains("2 of them under 50 ms"), "{line}");
+        assert!(line.contains("the median second 30.0 ms"), "{line}");
+        assert!(
+            line.contains("the worst 700.0 ms at t = 3 s (180 holds/s then)"),
+            "{line}"
+        );
+        // A report from before the column (every join_p99_ms missing) has no summary.
+        let old: Tick = serde_json::from_str(
+            r#"{"t":1,"arrivals_per_s":5000,"queue_length":0,"admitted_per_s":0,
+                "admitted_total":0,"admit_rate_per_s":0,"active_admitted":0,"holds_per_s":0,
+                "sold":null,"held":null,"available":null,"tickets":0,"errors_per_s":0,
+                "requests_per_s":0,"status_p99_ms":1,"fans_in_flight":0}"#,
+        )
+        .expect("an old tick parses");
+        assert!(old.join_p99_ms.is_nan());
+        assert_eq!(join_by_second(&[old], Some(5_000.0)), None);
+        // The configured peak decides which seconds count: 4,600 is 92 % of 5,000.
+        let line = join_by_second(&timeline, Some(5_100.0)).expect("a summary");
+        assert!(line.contains("(3 seconds with ≥ 90 % of 5,100"), "{line}");
+        let line = join_by_second(&timeline, Some(5_500.0)).expect("a summary");
+        assert!(line.contains("(2 seconds with"), "{line}");
+    }
 
     #[test]
     fn top_is_inserted_once_then_replaced_in_place() {

@@ -119,8 +119,10 @@ const STATUS: usize = 2;
 /// One HDR histogram per endpoint (microseconds), plus fan-level times (milliseconds).
 pub struct Latencies {
     by_endpoint: Vec<Mutex<Histogram<u64>>>,
-    /// Status latency of the current second (the timeline's p99 column); swapped out each tick.
+    /// Status and join latency of the current second (the timeline's p99 columns); swapped
+    /// out each tick.
     status_window: Mutex<Histogram<u64>>,
+    join_window: Mutex<Histogram<u64>>,
     pub time_in_queue_ms: Mutex<Histogram<u64>>,
     pub time_to_ticket_ms: Mutex<Histogram<u64>>,
 }
@@ -139,6 +141,7 @@ impl Latencies {
         Self {
             by_endpoint: ENDPOINTS.iter().map(|_| Mutex::new(hist())).collect(),
             status_window: Mutex::new(hist()),
+            join_window: Mutex::new(hist()),
             time_in_queue_ms: Mutex::new(hist()),
             time_to_ticket_ms: Mutex::new(hist()),
         }
@@ -147,13 +150,20 @@ impl Latencies {
     fn record(&self, endpoint: usize, d: Duration) {
         let us = (d.as_micros() as u64).max(1);
         let _ = lock(&self.by_endpoint[endpoint]).record(us);
-        if ENDPOINTS[endpoint] == "status" {
-            let _ = lock(&self.status_window).record(us);
-        }
+        let window = match endpoint {
+            STATUS => &self.status_window,
+            JOIN => &self.join_window,
+            _ => return,
+        };
+        let _ = lock(window).record(us);
     }
 
-    fn take_status_window(&self) -> Histogram<u64> {
-        std::mem::replace(&mut *lock(&self.status_window), hist())
+    /// This second's (status, join) latencies; the next second starts empty.
+    fn take_windows(&self) -> (Histogram<u64>, Histogram<u64>) {
+        (
+            std::mem::replace(&mut *lock(&self.status_window), hist()),
+            std::mem::replace(&mut *lock(&self.join_window), hist()),
+        )
     }
 
     pub fn endpoint(&self, name: &str) -> Option<Histogram<u64>> {
@@ -164,6 +174,10 @@ impl Latencies {
 
 /// JSON has no NaN: serde_json writes it as `null`. Reading a report back maps `null` to NaN
 /// again ("no sample"), so a second that lacked a booking answer does not break the report.
+fn nan() -> f64 {
+    f64::NAN
+}
+
 fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
@@ -987,6 +1001,9 @@ pub struct Tick {
     pub requests_per_s: f64,
     #[serde(deserialize_with = "nan_if_null")]
     pub status_p99_ms: f64,
+    /// p99 of the joins answered in this second (NaN: none; reports older than the column).
+    #[serde(default = "nan", deserialize_with = "nan_if_null")]
+    pub join_p99_ms: f64,
     #[serde(deserialize_with = "nan_if_null")]
     pub fans_in_flight: f64,
 }
@@ -1326,7 +1343,7 @@ pub async fn run(args: SurgeArgs) -> anyhow::Result<SurgeReport> {
             (Some(a), Some(b)) => a - b,
             _ => 0.0,
         };
-        let window = run.lat.take_status_window();
+        let (window, joins) = run.lat.take_windows();
         let row = Tick {
             t: (t * 1000.0).round() / 1000.0,
             arrivals_per_s: (arrivals - last.0) as f64,
@@ -1347,11 +1364,16 @@ pub async fn run(args: SurgeArgs) -> anyhow::Result<SurgeReport> {
             } else {
                 window.value_at_quantile(0.99) as f64 / 1000.0
             },
+            join_p99_ms: if joins.is_empty() {
+                f64::NAN
+            } else {
+                joins.value_at_quantile(0.99) as f64 / 1000.0
+            },
             fans_in_flight: run.c.active_fans.load(Relaxed) as f64,
         };
         last = (arrivals, holds, errors, requests, admitted_total.or(last.4));
         eprintln!(
-            "t={:>5.0}s arrivals/s={:>5} queue={:>7} admitted/s={:>5} active={:>6} holds/s={:>4} sold={:>6} held={:>5} errors/s={:>3} status p99={:.1}ms fans={}",
+            "t={:>5.0}s arrivals/s={:>5} queue={:>7} admitted/s={:>5} active={:>6} holds/s={:>4} sold={:>6} held={:>5} errors/s={:>3} status p99={:.1}ms join p99={:.1}ms fans={}",
             row.t,
             row.arrivals_per_s,
             row.queue_length,
@@ -1362,6 +1384,7 @@ pub async fn run(args: SurgeArgs) -> anyhow::Result<SurgeReport> {
             row.held,
             row.errors_per_s,
             row.status_p99_ms,
+            row.join_p99_ms,
             row.fans_in_flight
         );
         if sold.is_finite() {
@@ -1544,11 +1567,11 @@ pub fn write_outputs(r: &SurgeReport, dir: &std::path::Path) -> anyhow::Result<(
     let json = serde_json::to_string_pretty(r).context("serialising the surge report")?;
     std::fs::write(dir.join("surge.json"), json).context("writing surge.json")?;
     let mut csv = String::from(
-        "t,arrivals_per_s,queue_length,admitted_per_s,admit_rate_per_s,active_admitted,holds_per_s,sold,held,available,tickets,errors_per_s,requests_per_s,status_p99_ms,fans_in_flight\n",
+        "t,arrivals_per_s,queue_length,admitted_per_s,admit_rate_per_s,active_admitted,holds_per_s,sold,held,available,tickets,errors_per_s,requests_per_s,status_p99_ms,join_p99_ms,fans_in_flight\n",
     );
     for x in &r.timeline {
         csv.push_str(&format!(
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
             x.t,
             x.arrivals_per_s,
             x.queue_length,
@@ -1563,6 +1586,7 @@ pub fn write_outputs(r: &SurgeReport, dir: &std::path::Path) -> anyhow::Result<(
             x.errors_per_s,
             x.requests_per_s,
             x.status_p99_ms,
+            x.join_p99_ms,
             x.fans_in_flight
         ));
     }
@@ -1682,6 +1706,7 @@ mod tests {
             errors_per_s: 0.0,
             requests_per_s: 0.0,
             status_p99_ms: 0.0,
+            join_p99_ms: f64::NAN,
             fans_in_flight: 0.0,
         };
         let json = serde_json::to_string(&t).unwrap();
