@@ -76,6 +76,16 @@ unset FLOODGATE_STACK_DIR CARGO_TARGET_DIR
 export FLOODGATE_BIN_DIR="$BIN_DIR" FLOODGATE_PROFILE=debug
 free_port FLOODGATE_PG_PORT; export FLOODGATE_PG_PORT
 free_port FLOODGATE_REDIS_PORT; export FLOODGATE_REDIS_PORT
+# Every port `down` stops, private too: with the waiting room's Redis and the cluster on their
+# defaults, this stack shared (then shut down) the developer's own.
+free_port FLOODGATE_QUEUE_REDIS_PORT; export FLOODGATE_QUEUE_REDIS_PORT
+private_cluster_ports FLOODGATE_REDIS_CLUSTER_PORTS; export FLOODGATE_REDIS_CLUSTER_PORTS
+# The Redis servers answering on the stack's default ports now (a developer's stack; in CI the
+# one `deploy/stack deps` started): they must still answer after this private stack's `down`.
+OTHERS=()
+for p in 56379 56380 17001 17002 17003 17004 17005 17006; do
+  redis-cli -p "$p" ping >/dev/null 2>&1 && OTHERS+=("$p")
+done
 free_port port; export FLOODGATE_GATEWAY_ADDR="127.0.0.1:$port"
 free_port port; export FLOODGATE_GATEWAY_ADMIN_ADDR="127.0.0.1:$port"
 free_port port; export FLOODGATE_BOOKING_ADDR="127.0.0.1:$port"
@@ -151,4 +161,7 @@ for url in "http://$FLOODGATE_BOOKING_ADDR/healthz" "http://$FLOODGATE_GATEWAY_A
   [ "$(http_code "$url")" = 000 ] || fail "$url still answers after down"
 done
 if "$CLONE/deploy/stack" status | grep -q ': running'; then fail "status shows something running after down"; fi
-say "down: everything stopped"
+for p in "${OTHERS[@]}"; do
+  redis-cli -p "$p" ping >/dev/null 2>&1 || fail "down stopped the Redis on :$p, which is not this stack's"
+done
+say "down: everything stopped (and the ${#OTHERS[@]} Redis servers of other stacks still answer)"

@@ -25,6 +25,14 @@ free_port() {
   return 1
 }
 
+# Six free ports (space-separated) for FLOODGATE_REDIS_CLUSTER_PORTS, into the variable named
+# by $1: a private stack never runs a cluster, but its `down` stops the cluster ports it is told.
+private_cluster_ports() {
+  local _pc_all="" _pc_p _
+  for _ in 1 2 3 4 5 6; do free_port _pc_p || return 1; _pc_all="$_pc_all${_pc_all:+ }$_pc_p"; done
+  printf -v "$1" '%s' "$_pc_all"
+}
+
 # The service binaries of this checkout's target directory (debug, else release), built in
 # debug if neither has all three. Prints the directory.
 service_bin_dir() {

@@ -65,6 +65,8 @@ export FLOODGATE_PROFILE; FLOODGATE_PROFILE="$(basename "$BIN_DIR")"
 free_port FLOODGATE_PG_PORT; export FLOODGATE_PG_PORT
 free_port FLOODGATE_REDIS_PORT; export FLOODGATE_REDIS_PORT
 free_port FLOODGATE_QUEUE_REDIS_PORT; export FLOODGATE_QUEUE_REDIS_PORT
+# `down` stops the cluster ports too: private ones (nothing runs there), not the developer's.
+private_cluster_ports FLOODGATE_REDIS_CLUSTER_PORTS; export FLOODGATE_REDIS_CLUSTER_PORTS
 free_port port; export FLOODGATE_GATEWAY_ADDR="127.0.0.1:$port"
 free_port port; export FLOODGATE_GATEWAY_ADMIN_ADDR="127.0.0.1:$port"
 free_port port; export FLOODGATE_BOOKING_ADDR="127.0.0.1:$port"
