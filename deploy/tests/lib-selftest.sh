@@ -30,6 +30,8 @@ for port in range(10000, 10040):
         held.append(s)
     except OSError:
         pass
+if not held:
+    sys.exit("[lib-selftest] FAIL: no port of 10000-10039 could be bound for the test")
 # Release one port: the only one the narrowed picker may return.
 last = held.pop()
 free = last.getsockname()[1]
