@@ -53,7 +53,7 @@ fail() {
   exit 1
 }
 
-# free_port, service_bin_dir
+# private_stack_ports, service_bin_dir
 . "$ROOT/deploy/tests/lib.sh"
 
 http_code() { curl -s -o /dev/null -w '%{http_code}' --max-time 5 "$1" || true; }
@@ -74,22 +74,13 @@ say "clone $(git -C "$CLONE" rev-parse --short HEAD) in $CLONE (mode 700 above i
 
 unset FLOODGATE_STACK_DIR CARGO_TARGET_DIR
 export FLOODGATE_BIN_DIR="$BIN_DIR" FLOODGATE_PROFILE=debug
-free_port FLOODGATE_PG_PORT; export FLOODGATE_PG_PORT
-free_port FLOODGATE_REDIS_PORT; export FLOODGATE_REDIS_PORT
-# Every port `down` stops, private too: with the waiting room's Redis and the cluster on their
-# defaults, this stack shared (then shut down) the developer's own.
-free_port FLOODGATE_QUEUE_REDIS_PORT; export FLOODGATE_QUEUE_REDIS_PORT
-private_cluster_ports FLOODGATE_REDIS_CLUSTER_PORTS; export FLOODGATE_REDIS_CLUSTER_PORTS
+private_stack_ports
 # The Redis servers answering on the stack's default ports now (a developer's stack; in CI the
 # one `deploy/stack deps` started): they must still answer after this private stack's `down`.
 OTHERS=()
 for p in 56379 56380 17001 17002 17003 17004 17005 17006; do
   redis-cli -p "$p" ping >/dev/null 2>&1 && OTHERS+=("$p")
 done
-free_port port; export FLOODGATE_GATEWAY_ADDR="127.0.0.1:$port"
-free_port port; export FLOODGATE_GATEWAY_ADMIN_ADDR="127.0.0.1:$port"
-free_port port; export FLOODGATE_BOOKING_ADDR="127.0.0.1:$port"
-free_port port; export FLOODGATE_SANDBOX_ADDR="127.0.0.1:$port"
 STATE="$CLONE/.stack"
 
 # `deploy/stack up` under a parent that never reaps: the services it leaves behind are

@@ -25,12 +25,21 @@ free_port() {
   return 1
 }
 
-# Six free ports (space-separated) for FLOODGATE_REDIS_CLUSTER_PORTS, into the variable named
-# by $1: a private stack never runs a cluster, but its `down` stops the cluster ports it is told.
-private_cluster_ports() {
-  local _pc_all="" _pc_p _
-  for _ in 1 2 3 4 5 6; do free_port _pc_p || return 1; _pc_all="$_pc_all${_pc_all:+ }$_pc_p"; done
-  printf -v "$1" '%s' "$_pc_all"
+# Exports a free port for every port `deploy/stack` uses: its `down` stops whatever Redis
+# answers on the ports it is given, so a private stack left on a default port (the waiting
+# room's Redis, the cluster's six) shared the developer's and then shut it down. The cluster
+# never runs in a private stack; its ports only keep `down` away from a real one.
+private_stack_ports() {
+  local p cluster="" gw admin booking sandbox _
+  free_port FLOODGATE_PG_PORT || return 1
+  free_port FLOODGATE_REDIS_PORT || return 1
+  free_port FLOODGATE_QUEUE_REDIS_PORT || return 1
+  for _ in 1 2 3 4 5 6; do free_port p || return 1; cluster="$cluster${cluster:+ }$p"; done
+  free_port gw && free_port admin && free_port booking && free_port sandbox || return 1
+  export FLOODGATE_PG_PORT FLOODGATE_REDIS_PORT FLOODGATE_QUEUE_REDIS_PORT
+  export FLOODGATE_REDIS_CLUSTER_PORTS="$cluster" FLOODGATE_GATEWAY_ADDR="127.0.0.1:$gw" \
+    FLOODGATE_GATEWAY_ADMIN_ADDR="127.0.0.1:$admin" FLOODGATE_BOOKING_ADDR="127.0.0.1:$booking" \
+    FLOODGATE_SANDBOX_ADDR="127.0.0.1:$sandbox"
 }
 
 # The service binaries of this checkout's target directory (debug, else release), built in

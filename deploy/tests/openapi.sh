@@ -56,21 +56,13 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 143' TERM INT
 
-# free_port, service_bin_dir
+# private_stack_ports, service_bin_dir
 . "$ROOT/deploy/tests/lib.sh"
 BIN_DIR="$(service_bin_dir)"
 
 export FLOODGATE_STACK_DIR="$TMP/stack" FLOODGATE_BIN_DIR="$BIN_DIR"
 export FLOODGATE_PROFILE; FLOODGATE_PROFILE="$(basename "$BIN_DIR")"
-free_port FLOODGATE_PG_PORT; export FLOODGATE_PG_PORT
-free_port FLOODGATE_REDIS_PORT; export FLOODGATE_REDIS_PORT
-free_port FLOODGATE_QUEUE_REDIS_PORT; export FLOODGATE_QUEUE_REDIS_PORT
-# `down` stops the cluster ports too: private ones (nothing runs there), not the developer's.
-private_cluster_ports FLOODGATE_REDIS_CLUSTER_PORTS; export FLOODGATE_REDIS_CLUSTER_PORTS
-free_port port; export FLOODGATE_GATEWAY_ADDR="127.0.0.1:$port"
-free_port port; export FLOODGATE_GATEWAY_ADMIN_ADDR="127.0.0.1:$port"
-free_port port; export FLOODGATE_BOOKING_ADDR="127.0.0.1:$port"
-free_port port; export FLOODGATE_SANDBOX_ADDR="127.0.0.1:$port"
+private_stack_ports
 export FLOODGATE_ADMIN_TOKEN; FLOODGATE_ADMIN_TOKEN="openapi-$(head -c 18 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 unset FLOODGATE_REDIS_CLUSTER
 

@@ -5,7 +5,7 @@
 //! paid order ends refunded exactly once, at the provider (its own per-order counts) and in
 //! Postgres.
 
-use crate::helpers::{ADMIN_TOKEN, fresh_database, json, redis_url};
+use crate::helpers::{ADMIN_TOKEN, free_port, fresh_database, json, redis_url};
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -14,12 +14,6 @@ use tokio::process::{Child, Command};
 
 const ORDERS: usize = 2000;
 const API_KEY: &str = "sk_test_kill_suite";
-
-/// Below the ephemeral range: a port the kernel handed out for `:0` and we let go of can be
-/// taken by any outgoing connection before the child process binds it.
-fn free_port() -> u16 {
-    shared::net::free_port_outside_ephemeral_range().expect("a free port")
-}
 
 /// The workspace's binaries sit beside booking's (one target directory).
 fn binary(name: &str) -> PathBuf {

@@ -520,3 +520,10 @@ pub async fn order_cart(
     let id = order["id"].as_str().expect("order id").to_owned();
     (token, id)
 }
+
+/// A port for a child process to listen on: below the ephemeral range, so no outgoing
+/// connection can be sitting on it between this pick and the child's bind (a `:0` port let go
+/// of can be).
+pub fn free_port() -> u16 {
+    shared::net::free_port_outside_ephemeral_range().expect("a free port")
+}

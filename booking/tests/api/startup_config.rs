@@ -2,7 +2,7 @@
 //! missing or built-in secrets and on unknown keys, with one line naming the setting
 //! (DESIGN.md section 8, "Secrets fail closed"); in dev mode, or with real secrets, it starts.
 
-use crate::helpers::{fresh_database, redis_url};
+use crate::helpers::{free_port, fresh_database, redis_url};
 use std::io::Read;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -29,10 +29,6 @@ fn command(env: &[(&str, String)]) -> Command {
     let mut cmd = Command::new(BIN);
     cmd.env_clear().envs(env.iter().map(|(k, v)| (k, v)));
     cmd
-}
-
-fn free_port() -> u16 {
-    shared::net::free_port_outside_ephemeral_range().expect("a free port")
 }
 
 /// Addresses that keep a binary which wrongly gets past its config away from every real

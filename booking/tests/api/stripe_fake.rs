@@ -55,8 +55,7 @@ impl Drop for Fake {
 }
 
 async fn start(bin: PathBuf) -> (Fake, String) {
-    // Below the ephemeral range, so no outgoing connection sits on it when localstripe binds.
-    let port = shared::net::free_port_outside_ephemeral_range().expect("a free port");
+    let port = crate::helpers::free_port();
     let child = Command::new(bin)
         .args(["--port", &port.to_string(), "--from-scratch"])
         .stdout(Stdio::null())

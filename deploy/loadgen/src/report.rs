@@ -204,12 +204,9 @@ pub fn join_by_second(timeline: &[Tick], peak_rate: Option<f64>) -> Option<Strin
         return None;
     }
     let under = at_peak.iter().filter(|x| x.1 < 50.0).count();
-    let (worst_t, worst, worst_holds) = at_peak
-        .iter()
-        .copied()
-        .fold((0.0, f64::MIN, 0.0), |w, x| if x.1 > w.1 { x } else { w });
     at_peak.sort_by(|a, b| a.1.total_cmp(&b.1));
     let median = at_peak[at_peak.len() / 2].1;
+    let (worst_t, worst, worst_holds) = at_peak[at_peak.len() - 1];
     Some(format!(
         "Join p99 second by second at the arrival peak ({} seconds with ≥ 90 % of {} \
          arrivals/s): {under} of them under 50 ms, the median second {median:.1} ms, \

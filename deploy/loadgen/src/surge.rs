@@ -174,12 +174,22 @@ impl Latencies {
 
 /// JSON has no NaN: serde_json writes it as `null`. Reading a report back maps `null` to NaN
 /// again ("no sample"), so a second that lacked a booking answer does not break the report.
+fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+}
+
+/// A missing column in an older report: no sample.
 fn nan() -> f64 {
     f64::NAN
 }
 
-fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+/// A window's p99 in milliseconds, `empty` when it holds no sample.
+fn p99_ms(h: &Histogram<u64>, empty: f64) -> f64 {
+    if h.is_empty() {
+        empty
+    } else {
+        h.value_at_quantile(0.99) as f64 / 1000.0
+    }
 }
 
 /// Quantile summary of one histogram (in the histogram's unit converted by `scale`).
@@ -1359,16 +1369,8 @@ pub async fn run(args: SurgeArgs) -> anyhow::Result<SurgeReport> {
             tickets: run.c.tickets.load(Relaxed) as f64,
             errors_per_s: (errors - last.2) as f64,
             requests_per_s: (requests - last.3) as f64,
-            status_p99_ms: if window.is_empty() {
-                0.0
-            } else {
-                window.value_at_quantile(0.99) as f64 / 1000.0
-            },
-            join_p99_ms: if joins.is_empty() {
-                f64::NAN
-            } else {
-                joins.value_at_quantile(0.99) as f64 / 1000.0
-            },
+            status_p99_ms: p99_ms(&window, 0.0),
+            join_p99_ms: p99_ms(&joins, f64::NAN),
             fans_in_flight: run.c.active_fans.load(Relaxed) as f64,
         };
         last = (arrivals, holds, errors, requests, admitted_total.or(last.4));
