@@ -234,7 +234,7 @@ h AS (
     UPDATE holds
        SET expires_at = GREATEST(expires_at, clock_timestamp() + make_interval(secs => $3))
      WHERE id = (SELECT hold_id FROM o) AND status = 'ordered'
-    RETURNING id, event_id, kind, quantity, expires_at),",
+    RETURNING id, event_id, kind, quantity, expires_at, seat_ids),",
     crate::hold_seats_locked_sql!(),
     ",
 upd AS (

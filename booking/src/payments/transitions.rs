@@ -239,7 +239,7 @@ a AS (
      WHERE id = $2 AND status IN ('pending', 'failed') AND EXISTS (SELECT 1 FROM o)
      FOR UPDATE),
 h AS (
-    SELECT id, event_id, kind, ga_tier, quantity FROM holds
+    SELECT id, event_id, kind, ga_tier, quantity, seat_ids FROM holds
      WHERE id = (SELECT hold_id FROM o) AND account_id = $6 AND status = 'ordered'
        AND EXISTS (SELECT 1 FROM a)
      FOR UPDATE),",

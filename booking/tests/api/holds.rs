@@ -699,3 +699,138 @@ async fn pin_sell_and_release_helpers_for_orders() {
     assert_eq!(ev["ga_tiers"][0]["held"], 0);
     app.stop().await;
 }
+
+/// Migration 0014: a seat's state change (hold, pin, sale, release) must be able to be a HOT
+/// update, which it cannot be while any index of `seats` names a column it changes (in its
+/// key or its predicate): each such update would write a new entry into every index of the
+/// table. Failed before 0014 (`seats_hold_id`, `seats_held_until`).
+#[tokio::test]
+async fn no_index_of_seats_names_a_column_a_hold_changes() {
+    let app = TestApp::spawn().await;
+    let defs: Vec<(String, String)> = sqlx::query_as(
+        "SELECT indexname, indexdef FROM pg_indexes
+          WHERE schemaname = current_schema() AND tablename = 'seats'",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .expect("read the seat indexes");
+    assert!(defs.len() >= 3, "{defs:?}");
+    for (name, def) in &defs {
+        for column in ["status", "hold_id", "held_until", "order_id"] {
+            assert!(
+                !def.contains(column),
+                "index {name} names {column}, so seat holds cannot be HOT updates: {def}"
+            );
+        }
+    }
+    let options: Option<Vec<String>> =
+        sqlx::query_scalar("SELECT reloptions FROM pg_class WHERE oid = 'seats'::regclass")
+            .fetch_one(&app.pool)
+            .await
+            .expect("read the seat table's options");
+    assert!(
+        options
+            .unwrap_or_default()
+            .iter()
+            .any(|o| o.starts_with("fillfactor=")),
+        "seats leave no room on their pages for a HOT update's new row version"
+    );
+    app.stop().await;
+}
+
+/// Migration 0014 on a database with live holds: each seat hold gets exactly the seats that
+/// still carry its id (not one a later hold reclaimed), and the order path finds them by
+/// them. The database is migrated to 0013, filled the way booking filled it then, and
+/// migrated on.
+#[tokio::test]
+async fn existing_seat_holds_keep_their_seats_through_migration_0014() {
+    use sqlx::{Connection, Executor};
+    let admin_url = crate::helpers::database_url();
+    let name = format!("fg_test_{}", shared::ids::new_id());
+    let mut admin = sqlx::PgConnection::connect(&admin_url)
+        .await
+        .expect("reach the test Postgres");
+    admin
+        .execute(sqlx::AssertSqlSafe(format!(r#"CREATE DATABASE "{name}""#)))
+        .await
+        .expect("create the database");
+    let url = match admin_url.rsplit_once('/') {
+        Some((base, _)) => format!("{base}/{name}"),
+        None => panic!("bad database url {admin_url}"),
+    };
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect(&url)
+        .await
+        .expect("connect");
+    booking::platform::db::MIGRATOR
+        .run_to(13, &pool)
+        .await
+        .expect("migrate to 0013");
+    // An event with four seats. `h-live`: active, seats 1 and 2. `h-old`: expired, had seats
+    // 3 and 4, seat 4 since reclaimed by `h-new`. `h-gone`: released, no seats. `h-ga`: GA.
+    pool.execute(
+        "INSERT INTO events (id, name, sale_start, hold_ttl_s, max_tickets_per_account)
+              VALUES ('mig', 'x', '2020-01-01', 600, 8);
+         INSERT INTO price_tiers VALUES ('mig', 'A', 100);
+         INSERT INTO ga_tiers (event_id, tier, price, capacity, shards) VALUES ('mig', 'FLOOR', 50, 10, 1);
+         INSERT INTO seats (event_id, seat_id, section, row_no, number, tier, rank)
+              SELECT 'mig', 'S1-R1-' || n, 'S1', 1, n, 'A', n FROM generate_series(1, 4) n;
+         INSERT INTO holds (id, event_id, account_id, kind, ga_tier, quantity, status, expires_at)
+              VALUES ('h-live', 'mig', 'ann', 'seats', NULL, 2, 'active', clock_timestamp() + interval '10 minutes'),
+                     ('h-old', 'mig', 'bob', 'seats', NULL, 2, 'active', clock_timestamp() - interval '1 minute'),
+                     ('h-new', 'mig', 'cat', 'seats', NULL, 1, 'active', clock_timestamp() + interval '10 minutes'),
+                     ('h-gone', 'mig', 'dan', 'seats', NULL, 1, 'released', clock_timestamp()),
+                     ('h-ga', 'mig', 'eve', 'ga', 'FLOOR', 1, 'active', clock_timestamp() + interval '10 minutes');
+         UPDATE seats SET status = 'held', hold_id = 'h-live', held_until = clock_timestamp() + interval '10 minutes'
+          WHERE seat_id IN ('S1-R1-1', 'S1-R1-2');
+         UPDATE seats SET status = 'held', hold_id = 'h-old', held_until = clock_timestamp() - interval '1 minute'
+          WHERE seat_id = 'S1-R1-3';
+         UPDATE seats SET status = 'held', hold_id = 'h-new', held_until = clock_timestamp() + interval '10 minutes'
+          WHERE seat_id = 'S1-R1-4';",
+    )
+    .await
+    .expect("fill the 0013 database");
+    booking::platform::db::MIGRATOR
+        .run(&pool)
+        .await
+        .expect("migrate on");
+    let got: Vec<(String, Option<Vec<String>>)> =
+        sqlx::query_as("SELECT id, seat_ids FROM holds ORDER BY id")
+            .fetch_all(&pool)
+            .await
+            .expect("read the holds");
+    let ids = |v: &[&str]| Some(v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>());
+    assert_eq!(
+        got,
+        vec![
+            ("h-ga".to_owned(), None),
+            ("h-gone".to_owned(), ids(&[])),
+            ("h-live".to_owned(), ids(&["S1-R1-1", "S1-R1-2"])),
+            ("h-new".to_owned(), ids(&["S1-R1-4"])),
+            ("h-old".to_owned(), ids(&["S1-R1-3"])),
+        ]
+    );
+    // The order path's pin finds the live hold's seats through them.
+    let mut conn = pool.acquire().await.expect("connection");
+    let pinned = pin_hold_tx(&mut conn, "h-live", "ann", 900)
+        .await
+        .expect("pin")
+        .expect("the live hold is pinnable");
+    assert_eq!(
+        pinned
+            .seats
+            .iter()
+            .map(|s| s.seat_id.as_str())
+            .collect::<Vec<_>>(),
+        ["S1-R1-1", "S1-R1-2"]
+    );
+    assert_eq!(pinned.total, 200);
+    drop(conn);
+    pool.close().await;
+    let _ = admin
+        .execute(sqlx::AssertSqlSafe(format!(
+            r#"DROP DATABASE IF EXISTS "{name}" WITH (FORCE)"#
+        )))
+        .await;
+}

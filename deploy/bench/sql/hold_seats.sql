@@ -36,9 +36,10 @@ usage AS (
               <= (SELECT max_tickets_per_account FROM events WHERE id = :event)
     RETURNING u.tickets),
 hold AS (
-    INSERT INTO holds (id, event_id, account_id, kind, ga_tier, quantity, expires_at)
+    INSERT INTO holds (id, event_id, account_id, kind, ga_tier, quantity, expires_at, seat_ids)
     SELECT ('pg-' || :hid), e.id, ('pg-' || :acct), 'seats', NULL, 4,
-           clock_timestamp() + make_interval(secs => e.hold_ttl_s)
+           clock_timestamp() + make_interval(secs => e.hold_ttl_s),
+           (SELECT array_agg(seat_id ORDER BY seat_id) FROM wanted)
     FROM events e, usage
     WHERE e.id = :event
     RETURNING expires_at),
@@ -60,10 +61,11 @@ FROM (VALUES (1)) AS one (x) LEFT JOIN wanted w ON true;
 WITH h AS (
     UPDATE holds SET status = 'released'
     WHERE id = ('pg-' || :hid) AND account_id = ('pg-' || :acct) AND status = 'active'
-    RETURNING event_id, account_id, kind, ga_tier, quantity),
+    RETURNING event_id, account_id, kind, ga_tier, quantity, seat_ids),
 doomed AS (
     SELECT s.event_id, s.seat_id FROM seats s, h
-    WHERE h.kind = 'seats' AND s.hold_id = ('pg-' || :hid)
+    WHERE h.kind = 'seats' AND s.event_id = h.event_id AND s.seat_id = ANY(h.seat_ids)
+      AND s.hold_id = ('pg-' || :hid)
     ORDER BY s.event_id, s.seat_id
     FOR UPDATE OF s),
 seats_back AS (

@@ -561,14 +561,15 @@ pub fn markdown(r: &StatementsReport) -> String {
         let _ = writeln!(
             md,
             "\n<details><summary>purchase rate: Postgres time by statement</summary>\n\n\
-             | calls | total ms | mean ms | mean planning ms | statement |\n\
-             | ---: | ---: | ---: | ---: | --- |"
+             | calls | plans | total ms | mean ms | mean planning ms | statement |\n\
+             | ---: | ---: | ---: | ---: | ---: | --- |"
         );
         for t in &p.heaviest {
             let _ = writeln!(
                 md,
-                "| {} | {:.0} | {:.3} | {:.3} | `{}` |",
+                "| {} | {} | {:.0} | {:.3} | {:.3} | `{}` |",
                 t.calls,
+                t.plans,
                 t.total_ms,
                 t.mean_ms,
                 t.plan_mean_ms,

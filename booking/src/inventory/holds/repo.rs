@@ -160,10 +160,11 @@ pub(crate) async fn release_resources(
         // hold_id by now and must not be touched. Locked in seat order like the hold path.
         seats_released = sqlx::query(
             "WITH doomed AS (
-                 SELECT event_id, seat_id FROM seats
-                 WHERE hold_id = ANY($1) AND status = 'held'
-                 ORDER BY event_id, seat_id
-                 FOR UPDATE)
+                 SELECT s.event_id, s.seat_id FROM holds h
+                 JOIN seats s ON s.event_id = h.event_id AND s.seat_id = ANY(h.seat_ids)
+                 WHERE h.id = ANY($1) AND s.hold_id = h.id AND s.status = 'held'
+                 ORDER BY s.event_id, s.seat_id
+                 FOR UPDATE OF s)
              UPDATE seats s SET status = 'available', hold_id = NULL, held_until = NULL
              FROM doomed d
              WHERE s.event_id = d.event_id AND s.seat_id = d.seat_id",
@@ -242,7 +243,9 @@ struct HoldSeatRow {
 }
 
 /// `mine`: the seats hold `h` (a `WITH` part of the caller's returning `id`, `event_id`,
-/// `kind`) still holds, locked in `seat_id` order like every seat path. Shared by the order's
+/// `kind`, `seat_ids`) still holds, locked in `seat_id` order like every seat path. Found by
+/// primary key from the hold's `seat_ids`; `s.hold_id = h.id` drops a seat a later hold
+/// reclaimed (migration 0014: no index on `seats.hold_id`, so seat updates are HOT). Shared by the order's
 /// pin of its hold ([`pin_hold_tx`]), the pay request's start and the sale (payments'
 /// `START_ATTEMPT`, `SETTLE_HOLD_ORDER`).
 #[macro_export]
@@ -251,7 +254,8 @@ macro_rules! hold_seats_locked_sql {
         "
          mine AS (
              SELECT s.event_id, s.seat_id FROM seats s JOIN h ON s.event_id = h.event_id
-             WHERE h.kind = 'seats' AND s.hold_id = h.id AND s.status = 'held'
+             WHERE h.kind = 'seats' AND s.seat_id = ANY(h.seat_ids) AND s.hold_id = h.id
+               AND s.status = 'held'
              ORDER BY s.seat_id
              FOR UPDATE OF s)"
     };
@@ -274,7 +278,7 @@ pub async fn pin_hold_tx(
                  expires_at = clock_timestamp() + make_interval(secs => $3::double precision)
              WHERE id = $1 AND account_id = $2 AND status = 'active'
                AND expires_at > clock_timestamp()
-             RETURNING id, event_id, kind, ga_tier, quantity, expires_at),",
+             RETURNING id, event_id, kind, ga_tier, quantity, expires_at, seat_ids),",
         crate::hold_seats_locked_sql!(),
         ",
          upd AS (
@@ -391,12 +395,13 @@ pub async fn sell_hold_tx(
 ) -> sqlx::Result<SellOutcome> {
     let rows: Vec<HoldSeatRow> = sqlx::query_as(
         "WITH hold AS (
-             SELECT id, event_id, kind, ga_tier, quantity, expires_at FROM holds
+             SELECT id, event_id, kind, ga_tier, quantity, expires_at, seat_ids FROM holds
              WHERE id = $1 AND account_id = $2 AND status = 'ordered'
              FOR UPDATE),
          mine AS (
              SELECT s.event_id, s.seat_id, s.tier FROM seats s JOIN hold h ON s.event_id = h.event_id
-             WHERE h.kind = 'seats' AND s.hold_id = h.id AND s.status = 'held'
+             WHERE h.kind = 'seats' AND s.seat_id = ANY(h.seat_ids) AND s.hold_id = h.id
+               AND s.status = 'held'
              ORDER BY s.seat_id
              FOR UPDATE OF s),
          ok AS (

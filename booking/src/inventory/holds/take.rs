@@ -138,8 +138,9 @@ pub(crate) struct SeatsTaken {
 /// - `usage` adds `n` tickets to the account's usage only if EVERY requested seat is in
 ///   `wanted`, the sale has started and the event's limit allows it (concurrent requests of
 ///   one account cannot both pass: the row's lock re-checks the sum);
-/// - `hold` is inserted only with the usage, and `took` marks the wanted seats held only with
-///   the hold (`expires_at` from the database clock).
+/// - `hold` is inserted only with the usage, with its seats (`seat_ids`: every later path
+///   finds them by primary key), and `took` marks the wanted seats held only with the hold
+///   (`expires_at` from the database clock).
 ///
 /// So either all of it is written or nothing is. Locks are taken seats → usage, the order of
 /// every release and expiry (hold → seats → shards → usage). One row per wanted seat (taken
@@ -183,9 +184,10 @@ usage AS (
               <= (SELECT max_tickets_per_account FROM events WHERE id = $1)
     RETURNING u.tickets),
 hold AS (
-    INSERT INTO holds (id, event_id, account_id, kind, ga_tier, quantity, expires_at)
+    INSERT INTO holds (id, event_id, account_id, kind, ga_tier, quantity, expires_at, seat_ids)
     SELECT $3, e.id, $2, 'seats', NULL, $5,
-           clock_timestamp() + make_interval(secs => e.hold_ttl_s)
+           clock_timestamp() + make_interval(secs => e.hold_ttl_s),
+           (SELECT array_agg(seat_id ORDER BY seat_id) FROM wanted)
     FROM events e, usage
     WHERE e.id = $1
     RETURNING expires_at),

@@ -40,14 +40,17 @@ pub struct TimedStatement {
     pub mean_ms: f64,
     /// Mean planning time (0 unless `pg_stat_statements.track_planning` is on).
     pub plan_mean_ms: f64,
+    /// How many times Postgres planned it: a cached generic plan is planned once per
+    /// connection, so plans close to calls means the plan cache is not doing its job.
+    pub plans: i64,
     pub query: String,
 }
 
 /// The statements of the run by total execution time (`pg_stat_statements`, reset at its start).
 async fn heaviest(c: &Ctx) -> anyhow::Result<Vec<TimedStatement>> {
-    let rows: Vec<(i64, f64, f64, String)> = sqlx::query_as(
+    let rows: Vec<(i64, f64, f64, i64, String)> = sqlx::query_as(
         "SELECT sum(s.calls)::bigint, sum(s.total_exec_time)::float8,
-                sum(s.total_plan_time)::float8, s.query
+                sum(s.total_plan_time)::float8, sum(s.plans)::bigint, s.query
            FROM pg_stat_statements s
            JOIN pg_database d ON d.oid = s.dbid AND d.datname = current_database()
           WHERE s.toplevel AND s.query NOT ILIKE '%pg_stat%'
@@ -58,11 +61,12 @@ async fn heaviest(c: &Ctx) -> anyhow::Result<Vec<TimedStatement>> {
     .context("read pg_stat_statements")?;
     Ok(rows
         .into_iter()
-        .map(|(calls, total_ms, plan_ms, q)| TimedStatement {
+        .map(|(calls, total_ms, plan_ms, plans, q)| TimedStatement {
             calls,
             total_ms,
             mean_ms: total_ms / calls.max(1) as f64,
             plan_mean_ms: plan_ms / calls.max(1) as f64,
+            plans,
             query: super::abbreviate(&q),
         })
         .collect())
