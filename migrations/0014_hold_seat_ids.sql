@@ -26,8 +26,23 @@ UPDATE holds h SET seat_ids = x.ids
  WHERE h.id = x.hold_id AND h.kind = 'seats';
 UPDATE holds SET seat_ids = '{}' WHERE kind = 'seats' AND seat_ids IS NULL;
 
-ALTER TABLE holds ADD CONSTRAINT holds_seat_ids CHECK (kind <> 'seats' OR seat_ids IS NOT NULL);
+-- No NOT NULL check: during a rolling upgrade the old processes still write seat holds without
+-- a list, and the new ones find such a hold's seats by scanning its event's seats
+-- (`hold_seat_ids_sql!` in booking/src/inventory/holds/repo.rs). The old processes find seats
+-- by `hold_id` as before, without its index: correct, slower, for the length of the rollout.
 
 DROP INDEX seats_hold_id;
 DROP INDEX seats_held_until;
 ALTER TABLE seats SET (fillfactor = 80);
+
+-- The sweeper's index of live holds by expiry, under a predicate only the sweeper names.
+-- `WHERE status = 'active'` alone is implied by every by-id statement on a live hold (release,
+-- the order's pin, holdbacks: `id = $1 AND ... status = 'active'`), and their generic plans
+-- (the hold and checkout connections use `force_generic_plan`) could pick a whole scan of this
+-- index over the primary key when planned while few holds were active: reproduced with 5,000
+-- ended holds analysed, then 5,000 live ones, 0.78 ms per release instead of a key lookup, for
+-- as long as the plan stays cached. `kind IN ('seats', 'ga')` is always true (the table's
+-- CHECK) and written only by the sweeper. Building it reads the table once: run this
+-- migration before a sale, not during one.
+DROP INDEX holds_active_expiry;
+CREATE INDEX holds_sweep ON holds (expires_at) WHERE status = 'active' AND kind IN ('seats', 'ga');

@@ -91,7 +91,10 @@ async fn sweep_batch(pool: &PgPool, batch: i64) -> anyhow::Result<Vec<EndedHold>
         let ended: Vec<EndedHold> = sqlx::query_as(
             "WITH expired AS (
                  SELECT id FROM holds
-                 WHERE status = 'active' AND expires_at <= clock_timestamp()
+                 -- `kind IN (...)`: always true; it names the predicate of `holds_sweep`,
+                 -- which only this statement may use (migration 0014).
+                 WHERE status = 'active' AND kind IN ('seats', 'ga')
+                   AND expires_at <= clock_timestamp()
                  ORDER BY expires_at, id
                  LIMIT $1
                  FOR UPDATE SKIP LOCKED)

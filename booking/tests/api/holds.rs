@@ -740,8 +740,8 @@ async fn no_index_of_seats_names_a_column_a_hold_changes() {
 
 /// Migration 0014 on a database with live holds: each seat hold gets exactly the seats that
 /// still carry its id (not one a later hold reclaimed), and the order path finds them by
-/// them. The database is migrated to 0013, filled the way booking filled it then, and
-/// migrated on.
+/// them; a hold an old process writes after the migration (no list) still has its seats. The
+/// database is migrated to 0013, filled the way booking filled it then, and migrated on.
 #[tokio::test]
 async fn existing_seat_holds_keep_their_seats_through_migration_0014() {
     use sqlx::{Connection, Executor};
@@ -767,7 +767,7 @@ async fn existing_seat_holds_keep_their_seats_through_migration_0014() {
         .run_to(13, &pool)
         .await
         .expect("migrate to 0013");
-    // An event with four seats. `h-live`: active, seats 1 and 2. `h-old`: expired, had seats
+    // An event with five seats (the fifth for later). `h-live`: active, seats 1 and 2. `h-old`: expired, had seats
     // 3 and 4, seat 4 since reclaimed by `h-new`. `h-gone`: released, no seats. `h-ga`: GA.
     pool.execute(
         "INSERT INTO events (id, name, sale_start, hold_ttl_s, max_tickets_per_account)
@@ -775,7 +775,7 @@ async fn existing_seat_holds_keep_their_seats_through_migration_0014() {
          INSERT INTO price_tiers VALUES ('mig', 'A', 100);
          INSERT INTO ga_tiers (event_id, tier, price, capacity, shards) VALUES ('mig', 'FLOOR', 50, 10, 1);
          INSERT INTO seats (event_id, seat_id, section, row_no, number, tier, rank)
-              SELECT 'mig', 'S1-R1-' || n, 'S1', 1, n, 'A', n FROM generate_series(1, 4) n;
+              SELECT 'mig', 'S1-R1-' || n, 'S1', 1, n, 'A', n FROM generate_series(1, 5) n;
          INSERT INTO holds (id, event_id, account_id, kind, ga_tier, quantity, status, expires_at)
               VALUES ('h-live', 'mig', 'ann', 'seats', NULL, 2, 'active', clock_timestamp() + interval '10 minutes'),
                      ('h-old', 'mig', 'bob', 'seats', NULL, 2, 'active', clock_timestamp() - interval '1 minute'),
@@ -826,6 +826,29 @@ async fn existing_seat_holds_keep_their_seats_through_migration_0014() {
         ["S1-R1-1", "S1-R1-2"]
     );
     assert_eq!(pinned.total, 200);
+    // A seat hold written during a rolling upgrade by a process from before 0014 has no list:
+    // its seats are found by their `hold_id`.
+    (&mut *conn)
+        .execute(
+        "INSERT INTO holds (id, event_id, account_id, kind, ga_tier, quantity, expires_at)
+              VALUES ('h-roll', 'mig', 'fay', 'seats', NULL, 1, clock_timestamp() + interval '10 minutes');
+         UPDATE seats SET status = 'held', hold_id = 'h-roll', held_until = clock_timestamp() + interval '10 minutes'
+          WHERE seat_id = 'S1-R1-5'",
+        )
+        .await
+    .expect("an old process's hold");
+    let pinned = pin_hold_tx(&mut conn, "h-roll", "fay", 900)
+        .await
+        .expect("pin")
+        .expect("the old process's hold is pinnable");
+    assert_eq!(
+        pinned
+            .seats
+            .iter()
+            .map(|s| s.seat_id.as_str())
+            .collect::<Vec<_>>(),
+        ["S1-R1-5"]
+    );
     drop(conn);
     pool.close().await;
     let _ = admin
@@ -833,4 +856,78 @@ async fn existing_seat_holds_keep_their_seats_through_migration_0014() {
             r#"DROP DATABASE IF EXISTS "{name}" WITH (FORCE)"#
         )))
         .await;
+}
+
+/// The by-id statements on a live hold (`id = $1 AND ... status = 'active'`) run as generic
+/// plans on the hold and checkout connections. Planned while few holds are live (here 5,000
+/// ended holds, analysed), such a plan could take a whole scan of the live holds' expiry index
+/// over the primary key, and keep it while thousands of holds go live in a launch. Failed
+/// before migration 0014 (`holds_active_expiry`, whose predicate every such statement implies);
+/// the sweeper still has its index.
+#[tokio::test]
+async fn a_live_hold_is_found_by_its_key_not_by_scanning_the_live_holds() {
+    let app = TestApp::spawn().await;
+    create_event(&app, &small_event("plan", 1, 5, 10, 1)).await;
+    sqlx::query(
+        "INSERT INTO holds (id, event_id, account_id, kind, quantity, status, expires_at, seat_ids)
+         SELECT 'ended-' || g, 'plan', 'acct-' || g, 'seats', 1, 'released',
+                clock_timestamp(), '{}'
+           FROM generate_series(1, 5000) g",
+    )
+    .execute(&app.pool)
+    .await
+    .expect("ended holds");
+    sqlx::query("ANALYZE holds")
+        .execute(&app.pool)
+        .await
+        .expect("analyze");
+    let mut conn = app.pool.acquire().await.expect("connection").detach();
+    let explain = |sql: &'static str| sqlx::query_scalar::<_, String>(sql).persistent(false);
+    for set in [
+        "SET plan_cache_mode = force_generic_plan",
+        "SET enable_seqscan = off",
+        "PREPARE release_by_id(text, text) AS UPDATE holds SET status = 'released'
+          WHERE id = $1 AND account_id = $2 AND status = 'active'",
+        "PREPARE pin_by_id(text, text) AS UPDATE holds SET status = 'ordered',
+                expires_at = clock_timestamp() + interval '15 minutes'
+          WHERE id = $1 AND account_id = $2 AND status = 'active'
+            AND expires_at > clock_timestamp()",
+        "PREPARE reclaim_by_id(text[]) AS SELECT id FROM holds
+          WHERE id = ANY($1) AND status = 'active' AND expires_at <= clock_timestamp()
+          ORDER BY id FOR UPDATE SKIP LOCKED",
+    ] {
+        sqlx::query(set)
+            .persistent(false)
+            .execute(&mut conn)
+            .await
+            .expect(set);
+    }
+    for run in [
+        "EXPLAIN EXECUTE release_by_id('ended-1', 'acct-1')",
+        "EXPLAIN EXECUTE pin_by_id('ended-1', 'acct-1')",
+        "EXPLAIN EXECUTE reclaim_by_id(ARRAY['ended-1'])",
+    ] {
+        let plan = explain(run)
+            .fetch_all(&mut conn)
+            .await
+            .expect(run)
+            .join("\n");
+        assert!(
+            !plan.contains("holds_active_expiry") && !plan.contains("holds_sweep"),
+            "{run} scans the live holds' expiry index instead of a key lookup:\n{plan}"
+        );
+    }
+    use sqlx::Connection;
+    conn.close().await.expect("close");
+    let sweep = sqlx::query_scalar::<_, String>(
+        "EXPLAIN SELECT id FROM holds
+          WHERE status = 'active' AND kind IN ('seats', 'ga') AND expires_at <= clock_timestamp()
+          ORDER BY expires_at, id LIMIT 100 FOR UPDATE SKIP LOCKED",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .expect("explain the sweep")
+    .join("\n");
+    assert!(sweep.contains("holds_sweep"), "{sweep}");
+    app.stop().await;
 }

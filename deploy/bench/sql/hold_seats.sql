@@ -61,10 +61,11 @@ FROM (VALUES (1)) AS one (x) LEFT JOIN wanted w ON true;
 WITH h AS (
     UPDATE holds SET status = 'released'
     WHERE id = ('pg-' || :hid) AND account_id = ('pg-' || :acct) AND status = 'active'
-    RETURNING event_id, account_id, kind, ga_tier, quantity, seat_ids),
+    RETURNING id, event_id, account_id, kind, ga_tier, quantity, seat_ids),
 doomed AS (
     SELECT s.event_id, s.seat_id FROM seats s, h
-    WHERE h.kind = 'seats' AND s.event_id = h.event_id AND s.seat_id = ANY(h.seat_ids)
+    WHERE h.kind = 'seats' AND s.event_id = h.event_id
+      AND s.seat_id = ANY(COALESCE(h.seat_ids, ARRAY(SELECT x.seat_id FROM seats x WHERE x.event_id = h.event_id AND x.hold_id = h.id)))
       AND s.hold_id = ('pg-' || :hid)
     ORDER BY s.event_id, s.seat_id
     FOR UPDATE OF s),

@@ -11,17 +11,19 @@ use sqlx::PgConnection;
 /// `bench/sql/hold_seats.sql` runs this text. (`usage`, like every data-modifying `WITH`, runs
 /// whether or not the final `SELECT` reads it.)
 ///
-/// The seats are found by primary key from the hold's `seat_ids`, and are the hold's only while
-/// they still carry its id (a later hold may have reclaimed one).
+/// The seats are found by primary key from the hold's `seat_ids` ([`crate::hold_seat_ids_sql`]),
+/// and are the hold's only while they still carry its id (a later hold may have reclaimed one).
 const RELEASE_OWN: &str = concat!(
     "
 WITH h AS (
     UPDATE holds SET status = 'released'
     WHERE id = $1 AND account_id = $2 AND status = 'active'
-    RETURNING event_id, account_id, kind, ga_tier, quantity, seat_ids),
+    RETURNING id, event_id, account_id, kind, ga_tier, quantity, seat_ids),
 doomed AS (
     SELECT s.event_id, s.seat_id FROM seats s, h
-    WHERE h.kind = 'seats' AND s.event_id = h.event_id AND s.seat_id = ANY(h.seat_ids)
+    WHERE h.kind = 'seats' AND s.event_id = h.event_id AND s.seat_id = ANY(",
+    crate::hold_seat_ids_sql!("h"),
+    ")
       AND s.hold_id = $1
     ORDER BY s.event_id, s.seat_id
     FOR UPDATE OF s),

@@ -158,17 +158,19 @@ pub(crate) async fn release_resources(
     if !seat_holds.is_empty() {
         // Only seats that still belong to these holds: a reclaimed seat carries another
         // hold_id by now and must not be touched. Locked in seat order like the hold path.
-        seats_released = sqlx::query(
+        seats_released = sqlx::query(concat!(
             "WITH doomed AS (
                  SELECT s.event_id, s.seat_id FROM holds h
-                 JOIN seats s ON s.event_id = h.event_id AND s.seat_id = ANY(h.seat_ids)
+                 JOIN seats s ON s.event_id = h.event_id AND s.seat_id = ANY(",
+            crate::hold_seat_ids_sql!("h"),
+            ")
                  WHERE h.id = ANY($1) AND s.hold_id = h.id AND s.status = 'held'
                  ORDER BY s.event_id, s.seat_id
                  FOR UPDATE OF s)
              UPDATE seats s SET status = 'available', hold_id = NULL, held_until = NULL
              FROM doomed d
              WHERE s.event_id = d.event_id AND s.seat_id = d.seat_id",
-        )
+        ))
         .bind(&seat_holds)
         .execute(&mut *conn)
         .await?
@@ -242,6 +244,25 @@ struct HoldSeatRow {
     price: Option<i64>,
 }
 
+/// The seats of seat hold `$h` (an alias with `id`, `event_id`, `seat_ids`): its list, or for a
+/// hold written by a process from before migration 0014 (a rolling upgrade runs old and new
+/// processes on the new schema, and the old ones write no list) the event's seats carrying its
+/// id, found by scanning the event's seats. `COALESCE` evaluates the scan only for such a hold.
+#[macro_export]
+macro_rules! hold_seat_ids_sql {
+    ($h:literal) => {
+        concat!(
+            "COALESCE(",
+            $h,
+            ".seat_ids, ARRAY(SELECT x.seat_id FROM seats x WHERE x.event_id = ",
+            $h,
+            ".event_id AND x.hold_id = ",
+            $h,
+            ".id))"
+        )
+    };
+}
+
 /// `mine`: the seats hold `h` (a `WITH` part of the caller's returning `id`, `event_id`,
 /// `kind`, `seat_ids`) still holds, locked in `seat_id` order like every seat path. Found by
 /// primary key from the hold's `seat_ids`; `s.hold_id = h.id` drops a seat a later hold
@@ -251,13 +272,17 @@ struct HoldSeatRow {
 #[macro_export]
 macro_rules! hold_seats_locked_sql {
     () => {
-        "
+        concat!(
+            "
          mine AS (
              SELECT s.event_id, s.seat_id FROM seats s JOIN h ON s.event_id = h.event_id
-             WHERE h.kind = 'seats' AND s.seat_id = ANY(h.seat_ids) AND s.hold_id = h.id
+             WHERE h.kind = 'seats' AND s.seat_id = ANY(",
+            $crate::hold_seat_ids_sql!("h"),
+            ") AND s.hold_id = h.id
                AND s.status = 'held'
              ORDER BY s.seat_id
              FOR UPDATE OF s)"
+        )
     };
 }
 
@@ -393,14 +418,16 @@ pub async fn sell_hold_tx(
     order_id: &str,
     account: &str,
 ) -> sqlx::Result<SellOutcome> {
-    let rows: Vec<HoldSeatRow> = sqlx::query_as(
+    let rows: Vec<HoldSeatRow> = sqlx::query_as(concat!(
         "WITH hold AS (
              SELECT id, event_id, kind, ga_tier, quantity, expires_at, seat_ids FROM holds
              WHERE id = $1 AND account_id = $2 AND status = 'ordered'
              FOR UPDATE),
          mine AS (
              SELECT s.event_id, s.seat_id, s.tier FROM seats s JOIN hold h ON s.event_id = h.event_id
-             WHERE h.kind = 'seats' AND s.seat_id = ANY(h.seat_ids) AND s.hold_id = h.id
+             WHERE h.kind = 'seats' AND s.seat_id = ANY(",
+        crate::hold_seat_ids_sql!("h"),
+        ") AND s.hold_id = h.id
                AND s.status = 'held'
              ORDER BY s.seat_id
              FOR UPDATE OF s),
@@ -420,7 +447,7 @@ pub async fn sell_hold_tx(
              SELECT seat_id, tier FROM upd
              UNION ALL
              SELECT seat_id, tier FROM mine WHERE NOT EXISTS (SELECT 1 FROM ok)) u ON true",
-    )
+    ))
     .bind(hold_id)
     .bind(account)
     .bind(order_id)
