@@ -56,6 +56,19 @@ pub const DIRECT_APP_NAME: &str = "floodgate-test-direct";
 
 /// Creates an empty database with all migrations applied and returns its URL and name.
 pub async fn fresh_database() -> (String, String) {
+    let (url, name) = empty_database().await;
+    let pool = small_pool(&url).await;
+    booking::platform::db::MIGRATOR
+        .run(&pool)
+        .await
+        .expect("migrate test database");
+    pool.close().await;
+    (url, name)
+}
+
+/// Creates an empty database, no migrations applied, and returns its URL and name (`deploy/stack
+/// test` drops every `fg_test_*` database afterwards).
+pub async fn empty_database() -> (String, String) {
     let admin_url = database_url();
     let name = format!("fg_test_{}", shared::ids::new_id());
     let mut conn = PgConnection::connect(&admin_url).await.expect(
@@ -68,17 +81,16 @@ pub async fn fresh_database() -> (String, String) {
         Some((base, _)) => format!("{base}/{name}"),
         None => panic!("bad database url {admin_url}"),
     };
-    let pool = PgPoolOptions::new()
-        .max_connections(2)
-        .connect(&url)
-        .await
-        .expect("connect test database");
-    booking::platform::db::MIGRATOR
-        .run(&pool)
-        .await
-        .expect("migrate test database");
-    pool.close().await;
     (url, name)
+}
+
+/// A two-connection pool on a test database (setup and inspection, not the app's pool).
+pub async fn small_pool(url: &str) -> PgPool {
+    PgPoolOptions::new()
+        .max_connections(2)
+        .connect(url)
+        .await
+        .expect("connect test database")
 }
 
 pub fn test_config(db_url: &str) -> BookingConfig {

@@ -4,7 +4,7 @@
 use crate::events::{create_event, db_state, small_event};
 use crate::helpers::{TestApp, json};
 use booking::inventory::holds::{
-    HoldStatus, SellOutcome, pin_hold_tx, release_hold_tx, sell_hold_tx,
+    HoldStatus, PinnedHold, SellOutcome, pin_hold_tx, release_hold_tx, sell_hold_tx,
 };
 use futures::future::join_all;
 use rand::seq::SliceRandom;
@@ -39,6 +39,11 @@ async fn seats_of(app: &TestApp, hold_id: &str) -> BTreeSet<String> {
     .expect("test query")
     .into_iter()
     .collect()
+}
+
+/// A pinned hold's seat ids, in its order.
+fn seat_ids(pinned: &PinnedHold) -> Vec<&str> {
+    pinned.seats.iter().map(|s| s.seat_id.as_str()).collect()
 }
 
 async fn usage(app: &TestApp, event: &str, account: &str) -> i32 {
@@ -544,14 +549,7 @@ async fn pin_sell_and_release_helpers_for_orders() {
     assert_eq!(pinned.kind, "seats");
     assert_eq!(pinned.quantity, 2);
     assert_eq!(pinned.total, 20000);
-    assert_eq!(
-        pinned
-            .seats
-            .iter()
-            .map(|s| s.seat_id.as_str())
-            .collect::<Vec<_>>(),
-        ["S1-R1-1", "S2-R1-1"]
-    );
+    assert_eq!(seat_ids(&pinned), ["S1-R1-1", "S2-R1-1"]);
     // Pinned twice: no.
     assert!(
         pin_hold_tx(&mut conn, &hold_id, "buyer", 900)
@@ -744,25 +742,9 @@ async fn no_index_of_seats_names_a_column_a_hold_changes() {
 /// database is migrated to 0013, filled the way booking filled it then, and migrated on.
 #[tokio::test]
 async fn existing_seat_holds_keep_their_seats_through_migration_0014() {
-    use sqlx::{Connection, Executor};
-    let admin_url = crate::helpers::database_url();
-    let name = format!("fg_test_{}", shared::ids::new_id());
-    let mut admin = sqlx::PgConnection::connect(&admin_url)
-        .await
-        .expect("reach the test Postgres");
-    admin
-        .execute(sqlx::AssertSqlSafe(format!(r#"CREATE DATABASE "{name}""#)))
-        .await
-        .expect("create the database");
-    let url = match admin_url.rsplit_once('/') {
-        Some((base, _)) => format!("{base}/{name}"),
-        None => panic!("bad database url {admin_url}"),
-    };
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(2)
-        .connect(&url)
-        .await
-        .expect("connect");
+    use sqlx::Executor;
+    let (url, _) = crate::helpers::empty_database().await;
+    let pool = crate::helpers::small_pool(&url).await;
     booking::platform::db::MIGRATOR
         .run_to(13, &pool)
         .await
@@ -817,14 +799,7 @@ async fn existing_seat_holds_keep_their_seats_through_migration_0014() {
         .await
         .expect("pin")
         .expect("the live hold is pinnable");
-    assert_eq!(
-        pinned
-            .seats
-            .iter()
-            .map(|s| s.seat_id.as_str())
-            .collect::<Vec<_>>(),
-        ["S1-R1-1", "S1-R1-2"]
-    );
+    assert_eq!(seat_ids(&pinned), ["S1-R1-1", "S1-R1-2"]);
     assert_eq!(pinned.total, 200);
     // A seat hold written during a rolling upgrade by a process from before 0014 has no list:
     // its seats are found by their `hold_id`.
@@ -841,21 +816,9 @@ async fn existing_seat_holds_keep_their_seats_through_migration_0014() {
         .await
         .expect("pin")
         .expect("the old process's hold is pinnable");
-    assert_eq!(
-        pinned
-            .seats
-            .iter()
-            .map(|s| s.seat_id.as_str())
-            .collect::<Vec<_>>(),
-        ["S1-R1-5"]
-    );
+    assert_eq!(seat_ids(&pinned), ["S1-R1-5"]);
     drop(conn);
     pool.close().await;
-    let _ = admin
-        .execute(sqlx::AssertSqlSafe(format!(
-            r#"DROP DATABASE IF EXISTS "{name}" WITH (FORCE)"#
-        )))
-        .await;
 }
 
 /// The by-id statements on a live hold (`id = $1 AND ... status = 'active'`) run as generic
