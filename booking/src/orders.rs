@@ -199,6 +199,11 @@ pub struct CommerceMetrics {
     pub flash_gate: IntCounterVec,
     /// Cart operations: get, put, delete.
     pub cart_ops: IntCounterVec,
+    /// Cart orders tried as one statement (`repo::one_statement`), by outcome: created;
+    /// busy (every row busy, tried again waiting for one); not_served (the full transaction
+    /// ran); stale_prices (likewise, and the prices were forgotten); read_prices (the prices
+    /// were read first: this process had not seen a line's SKU).
+    pub one_statement_orders: IntCounterVec,
 }
 
 impl CommerceMetrics {
@@ -216,6 +221,13 @@ impl CommerceMetrics {
             &["outcome"],
         )?;
         let cart_ops = IntCounterVec::new(Opts::new("cart_ops_total", "Cart operations"), &["op"])?;
+        let one_statement_orders = IntCounterVec::new(
+            Opts::new(
+                "cart_order_one_statement_total",
+                "Cart orders tried as one statement, by outcome",
+            ),
+            &["outcome"],
+        )?;
         registry.register(Box::new(order_db_transactions.clone()))?;
         registry.register(Box::new(orders.clone()))?;
         // Exported at 0 from startup (the dashboard's orders/min reads `created`).
@@ -224,11 +236,13 @@ impl CommerceMetrics {
         }
         registry.register(Box::new(flash_gate.clone()))?;
         registry.register(Box::new(cart_ops.clone()))?;
+        registry.register(Box::new(one_statement_orders.clone()))?;
         Ok(Self {
             order_db_transactions,
             orders,
             flash_gate,
             cart_ops,
+            one_statement_orders,
         })
     }
 }

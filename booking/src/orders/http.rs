@@ -12,14 +12,15 @@
 
 use crate::orders::flash::{self, Gate};
 use crate::orders::model::{
-    AccountId, EventId, HoldId, OrderId, OrderKey, OrderRequest, OrderView, RequestedSource,
-    Shortage, done_marker_suffix, gate_admission, request_record_ttl_s,
+    AccountId, EventId, HoldId, OrderId, OrderKey, OrderRequest, OrderView, PricedSku,
+    RequestedSource, Shortage, done_marker_suffix, gate_admission, request_record_ttl_s,
 };
 use crate::orders::repo::{
-    During, KeyAnswer, OrderError, claim_key_tx, create_cart_order_tx, create_hold_order_tx,
-    load_order, stored_answer,
+    During, KeyAnswer, OneStatement, OrderError, Take, claim_key_tx,
+    create_cart_order_one_statement, create_cart_order_tx, create_hold_order_tx, load_order,
+    read_prices, stored_answer,
 };
-use crate::orders::stock::StockWay;
+use crate::orders::stock::{self, StockWay};
 use crate::orders::{OrdersState, cart, products};
 use crate::platform::auth::Admitted;
 use crate::platform::db::{self, MaybeRetryable};
@@ -179,26 +180,25 @@ async fn create_from_cart(
     let admission = gate_admission(account, order_key);
     // 1. The flash gate (Redis only), so a sold-out rush never reaches Postgres.
     let taken = gate_lines(state, account, order_key, &admission, &lines).await?;
-    // 2. The order transaction (`create_cart_order`).
+    // 2. The order: one statement when it can (`repo::one_statement`), else the full
+    // transaction (`create_cart_order`).
     let order_id = shared::ids::new_id();
-    // Each way of taking the stock is its own transaction (`stock::StockWay`); the first
-    // serves the order unless every row with enough units is busy at that instant.
-    let mut way = StockWay::FreeRow;
-    let result = loop {
-        let attempt = create_cart_order(
-            state,
-            &order_id,
-            account,
-            event,
-            key,
-            fingerprint,
-            &lines,
-            way,
-        );
-        match attempt.await {
-            Err(OrderError::StockBusy) if way != StockWay::AcrossInOrder => way = way.next(),
-            other => break other,
+    let result = match one_statement_order(
+        state,
+        &order_id,
+        account,
+        event,
+        order_key,
+        fingerprint,
+        &lines,
+    )
+    .await
+    {
+        Ok(Some(created)) => Ok(created),
+        Ok(None) => {
+            transaction_order(state, &order_id, account, event, key, fingerprint, &lines).await
         }
+        Err(e) => Err(e),
     };
     match result {
         Ok(Created::Replay(stored)) => {
@@ -206,7 +206,10 @@ async fn create_from_cart(
             state.metrics.orders.with_label_values(&["replayed"]).inc();
             Ok(stored.into_response())
         }
-        Ok(Created::Order(body, until)) => {
+        Ok(Created::Order(body, until, prices)) => {
+            if let Some(prices) = prices {
+                state.catalog.learn_order_prices(&prices);
+            }
             state.metrics.orders.with_label_values(&["created"]).inc();
             // 3. After the commit, best effort: the gate slots are sold, the cart, the
             // completed marker.
@@ -240,9 +243,127 @@ async fn create_from_cart(
 /// What the order transaction ended with: a new order's body, or the stored answer of the
 /// key's earlier order (the transaction rolled back).
 enum Created {
-    /// The body and the account's checkout end with the order.
-    Order(Vec<u8>, i64),
+    /// The body, the account's checkout end with the order, and the prices the full
+    /// transaction read (for the next one-statement order).
+    Order(Vec<u8>, i64, Option<BTreeMap<String, PricedSku>>),
     Replay(Replay),
+}
+
+/// The cart order as one statement, when this process knows every line's price. `None`:
+/// nothing was written, run the full transaction. The stock rows the order emptied are
+/// refilled afterwards, best effort (a row left empty only makes later orders skip it until
+/// the next order that empties a row refills, or the slow path spreads the stock).
+async fn one_statement_order(
+    state: &OrdersState,
+    order_id: &str,
+    account: AccountId<'_>,
+    event: EventId<'_>,
+    key: OrderKey<'_>,
+    fingerprint: &Fingerprint,
+    lines: &BTreeMap<String, i64>,
+) -> Result<Option<Created>, OrderError> {
+    let outcomes = &state.metrics.one_statement_orders;
+    if lines.is_empty() {
+        return Ok(None);
+    }
+    let mut conn = state
+        .pool
+        .acquire()
+        .await
+        .during("acquire a connection for the order")?;
+    let prices = match state.catalog.order_prices(lines.keys()) {
+        Some(prices) => prices,
+        None => {
+            // First order of these SKUs in this process: one read, then the statement.
+            outcomes.with_label_values(&["read_prices"]).inc();
+            let prices = read_prices(&mut conn, lines).await?;
+            if prices.len() != lines.len() {
+                // An unknown SKU: the full transaction words the refusal.
+                return Ok(None);
+            }
+            state.catalog.learn_order_prices(&prices);
+            prices
+        }
+    };
+    let mut take = Take::FreeRow;
+    loop {
+        state.metrics.order_db_transactions.inc();
+        let done = create_cart_order_one_statement(
+            &mut conn,
+            &state.settings,
+            OrderId::new(order_id),
+            account,
+            event,
+            key,
+            fingerprint,
+            lines,
+            &prices,
+            take,
+        )
+        .await?;
+        match done {
+            OneStatement::Created {
+                body,
+                live_until_ms,
+                emptied,
+            } => {
+                outcomes.with_label_values(&["created"]).inc();
+                for (sku, shard) in emptied {
+                    if let Err(e) = stock::refill_emptied(&mut conn, &sku, shard).await {
+                        tracing::warn!(error = ?e, sku, shard, "refilling an emptied stock row failed");
+                    }
+                }
+                return Ok(Some(Created::Order(body, live_until_ms, None)));
+            }
+            // Every row busy for a one-line cart: once more, waiting for one row.
+            OneStatement::NotServed { busy: true, .. }
+                if take == Take::FreeRow && lines.len() == 1 =>
+            {
+                outcomes.with_label_values(&["busy"]).inc();
+                take = Take::WaitForOne;
+            }
+            OneStatement::NotServed { stale_prices, .. } => {
+                if stale_prices {
+                    outcomes.with_label_values(&["stale_prices"]).inc();
+                    state.catalog.forget_order_prices(lines.keys());
+                } else {
+                    outcomes.with_label_values(&["not_served"]).inc();
+                }
+                return Ok(None);
+            }
+        }
+    }
+}
+
+/// The cart order as the full transaction: each way of taking the stock is its own
+/// transaction (`stock::StockWay`); the first serves the order unless every row with enough
+/// units is busy at that instant.
+async fn transaction_order(
+    state: &OrdersState,
+    order_id: &str,
+    account: AccountId<'_>,
+    event: EventId<'_>,
+    key: &IdempotencyKey,
+    fingerprint: &Fingerprint,
+    lines: &BTreeMap<String, i64>,
+) -> Result<Created, OrderError> {
+    let mut way = StockWay::FreeRow;
+    loop {
+        let attempt = create_cart_order(
+            state,
+            order_id,
+            account,
+            event,
+            key,
+            fingerprint,
+            lines,
+            way,
+        );
+        match attempt.await {
+            Err(OrderError::StockBusy) if way != StockWay::AcrossInOrder => way = way.next(),
+            other => return other,
+        }
+    }
 }
 
 /// One cart order transaction taking the stock `way`, retried from the top on deadlock: the
@@ -299,7 +420,11 @@ async fn create_cart_order(
         )
         .await?;
         tx.commit().await.during("commit the order transaction")?;
-        Ok::<_, OrderError>(Created::Order(order.body, order.live_until_ms))
+        Ok::<_, OrderError>(Created::Order(
+            order.body,
+            order.live_until_ms,
+            Some(order.prices),
+        ))
     })
     .await
 }
@@ -340,7 +465,7 @@ async fn create_from_hold(
         match created {
             Ok((_, body, until)) => {
                 tx.commit().await.during("commit the order transaction")?;
-                Ok::<_, OrderError>(Created::Order(body, until))
+                Ok::<_, OrderError>(Created::Order(body, until, None))
             }
             Err(e) if e.retryable() || matches!(e, OrderError::Db { .. }) => Err(e),
             // Refused (or the key taken): nothing of this attempt stays. A retry of a request
@@ -364,7 +489,7 @@ async fn create_from_hold(
     .await?;
     match result {
         Created::Replay(stored) => Ok(stored.into_response()),
-        Created::Order(body, until) => {
+        Created::Order(body, until, _) => {
             state.metrics.orders.with_label_values(&["created"]).inc();
             let resp = idempotency::respond(StatusCode::CREATED, body);
             Ok((SessionUntil(Some(until)), resp).into_response())

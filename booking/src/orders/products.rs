@@ -22,6 +22,7 @@
 pub mod catalog;
 pub mod repo;
 
+use crate::orders::model::PricedSku;
 use crate::orders::repo::{During, OrderError};
 use crate::orders::stock::MAX_STOCK_SHARDS;
 use crate::orders::{OrdersState, flash};
@@ -37,7 +38,7 @@ use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 use shared::error::codes;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::RwLock;
 
 /// Largest accepted price (minor units) and stock, to keep sums far from overflow.
@@ -78,11 +79,47 @@ pub struct Catalog {
     known: RwLock<HashMap<String, String>>,
     /// Names and prices for the cart, valid for one catalogue version ([`catalog`]).
     pub prices: catalog::Prices,
+    /// Name, price and event of each SKU as this process's last full order transaction read
+    /// them: what a one-statement order builds its body from (`repo::one_statement`), which
+    /// the statement checks against the products, so an entry may be stale without harm.
+    ordered: RwLock<HashMap<String, PricedSku>>,
 }
 
 impl Catalog {
     fn event_of(&self, sku: &str) -> Option<String> {
         self.known.read().ok()?.get(sku).cloned()
+    }
+
+    /// The prices of every SKU of `lines` as last read by an order, or `None` when one is
+    /// missing.
+    pub fn order_prices<'a>(
+        &self,
+        skus: impl Iterator<Item = &'a String>,
+    ) -> Option<BTreeMap<String, PricedSku>> {
+        let known = self.ordered.read().ok()?;
+        skus.map(|sku| Some((sku.clone(), known.get(sku)?.clone())))
+            .collect()
+    }
+
+    /// Remembers prices an order transaction read.
+    pub fn learn_order_prices(&self, prices: &BTreeMap<String, PricedSku>) {
+        if let Ok(mut s) = self.ordered.write() {
+            if s.len() + prices.len() > CATALOG_CACHE_MAX {
+                s.clear();
+            }
+            for (sku, p) in prices {
+                s.insert(sku.clone(), p.clone());
+            }
+        }
+    }
+
+    /// Forgets the order prices of `skus` (a one-statement order found them stale).
+    pub fn forget_order_prices<'a>(&self, skus: impl Iterator<Item = &'a String>) {
+        if let Ok(mut s) = self.ordered.write() {
+            for sku in skus {
+                s.remove(sku);
+            }
+        }
     }
 
     fn insert(&self, sku: &str, event: &str) {

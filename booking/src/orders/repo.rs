@@ -20,7 +20,9 @@ use std::collections::BTreeMap;
 
 pub mod fans;
 mod insert;
+mod one_statement;
 use insert::{NewOrder, insert_order};
+pub use one_statement::{OneStatement, Take, create_cart_order_one_statement, read_prices};
 
 /// What can go wrong in the orders domain (orders, carts, the flash gate, products).
 #[derive(Debug, thiserror::Error)]
@@ -189,6 +191,9 @@ pub struct CartOrder {
     pub view: OrderView,
     pub body: Vec<u8>,
     pub live_until_ms: i64,
+    /// The lines' products as the transaction read them (a later one-statement order of
+    /// this process builds its body from them).
+    pub prices: BTreeMap<String, PricedSku>,
 }
 
 /// Creates a `PENDING_PAYMENT` cart order for `lines` (SKU → quantity) inside the caller's
@@ -265,6 +270,7 @@ pub async fn create_cart_order_tx(
         view,
         body,
         live_until_ms,
+        prices,
     })
 }
 

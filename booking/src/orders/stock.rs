@@ -213,6 +213,42 @@ async fn refill_if_dry(conn: &mut PgConnection, sku: &str, t: Taken) -> Result<(
     Ok(())
 }
 
+/// After a one-statement order emptied row `shard` of `sku` (its own transaction, committed):
+/// the row gets half of the fullest other row's units, as [`refill_if_dry`] does inside the
+/// order's transaction. It waits for no lock: the emptied row is skipped when someone else has
+/// it locked (an order refilling it, an admin reshaping), and so are busy donors. Units only
+/// move between two rows of one SKU, in one statement.
+pub async fn refill_emptied(
+    conn: &mut PgConnection,
+    sku: &str,
+    shard: i32,
+) -> Result<(), OrderError> {
+    sqlx::query(
+        "WITH dry AS (
+             SELECT shard FROM inventory
+              WHERE sku = $1 AND shard = $2 AND available = 0
+                AND $2 < (SELECT stock_shards FROM products WHERE sku = $1)
+              FOR UPDATE SKIP LOCKED),
+         donor AS (
+             SELECT i.shard, i.available FROM inventory i, dry
+              WHERE i.sku = $1 AND i.shard <> $2 AND i.available >= 2
+              ORDER BY i.available DESC LIMIT 1
+              FOR UPDATE OF i SKIP LOCKED),
+         gave AS (
+             UPDATE inventory i SET available = i.available - d.available / 2
+               FROM donor d WHERE i.sku = $1 AND i.shard = d.shard
+             RETURNING d.available / 2 AS moved)
+         UPDATE inventory i SET available = i.available + g.moved
+           FROM gave g WHERE i.sku = $1 AND i.shard = $2",
+    )
+    .bind(sku)
+    .bind(shard)
+    .execute(&mut *conn)
+    .await
+    .during("refill a stock shard a one-statement order emptied")?;
+    Ok(())
+}
+
 /// Slow path: locks every row of the SKU in shard order; when their sum covers `q`, reserves
 /// it on one active row (chosen at random) and spreads the remaining available units evenly
 /// over the active rows (`shard < stock_shards`; rows above it are drained). `false` when the

@@ -1,0 +1,407 @@
+//! A cart order in ONE autocommit statement (issue 16): the order, its items, each line's units
+//! taken from one stock row, `order.created` and the stored answer of its `Idempotency-Key`,
+//! or nothing at all.
+//!
+//! It serves the common case; anything else writes nothing, and the request then runs the full
+//! transaction ([`super::create_cart_order_tx`]), which also words every refusal:
+//! - The body is built from prices this process read before (`products::Catalog::order_prices`:
+//!   by an earlier order, or by [`read_prices`] for a SKU it has not seen). The statement takes
+//!   the order only if every line's product still has that name, price and event, so a stale
+//!   price costs one statement, never a wrong order.
+//! - Each line takes its units from one row no one else has locked. A one-line cart whose rows
+//!   are all busy waits for one (it holds no other lock then, so it cannot deadlock); a longer
+//!   cart does not wait.
+//! - The key is inserted plainly, last, from the order's row: a key already stored (a retry,
+//!   a key used for another request, a stale claim) makes the statement fail with a unique
+//!   violation, and a failed statement undoes all of it. So does an order key a purged
+//!   idempotency row left on an order.
+//! - The database clock is read by the statement itself, so the body's two timestamps are
+//!   spliced in by it, printed exactly as chrono prints them (the body is the same bytes the
+//!   full transaction would store, and `GET /api/orders/{id}` would show).
+
+use super::{During, OrderError};
+use crate::orders::OrderSettings;
+use crate::orders::model::{
+    AccountId, EventId, OrderId, OrderKey, OrderSource, OrderStatus, OrderView, PricedSku,
+    price_cart_lines,
+};
+use crate::platform::idempotency::Fingerprint;
+use chrono::DateTime;
+use sqlx::PgConnection;
+use std::collections::BTreeMap;
+
+/// What the one statement did.
+#[derive(Debug)]
+pub enum OneStatement {
+    /// The order is committed.
+    Created {
+        /// The response body, as stored under the key.
+        body: Vec<u8>,
+        /// The account's checkout end with the order (`platform::session_until`).
+        live_until_ms: i64,
+        /// Stock rows (SKU, shard) the order emptied: the caller refills them from a fuller
+        /// row of their SKU, as the full transaction does (`stock::refill_emptied`).
+        emptied: Vec<(String, i32)>,
+    },
+    /// Nothing was written; run the full transaction. `stale_prices`: a line's product no
+    /// longer has the name, price or event the body was built with. `busy`: the prices held
+    /// and every line's units were there, but on rows others had locked.
+    NotServed { stale_prices: bool, busy: bool },
+}
+
+/// How the statement takes each line's units.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Take {
+    /// From a row no one else has locked; the only row of a one-row SKU is waited for in a
+    /// one-line cart. Never waits for a row while holding another.
+    FreeRow,
+    /// One line: one row with enough units in the statement's snapshot, waited for alone and
+    /// re-checked once locked (after [`Take::FreeRow`] found every row busy).
+    WaitForOne,
+}
+
+/// The two timestamps of the body, placed where serde put them; split around by
+/// [`body_parts`]. `expires_at` and `created_at` are adjacent, in this order, at the end of
+/// [`OrderView`] (`paid_at` is skipped while `None`).
+const STAMPS: &str = r#","expires_at":"1970-01-01T00:00:00Z","created_at":"1970-01-01T00:00:00Z""#;
+
+/// Tries the cart order `lines` (SKU → quantity, at `prices`) as one statement.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one order's whole input, each a distinct typed value"
+)]
+pub async fn create_cart_order_one_statement(
+    conn: &mut PgConnection,
+    settings: &OrderSettings,
+    order_id: OrderId<'_>,
+    account: AccountId<'_>,
+    event: EventId<'_>,
+    key: OrderKey<'_>,
+    fingerprint: &Fingerprint,
+    lines: &BTreeMap<String, i64>,
+    prices: &BTreeMap<String, PricedSku>,
+    take: Take,
+) -> Result<OneStatement, OrderError> {
+    let not_served = OneStatement::NotServed {
+        stale_prices: false,
+        busy: false,
+    };
+    if lines.is_empty() || (take == Take::WaitForOne && lines.len() != 1) {
+        return Ok(not_served);
+    }
+    // A cart these prices cannot price (another event, an overflow) is for the full
+    // transaction to refuse, with the prices it reads.
+    let Ok((items, total)) = price_cart_lines(lines, prices, event) else {
+        return Ok(not_served);
+    };
+    let view = OrderView {
+        id: order_id.as_str().to_owned(),
+        status: OrderStatus::PendingPayment,
+        source: OrderSource::Cart,
+        hold_id: None,
+        event_id: Some(event.as_str().to_owned()),
+        total,
+        currency: settings.currency.clone(),
+        items,
+        expires_at: DateTime::UNIX_EPOCH,
+        created_at: DateTime::UNIX_EPOCH,
+        paid_at: None,
+    };
+    let (head, tail) = body_parts(&view)?;
+    // The outbox row's payload as `insert_order` writes it; `expires_at` is added by the
+    // statement.
+    let payload = serde_json::json!({
+        "order_id": order_id.as_str(),
+        "account_id": account.as_str(),
+        "status": OrderStatus::PendingPayment,
+        "source": OrderSource::Cart,
+        "hold_id": null,
+        "event_id": event.as_str(),
+        "total": total,
+        "currency": &settings.currency,
+        "items": &view.items,
+    });
+    let n = view.items.len();
+    let mut skus = Vec::with_capacity(n);
+    let mut qtys = Vec::with_capacity(n);
+    let mut names = Vec::with_capacity(n);
+    let mut unit_prices = Vec::with_capacity(n);
+    for it in &view.items {
+        skus.push(it.sku.as_deref().unwrap_or_default());
+        qtys.push(it.quantity);
+        names.push(it.name.as_str());
+        unit_prices.push(it.unit_price);
+    }
+    let row: Result<Row, sqlx::Error> = sqlx::query_as(CART_ORDER)
+        .bind(order_id.as_str())
+        .bind(account.as_str())
+        .bind(key.as_str())
+        .bind(fingerprint.as_bytes())
+        .bind(event.as_str())
+        .bind(total)
+        .bind(&settings.currency)
+        .bind(f64::from(settings.ttl_s))
+        .bind(&skus)
+        .bind(&qtys)
+        .bind(&names)
+        .bind(&unit_prices)
+        .bind(shared::ids::new_id())
+        .bind(&payload)
+        .bind(&head)
+        .bind(&tail)
+        .bind(take == Take::WaitForOne)
+        .bind(n == 1)
+        .bind(settings.async_commit)
+        .fetch_one(&mut *conn)
+        .await;
+    let (body, live_until_ms, prices_ok, busy, emptied_skus, emptied_shards) = match row {
+        Ok(row) => row,
+        // The statement undid itself: the full transaction tells a retry, a used key or a
+        // deadlock apart and answers each.
+        Err(e) if undone(&e) => return Ok(not_served),
+        Err(e) => return Err(e).during("create the cart order in one statement"),
+    };
+    Ok(match body {
+        Some(body) => OneStatement::Created {
+            body,
+            live_until_ms,
+            emptied: emptied_skus.into_iter().zip(emptied_shards).collect(),
+        },
+        None => OneStatement::NotServed {
+            stale_prices: !prices_ok.unwrap_or(false),
+            busy: busy.unwrap_or(false),
+        },
+    })
+}
+
+/// The current name, price and event of each SKU of `lines` (the SKUs without a product are
+/// missing from the map), for a process that has not read them yet.
+pub async fn read_prices(
+    conn: &mut PgConnection,
+    lines: &BTreeMap<String, i64>,
+) -> Result<BTreeMap<String, PricedSku>, OrderError> {
+    let skus: Vec<&str> = lines.keys().map(String::as_str).collect();
+    let rows: Vec<(String, String, i64, Option<String>)> =
+        sqlx::query_as("SELECT sku, name, price, event_id FROM products WHERE sku = ANY($1)")
+            .bind(&skus)
+            .fetch_all(&mut *conn)
+            .await
+            .during("read the cart's prices")?;
+    Ok(rows
+        .into_iter()
+        .map(|(sku, name, price, event)| (sku, PricedSku { name, price, event }))
+        .collect())
+}
+
+/// The body (as stored), the checkout end, whether the prices matched, whether rows were
+/// busy, the emptied rows (SKUs, shards).
+type Row = (
+    Option<Vec<u8>>,
+    i64,
+    Option<bool>,
+    Option<bool>,
+    Vec<String>,
+    Vec<i32>,
+);
+
+/// Errors after which the statement has written nothing and the full transaction should run:
+/// unique violations (the key or the order's key already used), a stock row's check (cannot
+/// happen while rows are taken locked, kept as a guard), deadlocks and serialization failures.
+fn undone(e: &sqlx::Error) -> bool {
+    matches!(
+        e.as_database_error().and_then(|d| d.code()).as_deref(),
+        Some("23505" | "23514" | "40P01" | "40001")
+    )
+}
+
+/// The serialised `view` split around its two timestamps: the statement joins `head`, the
+/// expiry, `","created_at":"`, the creation time and `tail`.
+fn body_parts(view: &OrderView) -> Result<(String, String), OrderError> {
+    let json = serde_json::to_string(view).map_err(OrderError::Serialize)?;
+    // The last occurrence: quotes inside names are escaped, so this run of unescaped quotes
+    // can only be the view's own fields.
+    let at = json
+        .rfind(STAMPS)
+        .ok_or_else(|| OrderError::Serialize(serde::ser::Error::custom("no timestamps")))?;
+    let head = format!(r#"{},"expires_at":""#, &json[..at]);
+    let tail = format!("\"{}", &json[at + STAMPS.len()..]);
+    Ok((head, tail))
+}
+
+/// A `timestamptz` expression as chrono prints a `DateTime<Utc>` in JSON (RFC 3339, `Z`, the
+/// fraction as 0, 3 or 6 digits: `SecondsFormat::AutoSi` at microsecond precision).
+#[macro_export]
+macro_rules! chrono_text_sql {
+    ($ts:literal) => {
+        concat!(
+            "(to_char(",
+            $ts,
+            " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS') ||
+              CASE WHEN date_part('microseconds', ",
+            $ts,
+            " AT TIME ZONE 'UTC')::bigint % 1000000 = 0 THEN ''
+                   WHEN date_part('microseconds', ",
+            $ts,
+            " AT TIME ZONE 'UTC')::bigint % 1000 = 0
+                   THEN '.' || lpad((date_part('microseconds', ",
+            $ts,
+            " AT TIME ZONE 'UTC')::bigint % 1000000 / 1000)::text, 3, '0')
+                   ELSE '.' || lpad((date_part('microseconds', ",
+            $ts,
+            " AT TIME ZONE 'UTC')::bigint % 1000000)::text, 6, '0') END || 'Z')"
+        )
+    };
+}
+
+/// The statement. `$1` order id, `$2` account, `$3` key, `$4` fingerprint, `$5` event, `$6`
+/// total, `$7` currency, `$8` the order's TTL (s), `$9`..`$12` the lines (SKU, quantity, name,
+/// unit price; SKU order), `$13` the outbox row's id, `$14` its payload without `expires_at`,
+/// `$15`/`$16` the body around its timestamps, `$17` [`Take::WaitForOne`], `$18` whether the
+/// only row of a one-row SKU may be waited for (one-line carts), `$19` asynchronous commit.
+///
+/// `pick` finds one row per line (locked, or in waiting mode chosen), only when the products
+/// match and the event is not cancelled; `took` takes the units only when every line has its
+/// row, and `o`, the order's row, is written only when every line's units were taken.
+/// Everything else depends on `o`.
+const CART_ORDER: &str = concat!(
+    "WITH now AS MATERIALIZED (
+         SELECT clock_timestamp() AS t,
+                CASE WHEN $19 THEN set_config('synchronous_commit', 'off', true) END AS sc),
+     lines AS (
+         SELECT * FROM unnest($9::text[], $10::int[], $11::text[], $12::bigint[])
+                       WITH ORDINALITY AS l(sku, q, name, price, line)),
+     priced AS MATERIALIZED (
+         SELECT count(*) = cardinality($9::text[]) AS ok
+           FROM lines l
+           JOIN products p ON p.sku = l.sku AND p.name = l.name AND p.price = l.price
+                          AND p.event_id = $5),
+     pick AS MATERIALIZED (
+         SELECT l.sku, l.q, r.shard
+           FROM lines l
+           CROSS JOIN LATERAL (
+               SELECT shard FROM (
+                   SELECT shard FROM inventory
+                    WHERE NOT $17 AND sku = l.sku AND available >= l.q
+                    ORDER BY random() LIMIT 1
+                    FOR UPDATE SKIP LOCKED) free
+               UNION ALL
+               -- The only row of a one-row SKU, for a one-line cart: wait for it (the cart
+               -- holds no other row).
+               SELECT shard FROM (
+                   SELECT shard FROM inventory
+                    WHERE NOT $17 AND $18 AND sku = l.sku AND available >= l.q
+                      AND NOT EXISTS (SELECT 1 FROM inventory x
+                                       WHERE x.sku = l.sku AND x.shard <> 0)
+                    FOR UPDATE) only_row
+               UNION ALL
+               -- Waiting mode: one row with enough units as the snapshot has it, not locked
+               -- yet; `took` waits for it alone.
+               SELECT shard FROM (
+                   SELECT shard FROM inventory
+                    WHERE $17 AND sku = l.sku AND available >= l.q
+                    ORDER BY random() LIMIT 1) chosen
+               LIMIT 1) r
+          WHERE (SELECT ok FROM priced)
+            AND NOT EXISTS (SELECT 1 FROM events e WHERE e.id = $5 AND e.cancelled_at IS NOT NULL)),
+     took AS (
+         -- The re-check matters in waiting mode only: a row locked by `pick` still has them.
+         UPDATE inventory i SET available = i.available - p.q, reserved = i.reserved + p.q
+           FROM pick p
+          WHERE i.sku = p.sku AND i.shard = p.shard AND i.available >= p.q
+            AND (SELECT count(*) FROM pick) = cardinality($9::text[])
+         RETURNING i.sku, i.shard, i.available),
+     o AS (
+         INSERT INTO orders (id, account_id, idempotency_key, source, event_id, total, currency,
+                             expires_at, created_at)
+         SELECT $1, $2, $3, 'cart', $5, $6, $7, now.t + make_interval(secs => $8), now.t
+           FROM now
+          WHERE cardinality($9::text[]) > 0
+            AND (SELECT count(*) FROM took) = cardinality($9::text[])
+         RETURNING id, expires_at, created_at),
+     rec AS (
+         INSERT INTO order_stock (order_id, sku, shard, quantity)
+         SELECT o.id, t.sku, t.shard, p.q FROM o, took t JOIN pick p USING (sku, shard)),
+     items AS (
+         INSERT INTO order_items (order_id, line, kind, sku, name, quantity, unit_price)
+         SELECT o.id, l.line, 'sku', l.sku, l.name, l.q, l.price FROM o, lines l),
+     ts AS (
+         SELECT ",
+    chrono_text_sql!("o.expires_at"),
+    " AS expires, ",
+    chrono_text_sql!("o.created_at"),
+    " AS created FROM o),
+     e AS (
+         INSERT INTO outbox (event_id, topic, aggregate_id, payload)
+         SELECT $13, 'order.created', o.id, $14::jsonb || jsonb_build_object('expires_at', ts.expires)
+           FROM o, ts),
+     k AS (
+         INSERT INTO idempotency_keys (account_id, key, fingerprint, state, claim_id,
+                                       response_status, response_body, completed_at)
+         SELECT $2, $3, $4, 'done', o.id, 201,
+                convert_to($15 || ts.expires || '\",\"created_at\":\"' || ts.created || $16, 'UTF8'),
+                clock_timestamp()
+           FROM o, ts
+         RETURNING response_body)
+     SELECT (SELECT response_body FROM k), ",
+    crate::live_until_ms_sql!("$2", "$5", "(SELECT expires_at FROM o)", "NULL"),
+    ", (SELECT ok FROM priced),
+       -- Not served with every line's units there in the snapshot: rows were busy.
+       NOT EXISTS (SELECT 1 FROM k)
+         AND (SELECT bool_and(EXISTS (SELECT 1 FROM inventory i
+                                       WHERE i.sku = l.sku AND i.available >= l.q))
+                FROM lines l),
+       ARRAY(SELECT sku FROM took WHERE available = 0 ORDER BY sku, shard),
+       ARRAY(SELECT shard FROM took WHERE available = 0 ORDER BY sku, shard)"
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::orders::model::{ItemKind, OrderItemView};
+
+    fn view(name: &str) -> OrderView {
+        OrderView {
+            id: "o1".into(),
+            status: OrderStatus::PendingPayment,
+            source: OrderSource::Cart,
+            hold_id: None,
+            event_id: Some("e1".into()),
+            total: 200,
+            currency: "JPY".into(),
+            items: vec![OrderItemView {
+                kind: ItemKind::Sku,
+                sku: Some("A".into()),
+                seat_id: None,
+                ga_tier: None,
+                name: name.into(),
+                quantity: 2,
+                unit_price: 100,
+                amount: 200,
+            }],
+            expires_at: DateTime::UNIX_EPOCH,
+            created_at: DateTime::UNIX_EPOCH,
+            paid_at: None,
+        }
+    }
+
+    #[test]
+    fn the_body_splits_around_its_own_timestamps_whatever_a_name_says() {
+        // A name that spells the timestamps' JSON is escaped, so it cannot be taken for them.
+        let tricky = r#"x","expires_at":"1970-01-01T00:00:00Z","created_at":"1970-01-01T00:00:00Z"#;
+        for name in ["Tee", tricky] {
+            let v = view(name);
+            let (head, tail) = body_parts(&v).expect("split");
+            let joined = format!(
+                r#"{head}2026-12-04T05:00:00.500Z","created_at":"2026-12-04T04:45:00.123456Z{tail}"#
+            );
+            let mut want = v.clone();
+            want.expires_at = "2026-12-04T05:00:00.500Z".parse().expect("time");
+            want.created_at = "2026-12-04T04:45:00.123456Z".parse().expect("time");
+            assert_eq!(
+                joined,
+                serde_json::to_string(&want).expect("json"),
+                "name {name}"
+            );
+        }
+    }
+}
