@@ -28,6 +28,7 @@ mod hot_auctions;
 mod idempotency;
 mod idempotency_tx;
 mod line_refunds;
+mod one_statement;
 mod ops;
 mod ops_refunds;
 mod orders;

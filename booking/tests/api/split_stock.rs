@@ -3,6 +3,7 @@
 //! rebalancing racing orders, units returned to their shards, reads summed over the shards.
 
 use crate::helpers::{TestApp, create_product, ensure_event, json};
+use crate::one_statement::one_statement_orders;
 use crate::products::{admin_put, post_order};
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -145,6 +146,8 @@ async fn split_stock_sells_exactly_the_stock_through_the_gate() {
     assert!(others.is_empty(), "unexpected answers: {others:?}");
     assert_eq!(created, 600);
     assert_eq!(assert_conserved(&app, "SPLIT-G", 600).await, 0);
+    // The rush went through the one-statement order, not only the full transaction.
+    assert!(one_statement_orders(&app, "created").await > 0);
     let (_, v) = json(app.admin_get("/admin/products/SPLIT-G").await).await;
     assert_eq!(
         (
@@ -187,6 +190,7 @@ async fn split_stock_without_the_gate_mixed_quantities() {
     );
     let left = assert_conserved(&app, "SPLIT-M", 500).await;
     assert_eq!(left + sold, 500, "nothing oversold");
+    assert!(one_statement_orders(&app, "created").await > 0);
     // Units only went down during the rush, so what is left was already too few for every
     // refused request when it was refused.
     assert!(
