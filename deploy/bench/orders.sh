@@ -17,8 +17,8 @@
 # 4. flash rush: FLASH_STOCK units, BENCH_CLIENTS clients buying for FLASH_DUR seconds,
 #    gated versus not: requests answered/s, p99, and how many order transactions reached
 #    Postgres (booking's order_db_transactions_total);
-# 5. pgbench runs deploy/bench/sql/order_hot.sql (the same statements, no HTTP/Redis) on one
-#    hot row, durable and async;
+# 5. pgbench runs deploy/bench/sql/order_hot.sql (booking's one-statement cart order, the same
+#    text: a unit test checks it; no HTTP/Redis) on one hot row, durable and async;
 # 6. split SKU (issue 16): the same order loop on a SKU whose stock is split over
 #    BENCH_SPLIT_SHARDS rows (default 8), through the gate, against pgbench's one-row rate;
 #    pgbench runs deploy/bench/sql/order_hot_split.sql on N rows (the raw split rate); and a
@@ -140,7 +140,7 @@ loadgen_orders() { # JSON ARGS...
 
 pgbench_tps() { # SKU ASYNC [SQL]
   "$PGBENCH" -h 127.0.0.1 -p "$PG_PORT" -U postgres -n -M prepared -c "$POOL" -j 2 -T "$DUR" \
-    -D sku="$1" -D async="$2" -f "$BENCH/sql/${3:-order_hot.sql}" "$DB" 2>&1 | tee -a "$WORK/pgbench.log" \
+    -D sku="$1" -D event="$EVENT" -D async="$2" -D wait=0 -f "$BENCH/sql/${3:-order_hot.sql}" "$DB" 2>&1 | tee -a "$WORK/pgbench.log" \
     | sed -nE 's/^tps = ([0-9.]+) \(without initial connection time\).*/\1/p'
 }
 

@@ -18,7 +18,7 @@ use crate::orders::model::{
 use crate::orders::repo::{
     During, KeyAnswer, OneStatement, OrderError, Take, claim_key_tx,
     create_cart_order_one_statement, create_cart_order_tx, create_hold_order_tx, load_order,
-    read_prices, stored_answer,
+    read_prices, stored_answer, wait_for_copies,
 };
 use crate::orders::stock::{self, StockWay};
 use crate::orders::{OrdersState, cart, products};
@@ -395,6 +395,7 @@ async fn create_cart_order(
             state.pool.begin().await
         }
         .during("begin the order transaction")?;
+        wait_for_copies(&mut tx, account, order_key).await?;
         let claim = match claim_key_tx(
             &mut tx,
             &state.idempotency.settings,

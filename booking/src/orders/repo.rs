@@ -22,7 +22,9 @@ pub mod fans;
 mod insert;
 mod one_statement;
 use insert::{NewOrder, insert_order};
-pub use one_statement::{OneStatement, Take, create_cart_order_one_statement, read_prices};
+pub use one_statement::{
+    OneStatement, Take, create_cart_order_one_statement, read_prices, wait_for_copies,
+};
 
 /// What can go wrong in the orders domain (orders, carts, the flash gate, products).
 #[derive(Debug, thiserror::Error)]

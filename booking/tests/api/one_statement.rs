@@ -290,3 +290,70 @@ async fn a_one_line_cart_waits_for_a_busy_row_in_one_more_statement() {
     assert_eq!(stock(&app, "OTHER").await, (4, 1, 0));
     app.stop().await;
 }
+
+/// A client retrying faster than its order commits: 60 copies of one request at once, for a
+/// one-line cart on a one-row SKU and for a two-line cart on split SKUs (whose statement does
+/// not wait, so some copies reach the full transaction while the first is still in its
+/// statement). One order each, every other copy a replay of it or `409` in flight, the stock
+/// moved once, and no deadlock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_copies_of_one_order_make_one_order_without_deadlocks() {
+    let app = TestApp::spawn().await;
+    ensure_event(&app, "shop").await;
+    create_product(&app, "shop", "SOLO", 700, 50, false).await;
+    for sku in ["PAIR-A", "PAIR-B"] {
+        let (status, v) = json(
+            app.admin_post(
+                "/admin/products",
+                &json!({"sku": sku, "event": "shop", "name": sku, "price": 300,
+                        "stock": 40, "stock_shards": 2}),
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(status, 201, "{v}");
+    }
+    for (account, skus) in [("solo", vec!["SOLO"]), ("pair", vec!["PAIR-A", "PAIR-B"])] {
+        let token = app.admission(account, "shop");
+        for sku in &skus {
+            assert_eq!(put_line(&app, &token, sku, json!(2)).await.status(), 200);
+        }
+        let cart = json!({"source": "cart"});
+        let answers =
+            futures::future::join_all((0..60).map(|_| post_order(&app, &token, "same-key", &cart)))
+                .await;
+        let mut bodies = Vec::new();
+        for r in answers {
+            let status = r.status().as_u16();
+            let text = r.text().await.expect("body");
+            match status {
+                200 | 201 => bodies.push((status, text)),
+                409 => assert!(text.contains("IDEMPOTENCY_IN_FLIGHT"), "{text}"),
+                other => panic!("{account}: unexpected {other}: {text}"),
+            }
+        }
+        assert_eq!(
+            bodies.iter().filter(|(s, _)| *s == 201).count(),
+            1,
+            "{account}: one order made"
+        );
+        assert!(
+            bodies.iter().all(|(_, b)| *b == bodies[0].1),
+            "{account}: every success is the same order"
+        );
+        let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM orders WHERE account_id = $1")
+            .bind(account)
+            .fetch_one(&app.pool)
+            .await
+            .expect("count");
+        assert_eq!(orders, 1, "{account}");
+        for sku in &skus {
+            assert_eq!(
+                stock(&app, sku).await.1,
+                2,
+                "{account}: {sku} reserved once"
+            );
+        }
+    }
+    assert_eq!(app.stop_counting_deadlocks().await, 0, "deadlocks");
+}

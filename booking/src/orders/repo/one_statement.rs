@@ -234,9 +234,11 @@ fn body_parts(view: &OrderView) -> Result<(String, String), OrderError> {
 macro_rules! chrono_text_sql {
     ($ts:literal) => {
         concat!(
-            "(to_char(",
+            // Dots for colons, put back by `replace`: pgbench, which runs this text in the
+            // benchmark, would take `:MI` for a variable.
+            "(replace(to_char(",
             $ts,
-            " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS') ||
+            " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24.MI.SS'), '.', ':') ||
               CASE WHEN date_part('microseconds', ",
             $ts,
             " AT TIME ZONE 'UTC')::bigint % 1000000 = 0 THEN ''
@@ -251,6 +253,36 @@ macro_rules! chrono_text_sql {
             " AT TIME ZONE 'UTC')::bigint % 1000000)::text, 6, '0') END || 'Z')"
         )
     };
+}
+
+/// The advisory lock of an order key (account, key): class 17995, the key's hash. A collision
+/// of two keys' hashes only makes their orders take turns.
+macro_rules! order_key_lock_sql {
+    ($account:literal, $key:literal) => {
+        concat!("17995, hashtext(", $account, " || '/' || ", $key, ")")
+    };
+}
+
+/// Waits, inside the caller's transaction and before its key claim, until no one-statement
+/// order of the same key is running. Without it a copy of the request that reached the full
+/// transaction could claim the key while the statement, holding stock rows, was about to
+/// insert it, and each would wait for the other (a deadlock, broken after a second).
+pub async fn wait_for_copies(
+    conn: &mut PgConnection,
+    account: AccountId<'_>,
+    key: OrderKey<'_>,
+) -> Result<(), OrderError> {
+    sqlx::query(concat!(
+        "SELECT pg_advisory_xact_lock(",
+        order_key_lock_sql!("$1", "$2"),
+        ")"
+    ))
+    .bind(account.as_str())
+    .bind(key.as_str())
+    .execute(&mut *conn)
+    .await
+    .during("wait for a one-statement order of the same key")?;
+    Ok(())
 }
 
 /// The statement. `$1` order id, `$2` account, `$3` key, `$4` fingerprint, `$5` event, `$6`
@@ -270,9 +302,14 @@ const CART_ORDER: &str = concat!(
      lines AS (
          SELECT * FROM unnest($9::text[], $10::int[], $11::text[], $12::bigint[])
                        WITH ORDINALITY AS l(sku, q, name, price, line)),
+     -- Copies of this request queue here, before any row is locked (`wait_for_copies`).
+     keylock AS MATERIALIZED (
+         SELECT pg_advisory_xact_lock(",
+    order_key_lock_sql!("$2", "$3"),
+    ") AS held),
      priced AS MATERIALIZED (
          SELECT count(*) = cardinality($9::text[]) AS ok
-           FROM lines l
+           FROM keylock, lines l
            JOIN products p ON p.sku = l.sku AND p.name = l.name AND p.price = l.price
                           AND p.event_id = $5),
      pick AS MATERIALIZED (
@@ -342,16 +379,16 @@ const CART_ORDER: &str = concat!(
                 clock_timestamp()
            FROM o, ts
          RETURNING response_body)
-     SELECT (SELECT response_body FROM k), ",
+     SELECT (SELECT response_body FROM k) AS body, ",
     crate::live_until_ms_sql!("$2", "$5", "(SELECT expires_at FROM o)", "NULL"),
-    ", (SELECT ok FROM priced),
+    " AS live_until_ms, (SELECT ok FROM priced) AS prices_ok,
        -- Not served with every line's units there in the snapshot: rows were busy.
        NOT EXISTS (SELECT 1 FROM k)
          AND (SELECT bool_and(EXISTS (SELECT 1 FROM inventory i
                                        WHERE i.sku = l.sku AND i.available >= l.q))
-                FROM lines l),
-       ARRAY(SELECT sku FROM took WHERE available = 0 ORDER BY sku, shard),
-       ARRAY(SELECT shard FROM took WHERE available = 0 ORDER BY sku, shard)"
+                FROM lines l) AS busy,
+       ARRAY(SELECT sku FROM took WHERE available = 0 ORDER BY sku, shard) AS emptied_skus,
+       ARRAY(SELECT shard FROM took WHERE available = 0 ORDER BY sku, shard) AS emptied_shards"
 );
 
 #[cfg(test)]
@@ -401,6 +438,71 @@ mod tests {
                 joined,
                 serde_json::to_string(&want).expect("json"),
                 "name {name}"
+            );
+        }
+    }
+}
+
+/// The benchmark's raw side runs [`CART_ORDER`] itself through pgbench: its parameters spelt
+/// as pgbench variables (`deploy/bench/sql/order_hot.sql`, `order_hot_split.sql`).
+#[cfg(test)]
+mod bench_mirror {
+    use super::CART_ORDER;
+
+    /// `$n` → pgbench's spelling, highest first (so `$1` does not eat `$10`..`$19`).
+    const VARS: [(&str, &str); 19] = [
+        ("$19", ":async::bool"),
+        ("$18", "true"),
+        ("$17", ":wait::bool"),
+        ("$16", "'\"}'"),
+        ("$15", "'{\"id\":\"pg\",\"expires_at\":\"'"),
+        ("$14", "'{}'"),
+        ("$13", "('pg-' || :client_id::text || '-' || :r::text)"),
+        ("$12", "ARRAY[1000]"),
+        ("$11", "ARRAY['bench ' || :sku::text]"),
+        ("$10", "ARRAY[1]"),
+        ("$9", "ARRAY[:sku::text]"),
+        ("$8", "900"),
+        ("$7", "'JPY'"),
+        ("$6", "1000"),
+        ("$5", ":event::text"),
+        ("$4", "'\\x00'::bytea"),
+        ("$3", "'k'"),
+        ("$2", "('pg-' || :client_id::text || '-' || :r::text)"),
+        ("$1", "('pg-' || :client_id::text || '-' || :r::text)"),
+    ];
+
+    fn squash(s: &str) -> String {
+        s.split_whitespace().collect::<Vec<_>>().join(" ")
+    }
+
+    pub(super) fn pgbench_text() -> String {
+        let mut sql = CART_ORDER.to_owned();
+        for (param, var) in VARS {
+            sql = sql.replace(param, var);
+        }
+        sql
+    }
+
+    #[test]
+    fn the_benchmark_scripts_run_the_statement_booking_runs() {
+        let want = squash(&pgbench_text());
+        if std::env::var_os("PRINT_CART_ORDER").is_some() {
+            println!("{}", pgbench_text());
+        }
+        for (file, text) in [
+            (
+                "order_hot.sql",
+                include_str!("../../../../deploy/bench/sql/order_hot.sql"),
+            ),
+            (
+                "order_hot_split.sql",
+                include_str!("../../../../deploy/bench/sql/order_hot_split.sql"),
+            ),
+        ] {
+            assert!(
+                squash(text).contains(&want),
+                "deploy/bench/sql/{file} does not run CART_ORDER (PRINT_CART_ORDER=1 prints it)"
             );
         }
     }
