@@ -85,28 +85,30 @@ pub async fn sweep_once(pool: &PgPool, batch: i64) -> anyhow::Result<u64> {
     Ok(sweep_batch(pool, batch).await?.len() as u64)
 }
 
+/// Expires up to `$1` active holds whose time is up, oldest first. `now()` (the transaction's
+/// start: this is its first statement) rather than `clock_timestamp()`, which is volatile and
+/// so cannot bound an index scan: each sweep would read every live hold's entry of
+/// `holds_sweep` to find the expired ones. `kind IN (...)` is always true; it names the
+/// predicate of `holds_sweep`, which only this statement may use (migration 0014).
+pub const SWEEP_SQL: &str = "WITH expired AS (
+         SELECT id FROM holds
+          WHERE status = 'active' AND kind IN ('seats', 'ga') AND expires_at <= now()
+          ORDER BY expires_at, id
+          LIMIT $1
+          FOR UPDATE SKIP LOCKED)
+     UPDATE holds h SET status = 'expired'
+       FROM expired e
+      WHERE h.id = e.id
+     RETURNING h.id, h.event_id, h.account_id, h.kind, h.quantity";
+
 async fn sweep_batch(pool: &PgPool, batch: i64) -> anyhow::Result<Vec<EndedHold>> {
     crate::platform::db::retry(1, || async {
         let mut tx = pool.begin().await.during("begin a sweep batch")?;
-        let ended: Vec<EndedHold> = sqlx::query_as(
-            "WITH expired AS (
-                 SELECT id FROM holds
-                 -- `kind IN (...)`: always true; it names the predicate of `holds_sweep`,
-                 -- which only this statement may use (migration 0014).
-                 WHERE status = 'active' AND kind IN ('seats', 'ga')
-                   AND expires_at <= clock_timestamp()
-                 ORDER BY expires_at, id
-                 LIMIT $1
-                 FOR UPDATE SKIP LOCKED)
-             UPDATE holds h SET status = 'expired'
-             FROM expired e
-             WHERE h.id = e.id
-             RETURNING h.id, h.event_id, h.account_id, h.kind, h.quantity",
-        )
-        .bind(batch)
-        .fetch_all(&mut *tx)
-        .await
-        .during("expire a batch of expired active holds")?;
+        let ended: Vec<EndedHold> = sqlx::query_as(SWEEP_SQL)
+            .bind(batch)
+            .fetch_all(&mut *tx)
+            .await
+            .during("expire a batch of expired active holds")?;
         if !ended.is_empty() {
             release_resources(&mut tx, &ended)
                 .await

@@ -882,15 +882,26 @@ async fn a_live_hold_is_found_by_its_key_not_by_scanning_the_live_holds() {
     }
     use sqlx::Connection;
     conn.close().await.expect("close");
-    let sweep = sqlx::query_scalar::<_, String>(
-        "EXPLAIN SELECT id FROM holds
-          WHERE status = 'active' AND kind IN ('seats', 'ga') AND expires_at <= clock_timestamp()
-          ORDER BY expires_at, id LIMIT 100 FOR UPDATE SKIP LOCKED",
-    )
-    .fetch_all(&app.pool)
+    // The sweeper's own statement, as a generic plan: its index, bounded by the expiry (an
+    // index condition, not a filter over every live hold's entry).
+    let mut conn = app.pool.acquire().await.expect("conn");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "SET plan_cache_mode = force_generic_plan; PREPARE sweep(bigint) AS {}",
+        booking::inventory::sweeper::SWEEP_SQL
+    )))
+    .execute(&mut *conn)
     .await
-    .expect("explain the sweep")
-    .join("\n");
+    .expect("prepare the sweep");
+    let sweep = sqlx::query_scalar::<_, String>("EXPLAIN EXECUTE sweep(100)")
+        .fetch_all(&mut *conn)
+        .await
+        .expect("explain the sweep")
+        .join("\n");
     assert!(sweep.contains("holds_sweep"), "{sweep}");
+    assert!(
+        sweep.contains("Index Cond: (expires_at <= now())"),
+        "the sweep reads only the expired holds' entries:\n{sweep}"
+    );
+    drop(conn);
     app.stop().await;
 }
