@@ -12,7 +12,7 @@ WITH now AS MATERIALIZED (
      lines AS (
          SELECT * FROM unnest(ARRAY[:sku::text]::text[], ARRAY[1]::int[], ARRAY['bench ' || :sku::text]::text[], ARRAY[1000]::bigint[])
                        WITH ORDINALITY AS l(sku, q, name, price, line)),
-     -- Copies of this request queue here, before any row is locked (`wait_for_copies`).
+     -- Copies of this request queue here, before anything is written (`wait_for_copies`).
      keylock AS MATERIALIZED (
          SELECT pg_advisory_xact_lock(17995, hashtext(('pg-' || :client_id::text || '-' || :r::text) || '/' || 'k')) AS held),
      priced AS MATERIALIZED (
@@ -20,55 +20,23 @@ WITH now AS MATERIALIZED (
            FROM keylock, lines l
            JOIN products p ON p.sku = l.sku AND p.name = l.name AND p.price = l.price
                           AND p.event_id = :event::text),
-     pick AS MATERIALIZED (
-         SELECT l.sku, l.q, r.shard
-           FROM lines l
-           CROSS JOIN LATERAL (
-               SELECT shard FROM (
-                   SELECT shard FROM inventory
-                    WHERE NOT :wait::bool AND sku = l.sku AND available >= l.q
-                    ORDER BY random() LIMIT 1
-                    FOR UPDATE SKIP LOCKED) free
-               UNION ALL
-               -- The only row of a one-row SKU, for a one-line cart: wait for it (the cart
-               -- holds no other row).
-               SELECT shard FROM (
-                   SELECT shard FROM inventory
-                    WHERE NOT :wait::bool AND true AND sku = l.sku AND available >= l.q
-                      AND NOT EXISTS (SELECT 1 FROM inventory x
-                                       WHERE x.sku = l.sku AND x.shard <> 0)
-                    FOR UPDATE) only_row
-               UNION ALL
-               -- Waiting mode: one row with enough units as the snapshot has it, not locked
-               -- yet; `took` waits for it alone.
-               SELECT shard FROM (
-                   SELECT shard FROM inventory
-                    WHERE :wait::bool AND sku = l.sku AND available >= l.q
-                    ORDER BY random() LIMIT 1) chosen
-               LIMIT 1) r
-          WHERE (SELECT ok FROM priced)
-            AND NOT EXISTS (SELECT 1 FROM events e WHERE e.id = :event::text AND e.cancelled_at IS NOT NULL)),
-     took AS (
-         -- The re-check matters in waiting mode only: a row locked by `pick` still has them.
-         UPDATE inventory i SET available = i.available - p.q, reserved = i.reserved + p.q
-           FROM pick p
-          WHERE i.sku = p.sku AND i.shard = p.shard AND i.available >= p.q
-            AND (SELECT count(*) FROM pick) = cardinality(ARRAY[:sku::text]::text[])
-         RETURNING i.sku, i.shard, i.available),
+     -- Every line has a row with enough units in the snapshot (no lock taken).
+     seen AS MATERIALIZED (
+         SELECT bool_and(EXISTS (SELECT 1 FROM inventory i
+                                  WHERE i.sku = l.sku AND i.available >= l.q)) AS ok
+           FROM lines l),
      o AS (
          INSERT INTO orders (id, account_id, idempotency_key, source, event_id, total, currency,
                              expires_at, created_at)
          SELECT ('pg-' || :client_id::text || '-' || :r::text), ('pg-' || :client_id::text || '-' || :r::text), 'k', 'cart', :event::text, 1000, 'JPY', now.t + make_interval(secs => 900), now.t
            FROM now
-          WHERE cardinality(ARRAY[:sku::text]::text[]) > 0
-            AND (SELECT count(*) FROM took) = cardinality(ARRAY[:sku::text]::text[])
+          WHERE cardinality(ARRAY[:sku::text]::text[]) > 0 AND (SELECT ok FROM priced) AND (SELECT ok FROM seen)
+            AND NOT EXISTS (SELECT 1 FROM events e WHERE e.id = :event::text AND e.cancelled_at IS NOT NULL)
          RETURNING id, expires_at, created_at),
-     rec AS (
-         INSERT INTO order_stock (order_id, sku, shard, quantity)
-         SELECT o.id, t.sku, t.shard, p.q FROM o, took t JOIN pick p USING (sku, shard)),
      items AS (
          INSERT INTO order_items (order_id, line, kind, sku, name, quantity, unit_price)
-         SELECT o.id, l.line, 'sku', l.sku, l.name, l.q, l.price FROM o, lines l),
+         SELECT o.id, l.line, 'sku', l.sku, l.name, l.q, l.price FROM o, lines l
+         RETURNING 1),
      ts AS (
          SELECT (replace(to_char(o.expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24.MI.SS'), '.', ':') ||
               CASE WHEN date_part('microseconds', o.expires_at AT TIME ZONE 'UTC')::bigint % 1000000 = 0 THEN ''
@@ -82,7 +50,8 @@ WITH now AS MATERIALIZED (
      e AS (
          INSERT INTO outbox (event_id, topic, aggregate_id, payload)
          SELECT ('pg-' || :client_id::text || '-' || :r::text), 'order.created', o.id, '{}'::jsonb || jsonb_build_object('expires_at', ts.expires)
-           FROM o, ts),
+           FROM o, ts
+         RETURNING 1),
      k AS (
          INSERT INTO idempotency_keys (account_id, key, fingerprint, state, claim_id,
                                        response_status, response_body, completed_at)
@@ -90,12 +59,43 @@ WITH now AS MATERIALIZED (
                 convert_to('{"id":"pg","expires_at":"' || ts.expires || '","created_at":"' || ts.created || '"}', 'UTF8'),
                 clock_timestamp()
            FROM o, ts
-         RETURNING response_body)
-     SELECT (SELECT response_body FROM k) AS body, COALESCE(ceil(extract(epoch FROM GREATEST((SELECT expires_at FROM o), (SELECT max(expires_at) FROM holds WHERE account_id = ('pg-' || :client_id::text || '-' || :r::text) AND event_id = :event::text AND status = 'active' AND expires_at > clock_timestamp() AND id IS DISTINCT FROM NULL), (SELECT max(expires_at) FROM orders WHERE account_id = ('pg-' || :client_id::text || '-' || :r::text) AND (event_id = :event::text OR event_id IS NULL) AND status = 'PENDING_PAYMENT' AND expires_at > clock_timestamp() AND id IS DISTINCT FROM NULL))) * 1000)::bigint, 0) AS live_until_ms, (SELECT ok FROM priced) AS prices_ok,
-       -- Not served with every line's units there in the snapshot: rows were busy.
-       NOT EXISTS (SELECT 1 FROM k)
-         AND (SELECT bool_and(EXISTS (SELECT 1 FROM inventory i
-                                       WHERE i.sku = l.sku AND i.available >= l.q))
-                FROM lines l) AS busy,
+         RETURNING response_body),
+     pick AS MATERIALIZED (
+         SELECT l.sku, l.q, r.shard
+           FROM lines l
+           CROSS JOIN LATERAL (
+               SELECT shard FROM (
+                   SELECT shard FROM inventory
+                    WHERE NOT :wait::bool AND sku = l.sku AND available >= l.q
+                    ORDER BY random() LIMIT 1
+                    FOR UPDATE SKIP LOCKED) free
+               UNION ALL
+               -- The only row of a one-row SKU, in a one-line cart: `took` waits for it (the
+               -- statement holds no other stock row).
+               SELECT shard FROM inventory
+                WHERE NOT :wait::bool AND true AND sku = l.sku AND available >= l.q
+                  AND NOT EXISTS (SELECT 1 FROM inventory x WHERE x.sku = l.sku AND x.shard <> 0)
+               UNION ALL
+               -- Waiting mode: one row with enough units as the snapshot has it; `took`
+               -- waits for it alone.
+               SELECT shard FROM (
+                   SELECT shard FROM inventory
+                    WHERE :wait::bool AND sku = l.sku AND available >= l.q
+                    ORDER BY random() LIMIT 1) chosen
+               LIMIT 1) r
+          WHERE EXISTS (SELECT 1 FROM o)),
+     took AS (
+         -- Re-checked: a row waited for may have fewer units once locked.
+         UPDATE inventory i SET available = i.available - p.q, reserved = i.reserved + p.q
+           FROM pick p
+          WHERE i.sku = p.sku AND i.shard = p.shard AND i.available >= p.q
+         RETURNING i.sku, i.shard, i.available),
+     rec AS (
+         -- A line without a row has a NULL shard: the statement fails and writes nothing.
+         INSERT INTO order_stock (order_id, sku, shard, quantity)
+         SELECT o.id, l.sku, t.shard, l.q FROM o CROSS JOIN lines l LEFT JOIN took t USING (sku))
+     SELECT COALESCE(ceil(extract(epoch FROM GREATEST((SELECT expires_at FROM o), (SELECT max(expires_at) FROM holds WHERE account_id = ('pg-' || :client_id::text || '-' || :r::text) AND event_id = :event::text AND status = 'active' AND expires_at > clock_timestamp() AND id IS DISTINCT FROM NULL), (SELECT max(expires_at) FROM orders WHERE account_id = ('pg-' || :client_id::text || '-' || :r::text) AND (event_id = :event::text OR event_id IS NULL) AND status = 'PENDING_PAYMENT' AND expires_at > clock_timestamp() AND id IS DISTINCT FROM NULL))) * 1000)::bigint, 0) AS live_until_ms, (SELECT response_body FROM k) AS body,
+       (SELECT ok FROM priced) AS prices_ok, (SELECT ok FROM seen) AS units_seen,
+       (SELECT count(*) FROM items) + (SELECT count(*) FROM e) AS written,
        ARRAY(SELECT sku FROM took WHERE available = 0 ORDER BY sku, shard) AS emptied_skus,
        ARRAY(SELECT shard FROM took WHERE available = 0 ORDER BY sku, shard) AS emptied_shards;
