@@ -191,7 +191,8 @@ impl Default for OrderSettings {
 
 /// Metrics of carts, orders and the flash gate (registered on booking's registry).
 pub struct CommerceMetrics {
-    /// Order transactions started against Postgres (each retry counts).
+    /// Order transactions (or one-statement cart orders) started against Postgres (each
+    /// retry counts).
     pub order_db_transactions: IntCounter,
     /// Order lifecycle: created, replayed, expired, refused.
     pub orders: IntCounterVec,
@@ -200,9 +201,10 @@ pub struct CommerceMetrics {
     /// Cart operations: get, put, delete.
     pub cart_ops: IntCounterVec,
     /// Cart orders tried as one statement (`repo::one_statement`), by outcome: created;
-    /// busy (every row busy, tried again waiting for one); not_served (the full transaction
-    /// ran); stale_prices (likewise, and the prices were forgotten); read_prices (the prices
-    /// were read first: this process had not seen a line's SKU).
+    /// short (answered `409` by the statement); busy (every row busy, tried again waiting
+    /// for one); not_served (the full transaction ran); stale_prices (likewise, and the
+    /// prices were forgotten); read_prices (the prices were read first: this process had not
+    /// seen a line's SKU).
     pub one_statement_orders: IntCounterVec,
 }
 

@@ -279,14 +279,14 @@ flash_row() { # JSON LABEL TXS SOLD
   echo
   echo "**Flash rush**: $FLASH_STOCK units, $CLIENTS clients buying for ${FLASH_DUR} s (demand far above stock):"
   echo
-  echo "| path | sold | order requests/s | 409 SOLD_OUT | p50 | p99 | order transactions in Postgres |"
+  echo "| path | sold | order requests/s | 409 SOLD_OUT | p50 | p99 | order statements or transactions in Postgres |"
   echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
   flash_row "$WORK/flash-g.json" "flash gate" "$TX_G" "$SOLD_G"
   flash_row "$WORK/flash-n.json" "no gate" "$TX_N" "$SOLD_N"
   echo
   echo "What limits this machine:"
-  echo "- **Orders on one SKU** queue on one inventory row. Its lock is taken by the last statement of the order transaction and held through the commit, so with durable commits the rate is about one WAL flush per order no matter how many clients; pgbench running the same SQL without HTTP or Redis shows that ceiling (the idempotency claim commits asynchronously, so an order waits for one flush, not two). Asynchronous order commits take the flush out from under the lock; then the two cores shared by Postgres, booking, Redis and the load generator are the limit. The seed design's 5,000 orders/s on one SKU needs both async order commits and more cores (or the SKU's stock split over several rows, as general admission does), not a different algorithm."
-  echo "- **Flash rush**: the gate answers the demand beyond the stock from Redis (one Lua call, no query), so the order transactions that reach Postgres equal the units sold (plus the few a reconcile lets through), and the requests answered per second are several times the ungated path, where every refused buyer still costs a claim and a failed transaction."
+  echo "- **Orders on one SKU** queue on one inventory row. A cart order is one autocommit statement that writes the order, its items, the outbox row and the stored answer first and locks the stock row last, so the lock is held for the row's update, the stock record and the commit: with durable commits about one WAL flush per order no matter how many clients; pgbench running the same statement without HTTP or Redis shows that ceiling. Asynchronous order commits take the flush out from under the lock; then the two cores shared by Postgres, booking, Redis and the load generator are the limit. The seed design's 5,000 orders/s on one SKU needs both async order commits and more cores (or the SKU's stock split over several rows, as general admission does), not a different algorithm."
+  echo "- **Flash rush**: the gate answers the demand beyond the stock from Redis (one Lua call, no query), so the order statements that reach Postgres equal the units sold (plus the few a reconcile lets through), and the requests answered per second are several times the ungated path, where every refused buyer still costs the order statement (which answers a sold-out line itself and writes nothing)."
   echo "- **Cart**: a PUT is a token check, a cached SKU check and one Lua script on one Redis connection; a GET is one pipelined Redis round trip (the cart and the catalogue version) with prices from the per-process cache. Both are CPU-bound here (booking, Redis and the load generator share 2 cores); the seed's 20,000 cart ops/s assumes dedicated application servers."
   echo
 } > "$OUT"

@@ -315,6 +315,18 @@ async fn one_statement_order(
                 }
                 return Ok(Some(Created::Order(body, live_until_ms, None)));
             }
+            OneStatement::Short {
+                sku,
+                requested,
+                available,
+            } => {
+                outcomes.with_label_values(&["short"]).inc();
+                return Err(OrderError::Shortage {
+                    sku,
+                    requested,
+                    shortage: Shortage::of(available),
+                });
+            }
             // Every row busy for a one-line cart: once more, waiting for one row.
             OneStatement::NotServed { busy: true, .. }
                 if take == Take::FreeRow && lines.len() == 1 =>

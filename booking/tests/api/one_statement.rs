@@ -357,3 +357,44 @@ async fn concurrent_copies_of_one_order_make_one_order_without_deadlocks() {
     }
     assert_eq!(app.stop_counting_deadlocks().await, 0, "deadlocks");
 }
+
+/// A line short over all its rows is answered `409` by the statement itself (nothing written,
+/// no transaction), but never for a key that already made its order: a retry of a made order
+/// on a sold-out SKU still replays it.
+#[tokio::test]
+async fn sold_out_is_answered_by_the_statement_but_a_made_order_still_replays() {
+    let app = TestApp::spawn().await;
+    create_product(&app, "shop", "LAST", 800, 3, false).await;
+    let (status, made) = order_cart_of(&app, "first", "LAST", 3).await;
+    assert_eq!(status, 201, "{made}");
+    let (status, body) = order_cart_of(&app, "late", "LAST", 1).await;
+    let v: Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(
+        (status, v["code"].as_str(), v["available"].as_i64()),
+        (409, Some("SOLD_OUT"), Some(0)),
+        "{body}"
+    );
+    assert_eq!(one_statement_orders(&app, "short").await, 1);
+    // The same request again: its key made the order, so it replays rather than "sold out".
+    let token = app.admission("first", "shop");
+    let again = post_order(&app, &token, "k-first", &json!({"source": "cart"})).await;
+    assert_eq!(again.status(), 200);
+    assert_eq!(again.text().await.expect("body"), made);
+    assert_eq!(
+        one_statement_orders(&app, "short").await,
+        1,
+        "not answered short"
+    );
+    let keys: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM idempotency_keys WHERE account_id = 'late'")
+            .fetch_one(&app.pool)
+            .await
+            .expect("keys");
+    let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM orders")
+        .fetch_one(&app.pool)
+        .await
+        .expect("orders");
+    assert_eq!((keys, orders), (0, 1), "the refusal wrote nothing");
+    assert_eq!(stock(&app, "LAST").await, (0, 3, 0));
+    app.stop().await;
+}

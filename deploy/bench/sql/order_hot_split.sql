@@ -101,5 +101,20 @@ WITH now AS MATERIALIZED (
      SELECT COALESCE(ceil(extract(epoch FROM GREATEST((SELECT expires_at FROM o), (SELECT max(expires_at) FROM holds WHERE account_id = ('pg-' || :client_id::text || '-' || :r::text) AND event_id = :event::text AND status = 'active' AND expires_at > clock_timestamp() AND id IS DISTINCT FROM NULL), (SELECT max(expires_at) FROM orders WHERE account_id = ('pg-' || :client_id::text || '-' || :r::text) AND (event_id = :event::text OR event_id IS NULL) AND status = 'PENDING_PAYMENT' AND expires_at > clock_timestamp() AND id IS DISTINCT FROM NULL))) * 1000)::bigint, 0) AS live_until_ms, (SELECT response_body FROM k) AS body,
        (SELECT ok FROM priced) AS prices_ok, (SELECT ok FROM seen) AS units_seen,
        (SELECT count(*) FROM items) + (SELECT count(*) FROM e) AS written,
+       -- Nothing written because a line is short over all its rows: that line and what is
+       -- left of it, when the answer is certainly `409` (the key was never used, the event
+       -- is not cancelled).
+       short.sku AS short_sku, short.available AS short_available,
        ARRAY(SELECT sku FROM took WHERE available = 0 ORDER BY sku, shard) AS emptied_skus,
-       ARRAY(SELECT shard FROM took WHERE available = 0 ORDER BY sku, shard) AS emptied_shards;
+       ARRAY(SELECT shard FROM took WHERE available = 0 ORDER BY sku, shard) AS emptied_shards
+       FROM (SELECT 1) one
+       LEFT JOIN LATERAL (
+           SELECT l.sku, l.q, a.available
+             FROM lines l,
+                  LATERAL (SELECT COALESCE(sum(i.available), 0)::bigint AS available
+                             FROM inventory i WHERE i.sku = l.sku) a
+            WHERE NOT (SELECT ok FROM seen) AND (SELECT ok FROM priced)
+              AND a.available < l.q
+              AND NOT EXISTS (SELECT 1 FROM idempotency_keys x WHERE x.account_id = ('pg-' || :client_id::text || '-' || :r::text) AND x.key = 'k')
+              AND NOT EXISTS (SELECT 1 FROM events ev WHERE ev.id = :event::text AND ev.cancelled_at IS NOT NULL)
+            ORDER BY l.sku LIMIT 1) short ON true;

@@ -45,6 +45,13 @@ pub enum OneStatement {
         /// row of their SKU, as the full transaction does (`stock::refill_emptied`).
         emptied: Vec<(String, i32)>,
     },
+    /// Nothing was written: line `sku` wants `requested` units and its rows have
+    /// `available` left in all (fewer). The answer is `409`; no transaction needed.
+    Short {
+        sku: String,
+        requested: i64,
+        available: i64,
+    },
     /// Nothing was written; run the full transaction. `stale_prices`: a line's product no
     /// longer has the name, price or event the body was built with. `busy`: the prices held
     /// and every line's units were there, but on rows others had locked.
@@ -156,28 +163,45 @@ pub async fn create_cart_order_one_statement(
         .bind(settings.async_commit)
         .fetch_one(&mut *conn)
         .await;
-    let (live_until_ms, body, prices_ok, _units_seen, _written, emptied_skus, emptied_shards) =
-        match row {
-            Ok(row) => row,
-            Err(e) if busy(&e) => {
-                return Ok(OneStatement::NotServed {
-                    stale_prices: false,
-                    busy: true,
-                });
-            }
-            // The statement undid itself: the full transaction tells a retry, a used key or a
-            // deadlock apart and answers each.
-            Err(e) if undone(&e) => return Ok(not_served),
-            Err(e) => return Err(e).during("create the cart order in one statement"),
-        };
+    let (
+        live_until_ms,
+        body,
+        prices_ok,
+        _units_seen,
+        _written,
+        short_sku,
+        short_available,
+        emptied_skus,
+        emptied_shards,
+    ) = match row {
+        Ok(row) => row,
+        Err(e) if busy(&e) => {
+            return Ok(OneStatement::NotServed {
+                stale_prices: false,
+                busy: true,
+            });
+        }
+        // The statement undid itself: the full transaction tells a retry, a used key or a
+        // deadlock apart and answers each.
+        Err(e) if undone(&e) => return Ok(not_served),
+        Err(e) => return Err(e).during("create the cart order in one statement"),
+    };
     Ok(match body {
         Some(body) => OneStatement::Created {
             body,
             live_until_ms,
             emptied: emptied_skus.into_iter().zip(emptied_shards).collect(),
         },
-        // Nothing written: a product changed, a line's units were not there, or the event
-        // is cancelled.
+        None if let (Some(sku), Some(available)) = (short_sku, short_available) => {
+            let requested = lines.get(&sku).copied().unwrap_or_default();
+            OneStatement::Short {
+                sku,
+                requested,
+                available,
+            }
+        }
+        // Nothing written: a product changed, a line's units were not on one row, the key
+        // was used, or the event is cancelled.
         None => OneStatement::NotServed {
             stale_prices: !prices_ok.unwrap_or(false),
             busy: false,
@@ -205,12 +229,15 @@ pub async fn read_prices(
 }
 
 /// The checkout end, the body (as stored), whether the prices matched, whether every line's
-/// units were there, the rows written by `items` and `e`, the emptied rows (SKUs, shards).
+/// units were there, the rows written by `items` and `e`, the short line and its units left,
+/// the emptied rows (SKUs, shards).
 type Row = (
     i64,
     Option<Vec<u8>>,
     Option<bool>,
     Option<bool>,
+    Option<i64>,
+    Option<String>,
     Option<i64>,
     Vec<String>,
     Vec<i32>,
@@ -408,8 +435,23 @@ const CART_ORDER: &str = concat!(
     " AS live_until_ms, (SELECT response_body FROM k) AS body,
        (SELECT ok FROM priced) AS prices_ok, (SELECT ok FROM seen) AS units_seen,
        (SELECT count(*) FROM items) + (SELECT count(*) FROM e) AS written,
+       -- Nothing written because a line is short over all its rows: that line and what is
+       -- left of it, when the answer is certainly `409` (the key was never used, the event
+       -- is not cancelled).
+       short.sku AS short_sku, short.available AS short_available,
        ARRAY(SELECT sku FROM took WHERE available = 0 ORDER BY sku, shard) AS emptied_skus,
-       ARRAY(SELECT shard FROM took WHERE available = 0 ORDER BY sku, shard) AS emptied_shards"
+       ARRAY(SELECT shard FROM took WHERE available = 0 ORDER BY sku, shard) AS emptied_shards
+       FROM (SELECT 1) one
+       LEFT JOIN LATERAL (
+           SELECT l.sku, l.q, a.available
+             FROM lines l,
+                  LATERAL (SELECT COALESCE(sum(i.available), 0)::bigint AS available
+                             FROM inventory i WHERE i.sku = l.sku) a
+            WHERE NOT (SELECT ok FROM seen) AND (SELECT ok FROM priced)
+              AND a.available < l.q
+              AND NOT EXISTS (SELECT 1 FROM idempotency_keys x WHERE x.account_id = $2 AND x.key = $3)
+              AND NOT EXISTS (SELECT 1 FROM events ev WHERE ev.id = $5 AND ev.cancelled_at IS NOT NULL)
+            ORDER BY l.sku LIMIT 1) short ON true"
 );
 
 /// The statement failed because a line got no stock row (`rec`'s NULL shard): its rows were
