@@ -140,7 +140,7 @@ loadgen_orders() { # JSON ARGS...
 
 pgbench_tps() { # SKU ASYNC [SQL]
   "$PGBENCH" -h 127.0.0.1 -p "$PG_PORT" -U postgres -n -M prepared -c "$POOL" -j 2 -T "$DUR" \
-    -D sku="$1" -D event="$EVENT" -D async="$2" -D wait=0 -f "$BENCH/sql/${3:-order_hot.sql}" "$DB" 2>&1 | tee -a "$WORK/pgbench.log" \
+    -D sku="$1" -D event="$EVENT" -D async="$2" -f "$BENCH/sql/${3:-order_hot.sql}" "$DB" 2>&1 | tee -a "$WORK/pgbench.log" \
     | sed -nE 's/^tps = ([0-9.]+) \(without initial connection time\).*/\1/p'
 }
 

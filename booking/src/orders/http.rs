@@ -285,64 +285,57 @@ async fn one_statement_order(
             prices
         }
     };
-    let mut take = Take::FreeRow;
-    loop {
-        state.metrics.order_db_transactions.inc();
-        let done = create_cart_order_one_statement(
-            &mut conn,
-            &state.settings,
-            OrderId::new(order_id),
-            account,
-            event,
-            key,
-            fingerprint,
-            lines,
-            &prices,
-            take,
-        )
-        .await?;
-        match done {
-            OneStatement::Created {
-                body,
-                live_until_ms,
-                emptied,
-            } => {
-                outcomes.with_label_values(&["created"]).inc();
-                for (sku, shard) in emptied {
-                    if let Err(e) = stock::refill_emptied(&mut conn, &sku, shard).await {
-                        tracing::warn!(error = ?e, sku, shard, "refilling an emptied stock row failed");
-                    }
+    state.metrics.order_db_transactions.inc();
+    let done = create_cart_order_one_statement(
+        &mut conn,
+        &state.settings,
+        OrderId::new(order_id),
+        account,
+        event,
+        key,
+        fingerprint,
+        lines,
+        &prices,
+        Take::for_lines(lines.len()),
+    )
+    .await?;
+    match done {
+        OneStatement::Created {
+            body,
+            live_until_ms,
+            emptied,
+        } => {
+            outcomes.with_label_values(&["created"]).inc();
+            for (sku, shard) in emptied {
+                if let Err(e) = stock::refill_emptied(&mut conn, &sku, shard).await {
+                    tracing::warn!(error = ?e, sku, shard, "refilling an emptied stock row failed");
                 }
-                return Ok(Some(Created::Order(body, live_until_ms, None)));
             }
-            OneStatement::Short {
+            Ok(Some(Created::Order(body, live_until_ms, None)))
+        }
+        OneStatement::Short {
+            sku,
+            requested,
+            available,
+        } => {
+            outcomes.with_label_values(&["short"]).inc();
+            Err(OrderError::Shortage {
                 sku,
                 requested,
-                available,
-            } => {
-                outcomes.with_label_values(&["short"]).inc();
-                return Err(OrderError::Shortage {
-                    sku,
-                    requested,
-                    shortage: Shortage::of(available),
-                });
-            }
-            // Every row busy for a one-line cart: once more, waiting for one row.
-            OneStatement::NotServed { busy: true, .. }
-                if take == Take::FreeRow && lines.len() == 1 =>
-            {
-                outcomes.with_label_values(&["busy"]).inc();
-                take = Take::WaitForOne;
-            }
-            OneStatement::NotServed { stale_prices, .. } => {
-                if stale_prices {
-                    outcomes.with_label_values(&["stale_prices"]).inc();
-                    state.catalog.forget_order_prices(lines.keys());
-                } else {
-                    outcomes.with_label_values(&["not_served"]).inc();
-                }
-                return Ok(None);
-            }
+                shortage: Shortage::of(available),
+            })
+        }
+        OneStatement::NotServed { stale_prices, busy } => {
+            let outcome = if stale_prices {
+                state.catalog.forget_order_prices(lines.keys());
+                "stale_prices"
+            } else if busy {
+                "busy"
+            } else {
+                "not_served"
+            };
+            outcomes.with_label_values(&[outcome]).inc();
+            Ok(None)
         }
     }
 }

@@ -2,10 +2,11 @@
 -- booking/src/orders/repo/one_statement.rs with its parameters spelt as pgbench variables (a
 -- unit test there checks that this file runs exactly that text). One autocommit statement takes
 -- the unit, writes the order, its item, its stock record, the outbox row and the stored answer.
--- On a one-row SKU a one-line cart waits for the row, as booking's does.
--- -D sku=<SKU> -D event=<EVENT> -D async=0|1 -D wait=0. No HTTP, no Redis: the raw rate the
+-- A one-line cart waits for a row (`Take::WaitForOne`), as booking's does.
+-- -D sku=<SKU> -D event=<EVENT> -D async=0|1. No HTTP, no Redis: the raw rate the
 -- service is compared with. The product must be named 'bench <SKU>' at price 1000.
 \set r random(1, 9000000000000000000)
+\set wait 1
 WITH now AS MATERIALIZED (
          SELECT clock_timestamp() AS t,
                 CASE WHEN :async::bool THEN set_config('synchronous_commit', 'off', true) END AS sc),
@@ -70,14 +71,8 @@ WITH now AS MATERIALIZED (
                     ORDER BY random() LIMIT 1
                     FOR UPDATE SKIP LOCKED) free
                UNION ALL
-               -- The only row of a one-row SKU, in a one-line cart: `took` waits for it (the
-               -- statement holds no other stock row).
-               SELECT shard FROM inventory
-                WHERE NOT :wait::bool AND true AND sku = l.sku AND available >= l.q
-                  AND NOT EXISTS (SELECT 1 FROM inventory x WHERE x.sku = l.sku AND x.shard <> 0)
-               UNION ALL
-               -- Waiting mode: one row with enough units as the snapshot has it; `took`
-               -- waits for it alone.
+               -- Waiting mode (one-line carts): one row with enough units as the snapshot has
+               -- it; `took` waits for it alone (the statement holds no other stock row).
                SELECT shard FROM (
                    SELECT shard FROM inventory
                     WHERE :wait::bool AND sku = l.sku AND available >= l.q

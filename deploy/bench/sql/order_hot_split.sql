@@ -1,10 +1,9 @@
 -- pgbench: the statement booking runs for one cart order of 1 unit of one hot SKU whose stock
 -- is split over several rows (issue 16; `stock_shards` of the product): CART_ORDER of
 -- booking/src/orders/repo/one_statement.rs with its parameters spelt as pgbench variables (a
--- unit test there checks this file runs exactly that text), in its waiting mode
--- (`Take::WaitForOne`: one row with enough units chosen from the snapshot, the update waits
--- for it). Booking first tries a row no one has locked and fails the statement when every row
--- is busy, then runs this; pgbench cannot catch that failure, so the raw side always waits.
+-- unit test there checks this file runs exactly that text), as booking runs it for a one-line
+-- cart (`Take::WaitForOne`: one row with enough units chosen from the snapshot, the update
+-- waits for it).
 -- Run it on a product with N shards for the raw split rate.
 -- -D sku=<SKU> -D event=<EVENT> -D async=0|1. No HTTP, no Redis. The product must be named
 -- 'bench <SKU>' at price 1000.
@@ -74,14 +73,8 @@ WITH now AS MATERIALIZED (
                     ORDER BY random() LIMIT 1
                     FOR UPDATE SKIP LOCKED) free
                UNION ALL
-               -- The only row of a one-row SKU, in a one-line cart: `took` waits for it (the
-               -- statement holds no other stock row).
-               SELECT shard FROM inventory
-                WHERE NOT :wait::bool AND true AND sku = l.sku AND available >= l.q
-                  AND NOT EXISTS (SELECT 1 FROM inventory x WHERE x.sku = l.sku AND x.shard <> 0)
-               UNION ALL
-               -- Waiting mode: one row with enough units as the snapshot has it; `took`
-               -- waits for it alone.
+               -- Waiting mode (one-line carts): one row with enough units as the snapshot has
+               -- it; `took` waits for it alone (the statement holds no other stock row).
                SELECT shard FROM (
                    SELECT shard FROM inventory
                     WHERE :wait::bool AND sku = l.sku AND available >= l.q
