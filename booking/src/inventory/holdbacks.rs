@@ -87,7 +87,7 @@ WITH locked AS (
      ORDER BY shard
      FOR UPDATE),
 got AS (
-    SELECT shard,
+    SELECT shard, available,
            LEAST(available::bigint,
                  GREATEST(0, $3 - (sum(available) OVER (ORDER BY shard) - available)))::int
                AS take
@@ -98,7 +98,8 @@ hb AS (
     SELECT $4, $1, $2, $3, $5, $6, $7 WHERE EXISTS (SELECT 1 FROM got WHERE take > 0)
     RETURNING id),
 took AS (
-    UPDATE ga_counters c SET available = c.available - g.take, held_back = c.held_back + g.take
+    -- From the locked count, not the snapshot's (see the GA hold's `took`).
+    UPDATE ga_counters c SET available = g.available - g.take, held_back = c.held_back + g.take
       FROM got g, hb
      WHERE c.event_id = $1 AND c.tier = $2 AND c.shard = g.shard AND g.take > 0
     RETURNING c.shard, g.take),

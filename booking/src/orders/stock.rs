@@ -129,21 +129,24 @@ async fn take_from_one(
     q: i64,
     way: StockWay,
 ) -> Result<(Option<Taken>, Option<i64>), OrderError> {
+    // `took` counts from `pick.available`, the locked row's count: Postgres checks
+    // `CHECK (available >= 0)` on the snapshot's row minus `$2` before it finds a newer
+    // version, which a return may have refilled after the snapshot (`ga::repo`'s `took`).
     const FREE: &str = "WITH pick AS (
-             SELECT shard FROM (
-                 SELECT shard FROM inventory
+             SELECT shard, available FROM (
+                 SELECT shard, available FROM inventory
                   WHERE sku = $1 AND available >= $2
                   ORDER BY random() LIMIT 1
                   FOR UPDATE SKIP LOCKED) free
              UNION ALL
-             SELECT shard FROM (
-                 SELECT shard FROM inventory
+             SELECT shard, available FROM (
+                 SELECT shard, available FROM inventory
                   WHERE sku = $1 AND available >= $2
                     AND NOT EXISTS (SELECT 1 FROM inventory o WHERE o.sku = $1 AND o.shard <> 0)
                   FOR UPDATE) only_row
              LIMIT 1),
          took AS (
-             UPDATE inventory i SET available = i.available - $2, reserved = i.reserved + $2
+             UPDATE inventory i SET available = pick.available - $2, reserved = i.reserved + $2
                FROM pick WHERE i.sku = $1 AND i.shard = pick.shard
              RETURNING i.shard, i.available),
          ins AS (
@@ -186,7 +189,8 @@ async fn take_from_one(
 
 /// The row an order just emptied (still locked by this transaction) gets half of the fullest
 /// other row's units, skipping rows locked elsewhere and rows above the product's shard
-/// count (retired rows are not refilled). Nothing to do while the row has units left.
+/// count (retired rows are not refilled). Nothing to do while the row has units left. The
+/// donor's new count comes from its locked count, not the snapshot's (see `FREE`).
 async fn refill_if_dry(conn: &mut PgConnection, sku: &str, t: Taken) -> Result<(), OrderError> {
     if t.left > 0 {
         return Ok(());
@@ -199,7 +203,7 @@ async fn refill_if_dry(conn: &mut PgConnection, sku: &str, t: Taken) -> Result<(
               ORDER BY available DESC LIMIT 1
               FOR UPDATE SKIP LOCKED),
          gave AS (
-             UPDATE inventory i SET available = i.available - d.available / 2
+             UPDATE inventory i SET available = d.available - d.available / 2
                FROM donor d WHERE i.sku = $1 AND i.shard = d.shard
              RETURNING d.available / 2 AS moved)
          UPDATE inventory i SET available = i.available + g.moved
@@ -235,7 +239,7 @@ pub async fn refill_emptied(
               ORDER BY i.available DESC LIMIT 1
               FOR UPDATE OF i SKIP LOCKED),
          gave AS (
-             UPDATE inventory i SET available = i.available - d.available / 2
+             UPDATE inventory i SET available = d.available - d.available / 2
                FROM donor d WHERE i.sku = $1 AND i.shard = d.shard
              RETURNING d.available / 2 AS moved)
          UPDATE inventory i SET available = i.available + g.moved

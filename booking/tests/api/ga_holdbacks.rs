@@ -229,3 +229,73 @@ async fn two_hundred_ga_holds_racing_holdbacks_never_oversell() {
         "the tier was fought over: {available} left"
     );
 }
+
+/// A hold-back that waits for a shard which a return refills meanwhile takes the units it
+/// finds there (the hold-back statement used to compute the shard's new count from the
+/// statement's snapshot, which failed `CHECK (available >= 0)`: `500`).
+#[tokio::test]
+async fn a_holdback_waiting_for_a_shard_a_return_refills_takes_what_it_finds() {
+    let app = TestApp::spawn().await;
+    create_event(&app, &small_event("refill", 1, 1, 16, 8)).await;
+    // One unit on shards 0 and 1, none elsewhere: the hold-back locks them in shard order.
+    sqlx::query(
+        "UPDATE ga_counters SET available = CASE WHEN shard < 2 THEN 1 ELSE 0 END,
+                                sold = CASE WHEN shard < 2 THEN 1 ELSE 2 END
+          WHERE event_id = 'refill'",
+    )
+    .execute(&app.pool)
+    .await
+    .expect("thin the shards");
+    let mut refund = app.pool.begin().await.expect("begin");
+    sqlx::query(
+        "UPDATE ga_counters SET available = available + 1, sold = sold - 1
+          WHERE event_id = 'refill' AND shard = 0",
+    )
+    .execute(&mut *refund)
+    .await
+    .expect("return a unit to shard 0");
+    let holdback = tokio::spawn({
+        let client = app.client.clone();
+        let url = app.url("/admin/events/refill/ga-holdbacks");
+        async move {
+            let resp = client
+                .post(url)
+                .bearer_auth(ADMIN_TOKEN)
+                .header("X-Floodgate-Actor", "ops")
+                .json(&json!({"tier": "FLOOR", "quantity": 2, "reason": "sponsor"}))
+                .send()
+                .await
+                .expect("hold-back request");
+            json(resp).await
+        }
+    });
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity
+              WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&app.pool)
+        .await
+        .expect("pg_stat_activity");
+        if waiting > 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    refund.commit().await.expect("commit the refund");
+    let (status, hb) = holdback.await.expect("hold-back task");
+    assert_eq!((status, hb["quantity"].as_i64()), (201, Some(2)), "{hb}");
+    let shards: Vec<(i32, i32, i32)> = sqlx::query_as(
+        "SELECT shard, available, held_back FROM ga_counters
+          WHERE event_id = 'refill' AND shard < 2 ORDER BY shard",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .expect("shards");
+    assert_eq!(
+        shards,
+        vec![(0, 0, 2), (1, 1, 0)],
+        "both units from shard 0"
+    );
+    app.stop().await;
+}

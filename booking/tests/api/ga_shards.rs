@@ -161,3 +161,79 @@ async fn a_hold_succeeds_while_the_stock_is_spread_thin_across_shards() {
     assert_eq!((available, sold, held, mismatch), (0, 8, 8, 0));
     app.stop().await;
 }
+
+/// A hold that waits for a shard which a return refills meanwhile takes the units it finds
+/// there. Postgres checks an `UPDATE`'s new row against `CHECK (available >= 0)` before it
+/// looks for a newer version of the row: computed from the row as the statement's snapshot
+/// saw it (1 unit, 2 taken) the check failed and the fan got `500` (CI, session 19), though
+/// the locked row had 2. The hold statements now compute the new count from the locked row.
+#[tokio::test]
+async fn a_hold_waiting_for_a_shard_a_return_refills_takes_what_it_finds() {
+    let app = TestApp::spawn().await;
+    let mut body = small_event("refill", 1, 1, 16, 8);
+    body["max_tickets_per_account"] = json!(10);
+    create_event(&app, &body).await;
+    // Shards 0 and 1 have one unit each, the rest none: no shard has the 2 units asked for,
+    // so the hold locks the shards with units in shard order, waiting for each.
+    sqlx::query(
+        "UPDATE ga_counters SET available = CASE WHEN shard < 2 THEN 1 ELSE 0 END,
+                                sold = CASE WHEN shard < 2 THEN 1 ELSE 2 END
+          WHERE event_id = 'refill'",
+    )
+    .execute(&app.pool)
+    .await
+    .expect("thin the shards");
+    // A unit coming back to shard 0 (a refund), committed while the hold waits for the row.
+    let mut refund = app.pool.begin().await.expect("begin");
+    sqlx::query(
+        "UPDATE ga_counters SET available = available + 1, sold = sold - 1
+          WHERE event_id = 'refill' AND shard = 0",
+    )
+    .execute(&mut *refund)
+    .await
+    .expect("return a unit to shard 0");
+    let hold = tokio::spawn({
+        let client = app.client.clone();
+        let url = app.url("/api/events/refill/ga-holds");
+        let token = app.admission("waiter", "refill");
+        async move {
+            let resp = client
+                .post(url)
+                .bearer_auth(token)
+                .json(&json!({"tier": "FLOOR", "quantity": 2}))
+                .send()
+                .await
+                .expect("hold request");
+            let status = resp.status().as_u16();
+            (status, resp.json::<Value>().await.expect("hold body"))
+        }
+    });
+    // The hold waits for shard 0's row lock: decided by Postgres, not by a clock.
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity
+              WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&app.pool)
+        .await
+        .expect("pg_stat_activity");
+        if waiting > 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    refund.commit().await.expect("commit the refund");
+    let (status, h) = hold.await.expect("hold task");
+    assert_eq!((status, h["quantity"].as_i64()), (201, Some(2)), "{h}");
+    let shards: Vec<(i32, i32)> = sqlx::query_as(
+        "SELECT shard, available FROM ga_counters
+          WHERE event_id = 'refill' AND shard < 2 ORDER BY shard",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .expect("shards");
+    assert_eq!(shards, vec![(0, 0), (1, 1)], "both units from shard 0");
+    let (available, sold, held, mismatch) = ledger(&app, "refill").await;
+    assert_eq!((available, sold, held, mismatch), (1, 13, 2, 0));
+    app.stop().await;
+}

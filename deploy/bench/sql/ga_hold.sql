@@ -15,15 +15,15 @@
 \set hid random(1, 9000000000000000000)
 \set start random(0, 63)
 WITH got AS (
-    SELECT shard, 1 AS take FROM (
-        SELECT shard FROM ga_counters
+    SELECT shard, available, 1 AS take FROM (
+        SELECT shard, available FROM ga_counters
         WHERE event_id = :event AND tier = 'FLOOR' AND available >= 1
         ORDER BY (shard + 64 - :start) % 64
         LIMIT 1
         FOR UPDATE SKIP LOCKED) free
     UNION ALL
-    SELECT shard, 1 FROM (
-        SELECT shard FROM ga_counters
+    SELECT shard, available, 1 FROM (
+        SELECT shard, available FROM ga_counters
         WHERE event_id = :event AND tier = 'FLOOR' AND available >= 1
           AND NOT EXISTS (SELECT 1 FROM ga_counters o
                           WHERE o.event_id = :event AND o.tier = 'FLOOR' AND o.shard <> 0)
@@ -47,7 +47,7 @@ hold AS (
     WHERE e.id = :event
     RETURNING expires_at),
 took AS (
-    UPDATE ga_counters c SET available = c.available - g.take
+    UPDATE ga_counters c SET available = g.available - g.take
     FROM got g, hold
     WHERE c.event_id = :event AND c.tier = 'FLOOR' AND c.shard = g.shard AND g.take > 0
     RETURNING c.shard, g.take),

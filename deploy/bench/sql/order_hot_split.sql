@@ -64,28 +64,33 @@ WITH now AS MATERIALIZED (
            FROM o, ts
          RETURNING response_body),
      pick AS MATERIALIZED (
-         SELECT l.sku, l.q, r.shard
+         SELECT l.sku, l.q, r.shard, r.locked
            FROM lines l
            CROSS JOIN LATERAL (
-               SELECT shard FROM (
-                   SELECT shard FROM inventory
+               SELECT shard, available AS locked FROM (
+                   SELECT shard, available FROM inventory
                     WHERE NOT :wait::bool AND sku = l.sku AND available >= l.q
                     ORDER BY random() LIMIT 1
                     FOR UPDATE SKIP LOCKED) free
                UNION ALL
                -- Waiting mode (one-line carts): one row with enough units as the snapshot has
                -- it; `took` waits for it alone (the statement holds no other stock row).
-               SELECT shard FROM (
+               SELECT shard, NULL FROM (
                    SELECT shard FROM inventory
                     WHERE :wait::bool AND sku = l.sku AND available >= l.q
                     ORDER BY random() LIMIT 1) chosen
                LIMIT 1) r
           WHERE EXISTS (SELECT 1 FROM o)),
      took AS (
-         -- Re-checked: a row waited for may have fewer units once locked.
-         UPDATE inventory i SET available = i.available - p.q, reserved = i.reserved + p.q
+         -- A row `pick` locked counts from its locked count (`p.locked`): this update's own
+         -- read is the snapshot's, which Postgres filters and checks against
+         -- `CHECK (available >= 0)` before it finds the newer version a return may have made.
+         -- A row waited for here is re-checked: it may have fewer units once locked.
+         UPDATE inventory i SET available = COALESCE(p.locked, i.available) - p.q,
+                                reserved = i.reserved + p.q
            FROM pick p
-          WHERE i.sku = p.sku AND i.shard = p.shard AND i.available >= p.q
+          WHERE i.sku = p.sku AND i.shard = p.shard
+            AND (p.locked IS NOT NULL OR i.available >= p.q)
          RETURNING i.sku, i.shard, i.available),
      rec AS (
          -- A line without a row has a NULL shard: the statement fails and writes nothing.

@@ -42,6 +42,14 @@ pub(super) struct GaTaken {
 /// `took` has no `available >= take` guard: `got`'s rows are locked by this statement and were
 /// re-checked after the lock, and a shortfall must fail the whole statement
 /// (`CHECK (available >= 0)`) rather than commit a hold with fewer units than its quantity.
+///
+/// `took` sets the count from `got.available`, the locked row's count, not from its own read
+/// of the row: that read is the statement's snapshot, and when a return refilled the row after
+/// the snapshot (1 unit then, 2 once locked) Postgres checks `CHECK (available >= 0)` against
+/// the snapshot's row minus the take (-1) BEFORE it finds the newer version, and fails the
+/// statement. Nothing can change the row between the lock and the update (the lock is this
+/// statement's), so the locked count is the row's count.
+/// (`ga_shards::a_hold_waiting_for_a_shard_a_return_refills_takes_what_it_finds`)
 macro_rules! usage_hold_and_units {
     () => {
         "
@@ -63,7 +71,7 @@ hold AS (
     WHERE e.id = $1
     RETURNING expires_at),
 took AS (
-    UPDATE ga_counters c SET available = c.available - g.take
+    UPDATE ga_counters c SET available = g.available - g.take
     FROM got g, hold
     WHERE c.event_id = $1 AND c.tier = $3 AND c.shard = g.shard AND g.take > 0
     RETURNING c.shard, g.take),
@@ -115,15 +123,15 @@ SELECT (SELECT expires_at FROM hold),
 const HOLD_FROM_A_FREE_SHARD: &str = concat!(
     "
 WITH got AS (
-    SELECT shard, $4::int AS take FROM (
-        SELECT shard FROM ga_counters
+    SELECT shard, available, $4::int AS take FROM (
+        SELECT shard, available FROM ga_counters
         WHERE event_id = $1 AND tier = $3 AND available >= $4
         ORDER BY (shard + 64 - $6) % 64
         LIMIT 1
         FOR UPDATE SKIP LOCKED) free
     UNION ALL
-    SELECT shard, $4::int FROM (
-        SELECT shard FROM ga_counters
+    SELECT shard, available, $4::int FROM (
+        SELECT shard, available FROM ga_counters
         WHERE event_id = $1 AND tier = $3 AND available >= $4
           AND NOT EXISTS (SELECT 1 FROM ga_counters o
                           WHERE o.event_id = $1 AND o.tier = $3 AND o.shard <> 0)
@@ -146,7 +154,7 @@ WITH pick AS (
     ORDER BY (shard + 64 - $6) % 64
     LIMIT 1),
 got AS (
-    SELECT c.shard, $4::int AS take FROM ga_counters c, pick
+    SELECT c.shard, c.available, $4::int AS take FROM ga_counters c, pick
     WHERE c.event_id = $1 AND c.tier = $3 AND c.shard = pick.shard AND c.available >= $4
     FOR UPDATE OF c),",
     usage_hold_and_units!(),
@@ -166,7 +174,7 @@ WITH locked AS (
     ORDER BY shard
     FOR UPDATE),
 got AS (
-    SELECT shard,
+    SELECT shard, available,
            LEAST(available::bigint,
                  GREATEST(0, $4 - (sum(available) OVER (ORDER BY shard) - available)))::int
                AS take
