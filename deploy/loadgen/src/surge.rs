@@ -882,21 +882,26 @@ impl Run {
         None
     }
 
-    /// POST with an Idempotency-Key; a lost answer is retried once with the same key.
+    /// POST with an Idempotency-Key; a lost answer is retried with the same key, as a fan's
+    /// page does. A transport failure moves the fan to the next gateway first (as a load
+    /// balancer would), so a pay in flight through a gateway that was killed is finished
+    /// through another one instead of leaving its order pending until it expires. Each lost
+    /// answer is counted.
     async fn idempotent_post(
         &self,
         endpoint: &str,
-        url: String,
+        path: &str,
         token: &str,
         body: Value,
     ) -> Option<Reply> {
         let key = uuid::Uuid::new_v4().to_string();
-        for attempt in 0..2 {
+        let attempts = 2 + self.uris.len();
+        for attempt in 1..=attempts {
             match self
                 .call(
                     endpoint,
                     Method::POST,
-                    url.clone(),
+                    self.url(path),
                     Some(token),
                     Some(&key),
                     Some(body.clone()),
@@ -904,8 +909,12 @@ impl Run {
                 .await
             {
                 Ok(r) => return Some(r),
-                Err(_) if attempt == 0 => continue,
-                Err(_) => self.error(endpoint, None, ""),
+                Err(_) => {
+                    self.error(endpoint, None, "");
+                    if attempt < attempts && !self.fail_over() {
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                }
             }
         }
         None
@@ -920,12 +929,7 @@ impl Run {
         }
         self.think().await;
         let r = self
-            .idempotent_post(
-                "order",
-                self.url("/api/orders"),
-                token,
-                json!({"hold_id": hold_id}),
-            )
+            .idempotent_post("order", "/api/orders", token, json!({"hold_id": hold_id}))
             .await?;
         if r.status != StatusCode::CREATED && r.status != StatusCode::OK {
             self.error(
@@ -938,9 +942,14 @@ impl Run {
         self.c.orders.fetch_add(1, Relaxed);
         let order = r.body["id"].as_str()?.to_owned();
         self.think().await;
-        let url = self.url(&format!("/api/orders/{order}/pay"));
+        let path = format!("/api/orders/{order}/pay");
         let r = self
-            .idempotent_post("pay", url, token, json!({"payment_method": "pm_card_visa"}))
+            .idempotent_post(
+                "pay",
+                &path,
+                token,
+                json!({"payment_method": "pm_card_visa"}),
+            )
             .await?;
         if r.status != StatusCode::OK || r.body["status"] != "PAID" {
             self.error("pay", Some(r.status), r.body["code"].as_str().unwrap_or(""));
