@@ -269,19 +269,7 @@ async fn a_holdback_waiting_for_a_shard_a_return_refills_takes_what_it_finds() {
             json(resp).await
         }
     });
-    loop {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity
-              WHERE datname = current_database() AND wait_event_type = 'Lock'",
-        )
-        .fetch_one(&app.pool)
-        .await
-        .expect("pg_stat_activity");
-        if waiting > 0 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    app.until_a_request_waits_for_a_lock().await;
     refund.commit().await.expect("commit the refund");
     let (status, hb) = holdback.await.expect("hold-back task");
     assert_eq!((status, hb["quantity"].as_i64()), (201, Some(2)), "{hb}");

@@ -209,19 +209,7 @@ async fn a_hold_waiting_for_a_shard_a_return_refills_takes_what_it_finds() {
         }
     });
     // The hold waits for shard 0's row lock: decided by Postgres, not by a clock.
-    loop {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity
-              WHERE datname = current_database() AND wait_event_type = 'Lock'",
-        )
-        .fetch_one(&app.pool)
-        .await
-        .expect("pg_stat_activity");
-        if waiting > 0 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    app.until_a_request_waits_for_a_lock().await;
     refund.commit().await.expect("commit the refund");
     let (status, h) = hold.await.expect("hold task");
     assert_eq!((status, h["quantity"].as_i64()), (201, Some(2)), "{h}");

@@ -267,6 +267,25 @@ impl TestApp {
         format!("{}{}", self.addr, path)
     }
 
+    /// Returns once a backend of this test's database waits for a lock: a request the test
+    /// expects to queue behind a row it holds open has reached that row (decided by Postgres,
+    /// not by a clock).
+    pub async fn until_a_request_waits_for_a_lock(&self) {
+        loop {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity
+                  WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            )
+            .fetch_one(&self.pool)
+            .await
+            .expect("read pg_stat_activity");
+            if waiting > 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// Booking's `/metrics` text.
     pub async fn metrics_text(&self) -> String {
         self.client

@@ -254,19 +254,7 @@ async fn a_one_line_cart_waits_for_a_busy_row_a_longer_one_goes_to_the_transacti
             }
         });
         // The order waits for a row lock: not decided by a clock.
-        loop {
-            let waiting: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM pg_stat_activity
-                  WHERE datname = current_database() AND wait_event_type = 'Lock'",
-            )
-            .fetch_one(&app.pool)
-            .await
-            .expect("pg_locks");
-            if waiting > 0 {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
+        app.until_a_request_waits_for_a_lock().await;
         locker.rollback().await.expect("release the rows");
         let resp = order.await.expect("order task");
         assert_eq!(resp.status(), 201, "{account}");
