@@ -2,11 +2,11 @@
 //! orders domain's errors become HTTP answers.
 //!
 //! A cart order runs, in this order: the event check of every line (catalogue cache), the
-//! flash gate (Redis only, so a sold-out rush never reaches Postgres), one Postgres
-//! transaction retried from the top on deadlock whose first statement claims the idempotency
-//! key ([`idempotency::claim_tx`]: the key commits with the order or not at all), and after
-//! the commit, best effort, the gate settlement, the cart cleanup and the completed-order
-//! marker. An order from a hold is a transaction of two statements, the hold's pin and the
+//! flash gate (Redis only, so a sold-out rush never reaches Postgres), the order in Postgres
+//! (`http/cart_order.rs`: one statement that also stores the key's answer, or the full
+//! transaction whose first statement claims the key, [`idempotency::claim_tx`]; either way the
+//! key commits with the order or not at all), and after the commit, best effort, the gate
+//! settlement, the cart cleanup and the completed-order marker. An order from a hold is a transaction of two statements, the hold's pin and the
 //! order's insert that also stores the key with its answer ([`KeyAnswer::Insert`]); a refusal
 //! reads the key afterwards, so a retry of a request that made its order replays it.
 
@@ -16,16 +16,13 @@ use crate::orders::model::{
     RequestedSource, Shortage, done_marker_suffix, gate_admission, request_record_ttl_s,
 };
 use crate::orders::repo::{
-    During, KeyAnswer, OneStatement, OrderError, Take, claim_key_tx,
-    create_cart_order_one_statement, create_cart_order_tx, create_hold_order_tx, load_order,
-    read_prices, stored_answer, wait_for_copies,
+    During, KeyAnswer, OrderError, create_hold_order_tx, load_order, stored_answer,
 };
-use crate::orders::stock::{self, StockWay};
 use crate::orders::{OrdersState, cart, products};
 use crate::platform::auth::Admitted;
 use crate::platform::db::{self, MaybeRetryable};
 use crate::platform::error::{ApiError, ApiResult};
-use crate::platform::idempotency::{self, Begin, Fingerprint, IdempotencyKey, Replay};
+use crate::platform::idempotency::{self, Fingerprint, IdempotencyKey, Replay};
 use crate::platform::json::ApiJson;
 use crate::platform::session_until::SessionUntil;
 use axum::Router;
@@ -37,6 +34,7 @@ use errors::insufficient;
 use shared::error::codes;
 use std::collections::BTreeMap;
 
+mod cart_order;
 mod errors;
 mod fans;
 
@@ -183,7 +181,7 @@ async fn create_from_cart(
     // 2. The order: one statement when it can (`repo::one_statement`), else the full
     // transaction (`create_cart_order`).
     let order_id = shared::ids::new_id();
-    let result = match one_statement_order(
+    let result = match cart_order::one_statement_order(
         state,
         &order_id,
         account,
@@ -196,7 +194,16 @@ async fn create_from_cart(
     {
         Ok(Some(created)) => Ok(created),
         Ok(None) => {
-            transaction_order(state, &order_id, account, event, key, fingerprint, &lines).await
+            cart_order::transaction_order(
+                state,
+                &order_id,
+                account,
+                event,
+                key,
+                fingerprint,
+                &lines,
+            )
+            .await
         }
         Err(e) => Err(e),
     };
@@ -247,192 +254,6 @@ enum Created {
     /// transaction read (for the next one-statement order).
     Order(Vec<u8>, i64, Option<BTreeMap<String, PricedSku>>),
     Replay(Replay),
-}
-
-/// The cart order as one statement, when this process knows every line's price. `None`:
-/// nothing was written, run the full transaction. The stock rows the order emptied are
-/// refilled afterwards, best effort (a row left empty only makes later orders skip it until
-/// the next order that empties a row refills, or the slow path spreads the stock).
-async fn one_statement_order(
-    state: &OrdersState,
-    order_id: &str,
-    account: AccountId<'_>,
-    event: EventId<'_>,
-    key: OrderKey<'_>,
-    fingerprint: &Fingerprint,
-    lines: &BTreeMap<String, i64>,
-) -> Result<Option<Created>, OrderError> {
-    let outcomes = &state.metrics.one_statement_orders;
-    if lines.is_empty() {
-        return Ok(None);
-    }
-    let mut conn = state
-        .pool
-        .acquire()
-        .await
-        .during("acquire a connection for the order")?;
-    let prices = match state.catalog.order_prices(lines.keys()) {
-        Some(prices) => prices,
-        None => {
-            // First order of these SKUs in this process: one read, then the statement.
-            outcomes.with_label_values(&["read_prices"]).inc();
-            let prices = read_prices(&mut conn, lines).await?;
-            if prices.len() != lines.len() {
-                // An unknown SKU: the full transaction words the refusal.
-                return Ok(None);
-            }
-            state.catalog.learn_order_prices(&prices);
-            prices
-        }
-    };
-    state.metrics.order_db_transactions.inc();
-    let done = create_cart_order_one_statement(
-        &mut conn,
-        &state.settings,
-        OrderId::new(order_id),
-        account,
-        event,
-        key,
-        fingerprint,
-        lines,
-        &prices,
-        Take::for_lines(lines.len()),
-    )
-    .await?;
-    match done {
-        OneStatement::Created {
-            body,
-            live_until_ms,
-            emptied,
-        } => {
-            outcomes.with_label_values(&["created"]).inc();
-            for (sku, shard) in emptied {
-                if let Err(e) = stock::refill_emptied(&mut conn, &sku, shard).await {
-                    tracing::warn!(error = ?e, sku, shard, "refilling an emptied stock row failed");
-                }
-            }
-            Ok(Some(Created::Order(body, live_until_ms, None)))
-        }
-        OneStatement::Short {
-            sku,
-            requested,
-            available,
-        } => {
-            outcomes.with_label_values(&["short"]).inc();
-            Err(OrderError::Shortage {
-                sku,
-                requested,
-                shortage: Shortage::of(available),
-            })
-        }
-        OneStatement::NotServed { stale_prices, busy } => {
-            let outcome = if stale_prices {
-                state.catalog.forget_order_prices(lines.keys());
-                "stale_prices"
-            } else if busy {
-                "busy"
-            } else {
-                "not_served"
-            };
-            outcomes.with_label_values(&[outcome]).inc();
-            Ok(None)
-        }
-    }
-}
-
-/// The cart order as the full transaction: each way of taking the stock is its own
-/// transaction (`stock::StockWay`); the first serves the order unless every row with enough
-/// units is busy at that instant.
-async fn transaction_order(
-    state: &OrdersState,
-    order_id: &str,
-    account: AccountId<'_>,
-    event: EventId<'_>,
-    key: &IdempotencyKey,
-    fingerprint: &Fingerprint,
-    lines: &BTreeMap<String, i64>,
-) -> Result<Created, OrderError> {
-    let mut way = StockWay::FreeRow;
-    loop {
-        let attempt = create_cart_order(
-            state,
-            order_id,
-            account,
-            event,
-            key,
-            fingerprint,
-            lines,
-            way,
-        );
-        match attempt.await {
-            Err(OrderError::StockBusy) if way != StockWay::AcrossInOrder => way = way.next(),
-            other => return other,
-        }
-    }
-}
-
-/// One cart order transaction taking the stock `way`, retried from the top on deadlock: the
-/// idempotency claim first (a duplicate waits on it, then replays), then the order.
-#[expect(
-    clippy::too_many_arguments,
-    reason = "one order's whole input, each a distinct typed value"
-)]
-async fn create_cart_order(
-    state: &OrdersState,
-    order_id: &str,
-    account: AccountId<'_>,
-    event: EventId<'_>,
-    key: &IdempotencyKey,
-    fingerprint: &Fingerprint,
-    lines: &BTreeMap<String, i64>,
-    way: StockWay,
-) -> Result<Created, OrderError> {
-    let settings = &*state.settings;
-    let order_key = OrderKey::new(key.as_str());
-    db::retry(settings.deadlock_retries, || async {
-        state.metrics.order_db_transactions.inc();
-        let mut tx = if settings.async_commit {
-            state
-                .pool
-                .begin_with("BEGIN; SET LOCAL synchronous_commit = off")
-                .await
-        } else {
-            state.pool.begin().await
-        }
-        .during("begin the order transaction")?;
-        wait_for_copies(&mut tx, account, order_key).await?;
-        let claim = match claim_key_tx(
-            &mut tx,
-            &state.idempotency.settings,
-            account,
-            key,
-            fingerprint,
-        )
-        .await?
-        {
-            Begin::Started(claim) => claim,
-            Begin::Replay(stored) => return Ok(Created::Replay(stored)),
-        };
-        let order = create_cart_order_tx(
-            &mut tx,
-            settings,
-            OrderId::new(order_id),
-            account,
-            event,
-            order_key,
-            lines,
-            Some(&claim),
-            way,
-        )
-        .await?;
-        tx.commit().await.during("commit the order transaction")?;
-        Ok::<_, OrderError>(Created::Order(
-            order.body,
-            order.live_until_ms,
-            Some(order.prices),
-        ))
-    })
-    .await
 }
 
 async fn create_from_hold(

@@ -3,6 +3,7 @@
 //! fans hold the same tier.
 
 use crate::events::{create_event, small_event};
+use crate::ga_shards::thin_shards_with_a_refund_open;
 use crate::helpers::{ADMIN_TOKEN, TestApp, json};
 use serde_json::{Value, json};
 
@@ -238,22 +239,7 @@ async fn a_holdback_waiting_for_a_shard_a_return_refills_takes_what_it_finds() {
     let app = TestApp::spawn().await;
     create_event(&app, &small_event("refill", 1, 1, 16, 8)).await;
     // One unit on shards 0 and 1, none elsewhere: the hold-back locks them in shard order.
-    sqlx::query(
-        "UPDATE ga_counters SET available = CASE WHEN shard < 2 THEN 1 ELSE 0 END,
-                                sold = CASE WHEN shard < 2 THEN 1 ELSE 2 END
-          WHERE event_id = 'refill'",
-    )
-    .execute(&app.pool)
-    .await
-    .expect("thin the shards");
-    let mut refund = app.pool.begin().await.expect("begin");
-    sqlx::query(
-        "UPDATE ga_counters SET available = available + 1, sold = sold - 1
-          WHERE event_id = 'refill' AND shard = 0",
-    )
-    .execute(&mut *refund)
-    .await
-    .expect("return a unit to shard 0");
+    let refund = thin_shards_with_a_refund_open(&app, "refill").await;
     let holdback = tokio::spawn({
         let client = app.client.clone();
         let url = app.url("/admin/events/refill/ga-holdbacks");

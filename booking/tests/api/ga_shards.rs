@@ -173,25 +173,9 @@ async fn a_hold_waiting_for_a_shard_a_return_refills_takes_what_it_finds() {
     let mut body = small_event("refill", 1, 1, 16, 8);
     body["max_tickets_per_account"] = json!(10);
     create_event(&app, &body).await;
-    // Shards 0 and 1 have one unit each, the rest none: no shard has the 2 units asked for,
-    // so the hold locks the shards with units in shard order, waiting for each.
-    sqlx::query(
-        "UPDATE ga_counters SET available = CASE WHEN shard < 2 THEN 1 ELSE 0 END,
-                                sold = CASE WHEN shard < 2 THEN 1 ELSE 2 END
-          WHERE event_id = 'refill'",
-    )
-    .execute(&app.pool)
-    .await
-    .expect("thin the shards");
-    // A unit coming back to shard 0 (a refund), committed while the hold waits for the row.
-    let mut refund = app.pool.begin().await.expect("begin");
-    sqlx::query(
-        "UPDATE ga_counters SET available = available + 1, sold = sold - 1
-          WHERE event_id = 'refill' AND shard = 0",
-    )
-    .execute(&mut *refund)
-    .await
-    .expect("return a unit to shard 0");
+    // No shard has the 2 units asked for, so the hold locks the shards with units in shard
+    // order, waiting for each; a refund of shard 0 commits while it waits.
+    let refund = thin_shards_with_a_refund_open(&app, "refill").await;
     let hold = tokio::spawn({
         let client = app.client.clone();
         let url = app.url("/api/events/refill/ga-holds");
@@ -224,4 +208,32 @@ async fn a_hold_waiting_for_a_shard_a_return_refills_takes_what_it_finds() {
     let (available, sold, held, mismatch) = ledger(&app, "refill").await;
     assert_eq!((available, sold, held, mismatch), (1, 13, 2, 0));
     app.stop().await;
+}
+
+/// Event `event` (16 units over 8 shards) left with one unit on shards 0 and 1 and none
+/// elsewhere, and a transaction returning a unit to shard 0 (a refund), open: the caller
+/// commits it while a request waits for shard 0's row.
+pub(crate) async fn thin_shards_with_a_refund_open(
+    app: &TestApp,
+    event: &str,
+) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    sqlx::query(
+        "UPDATE ga_counters SET available = CASE WHEN shard < 2 THEN 1 ELSE 0 END,
+                                sold = CASE WHEN shard < 2 THEN 1 ELSE 2 END
+          WHERE event_id = $1",
+    )
+    .bind(event)
+    .execute(&app.pool)
+    .await
+    .expect("thin the shards");
+    let mut refund = app.pool.begin().await.expect("begin");
+    sqlx::query(
+        "UPDATE ga_counters SET available = available + 1, sold = sold - 1
+          WHERE event_id = $1 AND shard = 0",
+    )
+    .bind(event)
+    .execute(&mut *refund)
+    .await
+    .expect("return a unit to shard 0");
+    refund
 }
