@@ -192,6 +192,14 @@ impl AdminApp {
             .await
         {
             Err(e) => unavailable(&self.shared, &e),
+            Ok(crate::store::WriteOutcome::ShardsFixed(n)) => Reply::from_error(
+                409,
+                ErrorBody::new(
+                    codes::QUEUE_SHARDS_FIXED,
+                    "queue_shards is fixed when the room is created; nothing applied",
+                )
+                .with("queue_shards", n),
+            ),
             Ok(crate::store::WriteOutcome::Stale | crate::store::WriteOutcome::Gone) => {
                 Reply::error(500, codes::INTERNAL, "config write refused unexpectedly")
             }

@@ -20,7 +20,7 @@ use crate::auto::{AutoTarget, Summary, next_rate};
 use crate::event_config::AutoBounds;
 use crate::live::Live;
 use crate::metrics::Metrics;
-use crate::store::{Store, StoreError, TickOutcome};
+use crate::store::{OtherShards, Store, StoreError, TickOutcome};
 use async_trait::async_trait;
 use pingora_core::server::ShutdownWatch;
 use pingora_core::services::background::BackgroundService;
@@ -54,6 +54,8 @@ pub struct TickerState {
 struct EventTickState {
     queue_len: u64,
     leader: bool,
+    /// A split queue's other sub-queues, as this instance's last tick found them.
+    others: OtherShards,
 }
 
 impl TickerState {
@@ -164,6 +166,8 @@ impl Ticker {
                 .store
                 .tick(
                     &event,
+                    cfg.queue_shards,
+                    st.others,
                     &self.instance,
                     self.lease_ttl_ms,
                     auto_rate,
@@ -203,8 +207,10 @@ impl Ticker {
                 active,
                 rate,
                 safety_net_queueing,
+                others,
                 ..
             } => {
+                st.others = others;
                 if !st.leader {
                     tracing::info!(event = %event, instance = %self.instance, "took the admission lease");
                 }

@@ -130,6 +130,22 @@ pub struct EventConfigInput {
     /// `schedule.rs`); when absent the pending list is kept.
     #[serde(default)]
     pub schedule: Option<Vec<crate::schedule::ChangeInput>>,
+    /// Sub-queues the event's queue is split over (each its own hash tag, so one event's
+    /// joins spread over several Redis Cluster masters). Fixed when the room is created.
+    #[serde(default = "default_queue_shards_input")]
+    pub queue_shards: i64,
+}
+
+fn default_queue_shards_input() -> i64 {
+    1
+}
+
+fn default_queue_shards() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
 }
 
 /// Default `max_session_s`: half an hour from admission.
@@ -164,12 +180,18 @@ pub struct EventConfig {
     pub registration_closes: Option<DateTime<Utc>>,
     #[serde(default)]
     pub safety_net: Option<SafetyNet>,
+    /// Omitted when 1 (one queue, today's layout), so configs stored before it read as 1.
+    #[serde(default = "default_queue_shards", skip_serializing_if = "is_one")]
+    pub queue_shards: u32,
 }
 
 /// Upper bounds that catch typos (an extra zero or two) without limiting real launches.
 pub const MAX_ADMIT_PER_MINUTE: i64 = 1_000_000;
 pub const MAX_ACTIVE: i64 = 10_000_000;
 pub const MAX_POW_DIFFICULTY: i64 = 24;
+/// A split queue's tick reads every sub-queue's head: a handful is what a launch needs (the
+/// simulator's "sub-queues needed"), more only adds round trips.
+pub const MAX_QUEUE_SHARDS: i64 = 16;
 
 /// One validation problem: which field and why.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -286,6 +308,28 @@ impl EventConfigInput {
             ),
             _ => {}
         }
+        if !(1..=MAX_QUEUE_SHARDS).contains(&self.queue_shards) {
+            bad(
+                "queue_shards",
+                format!("must be between 1 and {MAX_QUEUE_SHARDS}"),
+            );
+        } else if self.queue_shards > 1 {
+            // Both decide a join from event-wide counts inside the join script (the safety
+            // net's arrivals and backlog, the registration list), which a split queue does not
+            // have in any one slot.
+            if self.mode == Mode::SafetyNet {
+                bad(
+                    "queue_shards",
+                    "a split queue cannot run mode safety_net; use 1".into(),
+                );
+            }
+            if self.access == Access::Registered {
+                bad(
+                    "queue_shards",
+                    "a split queue cannot be a registered room; use 1".into(),
+                );
+            }
+        }
         if !errs.is_empty() {
             return Err(errs);
         }
@@ -304,6 +348,7 @@ impl EventConfigInput {
             access: self.access,
             registration_closes: self.registration_closes,
             safety_net: self.safety_net,
+            queue_shards: u32::try_from(self.queue_shards).unwrap_or(1),
         })
     }
 }

@@ -8,7 +8,7 @@
 use crate::auto::UpstreamWindow;
 use crate::limits::Limits;
 use crate::metrics::Metrics;
-use crate::progress::{DrawHistogram, Progress};
+use crate::progress::{DrawHistogram, FifoHistogram, Progress};
 use crate::store::{EventSnapshot, Store};
 use async_trait::async_trait;
 use pingora_core::server::ShutdownWatch;
@@ -30,6 +30,12 @@ impl Live {
             .unwrap_or_else(|p| p.into_inner())
             .get(event)
             .cloned()
+    }
+
+    /// The event's `queue_shards` (1 when unknown: an event's count never changes, and an
+    /// unknown event has no split queue to find).
+    pub fn queue_shards(&self, event: &str) -> u32 {
+        self.get(event).map_or(1, |s| s.queue_shards())
     }
 
     pub fn event_ids(&self) -> Vec<String> {
@@ -81,6 +87,12 @@ impl Live {
 fn carry_progress(snap: &mut EventSnapshot, old: &Arc<Progress>) {
     if !snap.progress.known {
         snap.progress = old.clone();
+    } else if !snap.progress.parts.is_empty() {
+        if snap.progress.hist.is_none()
+            && let Some(p) = Arc::get_mut(&mut snap.progress)
+        {
+            p.carry_part_histograms(old);
+        }
     } else if snap.progress.hist.is_none()
         && let (Some(p), Some(h)) = (Arc::get_mut(&mut snap.progress), &old.hist)
     {
@@ -109,36 +121,89 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
 impl Refresher {
     /// Adds the draw histogram to each fresh progress: re-read only for events whose draw
-    /// count moved since the last read (so once the sale starts, never again).
+    /// count moved since the last read (so once the sale starts, never again). A split queue:
+    /// each sub-queue's draw and FIFO histograms, re-read only where its counts moved.
     async fn attach_histograms(&self, all: &mut [(String, EventSnapshot)]) {
-        let mut stale = Vec::new();
-        for (i, (event, snap)) in all.iter().enumerate() {
-            let draws = snap.progress.draws;
-            let have = self
-                .live
-                .get(event)
-                .and_then(|s| s.progress.hist.as_ref().map(|h| h.draws));
-            if snap.progress.known && draws > 0 && have != Some(draws) {
-                stale.push(i);
+        // (event index, sub-queue or `None` when not split, FIFO histogram?)
+        let mut stale: Vec<(usize, Option<u32>, bool)> = Vec::new();
+        for (i, (event, snap)) in all.iter_mut().enumerate() {
+            if !snap.progress.known {
+                continue;
+            }
+            let old = self.live.get(event);
+            if snap.progress.parts.is_empty() {
+                let draws = snap.progress.draws;
+                let have = old.and_then(|s| s.progress.hist.as_ref().map(|h| h.draws));
+                if draws > 0 && have != Some(draws) {
+                    stale.push((i, None, false));
+                }
+                continue;
+            }
+            if let (Some(p), Some(o)) = (Arc::get_mut(&mut snap.progress), &old) {
+                p.carry_part_histograms(&o.progress);
+            }
+            for (j, part) in snap.progress.parts.iter().enumerate() {
+                let j = u32::try_from(j).unwrap_or(0);
+                if part.draws > 0 && part.draw_hist.as_ref().map(|h| h.draws) != Some(part.draws) {
+                    stale.push((i, Some(j), false));
+                }
+                if part.fifos > 0 && part.fifo_hist.as_ref().map(|h| h.fifos) != Some(part.fifos) {
+                    stale.push((i, Some(j), true));
+                }
             }
         }
         if stale.is_empty() {
             return;
         }
-        let names: Vec<String> = stale.iter().map(|&i| all[i].0.clone()).collect();
-        match self.store.load_histograms(&names).await {
-            Ok(hists) => {
-                for (i, bytes) in stale.into_iter().zip(hists) {
-                    let snap = &mut all[i].1;
-                    let draws = snap.progress.draws;
-                    if let Some(p) = Arc::get_mut(&mut snap.progress) {
-                        p.hist = Some(Arc::new(DrawHistogram::from_bitfield(draws, &bytes)));
-                    }
+        let keys = stale
+            .iter()
+            .map(|&(i, part, fifo)| {
+                let event = &all[i].0;
+                match part {
+                    None => self.store.key(event, "hist"),
+                    Some(k) => self
+                        .store
+                        .shard_key(event, k, if fifo { "fhist" } else { "hist" }),
                 }
-            }
+            })
+            .collect();
+        let strings = match self.store.load_strings(keys).await {
+            Ok(s) => s,
             Err(e) => {
                 self.metrics.redis_errors.inc();
-                tracing::debug!(error = %e, "reading draw histograms failed");
+                tracing::debug!(error = %e, "reading queue histograms failed");
+                return;
+            }
+        };
+        for ((i, part, fifo), bytes) in stale.into_iter().zip(strings) {
+            let Some(p) = Arc::get_mut(&mut all[i].1.progress) else {
+                continue;
+            };
+            match part {
+                None => p.hist = Some(Arc::new(DrawHistogram::from_bitfield(p.draws, &bytes))),
+                Some(k) => {
+                    let Some(part) = p.parts.get_mut(k as usize) else {
+                        continue;
+                    };
+                    if fifo {
+                        let origin = part.fifo_origin_ms.unwrap_or(0.0);
+                        part.fifo_hist = Some(Arc::new(FifoHistogram::from_bitfield(
+                            part.fifos, origin, &bytes,
+                        )));
+                    } else {
+                        part.draw_hist =
+                            Some(Arc::new(DrawHistogram::from_bitfield(part.draws, &bytes)));
+                    }
+                    p.hist = None;
+                }
+            }
+        }
+        for (_, snap) in all.iter_mut() {
+            if let Some(p) = Arc::get_mut(&mut snap.progress)
+                && !p.parts.is_empty()
+                && p.hist.is_none()
+            {
+                p.combine_draw_histograms();
             }
         }
     }

@@ -69,6 +69,94 @@ impl DrawHistogram {
     }
 }
 
+/// Arrival times of a sub-queue's FIFO places (a split queue's `fhist`): 20 ms buckets from
+/// the sub-queue's first FIFO place (`f0`), one `u32` each, the last bucket open-ended.
+#[derive(Debug)]
+pub struct FifoHistogram {
+    /// The sub-queue's `fifos` counter when it was read (re-read when that moves).
+    pub fifos: u64,
+    origin_ms: f64,
+    cum: Vec<u64>,
+}
+
+/// Width of a FIFO histogram bucket (the join script's `/ 20`).
+const FIFO_BUCKET_MS: f64 = 20.0;
+
+impl FifoHistogram {
+    pub fn from_bitfield(fifos: u64, origin_ms: f64, bytes: &[u8]) -> Self {
+        let mut cum = Vec::with_capacity(bytes.len() / 4 + 1);
+        let mut total = 0u64;
+        cum.push(0);
+        for c in bytes.chunks_exact(4) {
+            let n = <[u8; 4]>::try_from(c).map_or(0, u32::from_be_bytes);
+            total += u64::from(n);
+            cum.push(total);
+        }
+        Self {
+            fifos,
+            origin_ms,
+            cum,
+        }
+    }
+
+    /// Estimated places with an arrival score below `score` (linear inside its bucket).
+    pub fn below(&self, score: f64) -> f64 {
+        let buckets = self.cum.len() - 1;
+        if buckets == 0 {
+            return 0.0;
+        }
+        let x = ((score - self.origin_ms) / FIFO_BUCKET_MS).max(0.0);
+        let b = x as usize;
+        if b >= buckets {
+            return self.cum[buckets] as f64;
+        }
+        let in_bucket = self.cum[b + 1] - self.cum[b];
+        self.cum[b] as f64 + (x - b as f64).clamp(0.0, 1.0) * in_bucket as f64
+    }
+}
+
+/// One sub-queue's `HGETALL prog` and `ZRANGE qgone … WITHSCORES`.
+pub type ProgressRead = (HashMap<String, String>, Vec<(String, f64)>);
+
+/// One sub-queue of a split queue, as of the last refresh.
+#[derive(Debug, Default)]
+pub struct Part {
+    pub popped: u64,
+    pub gone_passed: u64,
+    pub draws: u64,
+    pub fifos: u64,
+    /// The sub-queue's first FIFO score (the FIFO histogram's origin).
+    pub fifo_origin_ms: Option<f64>,
+    gone_scores: Vec<f64>,
+    pub draw_hist: Option<Arc<DrawHistogram>>,
+    pub fifo_hist: Option<Arc<FifoHistogram>>,
+}
+
+impl Part {
+    fn gone_below(&self, s: f64) -> f64 {
+        self.gone_passed as f64 + self.gone_scores.partition_point(|g| *g < s) as f64
+    }
+
+    /// Places of this sub-queue queued below `s`; `None` when a histogram it needs is missing.
+    fn queued_below(&self, s: f64, kind: &str) -> Option<f64> {
+        match kind {
+            "fifo" => {
+                let fifo = match &self.fifo_hist {
+                    _ if self.fifos == 0 => 0.0,
+                    Some(h) => h.below(s),
+                    None => return None,
+                };
+                Some(self.draws as f64 + fifo)
+            }
+            _ => match &self.draw_hist {
+                _ if self.draws == 0 => Some(0.0),
+                Some(h) => Some(h.below(s)),
+                None => None,
+            },
+        }
+    }
+}
+
 /// One event's queue progress as of the last refresh.
 #[derive(Debug, Default)]
 pub struct Progress {
@@ -87,6 +175,9 @@ pub struct Progress {
     gone_scores: Vec<f64>,
     gone_accounts: HashSet<String>,
     pub hist: Option<Arc<DrawHistogram>>,
+    /// A split queue's sub-queues (empty when the queue is not split); the fields above
+    /// are their sums (`cursor`: the highest), `hist` the sum of theirs.
+    pub parts: Vec<Part>,
 }
 
 /// Where a waiting place stands, from memory.
@@ -116,7 +207,91 @@ impl Progress {
             gone_scores,
             gone_accounts: gone.into_iter().map(|(a, _)| a).collect(),
             hist: None,
+            parts: Vec::new(),
         }
+    }
+
+    /// A split queue's progress from each sub-queue's `HGETALL prog` and `qgone` read.
+    pub fn from_parts(reads: Vec<ProgressRead>) -> Self {
+        let mut total = Progress {
+            known: true,
+            ..Progress::default()
+        };
+        for (prog, gone) in reads {
+            let p = Progress::from_redis(&prog, gone);
+            total.popped += p.popped;
+            total.gone_passed += p.gone_passed;
+            total.draws += p.draws;
+            total.fifos += p.fifos;
+            total.cursor = match (total.cursor, p.cursor) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            };
+            total.gone_scores.extend_from_slice(&p.gone_scores);
+            total.gone_accounts.extend(p.gone_accounts);
+            total.parts.push(Part {
+                popped: p.popped,
+                gone_passed: p.gone_passed,
+                draws: p.draws,
+                fifos: p.fifos,
+                fifo_origin_ms: prog.get("f0").and_then(|v| v.parse().ok()),
+                gone_scores: p.gone_scores,
+                draw_hist: None,
+                fifo_hist: None,
+            });
+        }
+        total.gone_scores.sort_by(f64::total_cmp);
+        total
+    }
+
+    /// Keeps `old`'s sub-queue histograms where this read has none (the refresher re-reads
+    /// only those whose counts moved), then sums the draw histograms.
+    pub fn carry_part_histograms(&mut self, old: &Progress) {
+        for (p, o) in self.parts.iter_mut().zip(&old.parts) {
+            if p.draw_hist.is_none() {
+                p.draw_hist.clone_from(&o.draw_hist);
+            }
+            if p.fifo_hist.is_none() {
+                p.fifo_hist.clone_from(&o.fifo_hist);
+            }
+        }
+        self.combine_draw_histograms();
+    }
+
+    /// The sum of the sub-queues' draw histograms (after they were attached).
+    pub fn combine_draw_histograms(&mut self) {
+        if self.parts.is_empty() || self.draws == 0 {
+            return;
+        }
+        let mut cum = vec![0u64; HIST_BUCKETS + 1];
+        for p in &self.parts {
+            match &p.draw_hist {
+                Some(h) => cum.iter_mut().zip(&h.cum).for_each(|(c, x)| *c += x),
+                None if p.draws > 0 => return,
+                None => {}
+            }
+        }
+        self.hist = Some(Arc::new(DrawHistogram {
+            draws: self.draws,
+            cum,
+        }));
+    }
+
+    /// A split queue: fans waiting in sub-queues other than `shard` with a lower score than
+    /// `score` (to turn a sub-queue's own rank into the event's). `None` when this view
+    /// cannot say (not split, not read yet, a histogram missing).
+    pub fn waiting_elsewhere(&self, shard: u32, score: f64, kind: &str) -> Option<u64> {
+        if self.parts.len() < 2 || !self.known {
+            return None;
+        }
+        let mut n = 0.0;
+        for (j, p) in self.parts.iter().enumerate() {
+            if j as u32 != shard {
+                n +=
+                    (p.queued_below(score, kind)? - p.popped as f64 - p.gone_below(score)).max(0.0);
+            }
+        }
+        Some(n.round() as u64)
     }
 
     /// Fans waiting now (as of the refresh).
@@ -125,8 +300,16 @@ impl Progress {
             .saturating_sub(self.popped + self.gone_passed + self.gone_scores.len() as u64)
     }
 
-    /// Where the place `(account, score, kind, before)` from a fan's receipt stands.
-    pub fn locate(&self, account: &str, score: &str, kind: &str, before: Option<u64>) -> Located {
+    /// Where the place `(account, score, kind, before)` from a fan's receipt stands; `shard`:
+    /// the sub-queue holding it (a split queue's receipt counts `before` in that one only).
+    pub fn locate(
+        &self,
+        account: &str,
+        shard: u32,
+        score: &str,
+        kind: &str,
+        before: Option<u64>,
+    ) -> Located {
         if !self.known || self.gone_accounts.contains(account) {
             return Located::AskRedis;
         }
@@ -136,11 +319,21 @@ impl Progress {
         if self.cursor.is_some_and(|c| s <= c) {
             return Located::AskRedis;
         }
-        let queued_below = match (kind, before, &self.hist) {
+        let mut queued_below = match (kind, before, &self.hist) {
             ("fifo", Some(b), _) => b as f64,
             ("draw", _, Some(h)) => h.below(s),
             _ => return Located::AskRedis,
         };
+        if kind == "fifo" && self.parts.len() > 1 {
+            for (j, p) in self.parts.iter().enumerate() {
+                if j as u32 != shard {
+                    match p.queued_below(s, kind) {
+                        Some(n) => queued_below += n,
+                        None => return Located::AskRedis,
+                    }
+                }
+            }
+        }
         let gone_below =
             self.gone_passed as f64 + self.gone_scores.partition_point(|g| *g < s) as f64;
         let rank = (queued_below - self.popped as f64 - gone_below).round();
@@ -189,7 +382,7 @@ mod tests {
         // 90 queued ahead of the place at 2000; 40 admitted, 2 revoked long ago, 1 revoked
         // just ahead.
         assert_eq!(
-            p.locate("me", "2000.25", "fifo", Some(90)),
+            p.locate("me", 0, "2000.25", "fifo", Some(90)),
             Located::Waiting {
                 rank: 47,
                 queue_len: 100 - 40 - 2 - 2
@@ -197,17 +390,26 @@ mod tests {
         );
         // At or below the cursor: maybe admitted; a revoked account; no `before`; nothing
         // read yet; a view behind the receipt: Redis decides.
-        assert_eq!(p.locate("me", "1000.5", "fifo", Some(3)), Located::AskRedis);
-        assert_eq!(p.locate("x", "1500", "fifo", Some(50)), Located::AskRedis);
-        assert_eq!(p.locate("me", "2000", "fifo", None), Located::AskRedis);
-        assert_eq!(p.locate("me", "2000", "fifo", Some(10)), Located::AskRedis);
         assert_eq!(
-            p.locate("me", "not-a-number", "fifo", Some(90)),
+            p.locate("me", 0, "1000.5", "fifo", Some(3)),
+            Located::AskRedis
+        );
+        assert_eq!(
+            p.locate("x", 0, "1500", "fifo", Some(50)),
+            Located::AskRedis
+        );
+        assert_eq!(p.locate("me", 0, "2000", "fifo", None), Located::AskRedis);
+        assert_eq!(
+            p.locate("me", 0, "2000", "fifo", Some(10)),
+            Located::AskRedis
+        );
+        assert_eq!(
+            p.locate("me", 0, "not-a-number", "fifo", Some(90)),
             Located::AskRedis
         );
         p.known = false;
         assert_eq!(
-            p.locate("me", "2000.25", "fifo", Some(90)),
+            p.locate("me", 0, "2000.25", "fifo", Some(90)),
             Located::AskRedis
         );
     }
@@ -215,7 +417,7 @@ mod tests {
     #[test]
     fn draw_rank_interpolates_inside_the_fans_bucket() {
         let mut p = Progress::from_redis(&prog(&[("draws", "110")]), vec![]);
-        assert_eq!(p.locate("me", "-100", "draw", None), Located::AskRedis);
+        assert_eq!(p.locate("me", 0, "-100", "draw", None), Located::AskRedis);
         // 10 fans in bucket 0, 100 in bucket 3.
         p.hist = Some(Arc::new(DrawHistogram::from_bitfield(
             110,
@@ -224,14 +426,14 @@ mod tests {
         let at =
             |bucket: f64, frac: f64| format!("{}", -DRAW_OFFSET + (bucket + frac) * BUCKET_WIDTH);
         assert_eq!(
-            p.locate("me", &at(3.0, 0.25), "draw", None),
+            p.locate("me", 0, &at(3.0, 0.25), "draw", None),
             Located::Waiting {
                 rank: 35,
                 queue_len: 110
             }
         );
         assert_eq!(
-            p.locate("me", &at(1.0, 0.5), "draw", None),
+            p.locate("me", 0, &at(1.0, 0.5), "draw", None),
             Located::Waiting {
                 rank: 10,
                 queue_len: 110
@@ -239,7 +441,7 @@ mod tests {
         );
         // Past the last bucket written: everyone is ahead.
         assert_eq!(
-            p.locate("me", "-1", "draw", None),
+            p.locate("me", 0, "-1", "draw", None),
             Located::Waiting {
                 rank: 110,
                 queue_len: 111

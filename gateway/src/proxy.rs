@@ -424,8 +424,9 @@ impl ProxyHttp for PublicProxy {
             // token expires (the token itself stays valid: receipts,
             // order pages). Off the request path; a failure only delays the slot.
             let store = self.store.clone();
+            let shards = self.shared.live.queue_shards(&c.evt);
             tokio::spawn(async move {
-                if let Err(e) = store.release_active(&c.evt, &c.sub).await {
+                if let Err(e) = store.release_active(&c.evt, shards, &c.sub).await {
                     tracing::debug!(error = %e, "releasing a paid fan's admission slot failed");
                 }
             });

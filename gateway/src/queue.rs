@@ -12,7 +12,7 @@ use crate::limits::{Scope, retry_after_secs};
 use crate::progress::Located;
 use crate::respond::{Reply, is_json, parse_json, read_body};
 use crate::state::Shared;
-use crate::store::{EventSnapshot, JoinOutcome, Place, StatusOutcome, Store, StoreError};
+use crate::store::{EventSnapshot, JoinOutcome, Place, StatusOutcome, Store, StoreError, shard_of};
 use pingora_proxy::Session;
 use serde::Deserialize;
 use serde_json::json;
@@ -196,9 +196,11 @@ pub async fn join(shared: &Shared, store: &Store, session: &mut Session, event: 
     let session_id = shared::ids::new_id();
     // The fan's receipt (cookie or header), should this Redis have lost their place.
     let restore = place_of(shared, session, event, &account);
+    let shards = snap.queue_shards();
     let outcome = store
         .join(
             event,
+            shards,
             &account,
             presale,
             &session_id,
@@ -256,6 +258,7 @@ pub async fn join(shared: &Shared, store: &Store, session: &mut Session, event: 
             // Tell a waiting fan where they stand now, and when to ask again: the first poll
             // of a fan far back comes late instead of one second after every join.
             if let (false, Some(ahead)) = (admitted, ahead) {
+                let ahead = ahead + elsewhere(&snap, shards, &account, &place.score, &place.kind);
                 let w = Waiting::of(&snap, cfg, ahead);
                 body["state"] = json!(w.state);
                 body["position"] = json!(ahead + 1);
@@ -324,15 +327,20 @@ pub async fn status(shared: &Shared, store: &Store, session: &Session, event: &s
         return unknown_event();
     };
     shared.metrics.status_polls.inc();
+    let shards = snap.queue_shards();
     if let Some(place) = place_of(shared, session, event, &account)
-        && let Located::Waiting { rank, queue_len } =
-            snap.progress
-                .locate(&account, &place.score, &place.kind, place.before)
+        && let Located::Waiting { rank, queue_len } = snap.progress.locate(
+            &account,
+            shard_of(&account, shards),
+            &place.score,
+            &place.kind,
+            place.before,
+        )
     {
         shared.metrics.status_from_memory.inc();
         return waiting(&snap, cfg, event, rank, queue_len);
     }
-    match store.status(event, &account, cfg.token_ttl_s).await {
+    match store.status(event, shards, &account, cfg.token_ttl_s).await {
         Err(e) => unavailable(shared, &e),
         Ok(StatusOutcome::NotJoined) => Reply::from_error(
             404,
@@ -345,6 +353,16 @@ pub async fn status(shared: &Shared, store: &Store, session: &Session, event: &s
                     "join_url": format!("/queue/{event}/join")}),
         ),
         Ok(StatusOutcome::Waiting {
+            rank,
+            queue_len,
+            place,
+        }) if shards > 1 => {
+            // The rank and length are the fan's sub-queue's: add the others' from memory.
+            let rank = rank + elsewhere(&snap, shards, &account, &place.score, &place.kind);
+            let queue_len = snap.progress.queue_len().max(queue_len).max(rank + 1);
+            waiting(&snap, cfg, event, rank, queue_len)
+        }
+        Ok(StatusOutcome::Waiting {
             rank, queue_len, ..
         }) => waiting(&snap, cfg, event, rank, queue_len),
         Ok(StatusOutcome::Admitted {
@@ -353,6 +371,22 @@ pub async fn status(shared: &Shared, store: &Store, session: &Session, event: &s
             expires_ms,
         }) => admitted(shared, event, &account, &place, now_ms, expires_ms),
     }
+}
+
+/// A split queue: the fans ahead of this place in the other sub-queues (0 when not split or
+/// when the view cannot say yet: the first second of a room).
+fn elsewhere(snap: &EventSnapshot, shards: u32, account: &str, score: &str, kind: &str) -> u64 {
+    if shards <= 1 {
+        return 0;
+    }
+    score
+        .parse::<f64>()
+        .ok()
+        .and_then(|s| {
+            snap.progress
+                .waiting_elsewhere(shard_of(account, shards), s, kind)
+        })
+        .unwrap_or(0)
 }
 
 /// A waiting fan's status answer.

@@ -31,6 +31,7 @@ mod changes;
 mod outcomes;
 mod registrations;
 mod scripts;
+mod shards;
 mod snapshots;
 
 pub use changes::{AUDIT_MAX_LEN, AuditEntry, ChangeWrite, ConfigWrite, DueChange, WriteOutcome};
@@ -39,6 +40,7 @@ pub use outcomes::{Draw, EventSnapshot, JoinOutcome, Place, StatusOutcome, TickO
 pub use registrations::{ListChange, RegisterOutcome};
 pub use scripts::{JOIN_LUA, STATUS_LUA};
 use scripts::{Reply, SCRIPTS};
+pub use shards::{OtherShards, shard_of};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -123,25 +125,72 @@ impl Store {
     /// Joins `account` to `event` (once: a repeat join returns the existing place).
     /// `restore`: the place from the fan's receipt, given back if this Redis lost it (see
     /// `JOIN_LUA` for when it is refused).
+    #[expect(clippy::too_many_arguments, reason = "one script's arguments, named")]
     pub async fn join(
         &self,
         event: &str,
+        shards: u32,
         account: &str,
         presale_score: i64,
         session: &str,
         passthrough_ttl_s: u64,
         restore: Option<&ReceiptClaims>,
     ) -> Result<JoinOutcome, StoreError> {
+        let k = shard_of(account, shards);
+        let outcome = self
+            .join_once(
+                event,
+                shards,
+                k,
+                account,
+                presale_score,
+                session,
+                passthrough_ttl_s,
+                restore,
+            )
+            .await?;
+        if !matches!(outcome, JoinOutcome::UnknownEvent) || k == 0 {
+            return Ok(outcome);
+        }
+        // A sub-queue without its config copy yet (a room created a moment ago, its copy
+        // lost): copy it now and join again.
+        self.copy_config(event).await?;
+        self.join_once(
+            event,
+            shards,
+            k,
+            account,
+            presale_score,
+            session,
+            passthrough_ttl_s,
+            restore,
+        )
+        .await
+    }
+
+    #[expect(clippy::too_many_arguments, reason = "one script's arguments, named")]
+    async fn join_once(
+        &self,
+        event: &str,
+        shards: u32,
+        k: u32,
+        account: &str,
+        presale_score: i64,
+        session: &str,
+        passthrough_ttl_s: u64,
+        restore: Option<&ReceiptClaims>,
+    ) -> Result<JoinOutcome, StoreError> {
+        let key = |s: &str| self.shard_key(event, k, s);
         let mut inv = SCRIPTS.join.prepare_invoke();
-        inv.key(self.key(event, "cfg"))
-            .key(self.key(event, "q"))
-            .key(self.key(event, "places"))
-            .key(self.key(event, "adm"))
-            .key(self.key(event, "sold_out"))
-            .key(self.key(event, "active"))
-            .key(self.key(event, "prog"))
-            .key(self.key(event, "hist"))
-            .key(self.key(event, "qgone"))
+        inv.key(key("cfg"))
+            .key(key("q"))
+            .key(key("places"))
+            .key(key("adm"))
+            .key(key("sold_out"))
+            .key(key("active"))
+            .key(key("prog"))
+            .key(key("hist"))
+            .key(key("qgone"))
             .arg(account)
             .arg(presale_score)
             .arg(session)
@@ -150,9 +199,11 @@ impl Store {
             Some(r) => inv.arg(&r.score).arg(&r.sid).arg(r.joined_ms).arg(&r.kind),
             None => inv.arg("").arg("").arg("").arg(""),
         };
-        inv.key(self.key(event, "revoked"))
-            .key(self.key(event, "reg"))
-            .key(self.key(event, "drawn"));
+        inv.key(key("revoked"))
+            .key(key("reg"))
+            .key(key("drawn"))
+            .key(key("fhist"))
+            .arg(if shards > 1 { "1" } else { "" });
         let v: Value = self
             .with(|mut c| async move { inv.invoke_async(&mut c).await })
             .await?;
@@ -202,17 +253,21 @@ impl Store {
 
     /// Where `account` stands; claims a pending admission (the claim extends it to the token
     /// lifetime `ttl_s`).
+    /// In a split queue the rank and length are the fan's own sub-queue's.
     pub async fn status(
         &self,
         event: &str,
+        shards: u32,
         account: &str,
         ttl_s: u64,
     ) -> Result<StatusOutcome, StoreError> {
+        let k = shard_of(account, shards);
+        let key = |s: &str| self.shard_key(event, k, s);
         let mut inv = SCRIPTS.status.prepare_invoke();
-        inv.key(self.key(event, "places"))
-            .key(self.key(event, "q"))
-            .key(self.key(event, "adm"))
-            .key(self.key(event, "active"))
+        inv.key(key("places"))
+            .key(key("q"))
+            .key(key("adm"))
+            .key(key("active"))
             .arg(account)
             .arg(ttl_s);
         let v: Value = self
@@ -237,9 +292,13 @@ impl Store {
     }
 
     /// One admission tick for `event` (a no-op unless this instance holds the lease).
+    /// `shards`/`others`: a split queue and its other sub-queues' counts from the last tick.
+    #[expect(clippy::too_many_arguments, reason = "one script's arguments, named")]
     pub async fn tick(
         &self,
         event: &str,
+        shards: u32,
+        others: OtherShards,
         instance: &str,
         lease_ttl_ms: u64,
         auto_rate: Option<u64>,
@@ -262,13 +321,16 @@ impl Store {
             .arg(lease_ttl_ms)
             .arg(auto_rate.map(|r| r.to_string()).unwrap_or_default())
             .arg(tick_ms)
-            .arg(passthrough_batch);
+            .arg(passthrough_batch)
+            .arg(if shards > 1 { "1" } else { "" })
+            .arg(others.used)
+            .arg(others.waiting);
         let v: Value = self
             .with(|mut c| async move { inv.invoke_async(&mut c).await })
             .await?;
         let r = Reply::from(v)?;
         let n = |i| r.int(i).and_then(|n| u64::try_from(n).ok()).unwrap_or(0);
-        Ok(match r.tag() {
+        let outcome = match r.tag() {
             "follower" => TickOutcome::Follower,
             "unknown" => TickOutcome::UnknownEvent,
             "leader" => TickOutcome::Leader {
@@ -283,9 +345,26 @@ impl Store {
                     Some("pass") => Some(false),
                     _ => None,
                 },
+                others: OtherShards::default(),
             },
             _ => return Err(StoreError::Protocol("unknown tick reply")),
-        })
+        };
+        if shards <= 1 || !matches!(outcome, TickOutcome::Leader { .. }) {
+            return Ok(outcome);
+        }
+        let home = shards::HomeTick {
+            admit: n(8),
+            seq: r.int(9).map(|s| s.to_string()).unwrap_or_default(),
+            claim_deadline_ms: r.str(10).unwrap_or("0").to_owned(),
+            copy: shards::ConfigCopy::from_reply(&r, 11),
+        };
+        let (mut outcome, new_others) = self
+            .tick_shards(event, shards, instance, &home, outcome)
+            .await?;
+        if let TickOutcome::Leader { others, .. } = &mut outcome {
+            *others = new_others;
+        }
+        Ok(outcome)
     }
 
     /// Stores a validated config (absolute) and its audit entry, in one script. The draw seed
@@ -326,6 +405,10 @@ impl Store {
             "ok" => r.int(1).ok_or(StoreError::Protocol("bad config version"))?,
             "stale" => return Ok(WriteOutcome::Stale),
             "gone" => return Ok(WriteOutcome::Gone),
+            "shards" => {
+                let n = r.int(1).and_then(|n| u32::try_from(n).ok()).unwrap_or(1);
+                return Ok(WriteOutcome::ShardsFixed(n));
+            }
             _ => return Err(StoreError::Protocol("unknown config-write reply")),
         };
         // The index is a separate (cross-slot) key; writing it after the config means the
@@ -340,11 +423,16 @@ impl Store {
                 .await
         })
         .await?;
+        if config.queue_shards > 1 {
+            self.copy_config(event).await?;
+        }
         Ok(WriteOutcome::Written(version))
     }
 
     /// Revokes an account's (field `a:<account>`) or a session's (`s:<session>`) admission.
-    /// Returns the revocation time (unix s), or `None` for an unknown event.
+    /// Returns the revocation time (unix s), or `None` for an unknown event. In a split queue
+    /// the home records it (booking reads the home's list) and the fan's sub-queue (or, for a
+    /// session, every sub-queue) frees the place.
     pub async fn revoke(
         &self,
         event: &str,
@@ -354,30 +442,85 @@ impl Store {
         keep_s: u64,
         actor: &str,
     ) -> Result<Option<i64>, StoreError> {
+        // Read here, not from a snapshot: ops may revoke through an instance that has not yet
+        // refreshed a room created a moment ago.
+        let cfg = self.key(event, "cfg");
+        let shards: Option<u32> = self
+            .with(|mut c| async move {
+                redis::cmd("HGET")
+                    .arg(cfg)
+                    .arg("queue_shards")
+                    .query_async(&mut c)
+                    .await
+            })
+            .await?;
+        let shards = shards.unwrap_or(1).max(1);
+        let fan_shard = account.map(|a| shard_of(a, shards));
+        let at = self
+            .revoke_in(
+                event,
+                0,
+                field,
+                account.filter(|_| fan_shard.unwrap_or(0) == 0),
+                session,
+                keep_s,
+                actor,
+            )
+            .await?;
+        if at < 0 || shards <= 1 {
+            return Ok((at >= 0).then_some(at));
+        }
+        for k in 1..shards {
+            if fan_shard.is_none_or(|f| f == k) {
+                self.revoke_in(event, k, field, account, session, keep_s, actor)
+                    .await?;
+            }
+        }
+        Ok(Some(at))
+    }
+
+    #[expect(clippy::too_many_arguments, reason = "one script's arguments, named")]
+    async fn revoke_in(
+        &self,
+        event: &str,
+        k: u32,
+        field: &str,
+        account: Option<&str>,
+        session: Option<&str>,
+        keep_s: u64,
+        actor: &str,
+    ) -> Result<i64, StoreError> {
+        let key = |s: &str| self.shard_key(event, k, s);
         let mut inv = SCRIPTS.revoke.prepare_invoke();
-        inv.key(self.key(event, "cfg"))
-            .key(self.key(event, "revoked"))
-            .key(self.key(event, "q"))
-            .key(self.key(event, "adm"))
-            .key(self.key(event, "active"))
-            .key(self.key(event, "places"))
-            .key(self.key(event, "qgone"))
+        inv.key(key("cfg"))
+            .key(key("revoked"))
+            .key(key("q"))
+            .key(key("adm"))
+            .key(key("active"))
+            .key(key("places"))
+            .key(key("qgone"))
             .arg(field)
             .arg(account.unwrap_or(""))
             .arg(keep_s.max(60))
             .arg(session.unwrap_or(""))
-            .key(self.key(event, "cfglog"))
+            .key(key("cfglog"))
             .arg(actor)
-            .arg(AUDIT_MAX_LEN);
+            .arg(AUDIT_MAX_LEN)
+            .arg(if k > 0 { "1" } else { "" });
         let at: i64 = self
             .with(|mut c| async move { inv.invoke_async(&mut c).await })
             .await?;
-        Ok((at >= 0).then_some(at))
+        Ok(at)
     }
 
     /// Returns an admitted fan's slot to the `max_active` budget (after a paid order).
-    pub async fn release_active(&self, event: &str, account: &str) -> Result<(), StoreError> {
-        let key = self.key(event, "active");
+    pub async fn release_active(
+        &self,
+        event: &str,
+        shards: u32,
+        account: &str,
+    ) -> Result<(), StoreError> {
+        let key = self.shard_key(event, shard_of(account, shards), "active");
         let account = account.to_owned();
         self.with(|mut c| async move {
             redis::cmd("ZREM")
@@ -396,10 +539,11 @@ impl Store {
     pub async fn extend_active(
         &self,
         event: &str,
+        shards: u32,
         account: &str,
         until_ms: i64,
     ) -> Result<(), StoreError> {
-        let key = self.key(event, "active");
+        let key = self.shard_key(event, shard_of(account, shards), "active");
         let account = account.to_owned();
         self.with(|mut c| async move {
             redis::cmd("ZADD")

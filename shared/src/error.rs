@@ -50,6 +50,8 @@ pub mod codes {
     pub const WRONG_EVENT: &str = "WRONG_EVENT";
     // Gateway (waiting room).
     pub const EVENT_CLOSED: &str = "EVENT_CLOSED";
+    /// A config write that would change `queue_shards` after the room was created (`409`).
+    pub const QUEUE_SHARDS_FIXED: &str = "QUEUE_SHARDS_FIXED";
     pub const NOT_IN_QUEUE: &str = "NOT_IN_QUEUE";
     pub const POW_REQUIRED: &str = "POW_REQUIRED";
     pub const POW_INVALID: &str = "POW_INVALID";

@@ -16,6 +16,17 @@ pub fn event_key(prefix: &str, event: &str, suffix: &str) -> String {
     format!("{prefix}fg:{{{event}}}:{suffix}")
 }
 
+/// Sub-queue `k` of an event's split queue: `fg:{event}:<suffix>` for 0 (the event's home,
+/// where everything that is not per fan lives) and `fg:{event:k}:<suffix>` for the others, each
+/// its own hash tag and so its own Redis Cluster slot (`:` is not allowed in event ids).
+pub fn shard_key(prefix: &str, event: &str, k: u32, suffix: &str) -> String {
+    if k == 0 {
+        event_key(prefix, event, suffix)
+    } else {
+        format!("{prefix}fg:{{{event}:{k}}}:{suffix}")
+    }
+}
+
 /// The set of configured events.
 pub fn events_key(prefix: &str) -> String {
     format!("{prefix}fg:events")
@@ -113,6 +124,8 @@ mod tests {
     #[test]
     fn keys_match_the_gateway_layout() {
         assert_eq!(event_key("p:", "ev1", "revoked"), "p:fg:{ev1}:revoked");
+        assert_eq!(shard_key("p:", "ev1", 0, "q"), "p:fg:{ev1}:q");
+        assert_eq!(shard_key("p:", "ev1", 3, "q"), "p:fg:{ev1:3}:q");
         assert_eq!(events_key("p:"), "p:fg:events");
     }
 }

@@ -128,11 +128,12 @@ impl PublicProxy {
         let slack_s = s.config.gateway.session_slack_s;
         let as_i64 = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         let store = self.store.clone();
+        let shards = s.live.queue_shards(&c.evt);
         match session::decide(&c, until, now, as_i64(slack_s), as_i64(max_session_s)) {
             Decision::Keep => {}
             Decision::Release => {
                 tokio::spawn(async move {
-                    if let Err(e) = store.release_active(&c.evt, &c.sub).await {
+                    if let Err(e) = store.release_active(&c.evt, shards, &c.sub).await {
                         tracing::debug!(error = %e, "releasing a finished fan's admission slot failed");
                     }
                 });
@@ -160,7 +161,7 @@ impl PublicProxy {
                 s.metrics.session_refreshed.inc();
                 tokio::spawn(async move {
                     let until_ms = exp.saturating_mul(1000);
-                    if let Err(e) = store.extend_active(&c.evt, &c.sub, until_ms).await {
+                    if let Err(e) = store.extend_active(&c.evt, shards, &c.sub, until_ms).await {
                         tracing::debug!(error = %e, "extending an admission slot failed");
                     }
                 });

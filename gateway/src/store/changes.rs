@@ -92,6 +92,7 @@ local before = redis.call('EXISTS', KEYS[2])
 if ARGV[1] == '1' then redis.call('SET', KEYS[2], '1') else redis.call('DEL', KEYS[2]) end
 local t = redis.call('TIME')
 local now = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+redis.call('HINCRBY', KEYS[1], 'stamp', 1)
 redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[3], '*', 'at', now, 'actor', ARGV[2],
   'action', 'sold_out', 'before', before == 1 and 'true' or 'false',
   'after', ARGV[1] == '1' and 'true' or 'false')
@@ -137,6 +138,8 @@ pub enum WriteOutcome {
     Stale,
     /// The scheduled change is no longer pending as read (cancelled, edited or applied).
     Gone,
+    /// The write would change `queue_shards`, fixed at this count when the room was created.
+    ShardsFixed(u32),
 }
 
 /// How a change-record write ended.
@@ -230,14 +233,16 @@ impl Store {
             } else {
                 ""
             })
-            // ARGV[21], [22]: the room's access (registration.rs), then the schedule's triples.
+            // ARGV[21], [22]: the room's access (registration.rs); [23] queue_shards; then the
+            // schedule's triples.
             .arg(config.access.as_str())
             .arg(
                 config
                     .registration_closes_ms()
                     .map(|ms| ms.to_string())
                     .unwrap_or_default(),
-            );
+            )
+            .arg(config.queue_shards);
         for c in w.replace_schedule.unwrap_or(&[]) {
             inv.arg(&c.id).arg(c.at_ms()).arg(c.to_json());
         }
@@ -404,6 +409,10 @@ impl Store {
         let n: i64 = self
             .with(|mut c| async move { inv.invoke_async(&mut c).await })
             .await?;
+        if n > 0 {
+            // A split queue's sub-queues refuse joins by their own copy of the flag.
+            self.copy_config(event).await?;
+        }
         Ok(n > 0)
     }
 

@@ -97,6 +97,8 @@ pub enum TickOutcome {
         rate: u64,
         /// Safety-net mode: `Some(true)` while queueing, `Some(false)` while passing.
         safety_net_queueing: Option<bool>,
+        /// A split queue: the sub-queues other than the home, for the next tick.
+        others: super::OtherShards,
     },
 }
 
@@ -130,6 +132,11 @@ pub struct EventSnapshot {
 }
 
 impl EventSnapshot {
+    /// The sub-queues the event's queue is split over (1: not split).
+    pub fn queue_shards(&self) -> u32 {
+        self.config.as_ref().map_or(1, |c| c.queue_shards.max(1))
+    }
+
     /// The admit rate in force: the measured one in auto mode, the configured one otherwise.
     pub fn effective_rate(&self) -> u64 {
         match (&self.config, self.auto_rate) {

@@ -115,6 +115,18 @@ if kind == 'draw' then
   redis.call('HINCRBY', KEYS[7], 'draws', 1)
 else
   redis.call('HINCRBY', KEYS[7], 'fifos', 1)
+  -- A split queue (ARGV[9], queue_shards > 1): arrival times in 20 ms buckets from this
+  -- sub-queue's first FIFO place, so every gateway can count this sub-queue's places below
+  -- any score and rank a fan of another sub-queue without asking Redis (progress.rs).
+  if ARGV[9] == '1' then
+    local f0 = tonumber(redis.call('HGET', KEYS[7], 'f0'))
+    if not f0 then
+      f0 = math.floor(tonumber(score))
+      redis.call('HSET', KEYS[7], 'f0', string.format('%d', f0))
+    end
+    local b = math.max(0, math.min(262143, math.floor((tonumber(score) - f0) / 20)))
+    redis.call('BITFIELD', KEYS[13], 'INCRBY', 'u32', '#' .. b, 1)
+  end
 end
 local rank = redis.call('ZRANK', KEYS[2], ARGV[1])
 return {'joined', place, now_str, rank, before(rank, score), restored}
@@ -158,7 +170,12 @@ elseif holder == ARGV[1] then
 else
   return {'follower'}
 end
-local c = redis.call('HMGET', KEYS[1], 'mode', 'admit_per_minute', 'max_active', 'claim_deadline_ms', 'auto_rate', 'sale_start_ms', 'sn_arrivals', 'sn_state')
+local c = redis.call('HMGET', KEYS[1], 'mode', 'admit_per_minute', 'max_active', 'claim_deadline_ms', 'auto_rate', 'sale_start_ms', 'sn_arrivals', 'sn_state', 'revealed', 'access', 'stamp')
+-- A split queue (ARGV[6]): this script keeps the lease and the bucket and decides how many
+-- to admit; the gateway then pops them from the sub-queues in score order (shards.rs).
+-- ARGV[7], [8]: the other sub-queues' admitted and waiting counts as of their last tick.
+local split = ARGV[6] == '1'
+local others_used = split and (tonumber(ARGV[7]) or 0) or 0
 if not c[1] then return {'unknown'} end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -181,7 +198,7 @@ if c[5] and ARGV[3] ~= '' then
 elseif c[5] then
   rate = tonumber(c[5])
 end
-local qlen = redis.call('ZCARD', KEYS[2])
+local qlen = redis.call('ZCARD', KEYS[2]) + (split and (tonumber(ARGV[8]) or 0) or 0)
 local n = 0
 if mode == 'passthrough' then
   n = math.min(qlen, tonumber(ARGV[5]))
@@ -204,7 +221,7 @@ elseif (mode == 'queue' or mode == 'safety_net') and now >= (tonumber(c[6]) or 0
   n = math.floor(tokens)
   local maxa = tonumber(c[3])
   if maxa > 0 then
-    local used = redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[4])
+    local used = redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[4]) + others_used
     n = math.max(0, math.min(n, maxa - used))
   end
   n = math.min(n, qlen)
@@ -215,6 +232,14 @@ else
   redis.call('HSET', KEYS[6], 'ts', now)
 end
 local admitted = 0
+if split then
+  -- The fencing number the sub-queues check: a stalled former leader's pops are refused by
+  -- every sub-queue the new leader has ticked since.
+  local seq = redis.call('HINCRBY', KEYS[6], 'seq', 1)
+  return {'leader', 0, #gone, #done, qlen, redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[4]) + others_used,
+    math.floor(rate), '', n, seq, c[4], mode, c[6] or '0', c[3] or '0', c[9] or '', c[10] or 'open',
+    c[11] or '0', redis.call('EXISTS', KEYS[8])}
+end
 if n > 0 then
   local popped = redis.call('ZPOPMIN', KEYS[2], n)
   local deadline = now + tonumber(c[4])
@@ -257,6 +282,14 @@ local before = redis.call('HGET', KEYS[1], 'json') or ''
 if ARGV[14] ~= '' and (redis.call('HGET', KEYS[1], 'version') or '0') ~= ARGV[14] then return {'stale'} end
 if ARGV[15] ~= '' and (redis.call('HGET', KEYS[4], ARGV[15]) ~= ARGV[16]
     or not redis.call('ZSCORE', KEYS[3], ARGV[15])) then return {'gone'} end
+-- queue_shards (ARGV[23]) is fixed when the room is created: fans already placed live in the
+-- sub-queue their account hashes to under that count.
+local qs = redis.call('HGET', KEYS[1], 'queue_shards')
+if not qs and redis.call('EXISTS', KEYS[1]) == 1 then qs = '1' end
+if qs and qs ~= ARGV[23] then return {'shards', qs} end
+redis.call('HSET', KEYS[1], 'queue_shards', ARGV[23])
+-- What the sub-queues copy (mode, times, sold out) changed: they copy it on the next tick.
+redis.call('HINCRBY', KEYS[1], 'stamp', 1)
 redis.call('HSET', KEYS[1], 'json', ARGV[1], 'mode', ARGV[2], 'sale_start_ms', ARGV[3],
   'admit_per_minute', ARGV[4], 'max_active', ARGV[5], 'claim_deadline_ms', ARGV[6],
   'token_ttl_s', ARGV[7])
@@ -285,7 +318,7 @@ if ARGV[20] == '1' then
   -- The PUT named the whole pending list: the old one goes (the audit entry keeps it).
   for _, id in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do redis.call('HDEL', KEYS[4], id) end
   redis.call('DEL', KEYS[3])
-  for i = 23, #ARGV, 3 do
+  for i = 24, #ARGV, 3 do
     redis.call('ZADD', KEYS[3], ARGV[i + 1], ARGV[i])
     redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 2])
   end
@@ -309,7 +342,10 @@ return {'ok', version}
 );
 
 const REVOKE_LUA: &str = r#"
-if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+-- ARGV[7] '1': another sub-queue of a split queue (no config check, no audit entry: the
+-- home's run did both).
+local sub = ARGV[7] == '1'
+if not sub and redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
 local now_s = tonumber(redis.call('TIME')[1])
 redis.call('HSET', KEYS[2], ARGV[1], now_s)
 redis.call('EXPIRE', KEYS[2], ARGV[3])
@@ -337,6 +373,7 @@ if who ~= '' then
   redis.call('HDEL', KEYS[6], who)
 end
 -- The config audit log (KEYS[8]; ARGV[5] actor, ARGV[6] its length cap).
+if sub then return now_s end
 redis.call('XADD', KEYS[8], 'MAXLEN', '~', ARGV[6], '*', 'at', now_s * 1000, 'actor', ARGV[5],
   'action', 'revoke', 'before', '', 'after', ARGV[1])
 return now_s
@@ -348,7 +385,7 @@ if not c[2] then return {'unknown'} end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if now >= tonumber(c[3]) then
-  redis.call('HSET', KEYS[1], 'revealed', '1')
+  if redis.call('HSETNX', KEYS[1], 'revealed', '1') == 1 then redis.call('HINCRBY', KEYS[1], 'stamp', 1) end
   return {'revealed', c[2], c[3], c[1]}
 end
 return {'committed', c[2], c[3]}

@@ -3,21 +3,21 @@
 
 use super::outcomes::snapshot;
 use super::{EventSnapshot, Store, StoreError};
-use crate::progress::{GONE_READ_LIMIT, Progress};
+use crate::progress::{GONE_READ_LIMIT, Progress, ProgressRead};
 use redis::Value;
 use shared::redis_conn::query_per_slot;
 use std::collections::HashMap;
 use std::sync::Arc;
 
 impl Store {
-    /// Reads one event's snapshot (`None`: no config), its queue progress included (without
+    /// ProgressRead one event's snapshot (`None`: no config), its queue progress included (without
     /// the draw histogram, which the refresher adds).
     pub async fn load_event(&self, event: &str) -> Result<Option<EventSnapshot>, StoreError> {
         let mut all = self.load_events(&[event.to_owned()], true).await?;
         Ok(all.pop().and_then(|(_, s)| s.config.is_some().then_some(s)))
     }
 
-    /// Reads every configured event's snapshot in one pipelined round trip (plus one for
+    /// ProgressRead every configured event's snapshot in one pipelined round trip (plus one for
     /// the index). `with_progress`: also each event's queue progress (two more small reads
     /// per event; the refresher asks once a second).
     pub async fn load_all(
@@ -57,42 +57,93 @@ impl Store {
             pipes.push(pipe);
         }
         let per_event = if with_progress { 5 } else { 3 };
-        let snaps: Vec<EventSnapshot> = self
+        let (mut snaps, homes): (Vec<EventSnapshot>, Vec<Option<ProgressRead>>) = self
             .with(|mut c| async move {
                 let flat = query_per_slot(&mut c, &pipes).await?;
                 let mut snaps = Vec::with_capacity(flat.len() / per_event);
+                let mut homes = Vec::with_capacity(flat.len() / per_event);
                 let mut it = flat.into_iter();
                 while let (Some(a), Some(b), Some(d)) = (it.next(), it.next(), it.next()) {
-                    let mut snap = snapshot(
+                    snaps.push(snapshot(
                         redis::from_redis_value(a)?,
                         redis::from_redis_value(b)?,
                         redis::from_redis_value(d)?,
-                    );
-                    if with_progress {
+                    ));
+                    homes.push(if with_progress {
                         let prog: HashMap<String, String> =
                             redis::from_redis_value(it.next().unwrap_or(Value::Nil))?;
                         let gone: Vec<(String, f64)> =
                             redis::from_redis_value(it.next().unwrap_or(Value::Nil))?;
-                        snap.progress = Arc::new(Progress::from_redis(&prog, gone));
-                    }
-                    snaps.push(snap);
+                        Some((prog, gone))
+                    } else {
+                        None
+                    });
                 }
-                Ok(snaps)
+                Ok((snaps, homes))
             })
             .await?;
+        // A split queue's other sub-queues: the same two reads each, one more round trip.
+        let mut split = Vec::new();
+        let mut pipes = Vec::new();
+        for (i, (e, snap)) in events.iter().zip(&snaps).enumerate() {
+            let shards = snap.queue_shards();
+            if homes[i].is_none() || shards <= 1 {
+                continue;
+            }
+            split.push((i, shards));
+            for k in 1..shards {
+                let mut pipe = redis::pipe();
+                pipe.cmd("HGETALL").arg(self.shard_key(e, k, "prog"));
+                pipe.cmd("ZRANGE")
+                    .arg(self.shard_key(e, k, "qgone"))
+                    .arg(0)
+                    .arg(GONE_READ_LIMIT - 1)
+                    .arg("WITHSCORES");
+                pipes.push(pipe);
+            }
+        }
+        let mut others: Vec<ProgressRead> = Vec::new();
+        if !pipes.is_empty() {
+            others = self
+                .with(|mut c| async move {
+                    let flat = query_per_slot(&mut c, &pipes).await?;
+                    let mut out = Vec::with_capacity(flat.len() / 2);
+                    let mut it = flat.into_iter();
+                    while let (Some(a), Some(b)) = (it.next(), it.next()) {
+                        out.push((redis::from_redis_value(a)?, redis::from_redis_value(b)?));
+                    }
+                    Ok(out)
+                })
+                .await?;
+        }
+        let mut homes: Vec<Option<ProgressRead>> = homes;
+        let mut others = others.into_iter();
+        for (i, shards) in split {
+            if let Some(home) = homes[i].take() {
+                let mut reads = vec![home];
+                reads.extend(others.by_ref().take(shards as usize - 1));
+                snaps[i].progress = Arc::new(Progress::from_parts(reads));
+            }
+        }
+        for (snap, home) in snaps.iter_mut().zip(homes) {
+            if let Some((prog, gone)) = home {
+                snap.progress = Arc::new(Progress::from_redis(&prog, gone));
+            }
+        }
         Ok(events.iter().cloned().zip(snaps).collect())
     }
 
-    /// The draw-score histograms of `events` (the `BITFIELD` strings), in one round trip.
-    pub async fn load_histograms(&self, events: &[String]) -> Result<Vec<Vec<u8>>, StoreError> {
-        if events.is_empty() {
+    /// Whole strings (`GET`) of `keys`, one pipelined round trip per slot; missing keys are
+    /// empty (the histograms: an empty histogram).
+    pub async fn load_strings(&self, keys: Vec<String>) -> Result<Vec<Vec<u8>>, StoreError> {
+        if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let pipes: Vec<redis::Pipeline> = events
-            .iter()
-            .map(|e| {
+        let pipes: Vec<redis::Pipeline> = keys
+            .into_iter()
+            .map(|k| {
                 let mut p = redis::pipe();
-                p.cmd("GET").arg(self.key(e, "hist"));
+                p.cmd("GET").arg(k);
                 p
             })
             .collect();
@@ -107,5 +158,11 @@ impl Store {
                 .collect()
         })
         .await
+    }
+
+    /// The draw-score histograms of `events` (the `BITFIELD` strings), in one round trip.
+    pub async fn load_histograms(&self, events: &[String]) -> Result<Vec<Vec<u8>>, StoreError> {
+        self.load_strings(events.iter().map(|e| self.key(e, "hist")).collect())
+            .await
     }
 }

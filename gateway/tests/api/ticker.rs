@@ -36,7 +36,7 @@ async fn join(store: &Store, event: &str, prefix: &str, n: usize) {
     for i in 0..n {
         let a = format!("{prefix}-{i:04}");
         store
-            .join(event, &a, 0, &format!("s-{a}"), 600, None)
+            .join(event, 1, &a, 0, &format!("s-{a}"), 600, None)
             .await
             .unwrap();
     }
