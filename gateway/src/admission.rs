@@ -54,8 +54,9 @@ pub struct TickerState {
 struct EventTickState {
     queue_len: u64,
     leader: bool,
-    /// A split queue's other sub-queues, as this instance's last tick found them.
-    others: OtherShards,
+    /// A split queue's other sub-queues, as this instance's last tick as leader found them
+    /// (`None`: read them before admitting).
+    others: Option<OtherShards>,
 }
 
 impl TickerState {
@@ -210,7 +211,7 @@ impl Ticker {
                 others,
                 ..
             } => {
-                st.others = others;
+                st.others = Some(others);
                 if !st.leader {
                     tracing::info!(event = %event, instance = %self.instance, "took the admission lease");
                 }
@@ -242,6 +243,7 @@ impl Ticker {
                     tracing::warn!(event = %event, "lost the admission lease");
                 }
                 st.leader = false;
+                st.others = None;
                 self.metrics.is_leader.with_label_values(&l).set(0);
             }
         }

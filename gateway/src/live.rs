@@ -8,7 +8,7 @@
 use crate::auto::UpstreamWindow;
 use crate::limits::Limits;
 use crate::metrics::Metrics;
-use crate::progress::{DrawHistogram, FifoHistogram, Progress};
+use crate::progress::{DrawHistogram, FIFO_REREAD_BYTES, FifoHistogram, Progress};
 use crate::store::{EventSnapshot, Store};
 use async_trait::async_trait;
 use pingora_core::server::ShutdownWatch;
@@ -155,19 +155,29 @@ impl Refresher {
         if stale.is_empty() {
             return;
         }
+        // A FIFO histogram already held is re-read from near its end only (`GETRANGE`).
         let keys = stale
             .iter()
             .map(|&(i, part, fifo)| {
-                let event = &all[i].0;
+                let (event, snap) = &all[i];
                 match part {
-                    None => self.store.key(event, "hist"),
-                    Some(k) => self
-                        .store
-                        .shard_key(event, k, if fifo { "fhist" } else { "hist" }),
+                    None => (self.store.key(event, "hist"), 0),
+                    Some(k) => {
+                        let from = match snap.progress.parts.get(k as usize) {
+                            Some(p) if fifo => p
+                                .fifo_hist
+                                .as_ref()
+                                .map_or(0, |h| h.bytes_len().saturating_sub(FIFO_REREAD_BYTES)),
+                            _ => 0,
+                        };
+                        let suffix = if fifo { "fhist" } else { "hist" };
+                        (self.store.shard_key(event, k, suffix), from)
+                    }
                 }
             })
-            .collect();
-        let strings = match self.store.load_strings(keys).await {
+            .collect::<Vec<_>>();
+        let froms: Vec<usize> = keys.iter().map(|(_, f)| *f).collect();
+        let strings = match self.store.load_tails(keys).await {
             Ok(s) => s,
             Err(e) => {
                 self.metrics.redis_errors.inc();
@@ -175,7 +185,7 @@ impl Refresher {
                 return;
             }
         };
-        for ((i, part, fifo), bytes) in stale.into_iter().zip(strings) {
+        for (((i, part, fifo), bytes), from) in stale.into_iter().zip(strings).zip(froms) {
             let Some(p) = Arc::get_mut(&mut all[i].1.progress) else {
                 continue;
             };
@@ -187,9 +197,11 @@ impl Refresher {
                     };
                     if fifo {
                         let origin = part.fifo_origin_ms.unwrap_or(0.0);
-                        part.fifo_hist = Some(Arc::new(FifoHistogram::from_bitfield(
-                            part.fifos, origin, &bytes,
-                        )));
+                        let h = match &part.fifo_hist {
+                            Some(old) if from > 0 => old.extended(part.fifos, from, &bytes),
+                            _ => FifoHistogram::from_bitfield(part.fifos, origin, &bytes),
+                        };
+                        part.fifo_hist = Some(Arc::new(h));
                     } else {
                         part.draw_hist =
                             Some(Arc::new(DrawHistogram::from_bitfield(part.draws, &bytes)));

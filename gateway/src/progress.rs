@@ -69,32 +69,56 @@ impl DrawHistogram {
     }
 }
 
-/// Arrival times of a sub-queue's FIFO places (a split queue's `fhist`): 20 ms buckets from
-/// the sub-queue's first FIFO place (`f0`), one `u32` each, the last bucket open-ended.
+/// Arrival times of a sub-queue's FIFO places (a split queue's `fhist`): 1 ms buckets from
+/// the sub-queue's first FIFO place (`f0`), one `u32` each (2.4 MB for ten minutes of
+/// arrivals, read once, then only its end); past 2^22 buckets (70 minutes) the last one takes
+/// the rest. At the seed's 3,300 arrivals/s a bucket holds ~3 places, so a fan's rank among
+/// another sub-queue's places is off by a place or two.
 #[derive(Debug)]
 pub struct FifoHistogram {
     /// The sub-queue's `fifos` counter when it was read (re-read when that moves).
     pub fifos: u64,
     origin_ms: f64,
-    cum: Vec<u64>,
+    /// `cum[i]` = places in buckets below `i`.
+    cum: Vec<u32>,
 }
 
-/// Width of a FIFO histogram bucket (the join script's `/ 20`).
-const FIFO_BUCKET_MS: f64 = 20.0;
+/// Width of a FIFO histogram bucket (the join script's whole milliseconds).
+const FIFO_BUCKET_MS: f64 = 1.0;
+/// What a refresh re-reads of a FIFO histogram it already holds: the last second of buckets
+/// (arrivals land at the tail; a place restored from a receipt may land a little earlier).
+pub const FIFO_REREAD_BYTES: usize = 4 * 200;
 
 impl FifoHistogram {
     pub fn from_bitfield(fifos: u64, origin_ms: f64, bytes: &[u8]) -> Self {
-        let mut cum = Vec::with_capacity(bytes.len() / 4 + 1);
-        let mut total = 0u64;
-        cum.push(0);
-        for c in bytes.chunks_exact(4) {
+        Self {
+            fifos,
+            origin_ms,
+            cum: vec![0],
+        }
+        .extended(fifos, 0, bytes)
+    }
+
+    /// Bytes of the `BITFIELD` string this histogram holds.
+    pub fn bytes_len(&self) -> usize {
+        (self.cum.len() - 1) * 4
+    }
+
+    /// This histogram with the string's bytes from `from` (a multiple of 4, at most
+    /// [`Self::bytes_len`]) replaced by `tail`: a refresh reads only the end (`GETRANGE`).
+    pub fn extended(&self, fifos: u64, from: usize, tail: &[u8]) -> Self {
+        let keep = (from / 4).min(self.cum.len() - 1);
+        let mut cum = Vec::with_capacity(keep + tail.len() / 4 + 1);
+        cum.extend_from_slice(&self.cum[..=keep]);
+        let mut total = cum[keep];
+        for c in tail.chunks_exact(4) {
             let n = <[u8; 4]>::try_from(c).map_or(0, u32::from_be_bytes);
-            total += u64::from(n);
+            total = total.saturating_add(n);
             cum.push(total);
         }
         Self {
             fifos,
-            origin_ms,
+            origin_ms: self.origin_ms,
             cum,
         }
     }
@@ -108,10 +132,10 @@ impl FifoHistogram {
         let x = ((score - self.origin_ms) / FIFO_BUCKET_MS).max(0.0);
         let b = x as usize;
         if b >= buckets {
-            return self.cum[buckets] as f64;
+            return f64::from(self.cum[buckets]);
         }
         let in_bucket = self.cum[b + 1] - self.cum[b];
-        self.cum[b] as f64 + (x - b as f64).clamp(0.0, 1.0) * in_bucket as f64
+        f64::from(self.cum[b]) + (x - b as f64).clamp(0.0, 1.0) * f64::from(in_bucket)
     }
 }
 

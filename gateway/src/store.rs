@@ -298,13 +298,20 @@ impl Store {
         &self,
         event: &str,
         shards: u32,
-        others: OtherShards,
+        others: Option<OtherShards>,
         instance: &str,
         lease_ttl_ms: u64,
         auto_rate: Option<u64>,
         tick_ms: u64,
         passthrough_batch: u64,
     ) -> Result<TickOutcome, StoreError> {
+        // A leader that has not ticked the other sub-queues yet (it just took the lease)
+        // counts them first, so `max_active` holds from its first tick.
+        let others = match others {
+            Some(o) => o,
+            None if shards > 1 => self.other_counts(event, shards).await?,
+            None => OtherShards::default(),
+        };
         let mut inv = SCRIPTS.tick.prepare_invoke();
         inv.key(self.key(event, "cfg"))
             .key(self.key(event, "q"))

@@ -115,7 +115,7 @@ if kind == 'draw' then
   redis.call('HINCRBY', KEYS[7], 'draws', 1)
 else
   redis.call('HINCRBY', KEYS[7], 'fifos', 1)
-  -- A split queue (ARGV[9], queue_shards > 1): arrival times in 20 ms buckets from this
+  -- A split queue (ARGV[9], queue_shards > 1): arrival times in 1 ms buckets from this
   -- sub-queue's first FIFO place, so every gateway can count this sub-queue's places below
   -- any score and rank a fan of another sub-queue without asking Redis (progress.rs).
   if ARGV[9] == '1' then
@@ -124,7 +124,7 @@ else
       f0 = math.floor(tonumber(score))
       redis.call('HSET', KEYS[7], 'f0', string.format('%d', f0))
     end
-    local b = math.max(0, math.min(262143, math.floor((tonumber(score) - f0) / 20)))
+    local b = math.max(0, math.min(4194303, math.floor(tonumber(score) - f0)))
     redis.call('BITFIELD', KEYS[13], 'INCRBY', 'u32', '#' .. b, 1)
   end
 end

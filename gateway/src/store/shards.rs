@@ -286,6 +286,37 @@ impl Store {
         })
     }
 
+    /// Waiting and admitted fans of sub-queues 1.. (read only), one round trip per slot.
+    pub(super) async fn other_counts(
+        &self,
+        event: &str,
+        shards: u32,
+    ) -> Result<OtherShards, StoreError> {
+        let pipes: Vec<redis::Pipeline> = (1..shards)
+            .map(|k| {
+                let mut p = redis::pipe();
+                p.cmd("ZCARD").arg(self.shard_key(event, k, "q"));
+                p.cmd("ZCARD").arg(self.shard_key(event, k, "adm"));
+                p.cmd("ZCARD").arg(self.shard_key(event, k, "active"));
+                p
+            })
+            .collect();
+        let counts: Vec<u64> = self
+            .with(|mut c| async move {
+                let v = query_per_slot(&mut c, &pipes).await?;
+                v.into_iter()
+                    .map(|x| redis::from_redis_value::<u64>(x).map_err(Into::into))
+                    .collect()
+            })
+            .await?;
+        let mut o = OtherShards::default();
+        for c in counts.chunks_exact(3) {
+            o.waiting += c[0];
+            o.used += c[1] + c[2];
+        }
+        Ok(o)
+    }
+
     /// The first `n` waiting places of every sub-queue (member, score as Redis wrote it),
     /// one pipelined round trip per slot.
     async fn heads(

@@ -133,17 +133,17 @@ impl Store {
         Ok(events.iter().cloned().zip(snaps).collect())
     }
 
-    /// Whole strings (`GET`) of `keys`, one pipelined round trip per slot; missing keys are
-    /// empty (the histograms: an empty histogram).
-    pub async fn load_strings(&self, keys: Vec<String>) -> Result<Vec<Vec<u8>>, StoreError> {
+    /// The bytes of each string from its offset on (`GETRANGE key from -1`), one pipelined
+    /// round trip per slot.
+    pub async fn load_tails(&self, keys: Vec<(String, usize)>) -> Result<Vec<Vec<u8>>, StoreError> {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
         let pipes: Vec<redis::Pipeline> = keys
             .into_iter()
-            .map(|k| {
+            .map(|(k, from)| {
                 let mut p = redis::pipe();
-                p.cmd("GET").arg(k);
+                p.cmd("GETRANGE").arg(k).arg(from).arg(-1);
                 p
             })
             .collect();
@@ -162,7 +162,7 @@ impl Store {
 
     /// The draw-score histograms of `events` (the `BITFIELD` strings), in one round trip.
     pub async fn load_histograms(&self, events: &[String]) -> Result<Vec<Vec<u8>>, StoreError> {
-        self.load_strings(events.iter().map(|e| self.key(e, "hist")).collect())
+        self.load_tails(events.iter().map(|e| (self.key(e, "hist"), 0)).collect())
             .await
     }
 }

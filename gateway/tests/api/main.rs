@@ -27,6 +27,7 @@ mod registered_draw;
 mod safety_net;
 mod schedule;
 mod slots;
+mod split_queue;
 mod startup_config;
 mod status_memory;
 mod stepper;
