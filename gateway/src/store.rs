@@ -13,6 +13,8 @@
 //! `fg:{event}:sched` / `fg:{event}:schedq` (scheduled changes: records, pending by time; see
 //! `changes.rs`). The event is a hash tag, so an
 //! event's keys share one Redis Cluster slot and every script below touches one slot only.
+//! A split queue (`queue_shards` > 1) keeps each fan's keys under `fg:{event:k}:…` instead,
+//! `k` from the account (`shards.rs`), so one event's joins spread over several slots.
 //! Global keys: `fg:events` (set of configured events), `fg:upstream` (per-instance upstream
 //! health, for auto mode).
 //!
