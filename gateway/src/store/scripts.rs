@@ -234,8 +234,9 @@ end
 local admitted = 0
 if split then
   -- The fencing number the sub-queues check: a stalled former leader's pops are refused by
-  -- every sub-queue the new leader has ticked since.
-  local seq = redis.call('HINCRBY', KEYS[6], 'seq', 1)
+  -- every sub-queue the new leader has ticked since. In the progress hash, which nothing
+  -- deletes (passthrough deletes the bucket).
+  local seq = redis.call('HINCRBY', KEYS[10], 'tick_seq', 1)
   return {'leader', 0, #gone, #done, qlen, redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[4]) + others_used,
     math.floor(rate), '', n, seq, c[4], mode, c[6] or '0', c[3] or '0', c[9] or '', c[10] or 'open',
     c[11] or '0', redis.call('EXISTS', KEYS[8])}
