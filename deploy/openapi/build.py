@@ -742,6 +742,10 @@ def gateway_admin_doc():
                 "arrivals_per_minute": {"type": "integer", "minimum": 1, "maximum": 1000000}},
                 "description": "required with mode safety_net"},
             "schedule": arr(change_in, description="when present, the whole pending list; absent keeps it"),
+            "queue_shards": {"type": "integer", "minimum": 1, "maximum": 16,
+                             "description": "sub-queues the event's queue is split over (default 1); fixed "
+                                            "when the room is created (`409 QUEUE_SHARDS_FIXED` for another "
+                                            "count); not with mode safety_net or access registered"},
         },
         required=("sale_start", "admit_per_minute", "mode"),
     )
@@ -772,7 +776,7 @@ def gateway_admin_doc():
         "/admin/events/{event}/config": {
             "get": op("An event's room config", [ok(shown), err("401", "404", "405", "503")], tag=t, params=[ev]),
             "put": op("Set an event's room config (validated whole; nothing applied on a refusal)",
-                      [ok(shown), err("400", "401", "404", "405", "413", "415", "422", "503")],
+                      [ok(shown), err("400", "401", "404", "405", "409", "413", "415", "422", "503")],
                       tag=t, params=[ev, actor_opt], req=body(config)),
         },
         "/admin/events/{event}/schedule": {
