@@ -88,6 +88,32 @@ async fn admitted(app: &TestApp, event: &str, shards: u32) -> Vec<(u32, String)>
     out
 }
 
+/// The master serving `key`'s slot (`CLUSTER KEYSLOT`, then `CLUSTER SLOTS`).
+async fn master_of(app: &TestApp, key: String) -> String {
+    let mut c = app.redis.clone();
+    let slot: i64 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(&key)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let ranges: Vec<redis::Value> = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let int = |v: &redis::Value| redis::from_redis_value::<i64>(v.clone()).unwrap_or(-1);
+    for r in ranges {
+        let redis::Value::Array(r) = r else { continue };
+        if let [start, end, redis::Value::Array(node), ..] = r.as_slice()
+            && (int(start)..=int(end)).contains(&slot)
+        {
+            return format!("{:?}:{}", node.first(), node.get(1).map_or(-1, int));
+        }
+    }
+    panic!("no master serves slot {slot} of {key}");
+}
+
 async fn revoke(app: &TestApp, event: &str, account: &str) {
     let r = app
         .http
@@ -254,6 +280,15 @@ async fn fans_joining_while_a_split_queue_admits_are_each_admitted_once() {
             got.iter().any(|(s, _)| *s == k),
             "sub-queue {k} admitted nobody"
         );
+    }
+    if cluster() {
+        // On the Redis Cluster the three sub-queues are served by three masters: this
+        // event's joins and pops did not all go to one.
+        let mut masters = HashSet::new();
+        for k in 0..3 {
+            masters.insert(master_of(&app, shard_key(&app, ev, k, "admissions")).await);
+        }
+        assert_eq!(masters.len(), 3, "{masters:?}");
     }
     // Every one of them claims a token through their own sub-queue (asking Redis: the
     // receipt's answer from memory lags admission by up to a refresh).
