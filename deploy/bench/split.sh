@@ -65,7 +65,8 @@ for i in $(seq 0 200); do
   if [ "$(printf '%s\n' "${ms[@]}" | sort -u | grep -c .)" = "$SHARDS" ]; then EVENT="$e"; MASTERS=("${ms[@]}"); break; fi
 done
 [ -n "$EVENT" ] || { log "no event name spreads over $SHARDS masters (is the cluster whole?)"; exit 1; }
-log "event $EVENT: sub-queues on masters ${MASTERS[*]}"
+SPLIT_MASTERS="${MASTERS[*]}"
+log "event $EVENT: sub-queues on masters $SPLIT_MASTERS"
 
 JOIN="$(cd "$ROOT" && cargo bench -q -p gateway --bench token -- lua join)"
 for m in "${MASTERS[@]}"; do
@@ -82,6 +83,12 @@ rb() { # port tag c n split csv-out
     "${k}qgone" "${k}revoked" "${k}reg" "${k}drawn" "${k}fhist" \
     "m:__rand_int__" -4000000000 "s:__rand_int__" 600000 "" "" "" "" "$split" 2>/dev/null \
     | tail -1 > "$out"
+}
+# CPU seconds a node has used (user + system), for the cores each row kept busy.
+cpu_s() { redis-cli -p "$1" INFO cpu | awk -F: '/^used_cpu_(user|sys):/ {s += $2} END {printf "%.3f", s}'; }
+cores() { # ms, then before/after pairs
+  local ms="$1"; shift
+  awk -v ms="$ms" 'BEGIN { t = 0; for (i = 1; i < ARGC; i += 2) t += ARGV[i+1] - ARGV[i]; printf "%.2f", t * 1000 / ms; exit }' "$@"
 }
 field() { awk -F'","' -v i="$2" '{gsub(/"/,"",$i); print $i}' "$1"; }
 now_ms() { date +%s%3N; }
@@ -102,12 +109,16 @@ WHOLE="w$EVENT"
 WHOLE_MASTER="$(master_of "${PREFIX}fg:{$WHOLE}:q")"
 MASTERS+=("$WHOLE_MASTER")
 SHA="$(redis-cli -p "$WHOLE_MASTER" SCRIPT LOAD "$JOIN")"
+c0="$(cpu_s "$WHOLE_MASTER")"
 t0="$(now_ms)"
 rb "$WHOLE_MASTER" "$WHOLE" "$CLIENTS" "$N" "" "$TMP/whole.csv"
 t1="$(now_ms)"
+WHOLE_CORES="$(cores $((t1 - t0)) "$c0" "$(cpu_s "$WHOLE_MASTER")")"
 WHOLE_RPS="$(awk -v n="$N" -v ms="$((t1 - t0))" 'BEGIN { printf "%.0f", n * 1000 / ms }')"
 log "one queue: $WHOLE_RPS joins/s"
 # 2. split: the same clients and requests spread over the sub-queues, at once.
+read -r -a SM <<<"$SPLIT_MASTERS"
+C0=(); for m in "${SM[@]}"; do C0+=("$(cpu_s "$m")"); done
 t0="$(now_ms)"
 for k in $(seq 0 $((SHARDS - 1))); do
   if [ "$k" = 0 ]; then tag="$EVENT"; else tag="$EVENT:$k"; fi
@@ -115,6 +126,8 @@ for k in $(seq 0 $((SHARDS - 1))); do
 done
 wait
 t1="$(now_ms)"
+PAIRS=(); i=0; for m in "${SM[@]}"; do PAIRS+=("${C0[$i]}" "$(cpu_s "$m")"); i=$((i + 1)); done
+SPLIT_CORES="$(cores $((t1 - t0)) "${PAIRS[@]}")"
 SPLIT_RPS="$(awk -v n="$N" -v ms="$((t1 - t0))" 'BEGIN { printf "%.0f", n * 1000 / ms }')"
 log "$SHARDS sub-queues: $SPLIT_RPS joins/s"
 # Every join landed: each sub-queue holds its share (random accounts: some joined twice).
@@ -135,13 +148,13 @@ P99S=""; for k in $(seq 0 $((SHARDS - 1))); do P99S="$P99S $(field "$TMP/split-$
   echo "The gateway's join script (EVALSHA, the gateway's keys and arguments) driven by redis-benchmark on the"
   echo "local cluster (3 masters + 3 replicas, \`appendfsync everysec\`), $CLIENTS clients and $N joins in each row; the"
   echo "split row runs one redis-benchmark per sub-queue at once, each on the master its hash tag maps to"
-  echo "(event \`$EVENT\`: masters ${MASTERS[*]}). Every node and load generator shares this machine's cores."
+  echo "(event \`$EVENT\`: masters $SPLIT_MASTERS). Every node and load generator shares this machine's cores."
   echo
-  echo "| layout | masters | joins/s | p50 | p99 | vs one queue |"
-  echo "| --- | ---: | ---: | ---: | ---: | ---: |"
-  echo "| one queue, the single waiting-room Redis (:$SINGLE_PORT, not a cluster) | 1 | $SINGLE_RPS | $(field "$TMP/single.csv" 5) ms | $(field "$TMP/single.csv" 7) ms | $(awk -v a="$SINGLE_RPS" -v b="$WHOLE_RPS" 'BEGIN { printf "%.2f", a / b }')× |"
-  echo "| one queue (\`fg:{$WHOLE}:…\`) | 1 | $WHOLE_RPS | $(field "$TMP/whole.csv" 5) ms | $(field "$TMP/whole.csv" 7) ms | 1.00× |"
-  echo "| $SHARDS sub-queues (\`fg:{$EVENT:k}:…\`) | $SHARDS | $SPLIT_RPS | $(field "$TMP/split-0.csv" 5) ms (sub-queue 0) | ${P99S# } ms (each) | ${RATIO}× |"
+  echo "| layout | masters | joins/s | p50 | p99 | vs one queue | cores the masters used |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+  echo "| one queue, the single waiting-room Redis (:$SINGLE_PORT, not a cluster) | 1 | $SINGLE_RPS | $(field "$TMP/single.csv" 5) ms | $(field "$TMP/single.csv" 7) ms | $(awk -v a="$SINGLE_RPS" -v b="$WHOLE_RPS" 'BEGIN { printf "%.2f", a / b }')× | — |"
+  echo "| one queue (\`fg:{$WHOLE}:…\`) | 1 | $WHOLE_RPS | $(field "$TMP/whole.csv" 5) ms | $(field "$TMP/whole.csv" 7) ms | 1.00× | $WHOLE_CORES |"
+  echo "| $SHARDS sub-queues (\`fg:{$EVENT:k}:…\`) | $SHARDS | $SPLIT_RPS | $(field "$TMP/split-0.csv" 5) ms (sub-queue 0) | ${P99S# } ms (each) | ${RATIO}× | $SPLIT_CORES |"
   echo
   echo "$TOTAL places queued over the $SHARDS sub-queues by the split row's $N joins (accounts drawn at random from a million: a repeat join keeps its place)."
 } > "$BENCH_OUT"
