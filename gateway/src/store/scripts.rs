@@ -159,7 +159,54 @@ redis.call('HDEL', KEYS[1], ARGV[1])
 return {'expired'}
 "#;
 
-const TICK_LUA: &str = r#"
+/// Lua shared by the tick of a whole queue and of a split queue's sub-queue.
+macro_rules! admit_lua {
+    () => {
+        r#"
+-- Lapsed admissions leave with their places: unclaimed past the claim deadline (adm) and
+-- claimed past the token's expiry (active), at most 1,000 of each per tick.
+local function expire(adm, active, places, now)
+  local cutoff = '(' .. string.format('%d', now)
+  local gone = redis.call('ZRANGEBYSCORE', adm, '-inf', cutoff, 'LIMIT', 0, 1000)
+  for _, m in ipairs(gone) do
+    redis.call('ZREM', adm, m)
+    redis.call('HDEL', places, m)
+  end
+  local done = redis.call('ZRANGEBYSCORE', active, '-inf', cutoff, 'LIMIT', 0, 1000)
+  for _, m in ipairs(done) do
+    redis.call('ZREM', active, m)
+    redis.call('HDEL', places, m)
+  end
+  return #gone, #done
+end
+-- Admits `popped` (member, score, ... in score order, already out of the queue): a claim
+-- deadline, the audit log, and the queue progress for status polls answered from gateway
+-- memory (how many left by admission, the highest score admitted: a waiting fan at or below
+-- it asks Redis; revoked places the cursor has passed become a plain count).
+local function admit(popped, adm, log, prog, qgone, deadline, by)
+  local admitted = 0
+  for i = 1, #popped, 2 do
+    redis.call('ZADD', adm, deadline, popped[i])
+    redis.call('XADD', log, 'MAXLEN', '~', 1000000, '*', 'a', popped[i], 'by', by)
+    admitted = admitted + 1
+  end
+  if admitted > 0 then
+    local cursor = popped[#popped]
+    redis.call('HINCRBY', prog, 'popped', admitted)
+    redis.call('HSET', prog, 'cursor', cursor)
+    local passed = redis.call('ZREMRANGEBYSCORE', qgone, '-inf', cursor)
+    if passed > 0 then redis.call('HINCRBY', prog, 'gone_passed', passed) end
+  end
+  return admitted
+end
+"#
+    };
+}
+pub(super) use admit_lua;
+
+const TICK_LUA: &str = concat!(
+    admit_lua!(),
+    r#"
 local holder = redis.call('GET', KEYS[7])
 local took_over = false
 if not holder then
@@ -179,17 +226,7 @@ local others_used = split and (tonumber(ARGV[7]) or 0) or 0
 if not c[1] then return {'unknown'} end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local cutoff = '(' .. string.format('%d', now)
-local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', cutoff, 'LIMIT', 0, 1000)
-for _, m in ipairs(gone) do
-  redis.call('ZREM', KEYS[3], m)
-  redis.call('HDEL', KEYS[5], m)
-end
-local done = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', cutoff, 'LIMIT', 0, 1000)
-for _, m in ipairs(done) do
-  redis.call('ZREM', KEYS[4], m)
-  redis.call('HDEL', KEYS[5], m)
-end
+local ngone, ndone = expire(KEYS[3], KEYS[4], KEYS[5], now)
 local mode = c[1]
 local rate = tonumber(c[2])
 if c[5] and ARGV[3] ~= '' then
@@ -237,26 +274,13 @@ if split then
   -- every sub-queue the new leader has ticked since. In the progress hash, which nothing
   -- deletes (passthrough deletes the bucket).
   local seq = redis.call('HINCRBY', KEYS[10], 'tick_seq', 1)
-  return {'leader', 0, #gone, #done, qlen, redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[4]) + others_used,
+  return {'leader', 0, ngone, ndone, qlen, redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[4]) + others_used,
     math.floor(rate), '', n, seq, c[4], mode, c[6] or '0', c[3] or '0', c[9] or '', c[10] or 'open',
     c[11] or '0', redis.call('EXISTS', KEYS[8])}
 end
 if n > 0 then
-  local popped = redis.call('ZPOPMIN', KEYS[2], n)
-  local deadline = now + tonumber(c[4])
-  for i = 1, #popped, 2 do
-    redis.call('ZADD', KEYS[3], deadline, popped[i])
-    redis.call('XADD', KEYS[9], 'MAXLEN', '~', 1000000, '*', 'a', popped[i], 'by', ARGV[1])
-    admitted = admitted + 1
-  end
-  -- Queue progress for status polls answered from gateway memory: how many left by
-  -- admission, and the highest score admitted (a waiting fan at or below it asks Redis).
-  -- Revoked places the cursor has passed become a plain count.
-  local cursor = popped[#popped]
-  redis.call('HINCRBY', KEYS[10], 'popped', admitted)
-  redis.call('HSET', KEYS[10], 'cursor', cursor)
-  local passed = redis.call('ZREMRANGEBYSCORE', KEYS[11], '-inf', cursor)
-  if passed > 0 then redis.call('HINCRBY', KEYS[10], 'gone_passed', passed) end
+  admitted = admit(redis.call('ZPOPMIN', KEYS[2], n), KEYS[3], KEYS[9], KEYS[10], KEYS[11],
+    now + tonumber(c[4]), ARGV[1])
 end
 local active = redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[4])
 -- The safety net passes joins again once the backlog is gone and both thresholds hold.
@@ -270,8 +294,9 @@ if mode == 'safety_net' then
   sn = calm and 'pass' or 'queueing'
   if c[8] ~= sn then redis.call('HSET', KEYS[1], 'sn_state', sn) end
 end
-return {'leader', admitted, #gone, #done, qlen - admitted, active, math.floor(rate), sn}
-"#;
+return {'leader', admitted, ngone, ndone, qlen - admitted, active, math.floor(rate), sn}
+"#
+);
 
 // KEYS[2..4] and ARGV[12..]: the audit log and the schedule (`changes.rs`, which lays them out).
 const PUT_CONFIG_LUA: &str = concat!(

@@ -57,7 +57,9 @@ pub struct OtherShards {
 /// KEYS: cfg, q, adm, active, places, admissions, prog, qgone, sold_out.
 /// ARGV: seq ('' = copy only), pops, highest score to pop, claim deadline ms, instance,
 /// copy ('1'), stamp, mode, sale_start_ms, max_active, revealed, access, sold out, shards.
-const SHARD_TICK_LUA: &str = r#"
+const SHARD_TICK_LUA: &str = concat!(
+    super::scripts::admit_lua!(),
+    r#"
 if ARGV[1] ~= '' then
   local last = tonumber(redis.call('HGET', KEYS[7], 'seq') or '0')
   if tonumber(ARGV[1]) < last then return {'stale'} end
@@ -71,42 +73,19 @@ if ARGV[6] == '1' and tonumber(ARGV[7]) > (tonumber(redis.call('HGET', KEYS[1], 
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local cutoff = '(' .. string.format('%d', now)
-local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', cutoff, 'LIMIT', 0, 1000)
-for _, m in ipairs(gone) do
-  redis.call('ZREM', KEYS[3], m)
-  redis.call('HDEL', KEYS[5], m)
-end
-local done = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', cutoff, 'LIMIT', 0, 1000)
-for _, m in ipairs(done) do
-  redis.call('ZREM', KEYS[4], m)
-  redis.call('HDEL', KEYS[5], m)
-end
+local ngone, ndone = expire(KEYS[3], KEYS[4], KEYS[5], now)
 local admitted = 0
-local want = tonumber(ARGV[2])
-if want > 0 then
+if tonumber(ARGV[2]) > 0 then
   -- Up to the merge's cut only: a place revoked since the merge read is not replaced by one
   -- that scores above the cut.
-  local head = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[3], 'WITHSCORES', 'LIMIT', 0, want)
-  local deadline = now + tonumber(ARGV[4])
-  local cursor
-  for i = 1, #head, 2 do
-    redis.call('ZREM', KEYS[2], head[i])
-    redis.call('ZADD', KEYS[3], deadline, head[i])
-    redis.call('XADD', KEYS[6], 'MAXLEN', '~', 1000000, '*', 'a', head[i], 'by', ARGV[5])
-    admitted = admitted + 1
-    cursor = head[i + 1]
-  end
-  if cursor then
-    redis.call('HINCRBY', KEYS[7], 'popped', admitted)
-    redis.call('HSET', KEYS[7], 'cursor', cursor)
-    local passed = redis.call('ZREMRANGEBYSCORE', KEYS[8], '-inf', cursor)
-    if passed > 0 then redis.call('HINCRBY', KEYS[7], 'gone_passed', passed) end
-  end
+  local head = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[3], 'WITHSCORES', 'LIMIT', 0, ARGV[2])
+  for i = 1, #head, 2 do redis.call('ZREM', KEYS[2], head[i]) end
+  admitted = admit(head, KEYS[3], KEYS[6], KEYS[7], KEYS[8], now + tonumber(ARGV[4]), ARGV[5])
 end
-return {'ok', admitted, #gone, #done, redis.call('ZCARD', KEYS[2]),
+return {'ok', admitted, ngone, ndone, redis.call('ZCARD', KEYS[2]),
   redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[4])}
-"#;
+"#
+);
 
 static SHARD_TICK: LazyLock<Script> = LazyLock::new(|| Script::new(SHARD_TICK_LUA));
 
