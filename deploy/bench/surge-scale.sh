@@ -17,7 +17,10 @@ QUICK="${BENCH_QUICK:-0}"
 # single Redis servers up, which booking and the cleanup use.
 FLOODGATE_REDIS_CLUSTER=1 "$ROOT/deploy/stack" deps >&2
 if [ "$QUICK" = 1 ]; then at="${SURGE_KILL_LEADER_AT:-10}"; else at="${SURGE_KILL_LEADER_AT:-40}"; fi
+# The room is split over 3 sub-queues, one per master (`queue_shards`): the leader killed
+# mid-surge is the one merging them.
 export SURGE_GATEWAYS=2 SURGE_BOOKINGS=2 SURGE_REDIS_CLUSTER=1 SURGE_KILL_LEADER_AT="$at"
+export SURGE_QUEUE_SHARDS="${SURGE_QUEUE_SHARDS:-3}"
 export SURGE_K6=0 SURGE_PLOT_PREFIX=surge-scale
-export SURGE_TITLE="Launch surge across processes: 2 gateways, 2 bookings, Redis Cluster, leader killed (issue 17)"
+export SURGE_TITLE="Launch surge across processes: 2 gateways, 2 bookings, Redis Cluster, queue split over 3 sub-queues, leader killed (issue 17)"
 exec "$ROOT/deploy/bench/surge.sh" "$@"

@@ -17,6 +17,7 @@
 # Environment knobs (full profile): SURGE_PEAK_RATE (5000), SURGE_SEATS (6000: 3 % of the
 # fans, the seed design's 60,000 seats for 2,000,000 fans), SURGE_ADMIT_PER_MINUTE (6000),
 # SURGE_MAX_ACTIVE (0: no cap; the measured admit rate is compared with the configured one),
+# SURGE_QUEUE_SHARDS (the room's `queue_shards`, default 1),
 # SURGE_RAMP_S/HOLD_S/RAMP_DOWN_S (30/10/30: 200,000 fans), SURGE_DB_POOL (8: booking's Postgres
 # pool, sized for Postgres sharing these cores; see deploy/local.toml), SURGE_K6=0 to skip k6,
 # SURGE_LOADGEN=0 to skip the loadgen surge.
@@ -211,7 +212,7 @@ if [ "${SURGE_LOADGEN:-1}" = 1 ]; then
   else
     PROFILE=(--peak-rate "${SURGE_PEAK_RATE:-5000}" --ramp-s "${SURGE_RAMP_S:-30}" --hold-s "${SURGE_HOLD_S:-10}"
              --ramp-down-s "${SURGE_RAMP_DOWN_S:-30}" --seats "${SURGE_SEATS:-6000}"
-             --admit-per-minute "${SURGE_ADMIT_PER_MINUTE:-6000}" --max-active "${SURGE_MAX_ACTIVE:-0}"
+             --admit-per-minute "${SURGE_ADMIT_PER_MINUTE:-6000}" --max-active "${SURGE_MAX_ACTIVE:-0}" --queue-shards "${SURGE_QUEUE_SHARDS:-1}"
              --hold-ttl-s 20 --drain-s 35
              --max-duration-s "${SURGE_MAX_DURATION_S:-420}")
   fi

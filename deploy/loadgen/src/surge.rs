@@ -81,6 +81,9 @@ pub struct SurgeArgs {
     /// Cap on concurrently admitted fans (0 = none).
     #[arg(long, default_value_t = 0)]
     pub max_active: u64,
+    /// Sub-queues the event's waiting room is split over (`queue_shards`; 1 = one queue).
+    #[arg(long, default_value_t = 1)]
+    pub queue_shards: u32,
     /// Hold TTL of the event (short, so vanished fans' seats come back during the run).
     #[arg(long, default_value_t = 20)]
     pub hold_ttl_s: u32,
@@ -1082,9 +1085,20 @@ async fn set_up(client: &Client, a: &SurgeArgs, event: &str) -> anyhow::Result<u
     let seats = b["seats"]
         .as_u64()
         .unwrap_or(u64::from(a.seats.div_ceil(50) * 50));
-    let (s, b) = gateway_admin(client, a, Method::PUT, &format!("/admin/events/{event}/config"), Some(json!({
+    let mut room = json!({
         "sale_start": start, "admit_per_minute": a.admit_per_minute, "mode": "queue", "max_active": a.max_active,
-    }))).await?;
+    });
+    if a.queue_shards > 1 {
+        room["queue_shards"] = json!(a.queue_shards);
+    }
+    let (s, b) = gateway_admin(
+        client,
+        a,
+        Method::PUT,
+        &format!("/admin/events/{event}/config"),
+        Some(room),
+    )
+    .await?;
     if s != StatusCode::OK {
         bail!("gateway config for {event}: {s} {b}");
     }
@@ -1491,7 +1505,7 @@ pub async fn run(args: SurgeArgs) -> anyhow::Result<SurgeReport> {
         seats,
         config: json!({
             "peak_rate": args.peak_rate, "ramp_s": args.ramp_s, "hold_s": args.hold_s, "ramp_down_s": args.ramp_down_s,
-            "admit_per_minute": args.admit_per_minute, "max_active": args.max_active, "hold_ttl_s": args.hold_ttl_s,
+            "admit_per_minute": args.admit_per_minute, "max_active": args.max_active, "queue_shards": args.queue_shards, "hold_ttl_s": args.hold_ttl_s,
             "vanish": args.vanish, "seats_per_fan": args.seats_per_fan, "think_ms": args.think_ms,
             "max_in_flight": args.max_in_flight, "gateways": args.base_url.len(), "identity": if args.identity_key.is_some() { "minted locally" } else { "POST /dev/login" },
         }),
