@@ -5,6 +5,7 @@
 //! Cluster where the sub-queues' hash tags land on different masters.
 
 use crate::helpers::*;
+use crate::stepper::{Stepper, pace};
 use futures::StreamExt;
 use gateway::store::shard_of;
 use reqwest::StatusCode;
@@ -394,4 +395,66 @@ async fn queue_shards_is_checked_and_fixed_when_the_room_is_created() {
             .await;
         assert!(r.status().is_success(), "{}", r.status());
     }
+}
+
+/// The fencing number that makes a stalled former leader's pops harmless must not make the
+/// current leader look stale: passthrough deletes the token bucket on every tick, and the
+/// number used to live there (a leader that had ticked the room in queue mode was then
+/// refused by its own sub-queues in passthrough, and after it until the number caught up).
+#[tokio::test]
+async fn a_split_room_keeps_its_leader_through_passthrough() {
+    let app = TestApp::spawn().await;
+    let ev = "fence";
+    let mut stepper = Stepper::take_lease(&app, ev).await;
+    let cfg = |mode: &str| {
+        json!({"sale_start": "2020-01-01T00:00:00Z", "admit_per_minute": 60000,
+               "mode": mode, "queue_shards": 2})
+    };
+    assert_eq!(
+        app.put_config(ev, cfg("queue")).await.status(),
+        StatusCode::OK
+    );
+    stepper.watch(ev).await;
+    join_all(&app, ev, "q", 20).await;
+    assert_eq!(lead_until(&mut stepper, ev, 20).await, 20);
+    assert_eq!(
+        app.put_config(ev, cfg("passthrough")).await.status(),
+        StatusCode::OK
+    );
+    stepper.watch(ev).await;
+    for _ in 0..3 {
+        pace().await;
+        stepper.lead(ev).await;
+    }
+    // Back to queueing: the same leader admits the next fans from both sub-queues.
+    assert_eq!(
+        app.put_config(ev, cfg("queue")).await.status(),
+        StatusCode::OK
+    );
+    stepper.watch(ev).await;
+    join_all(&app, ev, "r", 20).await;
+    assert_eq!(lead_until(&mut stepper, ev, 20).await, 20);
+    assert_eq!(admitted_in(&app, ev, "r").await, 20);
+}
+
+/// Paced ticks, each of which must lead `event`, until `want` are admitted (the bucket refills
+/// on Redis time); what they admitted.
+async fn lead_until(stepper: &mut Stepper, event: &str, want: u64) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut admitted = 0;
+    while admitted < want {
+        assert!(Instant::now() < deadline, "{admitted} of {want} admitted");
+        pace().await;
+        admitted += stepper.lead(event).await.admitted;
+    }
+    admitted
+}
+
+/// Admissions of accounts named `prefix-…` over both sub-queues' logs.
+async fn admitted_in(app: &TestApp, event: &str, prefix: &str) -> usize {
+    admitted(app, event, 2)
+        .await
+        .iter()
+        .filter(|(_, a)| a.starts_with(&format!("{prefix}-")))
+        .count()
 }
