@@ -334,6 +334,24 @@ impl TestApp {
     }
 
     /// Accounts admitted so far, in admission order, with the instance that admitted them.
+    /// Ops revoke `account`'s place or admission in `event` (must answer 200).
+    pub async fn revoke(&self, event: &str, account: &str) {
+        let r = self
+            .http
+            .post(self.admin_url(&format!("/admin/events/{event}/revoke")))
+            .bearer_auth(ADMIN)
+            .json(&json!({ "account": account }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            r.status(),
+            StatusCode::OK,
+            "{}",
+            r.text().await.unwrap_or_default()
+        );
+    }
+
     pub async fn admissions(&self, event: &str) -> Vec<(String, String, u64)> {
         admissions(&mut self.redis.clone(), &self.key(event, "admissions")).await
     }

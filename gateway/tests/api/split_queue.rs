@@ -115,18 +115,6 @@ async fn master_of(app: &TestApp, key: String) -> String {
     panic!("no master serves slot {slot} of {key}");
 }
 
-async fn revoke(app: &TestApp, event: &str, account: &str) {
-    let r = app
-        .http
-        .post(app.admin_url(&format!("/admin/events/{event}/revoke")))
-        .bearer_auth(ADMIN)
-        .json(&json!({ "account": account }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::OK);
-}
-
 fn within_bounds(got: i64, want: i64) -> bool {
     (got - want).abs() <= 25.max(want / 100)
 }
@@ -153,7 +141,7 @@ async fn a_split_queue_admits_in_score_order_over_every_sub_queue() {
     fans.extend(join_all(&app, ev, "fifo", 200).await);
     let revoked = ["draw-0007", "fifo-0010", "fifo-0150"];
     for a in revoked {
-        revoke(&app, ev, a).await;
+        app.revoke(ev, a).await;
     }
 
     // Every sub-queue holds its share, each fan in the one its account hashes to.

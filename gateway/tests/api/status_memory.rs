@@ -123,15 +123,7 @@ async fn waiting_fans_with_a_receipt_are_placed_from_memory_within_bounds() {
         .map(String::from)
         .to_vec();
     for a in &revoked {
-        let r = app
-            .http
-            .post(app.admin_url(&format!("/admin/events/{ev}/revoke")))
-            .bearer_auth(ADMIN)
-            .json(&json!({"account": a}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), StatusCode::OK);
+        app.revoke(ev, a).await;
     }
     let admit = json!({"sale_start": "2020-01-01T00:00:00Z", "admit_per_minute": 60000,
                        "max_active": 150});
@@ -386,15 +378,7 @@ async fn lost_places_come_back_from_receipts_but_never_past_admission() {
     // A revoked account's receipt (a place admission has not reached) restores nothing
     // either.
     let h = &fans[4];
-    let r = app
-        .http
-        .post(app.admin_url(&format!("/admin/events/{ev}/revoke")))
-        .bearer_auth(ADMIN)
-        .json(&json!({"account": h.account}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::OK);
+    app.revoke(ev, &h.account).await;
     let v = join_with(&app, ev, &h.token, &h.receipt).await;
     assert_eq!(v["restored"], false);
 }
