@@ -379,6 +379,66 @@ pub async fn admissions<C: redis::aio::ConnectionLike>(
         .collect()
 }
 
+/// A fan who joined, with their identity token and signed place receipt.
+pub struct Fan {
+    pub account: String,
+    pub token: String,
+    pub receipt: String,
+}
+
+/// `n` fans (`prefix-0000`…) join `event` at once (32 in flight); each gets a new place and
+/// its receipt, as a body field and as a cookie scoped to this event's queue paths.
+pub async fn join_fans(app: &TestApp, event: &str, prefix: &str, n: usize) -> Vec<Fan> {
+    use futures::StreamExt;
+    futures::stream::iter(0..n)
+        .map(|i| async move {
+            let account = format!("{prefix}-{i:04}");
+            let token = app.login(&account).await;
+            let r = app.join(event, &token).await;
+            assert_eq!(r.status(), StatusCode::CREATED);
+            let cookie = r
+                .headers()
+                .get("set-cookie")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            let v = json(r).await;
+            let receipt = v["receipt"].as_str().unwrap().to_owned();
+            assert!(
+                cookie.starts_with(&format!("fg_place={receipt};"))
+                    && cookie.contains(&format!("Path=/queue/{event}/;")),
+                "{cookie}"
+            );
+            Fan {
+                account,
+                token,
+                receipt,
+            }
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await
+}
+
+/// A fan's status poll, showing their place receipt or not.
+pub async fn poll_place(
+    app: &TestApp,
+    event: &str,
+    fan: &Fan,
+    receipt: bool,
+) -> (StatusCode, Value) {
+    let mut req = app
+        .http
+        .get(app.url(&format!("/queue/{event}/status")))
+        .bearer_auth(&fan.token);
+    if receipt {
+        req = req.header("x-floodgate-place", &fan.receipt);
+    }
+    let r = req.send().await.unwrap();
+    let s = r.status();
+    (s, r.json().await.unwrap_or(Value::Null))
+}
+
 pub fn client() -> reqwest::Client {
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())

@@ -13,51 +13,12 @@ use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-struct Fan {
-    account: String,
-    token: String,
-    receipt: String,
-}
-
 fn shard_key(app: &TestApp, event: &str, k: u32, suffix: &str) -> String {
     if k == 0 {
         app.key(event, suffix)
     } else {
         format!("{}fg:{{{event}:{k}}}:{suffix}", app.prefix)
     }
-}
-
-/// `n` fans join at once (64 in flight).
-async fn join_all(app: &TestApp, event: &str, prefix: &str, n: usize) -> Vec<Fan> {
-    futures::stream::iter(0..n)
-        .map(|i| async move {
-            let account = format!("{prefix}-{i:04}");
-            let token = app.login(&account).await;
-            let r = app.join(event, &token).await;
-            assert_eq!(r.status(), StatusCode::CREATED);
-            let v = json(r).await;
-            Fan {
-                account,
-                token,
-                receipt: v["receipt"].as_str().unwrap().to_owned(),
-            }
-        })
-        .buffer_unordered(64)
-        .collect()
-        .await
-}
-
-async fn poll(app: &TestApp, event: &str, fan: &Fan, receipt: bool) -> (StatusCode, Value) {
-    let mut req = app
-        .http
-        .get(app.url(&format!("/queue/{event}/status")))
-        .bearer_auth(&fan.token);
-    if receipt {
-        req = req.header("x-floodgate-place", &fan.receipt);
-    }
-    let r = req.send().await.unwrap();
-    let s = r.status();
-    (s, r.json().await.unwrap_or(Value::Null))
 }
 
 /// Every waiting place of every sub-queue, by score.
@@ -135,10 +96,10 @@ async fn a_split_queue_admits_in_score_order_over_every_sub_queue() {
     assert_eq!(r.status(), StatusCode::OK);
     assert_eq!(json(r).await["config"]["queue_shards"], 4);
     // Pre-sale arrivals draw; after the start (paused) they queue FIFO behind every draw.
-    let mut fans = join_all(&app, ev, "draw", 300).await;
+    let mut fans = join_fans(&app, ev, "draw", 300).await;
     let started = cfg(json!({"sale_start": "2020-01-01T00:00:00Z", "mode": "paused"}));
     assert_eq!(app.put_config(ev, started).await.status(), StatusCode::OK);
-    fans.extend(join_all(&app, ev, "fifo", 200).await);
+    fans.extend(join_fans(&app, ev, "fifo", 200).await);
     let revoked = ["draw-0007", "fifo-0010", "fifo-0150"];
     for a in revoked {
         app.revoke(ev, a).await;
@@ -168,7 +129,7 @@ async fn a_split_queue_admits_in_score_order_over_every_sub_queue() {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let before = memory_polls().await.unwrap_or(0);
-        let (s, v) = poll(&app, ev, probe, true).await;
+        let (s, v) = poll_place(&app, ev, probe, true).await;
         assert_eq!(s, StatusCode::OK, "{v}");
         if v["queue_length"] == all.len() as u64 && memory_polls().await.unwrap_or(0) > before {
             break;
@@ -181,7 +142,7 @@ async fn a_split_queue_admits_in_score_order_over_every_sub_queue() {
     let mut worst = 0;
     let mut polls = 0;
     for f in fans.iter().filter(|f| exact.contains_key(&f.account)) {
-        let (s, v) = poll(&app, ev, f, true).await;
+        let (s, v) = poll_place(&app, ev, f, true).await;
         polls += 1;
         assert_eq!(s, StatusCode::OK, "{v}");
         assert_eq!(v["state"], "paused", "{v}");
@@ -206,7 +167,7 @@ async fn a_split_queue_admits_in_score_order_over_every_sub_queue() {
     let rest = all.len() as u64 - 150;
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let (_, v) = poll(&app, ev, probe, true).await;
+        let (_, v) = poll_place(&app, ev, probe, true).await;
         if v["queue_length"] == rest {
             break;
         }
@@ -229,19 +190,19 @@ async fn a_split_queue_admits_in_score_order_over_every_sub_queue() {
         .iter()
         .filter(|f| exact.get(&f.account).is_some_and(|&r| r >= 150))
     {
-        let (s, v) = poll(&app, ev, f, false).await;
+        let (s, v) = poll_place(&app, ev, f, false).await;
         assert_eq!(s, StatusCode::OK, "{v}");
         let (got, want) = (v["ahead"].as_i64().unwrap(), exact[&f.account] - 150);
         assert!(within_bounds(got, want), "{}: {got} vs {want}", f.account);
     }
     // Admitted fans claim through their sub-queue; revoked fans are told to join again.
     let fan = |a: &str| fans.iter().find(|f| f.account == a).unwrap();
-    let (s, v) = poll(&app, ev, fan(&all[0].0), true).await;
+    let (s, v) = poll_place(&app, ev, fan(&all[0].0), true).await;
     assert_eq!(s, StatusCode::OK);
     assert_eq!(v["state"], "admitted", "{v}");
     assert!(v["token"].as_str().is_some());
     for a in revoked {
-        let (s, v) = poll(&app, ev, fan(a), true).await;
+        let (s, v) = poll_place(&app, ev, fan(a), true).await;
         assert_eq!(s, StatusCode::NOT_FOUND, "{a}: {v}");
     }
 }
@@ -254,7 +215,7 @@ async fn fans_joining_while_a_split_queue_admits_are_each_admitted_once() {
                      "queue_shards": 3});
     assert_eq!(app.put_config(ev, cfg).await.status(), StatusCode::OK);
     // 400 fans join at once while the ticker admits (500/s, 125 per 250 ms tick).
-    let fans = join_all(&app, ev, "r", 400).await;
+    let fans = join_fans(&app, ev, "r", 400).await;
     let deadline = Instant::now() + Duration::from_secs(30);
     while admitted(&app, ev, 3).await.len() < 400 {
         assert!(Instant::now() < deadline, "not everyone admitted in time");
@@ -282,7 +243,7 @@ async fn fans_joining_while_a_split_queue_admits_are_each_admitted_once() {
     // Every one of them claims a token through their own sub-queue (asking Redis: the
     // receipt's answer from memory lags admission by up to a refresh).
     let claimed = futures::stream::iter(&fans)
-        .map(|f| async { poll(&app, ev, f, false).await })
+        .map(|f| async { poll_place(&app, ev, f, false).await })
         .buffer_unordered(64)
         .filter(|(s, v)| {
             let ok = *s == StatusCode::OK && v["state"] == "admitted" && v["token"].is_string();
@@ -403,7 +364,7 @@ async fn a_split_room_keeps_its_leader_through_passthrough() {
         StatusCode::OK
     );
     stepper.watch(ev).await;
-    join_all(&app, ev, "q", 20).await;
+    join_fans(&app, ev, "q", 20).await;
     assert_eq!(lead_until(&mut stepper, ev, 20).await, 20);
     assert_eq!(
         app.put_config(ev, cfg("passthrough")).await.status(),
@@ -420,7 +381,7 @@ async fn a_split_room_keeps_its_leader_through_passthrough() {
         StatusCode::OK
     );
     stepper.watch(ev).await;
-    join_all(&app, ev, "r", 20).await;
+    join_fans(&app, ev, "r", 20).await;
     assert_eq!(lead_until(&mut stepper, ev, 20).await, 20);
     assert_eq!(admitted_in(&app, ev, "r").await, 20);
 }

@@ -5,62 +5,10 @@
 
 use crate::helpers::*;
 use crate::redis_outage::PrivateRedis;
-use futures::StreamExt;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
-
-struct Fan {
-    account: String,
-    token: String,
-    receipt: String,
-}
-
-async fn join_all(app: &TestApp, event: &str, prefix: &str, n: usize) -> Vec<Fan> {
-    futures::stream::iter(0..n)
-        .map(|i| async move {
-            let account = format!("{prefix}-{i:04}");
-            let token = app.login(&account).await;
-            let r = app.join(event, &token).await;
-            assert_eq!(r.status(), StatusCode::CREATED);
-            let cookie = r
-                .headers()
-                .get("set-cookie")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default()
-                .to_owned();
-            let v = json(r).await;
-            let receipt = v["receipt"].as_str().unwrap().to_owned();
-            // Browsers get the receipt as a cookie scoped to this event's queue paths.
-            assert!(
-                cookie.starts_with(&format!("fg_place={receipt};"))
-                    && cookie.contains(&format!("Path=/queue/{event}/;")),
-                "{cookie}"
-            );
-            Fan {
-                account,
-                token,
-                receipt,
-            }
-        })
-        .buffer_unordered(32)
-        .collect()
-        .await
-}
-
-async fn poll(app: &TestApp, event: &str, fan: &Fan) -> (StatusCode, Value) {
-    let r = app
-        .http
-        .get(app.url(&format!("/queue/{event}/status")))
-        .bearer_auth(&fan.token)
-        .header("x-floodgate-place", &fan.receipt)
-        .send()
-        .await
-        .unwrap();
-    let s = r.status();
-    (s, r.json().await.unwrap_or(Value::Null))
-}
 
 async fn commandstats(redis: &mut redis::aio::MultiplexedConnection) -> HashMap<String, u64> {
     let info: String = redis::cmd("INFO")
@@ -112,12 +60,12 @@ async fn waiting_fans_with_a_receipt_are_placed_from_memory_within_bounds() {
     // Pre-sale: every arrival draws a random place.
     let presale = json!({"sale_start": "2099-01-01T00:00:00Z", "admit_per_minute": 60000});
     assert_eq!(app.put_config(ev, presale).await.status(), StatusCode::OK);
-    let mut fans = join_all(&app, ev, "draw", 600).await;
+    let mut fans = join_fans(&app, ev, "draw", 600).await;
     // The sale starts, paused: later arrivals queue FIFO behind every draw.
     let started = json!({"sale_start": "2020-01-01T00:00:00Z", "admit_per_minute": 60000,
                          "mode": "paused"});
     assert_eq!(app.put_config(ev, started).await.status(), StatusCode::OK);
-    fans.extend(join_all(&app, ev, "fifo", 200).await);
+    fans.extend(join_fans(&app, ev, "fifo", 200).await);
     // Ops revoke a few waiting fans, then admit exactly 150 (max_active stops the rest).
     let revoked: Vec<String> = ["draw-0007", "draw-0300", "fifo-0010", "fifo-0150"]
         .map(String::from)
@@ -148,7 +96,7 @@ async fn waiting_fans_with_a_receipt_are_placed_from_memory_within_bounds() {
     let probe = fans.iter().find(|f| f.account == "fifo-0199").unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let (s, v) = poll(&app, ev, probe).await;
+        let (s, v) = poll_place(&app, ev, probe, true).await;
         assert_eq!(s, StatusCode::OK);
         if v["queue_length"] == exact.len() as u64 {
             break;
@@ -169,7 +117,7 @@ async fn waiting_fans_with_a_receipt_are_placed_from_memory_within_bounds() {
     let mut polls = 0u64;
     let mut worst = 0i64;
     for f in fans.iter().filter(|f| exact.contains_key(&f.account)) {
-        let (s, v) = poll(&app, ev, f).await;
+        let (s, v) = poll_place(&app, ev, f, true).await;
         polls += 1;
         assert_eq!(s, StatusCode::OK, "{v}");
         assert_eq!(v["state"], "waiting", "{v}");
@@ -221,12 +169,12 @@ async fn waiting_fans_with_a_receipt_are_placed_from_memory_within_bounds() {
         .map(|a| a.0)
         .collect();
     let first = fans.iter().find(|f| f.account == admitted[0]).unwrap();
-    let (s, v) = poll(&app, ev, first).await;
+    let (s, v) = poll_place(&app, ev, first, true).await;
     assert_eq!(s, StatusCode::OK);
     assert_eq!(v["state"], "admitted", "{v}");
     assert!(v["token"].as_str().is_some());
     let gone = fans.iter().find(|f| f.account == revoked[2]).unwrap();
-    let (s, v) = poll(&app, ev, gone).await;
+    let (s, v) = poll_place(&app, ev, gone, true).await;
     assert_eq!(s, StatusCode::NOT_FOUND, "{v}");
     assert_eq!(v["code"], "NOT_IN_QUEUE");
 
@@ -236,19 +184,19 @@ async fn waiting_fans_with_a_receipt_are_placed_from_memory_within_bounds() {
         token: probe.token.clone(),
         receipt: gone.receipt.clone(),
     };
-    let (_, v) = poll(&app, ev, &other).await;
+    let (_, v) = poll_place(&app, ev, &other, true).await;
     assert_eq!(
         v["ahead"], exact[&probe.account],
         "someone else's receipt: {v}"
     );
     other.receipt = format!("{}x", probe.receipt);
-    let (_, v) = poll(&app, ev, &other).await;
+    let (_, v) = poll_place(&app, ev, &other, true).await;
     assert_eq!(v["ahead"], exact[&probe.account], "forged receipt: {v}");
 
     // With Redis gone, waiting fans who show their receipt still see where they stand (the
     // queue cannot move without Redis); without it they get the usual 503.
     private.stop();
-    let (s, v) = poll(&app, ev, probe).await;
+    let (s, v) = poll_place(&app, ev, probe, true).await;
     assert_eq!(s, StatusCode::OK, "{v}");
     assert_eq!(v["state"], "waiting");
     let r = app.status(ev, &probe.token).await;
@@ -317,7 +265,7 @@ async fn lost_places_come_back_from_receipts_but_never_past_admission() {
     let paused = json!({"sale_start": "2020-01-01T00:00:00Z", "admit_per_minute": 60000,
                         "mode": "paused"});
     assert_eq!(app.put_config(ev, paused).await.status(), StatusCode::OK);
-    let fans = join_all(&app, ev, "crash", 5).await;
+    let fans = join_fans(&app, ev, "crash", 5).await;
     let mut fans = fans;
     fans.sort_by(|a, b| a.account.cmp(&b.account));
     let ranks = |v: &Value| v["ahead"].as_u64().unwrap();
@@ -333,7 +281,7 @@ async fn lost_places_come_back_from_receipts_but_never_past_admission() {
     assert_eq!(v["score"], before["score"]);
     assert_eq!(ranks(&v), ranks(&before));
     // ...and the status view agrees (the FIFO arithmetic still holds).
-    let (s, st) = poll(&app, ev, f).await;
+    let (s, st) = poll_place(&app, ev, f, true).await;
     assert_eq!(s, StatusCode::OK);
     assert_eq!(st["ahead"], before["ahead"], "{st}");
 
