@@ -123,6 +123,16 @@ pub fn merge(
             "a scheduled change cannot schedule changes".into(),
         )]);
     }
+    // Fans wait in the sub-queue their account hashes to under this count: a change would
+    // strand them (the config write refuses it too, so it could never apply).
+    if let Some(v) = set.get("queue_shards")
+        && v.as_u64() != Some(u64::from(base.queue_shards))
+    {
+        return Err(vec![(
+            "set.queue_shards".into(),
+            format!("fixed at {} when the room was created", base.queue_shards),
+        )]);
+    }
     let mut merged = match serde_json::to_value(base) {
         Ok(Value::Object(m)) => m,
         _ => return Err(vec![("set".into(), "current config unreadable".into())]),
@@ -396,6 +406,16 @@ mod tests {
         assert!(merge(&base(), &set(r#"{"nope":1}"#), (600, 120)).is_err());
         assert!(merge(&base(), &set("{}"), (600, 120)).is_err());
         assert!(merge(&base(), &set(r#"{"schedule":[]}"#), (600, 120)).is_err());
+        // queue_shards stays as the room was created: repeating it is fine, changing it not.
+        let errs = merge(&base(), &set(r#"{"queue_shards":2}"#), (600, 120)).unwrap_err();
+        assert_eq!(errs[0].0, "set.queue_shards");
+        let c = merge(
+            &base(),
+            &set(r#"{"queue_shards":1,"admit_per_minute":1200}"#),
+            (600, 120),
+        )
+        .unwrap();
+        assert_eq!((c.queue_shards, c.admit_per_minute), (1, 1200));
     }
 
     #[test]
