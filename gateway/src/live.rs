@@ -8,7 +8,7 @@
 use crate::auto::UpstreamWindow;
 use crate::limits::Limits;
 use crate::metrics::Metrics;
-use crate::progress::{DrawHistogram, FIFO_REREAD_BYTES, FifoHistogram, Progress};
+use crate::progress::{DrawHistogram, Progress};
 use crate::store::{EventSnapshot, Store};
 use async_trait::async_trait;
 use pingora_core::server::ShutdownWatch;
@@ -124,8 +124,7 @@ impl Refresher {
     /// count moved since the last read (so once the sale starts, never again). A split queue:
     /// each sub-queue's draw and FIFO histograms, re-read only where its counts moved.
     async fn attach_histograms(&self, all: &mut [(String, EventSnapshot)]) {
-        // (event index, sub-queue or `None` when not split, FIFO histogram?)
-        let mut stale: Vec<(usize, Option<u32>, bool)> = Vec::new();
+        let mut stale: Vec<HistRead> = Vec::new();
         for (i, (event, snap)) in all.iter_mut().enumerate() {
             if !snap.progress.known {
                 continue;
@@ -135,7 +134,7 @@ impl Refresher {
                 let draws = snap.progress.draws;
                 let have = old.and_then(|s| s.progress.hist.as_ref().map(|h| h.draws));
                 if draws > 0 && have != Some(draws) {
-                    stale.push((i, None, false));
+                    stale.push(HistRead::whole(i));
                 }
                 continue;
             }
@@ -143,40 +142,37 @@ impl Refresher {
                 p.carry_part_histograms(&o.progress);
             }
             for (j, part) in snap.progress.parts.iter().enumerate() {
-                let j = u32::try_from(j).unwrap_or(0);
+                let part_read = |fifo, from| HistRead {
+                    event: i,
+                    part: Some(u32::try_from(j).unwrap_or(0)),
+                    fifo,
+                    from,
+                };
                 if part.draws > 0 && part.draw_hist.as_ref().map(|h| h.draws) != Some(part.draws) {
-                    stale.push((i, Some(j), false));
+                    stale.push(part_read(false, 0));
                 }
                 if part.fifos > 0 && part.fifo_hist.as_ref().map(|h| h.fifos) != Some(part.fifos) {
-                    stale.push((i, Some(j), true));
+                    stale.push(part_read(true, part.fifo_reread_from()));
                 }
             }
         }
         if stale.is_empty() {
             return;
         }
-        // A FIFO histogram already held is re-read from near its end only (`GETRANGE`).
         let keys = stale
             .iter()
-            .map(|&(i, part, fifo)| {
-                let (event, snap) = &all[i];
-                match part {
-                    None => (self.store.key(event, "hist"), 0),
+            .map(|r| {
+                let event = &all[r.event].0;
+                let key = match r.part {
+                    None => self.store.key(event, "hist"),
                     Some(k) => {
-                        let from = match snap.progress.parts.get(k as usize) {
-                            Some(p) if fifo => p
-                                .fifo_hist
-                                .as_ref()
-                                .map_or(0, |h| h.bytes_len().saturating_sub(FIFO_REREAD_BYTES)),
-                            _ => 0,
-                        };
-                        let suffix = if fifo { "fhist" } else { "hist" };
-                        (self.store.shard_key(event, k, suffix), from)
+                        self.store
+                            .shard_key(event, k, if r.fifo { "fhist" } else { "hist" })
                     }
-                }
+                };
+                (key, r.from)
             })
-            .collect::<Vec<_>>();
-        let froms: Vec<usize> = keys.iter().map(|(_, f)| *f).collect();
+            .collect();
         let strings = match self.store.load_tails(keys).await {
             Ok(s) => s,
             Err(e) => {
@@ -185,28 +181,17 @@ impl Refresher {
                 return;
             }
         };
-        for (((i, part, fifo), bytes), from) in stale.into_iter().zip(strings).zip(froms) {
-            let Some(p) = Arc::get_mut(&mut all[i].1.progress) else {
+        for (r, bytes) in stale.into_iter().zip(strings) {
+            let Some(p) = Arc::get_mut(&mut all[r.event].1.progress) else {
                 continue;
             };
-            match part {
+            match r.part {
                 None => p.hist = Some(Arc::new(DrawHistogram::from_bitfield(p.draws, &bytes))),
                 Some(k) => {
-                    let Some(part) = p.parts.get_mut(k as usize) else {
-                        continue;
-                    };
-                    if fifo {
-                        let origin = part.fifo_origin_ms.unwrap_or(0.0);
-                        let h = match &part.fifo_hist {
-                            Some(old) if from > 0 => old.extended(part.fifos, from, &bytes),
-                            _ => FifoHistogram::from_bitfield(part.fifos, origin, &bytes),
-                        };
-                        part.fifo_hist = Some(Arc::new(h));
-                    } else {
-                        part.draw_hist =
-                            Some(Arc::new(DrawHistogram::from_bitfield(part.draws, &bytes)));
+                    if let Some(part) = p.parts.get_mut(k as usize) {
+                        part.attach(r.fifo, r.from, &bytes);
+                        p.hist = None;
                     }
-                    p.hist = None;
                 }
             }
         }
@@ -217,6 +202,26 @@ impl Refresher {
             {
                 p.combine_draw_histograms();
             }
+        }
+    }
+}
+
+/// A histogram string the refresher (re-)reads: the event's index, its sub-queue (`None`: a
+/// whole queue's draw histogram), whether it is the FIFO one, and from which byte.
+struct HistRead {
+    event: usize,
+    part: Option<u32>,
+    fifo: bool,
+    from: usize,
+}
+
+impl HistRead {
+    fn whole(event: usize) -> HistRead {
+        HistRead {
+            event,
+            part: None,
+            fifo: false,
+            from: 0,
         }
     }
 }

@@ -26,15 +26,17 @@ use crate::draw::ReceiptClaims;
 use crate::event_config::EventConfig;
 use redis::Value;
 use shared::config::RedisSettings;
-use shared::redis_conn::{Conn, Connector};
+use shared::redis_conn::{Conn, Connector, Invocation};
 use std::time::Duration;
 
 mod changes;
+mod fans;
 mod outcomes;
 mod registrations;
 mod scripts;
 mod shards;
 mod snapshots;
+mod ticks;
 
 pub use changes::{AUDIT_MAX_LEN, AuditEntry, ChangeWrite, ConfigWrite, DueChange, WriteOutcome};
 
@@ -110,6 +112,13 @@ impl Store {
         shared::revocation::event_key(&self.prefix, event, suffix)
     }
 
+    /// Appends the keys `suffixes` of `event`'s sub-queue `k` to a script call, in order.
+    fn shard_keys(&self, inv: &mut Invocation<'_>, event: &str, k: u32, suffixes: &[&str]) {
+        for suffix in suffixes {
+            inv.key(self.shard_key(event, k, suffix));
+        }
+    }
+
     fn events_key(&self) -> String {
         shared::revocation::events_key(&self.prefix)
     }
@@ -182,18 +191,17 @@ impl Store {
         passthrough_ttl_s: u64,
         restore: Option<&ReceiptClaims>,
     ) -> Result<JoinOutcome, StoreError> {
-        let key = |s: &str| self.shard_key(event, k, s);
         let mut inv = SCRIPTS.join.prepare_invoke();
-        inv.key(key("cfg"))
-            .key(key("q"))
-            .key(key("places"))
-            .key(key("adm"))
-            .key(key("sold_out"))
-            .key(key("active"))
-            .key(key("prog"))
-            .key(key("hist"))
-            .key(key("qgone"))
-            .arg(account)
+        self.shard_keys(
+            &mut inv,
+            event,
+            k,
+            &[
+                "cfg", "q", "places", "adm", "sold_out", "active", "prog", "hist", "qgone",
+                "revoked", "reg", "drawn", "fhist",
+            ],
+        );
+        inv.arg(account)
             .arg(presale_score)
             .arg(session)
             .arg(passthrough_ttl_s.saturating_mul(1000));
@@ -201,11 +209,7 @@ impl Store {
             Some(r) => inv.arg(&r.score).arg(&r.sid).arg(r.joined_ms).arg(&r.kind),
             None => inv.arg("").arg("").arg("").arg(""),
         };
-        inv.key(key("revoked"))
-            .key(key("reg"))
-            .key(key("drawn"))
-            .key(key("fhist"))
-            .arg(if shards > 1 { "1" } else { "" });
+        inv.arg(if shards > 1 { "1" } else { "" });
         let v: Value = self
             .with(|mut c| async move { inv.invoke_async(&mut c).await })
             .await?;
@@ -264,14 +268,9 @@ impl Store {
         ttl_s: u64,
     ) -> Result<StatusOutcome, StoreError> {
         let k = shard_of(account, shards);
-        let key = |s: &str| self.shard_key(event, k, s);
         let mut inv = SCRIPTS.status.prepare_invoke();
-        inv.key(key("places"))
-            .key(key("q"))
-            .key(key("adm"))
-            .key(key("active"))
-            .arg(account)
-            .arg(ttl_s);
+        self.shard_keys(&mut inv, event, k, &["places", "q", "adm", "active"]);
+        inv.arg(account).arg(ttl_s);
         let v: Value = self
             .with(|mut c| async move { inv.invoke_async(&mut c).await })
             .await?;
@@ -291,89 +290,6 @@ impl Store {
             },
             _ => return Err(StoreError::Protocol("unknown status reply")),
         })
-    }
-
-    /// One admission tick for `event` (a no-op unless this instance holds the lease).
-    /// `shards`/`others`: a split queue and its other sub-queues' counts from the last tick.
-    #[expect(clippy::too_many_arguments, reason = "one script's arguments, named")]
-    pub async fn tick(
-        &self,
-        event: &str,
-        shards: u32,
-        others: Option<OtherShards>,
-        instance: &str,
-        lease_ttl_ms: u64,
-        auto_rate: Option<u64>,
-        tick_ms: u64,
-        passthrough_batch: u64,
-    ) -> Result<TickOutcome, StoreError> {
-        // A leader that has not ticked the other sub-queues yet (it just took the lease)
-        // counts them first, so `max_active` holds from its first tick.
-        let others = match others {
-            Some(o) => o,
-            None if shards > 1 => self.other_counts(event, shards).await?,
-            None => OtherShards::default(),
-        };
-        let mut inv = SCRIPTS.tick.prepare_invoke();
-        inv.key(self.key(event, "cfg"))
-            .key(self.key(event, "q"))
-            .key(self.key(event, "adm"))
-            .key(self.key(event, "active"))
-            .key(self.key(event, "places"))
-            .key(self.key(event, "bucket"))
-            .key(self.key(event, "lease"))
-            .key(self.key(event, "sold_out"))
-            .key(self.key(event, "admissions"))
-            .key(self.key(event, "prog"))
-            .key(self.key(event, "qgone"))
-            .arg(instance)
-            .arg(lease_ttl_ms)
-            .arg(auto_rate.map(|r| r.to_string()).unwrap_or_default())
-            .arg(tick_ms)
-            .arg(passthrough_batch)
-            .arg(if shards > 1 { "1" } else { "" })
-            .arg(others.used)
-            .arg(others.waiting);
-        let v: Value = self
-            .with(|mut c| async move { inv.invoke_async(&mut c).await })
-            .await?;
-        let r = Reply::from(v)?;
-        let n = |i| r.int(i).and_then(|n| u64::try_from(n).ok()).unwrap_or(0);
-        let outcome = match r.tag() {
-            "follower" => TickOutcome::Follower,
-            "unknown" => TickOutcome::UnknownEvent,
-            "leader" => TickOutcome::Leader {
-                admitted: n(1),
-                expired_unclaimed: n(2),
-                expired_active: n(3),
-                queue_len: n(4),
-                active: n(5),
-                rate: n(6),
-                safety_net_queueing: match r.str(7) {
-                    Some("queueing") => Some(true),
-                    Some("pass") => Some(false),
-                    _ => None,
-                },
-                others: OtherShards::default(),
-            },
-            _ => return Err(StoreError::Protocol("unknown tick reply")),
-        };
-        if shards <= 1 || !matches!(outcome, TickOutcome::Leader { .. }) {
-            return Ok(outcome);
-        }
-        let home = shards::HomeTick {
-            admit: n(8),
-            seq: r.int(9).map(|s| s.to_string()).unwrap_or_default(),
-            claim_deadline_ms: r.str(10).unwrap_or("0").to_owned(),
-            copy: shards::ConfigCopy::from_reply(&r, 11),
-        };
-        let (mut outcome, new_others) = self
-            .tick_shards(event, shards, instance, &home, outcome)
-            .await?;
-        if let TickOutcome::Leader { others, .. } = &mut outcome {
-            *others = new_others;
-        }
-        Ok(outcome)
     }
 
     /// Stores a validated config (absolute) and its audit entry, in one script. The draw seed
@@ -436,136 +352,6 @@ impl Store {
             self.copy_config(event).await?;
         }
         Ok(WriteOutcome::Written(version))
-    }
-
-    /// Revokes an account's (field `a:<account>`) or a session's (`s:<session>`) admission.
-    /// Returns the revocation time (unix s), or `None` for an unknown event. In a split queue
-    /// the home records it (booking reads the home's list) and the fan's sub-queue (or, for a
-    /// session, every sub-queue) frees the place.
-    pub async fn revoke(
-        &self,
-        event: &str,
-        field: &str,
-        account: Option<&str>,
-        session: Option<&str>,
-        keep_s: u64,
-        actor: &str,
-    ) -> Result<Option<i64>, StoreError> {
-        // Read here, not from a snapshot: ops may revoke through an instance that has not yet
-        // refreshed a room created a moment ago.
-        let cfg = self.key(event, "cfg");
-        let shards: Option<u32> = self
-            .with(|mut c| async move {
-                redis::cmd("HGET")
-                    .arg(cfg)
-                    .arg("queue_shards")
-                    .query_async(&mut c)
-                    .await
-            })
-            .await?;
-        let shards = shards.unwrap_or(1).max(1);
-        let fan_shard = account.map(|a| shard_of(a, shards));
-        let at = self
-            .revoke_in(
-                event,
-                0,
-                field,
-                account.filter(|_| fan_shard.unwrap_or(0) == 0),
-                session,
-                keep_s,
-                actor,
-            )
-            .await?;
-        if at < 0 || shards <= 1 {
-            return Ok((at >= 0).then_some(at));
-        }
-        for k in 1..shards {
-            if fan_shard.is_none_or(|f| f == k) {
-                self.revoke_in(event, k, field, account, session, keep_s, actor)
-                    .await?;
-            }
-        }
-        Ok(Some(at))
-    }
-
-    #[expect(clippy::too_many_arguments, reason = "one script's arguments, named")]
-    async fn revoke_in(
-        &self,
-        event: &str,
-        k: u32,
-        field: &str,
-        account: Option<&str>,
-        session: Option<&str>,
-        keep_s: u64,
-        actor: &str,
-    ) -> Result<i64, StoreError> {
-        let key = |s: &str| self.shard_key(event, k, s);
-        let mut inv = SCRIPTS.revoke.prepare_invoke();
-        inv.key(key("cfg"))
-            .key(key("revoked"))
-            .key(key("q"))
-            .key(key("adm"))
-            .key(key("active"))
-            .key(key("places"))
-            .key(key("qgone"))
-            .arg(field)
-            .arg(account.unwrap_or(""))
-            .arg(keep_s.max(60))
-            .arg(session.unwrap_or(""))
-            .key(key("cfglog"))
-            .arg(actor)
-            .arg(AUDIT_MAX_LEN)
-            .arg(if k > 0 { "1" } else { "" });
-        let at: i64 = self
-            .with(|mut c| async move { inv.invoke_async(&mut c).await })
-            .await?;
-        Ok(at)
-    }
-
-    /// Returns an admitted fan's slot to the `max_active` budget (after a paid order).
-    pub async fn release_active(
-        &self,
-        event: &str,
-        shards: u32,
-        account: &str,
-    ) -> Result<(), StoreError> {
-        let key = self.shard_key(event, shard_of(account, shards), "active");
-        let account = account.to_owned();
-        self.with(|mut c| async move {
-            redis::cmd("ZREM")
-                .arg(key)
-                .arg(account)
-                .query_async::<i64>(&mut c)
-                .await
-        })
-        .await
-        .map(|_| ())
-    }
-
-    /// Keeps an admitted fan's `max_active` slot until `until_ms` (a refreshed token's
-    /// expiry): only ever later, and only while the fan still holds the slot (`XX`), so a
-    /// late extension cannot bring back a slot that was released, revoked or lapsed.
-    pub async fn extend_active(
-        &self,
-        event: &str,
-        shards: u32,
-        account: &str,
-        until_ms: i64,
-    ) -> Result<(), StoreError> {
-        let key = self.shard_key(event, shard_of(account, shards), "active");
-        let account = account.to_owned();
-        self.with(|mut c| async move {
-            redis::cmd("ZADD")
-                .arg(key)
-                .arg("XX")
-                .arg("GT")
-                .arg(until_ms)
-                .arg(account)
-                .query_async::<i64>(&mut c)
-                .await
-        })
-        .await
-        .map(|_| ())
     }
 
     /// The draw commitment; reveals the seed once Redis time is past the sale start.

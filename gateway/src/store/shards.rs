@@ -58,7 +58,7 @@ pub struct OtherShards {
 /// ARGV: seq ('' = copy only), pops, highest score to pop, claim deadline ms, instance,
 /// copy ('1'), stamp, mode, sale_start_ms, max_active, revealed, access, sold out, shards.
 const SHARD_TICK_LUA: &str = concat!(
-    super::scripts::admit_lua!(),
+    super::ticks::admit_lua!(),
     r#"
 if ARGV[1] ~= '' then
   local last = tonumber(redis.call('HGET', KEYS[7], 'seq') or '0')
@@ -209,19 +209,25 @@ impl Store {
         max_score: &str,
         instance: &str,
     ) -> Result<Option<ShardTicked>, StoreError> {
-        let key = |s: &str| self.shard_key(event, k, s);
         let c = &home.copy;
         let mut inv = SHARD_TICK.prepare_invoke();
-        inv.key(key("cfg"))
-            .key(key("q"))
-            .key(key("adm"))
-            .key(key("active"))
-            .key(key("places"))
-            .key(key("admissions"))
-            .key(key("prog"))
-            .key(key("qgone"))
-            .key(key("sold_out"))
-            .arg(&home.seq)
+        self.shard_keys(
+            &mut inv,
+            event,
+            k,
+            &[
+                "cfg",
+                "q",
+                "adm",
+                "active",
+                "places",
+                "admissions",
+                "prog",
+                "qgone",
+                "sold_out",
+            ],
+        );
+        inv.arg(&home.seq)
             .arg(pops)
             .arg(if max_score.is_empty() {
                 "-inf"

@@ -6,7 +6,6 @@ use super::{EventSnapshot, Store, StoreError};
 use crate::progress::{GONE_READ_LIMIT, Progress, ProgressRead};
 use redis::Value;
 use shared::redis_conn::query_per_slot;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 impl Store {
@@ -47,17 +46,12 @@ impl Store {
             pipe.cmd("EXISTS").arg(self.key(e, "sold_out"));
             pipe.cmd("HGETALL").arg(self.key(e, "revoked"));
             if with_progress {
-                pipe.cmd("HGETALL").arg(self.key(e, "prog"));
-                pipe.cmd("ZRANGE")
-                    .arg(self.key(e, "qgone"))
-                    .arg(0)
-                    .arg(GONE_READ_LIMIT - 1)
-                    .arg("WITHSCORES");
+                self.progress_reads(&mut pipe, e, 0);
             }
             pipes.push(pipe);
         }
         let per_event = if with_progress { 5 } else { 3 };
-        let (mut snaps, homes): (Vec<EventSnapshot>, Vec<Option<ProgressRead>>) = self
+        let (mut snaps, mut homes): (Vec<EventSnapshot>, Vec<Option<ProgressRead>>) = self
             .with(|mut c| async move {
                 let flat = query_per_slot(&mut c, &pipes).await?;
                 let mut snaps = Vec::with_capacity(flat.len() / per_event);
@@ -70,11 +64,8 @@ impl Store {
                         redis::from_redis_value(d)?,
                     ));
                     homes.push(if with_progress {
-                        let prog: HashMap<String, String> =
-                            redis::from_redis_value(it.next().unwrap_or(Value::Nil))?;
-                        let gone: Vec<(String, f64)> =
-                            redis::from_redis_value(it.next().unwrap_or(Value::Nil))?;
-                        Some((prog, gone))
+                        let prog = it.next().unwrap_or(Value::Nil);
+                        Some(progress_read(prog, it.next().unwrap_or(Value::Nil))?)
                     } else {
                         None
                     });
@@ -93,12 +84,7 @@ impl Store {
             split.push((i, shards));
             for k in 1..shards {
                 let mut pipe = redis::pipe();
-                pipe.cmd("HGETALL").arg(self.shard_key(e, k, "prog"));
-                pipe.cmd("ZRANGE")
-                    .arg(self.shard_key(e, k, "qgone"))
-                    .arg(0)
-                    .arg(GONE_READ_LIMIT - 1)
-                    .arg("WITHSCORES");
+                self.progress_reads(&mut pipe, e, k);
                 pipes.push(pipe);
             }
         }
@@ -110,13 +96,12 @@ impl Store {
                     let mut out = Vec::with_capacity(flat.len() / 2);
                     let mut it = flat.into_iter();
                     while let (Some(a), Some(b)) = (it.next(), it.next()) {
-                        out.push((redis::from_redis_value(a)?, redis::from_redis_value(b)?));
+                        out.push(progress_read(a, b)?);
                     }
                     Ok(out)
                 })
                 .await?;
         }
-        let mut homes: Vec<Option<ProgressRead>> = homes;
         let mut others = others.into_iter();
         for (i, shards) in split {
             if let Some(home) = homes[i].take() {
@@ -131,6 +116,16 @@ impl Store {
             }
         }
         Ok(events.iter().cloned().zip(snaps).collect())
+    }
+
+    /// Sub-queue `k`'s queue progress: its counters and the places revoked while waiting.
+    fn progress_reads(&self, pipe: &mut redis::Pipeline, event: &str, k: u32) {
+        pipe.cmd("HGETALL").arg(self.shard_key(event, k, "prog"));
+        pipe.cmd("ZRANGE")
+            .arg(self.shard_key(event, k, "qgone"))
+            .arg(0)
+            .arg(GONE_READ_LIMIT - 1)
+            .arg("WITHSCORES");
     }
 
     /// The bytes of each string from its offset on (`GETRANGE key from -1`), one pipelined
@@ -165,4 +160,12 @@ impl Store {
         self.load_tails(events.iter().map(|e| (self.key(e, "hist"), 0)).collect())
             .await
     }
+}
+
+/// The replies to [`Store::progress_reads`].
+fn progress_read(prog: Value, gone: Value) -> redis::RedisResult<ProgressRead> {
+    Ok((
+        redis::from_redis_value(prog)?,
+        redis::from_redis_value(gone)?,
+    ))
 }
