@@ -1347,7 +1347,10 @@ pub async fn run(args: SurgeArgs) -> anyhow::Result<SurgeReport> {
 
     // Timeline: once a second.
     let mut timeline: Vec<Tick> = Vec::new();
-    let mut last = (0u64, 0u64, 0u64, 0u64, None::<f64>);
+    let mut last = (0u64, 0u64, 0u64, None::<f64>);
+    // When the arrivals counter was last read: a row's arrivals are a rate over the time
+    // between two reads, not a count per tick (a tick can be late on a saturated box).
+    let mut arrivals_read = (0u64, Instant::now());
     let mut sold_out_at: Option<f64> = None;
     let mut final_counts = (0.0, 0.0);
     let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -1357,6 +1360,15 @@ pub async fn run(args: SurgeArgs) -> anyhow::Result<SurgeReport> {
     loop {
         tick.tick().await;
         let t = t0.elapsed().as_secs_f64();
+        // Read before the admin calls below, whose time varies with the load.
+        let arrivals_now = (run.c.arrivals.load(Relaxed), Instant::now());
+        let arrivals_per_s = (arrivals_now.0 - arrivals_read.0) as f64
+            / arrivals_now
+                .1
+                .duration_since(arrivals_read.1)
+                .as_secs_f64()
+                .max(1e-3);
+        arrivals_read = arrivals_now;
         let g = sampler.sample(&admin_client, &args, &event).await;
         let (sold, held, available) =
             match admin(&admin_client, Method::GET, &ev_url, &args.admin_token, None).await {
@@ -1367,36 +1379,35 @@ pub async fn run(args: SurgeArgs) -> anyhow::Result<SurgeReport> {
                 ),
                 _ => (f64::NAN, f64::NAN, f64::NAN),
             };
-        let arrivals = run.c.arrivals.load(Relaxed);
         let holds = run.c.holds.load(Relaxed);
         let errors = run.c.errors.load(Relaxed);
         let requests = run.c.requests.load(Relaxed);
         let admitted_total = g.as_ref().map(|g| g.admitted_total);
-        let admitted_per_s = match (admitted_total, last.4) {
+        let admitted_per_s = match (admitted_total, last.3) {
             (Some(a), Some(b)) => a - b,
             _ => 0.0,
         };
         let (window, joins) = run.lat.take_windows();
         let row = Tick {
             t: (t * 1000.0).round() / 1000.0,
-            arrivals_per_s: (arrivals - last.0) as f64,
+            arrivals_per_s: (arrivals_per_s * 10.0).round() / 10.0,
             queue_length: g.as_ref().map_or(0.0, |g| g.queue_length),
             admitted_per_s,
-            admitted_total: admitted_total.or(last.4).unwrap_or(0.0),
+            admitted_total: admitted_total.or(last.3).unwrap_or(0.0),
             admit_rate_per_s: g.as_ref().map_or(0.0, |g| g.rate_per_min / 60.0),
             active_admitted: g.as_ref().map_or(0.0, |g| g.active),
-            holds_per_s: (holds - last.1) as f64,
+            holds_per_s: (holds - last.0) as f64,
             sold,
             held,
             available,
             tickets: run.c.tickets.load(Relaxed) as f64,
-            errors_per_s: (errors - last.2) as f64,
-            requests_per_s: (requests - last.3) as f64,
+            errors_per_s: (errors - last.1) as f64,
+            requests_per_s: (requests - last.2) as f64,
             status_p99_ms: p99_ms(&window, 0.0),
             join_p99_ms: p99_ms(&joins, f64::NAN),
             fans_in_flight: run.c.active_fans.load(Relaxed) as f64,
         };
-        last = (arrivals, holds, errors, requests, admitted_total.or(last.4));
+        last = (holds, errors, requests, admitted_total.or(last.3));
         eprintln!(
             "t={:>5.0}s arrivals/s={:>5} queue={:>7} admitted/s={:>5} active={:>6} holds/s={:>4} sold={:>6} held={:>5} errors/s={:>3} status p99={:.1}ms join p99={:.1}ms fans={}",
             row.t,
@@ -1438,7 +1449,7 @@ pub async fn run(args: SurgeArgs) -> anyhow::Result<SurgeReport> {
                 ),
             }
         }
-        let arrivals_done = arrivals >= total;
+        let arrivals_done = arrivals_now.0 >= total;
         let drained = sold_out_at
             .is_some_and(|s| t - s >= args.drain_s as f64 || run.c.active_fans.load(Relaxed) == 0);
         if (arrivals_done && drained) || t >= args.max_duration_s as f64 {
