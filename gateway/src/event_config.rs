@@ -313,22 +313,14 @@ impl EventConfigInput {
                 "queue_shards",
                 format!("must be between 1 and {MAX_QUEUE_SHARDS}"),
             );
-        } else if self.queue_shards > 1 {
-            // Both decide a join from event-wide counts inside the join script (the safety
-            // net's arrivals and backlog, the registration list), which a split queue does not
-            // have in any one slot.
-            if self.mode == Mode::SafetyNet {
-                bad(
-                    "queue_shards",
-                    "a split queue cannot run mode safety_net; use 1".into(),
-                );
-            }
-            if self.access == Access::Registered {
-                bad(
-                    "queue_shards",
-                    "a split queue cannot be a registered room; use 1".into(),
-                );
-            }
+        } else if self.queue_shards > 1 && self.mode == Mode::SafetyNet {
+            // The safety net decides a join from event-wide counts inside the join script
+            // (the last minute's arrivals, the backlog), which no one sub-queue holds. A
+            // registered room's list splits by account with the places (registrations.rs).
+            bad(
+                "queue_shards",
+                "a split queue cannot run mode safety_net; use 1".into(),
+            );
         }
         if !errs.is_empty() {
             return Err(errs);

@@ -37,7 +37,13 @@ pub async fn register(shared: &Shared, store: &Store, session: &mut Session, eve
         return e.reply();
     }
     let closes = |ms: Option<i64>| ms.map(rfc3339_ms);
-    match store.register(event, &account).await {
+    // The sub-queue count decides where the registration lives, so it is read from Redis
+    // when this instance has not seen the room yet (never guessed as 1).
+    let shards = match crate::queue::snapshot(shared, store, event).await {
+        Ok(s) => s.queue_shards(),
+        Err(r) => return r,
+    };
+    match store.register(event, shards, &account).await {
         Err(e) => unavailable(shared, &e),
         Ok(RegisterOutcome::UnknownEvent) => {
             Reply::error(404, codes::UNKNOWN_EVENT, "no waiting room for this event")
@@ -245,15 +251,15 @@ pub async fn upload(shared: &Shared, store: &Store, session: &mut Session, event
         Ok(a) => a,
         Err(r) => return r,
     };
-    match store.event_exists(event).await {
+    let shards = match store.event_shards(event).await {
         Err(e) => return unavailable(shared, &e),
-        Ok(false) => return unknown_event(),
-        Ok(true) => {}
-    }
+        Ok(None) => return unknown_event(),
+        Ok(Some(n)) => n,
+    };
     let accounts = lines(&body).count();
     let started = std::time::Instant::now();
     match store
-        .change_registrations(event, change, lines(&body).map(account_of))
+        .change_registrations(event, shards, change, lines(&body).map(account_of))
         .await
     {
         Err(e) => unavailable(shared, &e),
@@ -302,18 +308,18 @@ pub async fn count(shared: &Shared, store: &Store, session: &Session, event: &st
             "account is not an account id",
         );
     }
-    match store.event_exists(event).await {
+    let shards = match store.event_shards(event).await {
         Err(e) => return unavailable(shared, &e),
-        Ok(false) => return unknown_event(),
-        Ok(true) => {}
-    }
-    let n = match store.registration_count(event).await {
+        Ok(None) => return unknown_event(),
+        Ok(Some(n)) => n,
+    };
+    let n = match store.registration_count(event, shards).await {
         Ok(n) => n,
         Err(e) => return unavailable(shared, &e),
     };
     let mut answer = json!({"event": event, "count": n});
     if let Some(a) = account {
-        match store.is_registered(event, &a).await {
+        match store.is_registered(event, shards, &a).await {
             Ok(r) => {
                 answer["account"] = json!(a);
                 answer["registered"] = json!(r);

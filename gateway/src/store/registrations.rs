@@ -1,14 +1,20 @@
-//! The registration list of a registered room: `fg:{event}:reg`, a set of account ids.
+//! The registration list of a registered room: `fg:{event}:reg`, a set of account ids. In a
+//! split queue (`queue_shards` > 1) each account's registration lives beside its place, in its
+//! sub-queue's `fg:{event:k}:reg` ([`shard_of`]): the join script, on that sub-queue, reads
+//! only its own fan's membership, so the list splits by account like everything else per fan.
 //!
 //! Guarantees: a fan's registration is one script (room registered-only, closing time checked
 //! against Redis `TIME`, `SADD`), so it is refused or stored, never half; an ops upload writes
 //! only ids it has already validated, in pipelined `SADD`/`SREM` batches that are each atomic
 //! and commute (concurrent uploads end as their union); a replacement is built in a staging key
 //! of the same slot and swapped in with one `RENAME`, so a join sees the old list or the new
-//! one, never a mix.
+//! one, never a mix. In a split queue each sub-queue's part is swapped on its own, so that holds
+//! per account (a fan's join reads one sub-queue), while two fans of different sub-queues may
+//! see the old and the new list for the moment between the swaps.
 
 use super::scripts::Reply;
-use super::{Store, StoreError};
+use super::shards::shard_of_bytes;
+use super::{Store, StoreError, shard_of};
 use redis::Value;
 use shared::redis_conn::LuaScript as Script;
 use std::sync::LazyLock;
@@ -95,16 +101,33 @@ impl ListChange {
 }
 
 impl Store {
-    /// A fan registers for a registered room (idempotent).
+    /// A fan registers for a registered room (idempotent). In a split queue the script runs
+    /// on the fan's sub-queue and reads its copy of the config (access, closing time).
     pub async fn register(
         &self,
         event: &str,
+        shards: u32,
+        account: &str,
+    ) -> Result<RegisterOutcome, StoreError> {
+        let k = shard_of(account, shards);
+        let mut outcome = self.register_once(event, k, account).await?;
+        if outcome == RegisterOutcome::UnknownEvent && k > 0 {
+            // A room created a moment ago may not have its copy here yet (as for joins).
+            self.copy_config(event).await?;
+            outcome = self.register_once(event, k, account).await?;
+        }
+        Ok(outcome)
+    }
+
+    async fn register_once(
+        &self,
+        event: &str,
+        k: u32,
         account: &str,
     ) -> Result<RegisterOutcome, StoreError> {
         let mut inv = REGISTER.prepare_invoke();
-        inv.key(self.key(event, "cfg"))
-            .key(self.key(event, "reg"))
-            .arg(account);
+        self.shard_keys(&mut inv, event, k, &["cfg", "reg"]);
+        inv.arg(account);
         let v: Value = self
             .with(|mut c| async move { inv.invoke_async(&mut c).await })
             .await?;
@@ -119,34 +142,82 @@ impl Store {
         })
     }
 
-    /// Whether the event has a config at all (uploads for a mistyped event are refused).
-    pub async fn event_exists(&self, event: &str) -> Result<bool, StoreError> {
-        let key = self.key(event, "cfg");
-        self.with(|mut c| async move {
-            redis::cmd("EXISTS")
-                .arg(key)
-                .query_async::<i64>(&mut c)
-                .await
-        })
-        .await
-        .map(|n| n == 1)
+    /// The event's sub-queue count, or `None` when it has no config (uploads for a mistyped
+    /// event are refused). Read from the home, not a snapshot: ops may upload through an
+    /// instance that has not refreshed a room created a moment ago.
+    pub async fn event_shards(&self, event: &str) -> Result<Option<u32>, StoreError> {
+        let cfg = self.key(event, "cfg");
+        let (mode, shards): (Option<String>, Option<u32>) = self
+            .with(|mut c| async move {
+                redis::cmd("HMGET")
+                    .arg(cfg)
+                    .arg("mode")
+                    .arg("queue_shards")
+                    .query_async(&mut c)
+                    .await
+            })
+            .await?;
+        Ok(mode.map(|_| shards.unwrap_or(1).max(1)))
     }
 
-    /// Applies an upload of already validated account ids. Returns how many members changed
-    /// (added or removed) and the list's size afterwards.
+    /// Applies an upload of already validated account ids to an event of `shards`
+    /// sub-queues. Returns how many members changed (added or removed) and the list's size
+    /// afterwards.
     pub async fn change_registrations<'a, I>(
         &self,
         event: &str,
+        shards: u32,
         change: ListChange,
         accounts: I,
     ) -> Result<(u64, u64), StoreError>
     where
         I: Iterator<Item = &'a [u8]>,
     {
-        let list = self.key(event, "reg");
+        if shards <= 1 {
+            let changed = self.change_part(event, 0, change, accounts).await?;
+            let size = match changed.1 {
+                Some(size) => size,
+                None => self.registration_count(event, 1).await?,
+            };
+            return Ok((changed.0, size));
+        }
+        let mut parts: Vec<Vec<&[u8]>> = vec![Vec::new(); shards as usize];
+        for a in accounts {
+            parts[shard_of_bytes(a, shards) as usize].push(a);
+        }
+        let (mut changed, mut size, mut counted) = (0, 0, true);
+        // Every part, even an empty one: a replacement empties the sub-queues it has no
+        // account for.
+        for (k, part) in (0u32..).zip(parts) {
+            let (c, s) = self.change_part(event, k, change, part.into_iter()).await?;
+            changed += c;
+            match s {
+                Some(s) => size += s,
+                None => counted = false,
+            }
+        }
+        if !counted {
+            size = self.registration_count(event, shards).await?;
+        }
+        Ok((changed, size))
+    }
+
+    /// One sub-queue's part of an upload: the members changed, and the part's size when a
+    /// replacement swapped it in.
+    async fn change_part<'a, I>(
+        &self,
+        event: &str,
+        k: u32,
+        change: ListChange,
+        accounts: I,
+    ) -> Result<(u64, Option<u64>), StoreError>
+    where
+        I: Iterator<Item = &'a [u8]>,
+    {
+        let list = self.shard_key(event, k, "reg");
         let target = match change {
             ListChange::Replace => {
-                self.key(event, &format!("reg:staging:{}", shared::ids::new_id()))
+                self.shard_key(event, k, &format!("reg:staging:{}", shared::ids::new_id()))
             }
             ListChange::Add | ListChange::Remove => list.clone(),
         };
@@ -176,27 +247,42 @@ impl Store {
                 .await?;
             changed += counts.iter().sum::<u64>();
         }
-        let size = if change == ListChange::Replace {
-            let mut inv = SWAP.prepare_invoke();
-            inv.key(&target).key(&list);
-            self.with(|mut c| async move { inv.invoke_async::<u64>(&mut c).await })
-                .await?
-        } else {
-            self.registration_count(event).await?
-        };
-        Ok((changed, size))
+        if change != ListChange::Replace {
+            return Ok((changed, None));
+        }
+        let mut inv = SWAP.prepare_invoke();
+        inv.key(&target).key(&list);
+        let size = self
+            .with(|mut c| async move { inv.invoke_async::<u64>(&mut c).await })
+            .await?;
+        Ok((changed, Some(size)))
     }
 
-    /// How many accounts are on the list.
-    pub async fn registration_count(&self, event: &str) -> Result<u64, StoreError> {
-        let key = self.key(event, "reg");
-        self.with(|mut c| async move { redis::cmd("SCARD").arg(key).query_async(&mut c).await })
-            .await
+    /// How many accounts are on the list (over every sub-queue).
+    pub async fn registration_count(&self, event: &str, shards: u32) -> Result<u64, StoreError> {
+        let mut n = 0;
+        for k in 0..shards.max(1) {
+            let key = self.shard_key(event, k, "reg");
+            n += self
+                .with(|mut c| async move {
+                    redis::cmd("SCARD")
+                        .arg(key)
+                        .query_async::<u64>(&mut c)
+                        .await
+                })
+                .await?;
+        }
+        Ok(n)
     }
 
     /// Whether `account` is on the list.
-    pub async fn is_registered(&self, event: &str, account: &str) -> Result<bool, StoreError> {
-        let key = self.key(event, "reg");
+    pub async fn is_registered(
+        &self,
+        event: &str,
+        shards: u32,
+        account: &str,
+    ) -> Result<bool, StoreError> {
+        let key = self.shard_key(event, shard_of(account, shards), "reg");
         let account = account.to_owned();
         self.with(|mut c| async move {
             redis::cmd("SISMEMBER")

@@ -5,8 +5,9 @@
 //! waiting set, the admitted and active sets, the revoked-while-waiting places, the progress
 //! counters and score histograms, the admissions log. Sub-queue 0 is the event's home and
 //! keeps what is per event: the config, the lease, the token bucket, the audit log, the
-//! schedule, booking's revocation list. The other sub-queues keep a copy of what a join needs
-//! from the config (mode, sale start, reveal, cap, access, sold out), written by every leader
+//! schedule, booking's revocation list. The other sub-queues keep a copy of what a join or a
+//! registration needs from the config (mode, sale start, reveal, cap, access, registration's
+//! closing time, sold out), written by every leader
 //! tick and after every config or sold-out write; the home's `stamp` orders the copies.
 //!
 //! A tick of a split queue, by the leader only:
@@ -34,11 +35,16 @@ use std::sync::LazyLock;
 /// The sub-queue holding `account`'s place among `shards` (FNV-1a: stable across processes
 /// and releases, which a split queue needs for as long as fans wait).
 pub fn shard_of(account: &str, shards: u32) -> u32 {
+    shard_of_bytes(account.as_bytes(), shards)
+}
+
+/// [`shard_of`] of an account id as bytes (an upload's lines).
+pub fn shard_of_bytes(account: &[u8], shards: u32) -> u32 {
     if shards <= 1 {
         return 0;
     }
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in account.bytes() {
+    for &b in account {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
@@ -56,7 +62,8 @@ pub struct OtherShards {
 /// One sub-queue's tick: fencing, the config copy, expiry, and the pops the merge gave it.
 /// KEYS: cfg, q, adm, active, places, admissions, prog, qgone, sold_out.
 /// ARGV: seq ('' = copy only), pops, highest score to pop, claim deadline ms, instance,
-/// copy ('1'), stamp, mode, sale_start_ms, max_active, revealed, access, sold out, shards.
+/// copy ('1'), stamp, mode, sale_start_ms, max_active, revealed, access, sold out, shards,
+/// registration's closing time.
 const SHARD_TICK_LUA: &str = concat!(
     super::ticks::admit_lua!(),
     r#"
@@ -68,6 +75,7 @@ end
 if ARGV[6] == '1' and tonumber(ARGV[7]) > (tonumber(redis.call('HGET', KEYS[1], 'stamp')) or -1) then
   redis.call('HSET', KEYS[1], 'mode', ARGV[8], 'sale_start_ms', ARGV[9], 'max_active', ARGV[10],
     'access', ARGV[12], 'queue_shards', ARGV[14], 'stamp', ARGV[7])
+  if ARGV[15] ~= '' then redis.call('HSET', KEYS[1], 'reg_closes_ms', ARGV[15]) else redis.call('HDEL', KEYS[1], 'reg_closes_ms') end
   if ARGV[11] == '1' then redis.call('HSET', KEYS[1], 'revealed', '1') else redis.call('HDEL', KEYS[1], 'revealed') end
   if ARGV[13] == '1' then redis.call('SET', KEYS[9], '1') else redis.call('DEL', KEYS[9]) end
 end
@@ -109,6 +117,7 @@ pub(super) struct ConfigCopy {
     pub(super) revealed: bool,
     pub(super) access: String,
     pub(super) sold_out: bool,
+    pub(super) reg_closes_ms: String,
 }
 
 impl ConfigCopy {
@@ -123,6 +132,7 @@ impl ConfigCopy {
             access: s(4),
             stamp: s(5),
             sold_out: r.int(at + 6) == Some(1),
+            reg_closes_ms: s(7),
         }
     }
 }
@@ -178,6 +188,7 @@ impl Store {
                         "access",
                         "stamp",
                         "queue_shards",
+                        "reg_closes_ms",
                     ])
                     .cmd("EXISTS")
                     .arg(sold)
@@ -194,6 +205,7 @@ impl Store {
             access: f(4),
             stamp: f(5),
             sold_out: sold_out == 1,
+            reg_closes_ms: f(7),
         };
         Ok((copy, f(6).parse().unwrap_or(1)))
     }
@@ -252,7 +264,8 @@ impl Store {
             .arg(if c.revealed { "1" } else { "" })
             .arg(&c.access)
             .arg(if c.sold_out { "1" } else { "" })
-            .arg(shards);
+            .arg(shards)
+            .arg(&c.reg_closes_ms);
         let v: Value = self
             .with(|mut c| async move { inv.invoke_async(&mut c).await })
             .await?;

@@ -66,7 +66,7 @@ elseif holder == ARGV[1] then
 else
   return {'follower'}
 end
-local c = redis.call('HMGET', KEYS[1], 'mode', 'admit_per_minute', 'max_active', 'claim_deadline_ms', 'auto_rate', 'sale_start_ms', 'sn_arrivals', 'sn_state', 'revealed', 'access', 'stamp')
+local c = redis.call('HMGET', KEYS[1], 'mode', 'admit_per_minute', 'max_active', 'claim_deadline_ms', 'auto_rate', 'sale_start_ms', 'sn_arrivals', 'sn_state', 'revealed', 'access', 'stamp', 'reg_closes_ms')
 -- A split queue (ARGV[6]): this script keeps the lease and the bucket and decides how many
 -- to admit; the gateway then pops them from the sub-queues in score order (shards.rs).
 -- ARGV[7], [8]: the other sub-queues' admitted and waiting counts as of their last tick.
@@ -125,7 +125,7 @@ if split then
   local seq = redis.call('HINCRBY', KEYS[10], 'tick_seq', 1)
   return {'leader', 0, ngone, ndone, qlen, redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[4]) + others_used,
     math.floor(rate), '', n, seq, c[4], mode, c[6] or '0', c[3] or '0', c[9] or '', c[10] or 'open',
-    c[11] or '0', redis.call('EXISTS', KEYS[8])}
+    c[11] or '0', redis.call('EXISTS', KEYS[8]), c[12] or ''}
 end
 if n > 0 then
   admitted = admit(redis.call('ZPOPMIN', KEYS[2], n), KEYS[3], KEYS[9], KEYS[10], KEYS[11],

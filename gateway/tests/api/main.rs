@@ -28,6 +28,7 @@ mod safety_net;
 mod schedule;
 mod slots;
 mod split_queue;
+mod split_registered;
 mod startup_config;
 mod status_memory;
 mod stepper;

@@ -45,13 +45,13 @@ pub async fn upload(
     .unwrap()
 }
 
-async fn upload_ok(app: &TestApp, event: &str, mode: &str, body: String) -> Value {
+pub async fn upload_ok(app: &TestApp, event: &str, mode: &str, body: String) -> Value {
     let r = upload(&app.http, &app.admin_url(""), event, mode, body).await;
     assert_eq!(r.status(), StatusCode::OK, "{}", r.text().await.unwrap());
     json(r).await
 }
 
-async fn count(app: &TestApp, event: &str, account: Option<&str>) -> Value {
+pub async fn count(app: &TestApp, event: &str, account: Option<&str>) -> Value {
     let q = account.map_or(String::new(), |a| format!("?account={a}"));
     let r = app
         .http
@@ -87,7 +87,7 @@ async fn queued(app: &TestApp, event: &str) -> (u64, u64) {
     (q, p)
 }
 
-fn ids(range: std::ops::Range<usize>, prefix: &str) -> String {
+pub fn ids(range: std::ops::Range<usize>, prefix: &str) -> String {
     range.map(|i| format!("{prefix}-{i:07}\n")).collect()
 }
 
@@ -367,7 +367,7 @@ async fn an_unregistered_join_is_refused_and_leaves_no_trace() {
     assert_eq!(queued(&app, "nr").await, (1, 1));
 }
 
-async fn register(app: &TestApp, event: &str, token: &str) -> reqwest::Response {
+pub async fn register(app: &TestApp, event: &str, token: &str) -> reqwest::Response {
     app.http
         .post(app.url(&format!("/queue/{event}/register")))
         .bearer_auth(token)
