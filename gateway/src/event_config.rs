@@ -313,14 +313,6 @@ impl EventConfigInput {
                 "queue_shards",
                 format!("must be between 1 and {MAX_QUEUE_SHARDS}"),
             );
-        } else if self.queue_shards > 1 && self.mode == Mode::SafetyNet {
-            // The safety net decides a join from event-wide counts inside the join script
-            // (the last minute's arrivals, the backlog), which no one sub-queue holds. A
-            // registered room's list splits by account with the places (registrations.rs).
-            bad(
-                "queue_shards",
-                "a split queue cannot run mode safety_net; use 1".into(),
-            );
         }
         if !errs.is_empty() {
             return Err(errs);

@@ -20,7 +20,8 @@ local sec = tonumber(t[1])
 local usec = tonumber(t[2])
 local now_ms = sec * 1000 + math.floor(usec / 1000)
 local now_str = string.format('%d', now_ms)
-local cfg = redis.call('HMGET', KEYS[1], 'mode', 'sale_start_ms', 'revealed', 'sn_arrivals', 'max_active', 'sn_state', 'access')
+local cfg = redis.call('HMGET', KEYS[1], 'mode', 'sale_start_ms', 'revealed', 'sn_arrivals', 'max_active', 'sn_state', 'access',
+  'sn_arr_cap', 'sn_slots', 'sn_others_waiting', 'sn_stamp', 'stamp')
 local mode = cfg[1]
 if not mode then return {'unknown'} end
 local place = redis.call('HGET', KEYS[3], ARGV[1])
@@ -94,10 +95,22 @@ if mode == 'safety_net' and kind == 'fifo' and restored == 0 then
   local arrivals = 0
   for i = 0, 5 do arrivals = arrivals + (tonumber(redis.call('HGET', KEYS[7], 'arr:' .. (b - i))) or 0) end
   local maxa = tonumber(cfg[5]) or 0
-  pass = arrivals <= (tonumber(cfg[4]) or 0) and redis.call('ZCARD', KEYS[2]) == 0
-    and (maxa == 0 or redis.call('ZCARD', KEYS[4]) + redis.call('ZCARD', KEYS[6]) < maxa)
-  local state = pass and 'pass' or 'queueing'
-  if cfg[6] ~= state then redis.call('HSET', KEYS[1], 'sn_state', state) end
+  local used = redis.call('ZCARD', KEYS[4]) + redis.call('ZCARD', KEYS[6])
+  if ARGV[9] == '1' then
+    -- A split queue: this sub-queue's budgets from the leader's last tick (shards.rs): its
+    -- cap on the minute's arrivals, the max_active slots granted to it (a pass spends one),
+    -- and whether another sub-queue has a backlog. Budgets of an older config (`sn_stamp`)
+    -- or none yet queue.
+    pass = cfg[11] ~= false and cfg[11] == cfg[12] and tonumber(cfg[10]) == 0
+      and arrivals <= (tonumber(cfg[8]) or -1) and redis.call('ZCARD', KEYS[2]) == 0
+      and (maxa == 0 or (tonumber(cfg[9]) or 0) >= 1)
+    if pass and maxa > 0 then redis.call('HINCRBY', KEYS[1], 'sn_slots', -1) end
+  else
+    pass = arrivals <= (tonumber(cfg[4]) or 0) and redis.call('ZCARD', KEYS[2]) == 0
+      and (maxa == 0 or used < maxa)
+    local state = pass and 'pass' or 'queueing'
+    if cfg[6] ~= state then redis.call('HSET', KEYS[1], 'sn_state', state) end
+  end
 end
 place = session .. '|' .. score .. '|' .. joined .. '|' .. kind
 if mode == 'passthrough' or pass then place = place .. '|' .. now_str end

@@ -90,8 +90,15 @@ if tonumber(ARGV[2]) > 0 then
   for i = 1, #head, 2 do redis.call('ZREM', KEYS[2], head[i]) end
   admitted = admit(head, KEYS[3], KEYS[6], KEYS[7], KEYS[8], now + tonumber(ARGV[4]), ARGV[5])
 end
+-- The last minute's safety-net arrivals (the join's 10-second buckets), for the budgets.
+local b = math.floor(now / 10000)
+local arrivals = 0
+for i = 0, 5 do arrivals = arrivals + (tonumber(redis.call('HGET', KEYS[7], 'arr:' .. (b - i))) or 0) end
+-- Admitted fans and the safety-net slots granted here and not yet spent, read together: a
+-- pass moves one from the second to the first, so their sum only grows by admissions.
 return {'ok', admitted, ngone, ndone, redis.call('ZCARD', KEYS[2]),
-  redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[4])}
+  redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[4]), arrivals,
+  tonumber(redis.call('HGET', KEYS[1], 'sn_slots')) or 0}
 "#
 );
 
@@ -105,6 +112,8 @@ pub(super) struct HomeTick {
     pub(super) seq: String,
     pub(super) claim_deadline_ms: String,
     pub(super) copy: ConfigCopy,
+    /// The safety net's arrivals threshold (per minute, the whole event).
+    pub(super) sn_arrivals: u64,
 }
 
 /// The part of the home's config a join reads, as copied to the other sub-queues.
@@ -145,7 +154,78 @@ struct ShardTicked {
     expired_active: u64,
     waiting: u64,
     used: u64,
+    /// Safety-net arrivals in the last minute.
+    arrivals: u64,
+    /// Safety-net `max_active` slots granted to this sub-queue's joins, not yet spent.
+    slots: u64,
 }
+
+/// A sub-queue's safety-net budgets until the next tick (JOIN_LUA reads them): it lets a
+/// join through while its own minute's arrivals stay within `arrivals_cap`, it has a
+/// `max_active` slot left (`grant` more are added to what it holds), and no other sub-queue
+/// has a backlog.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Budget {
+    arrivals_cap: u64,
+    /// Slots added to the sub-queue's unspent ones; `None`: it gives back all it holds.
+    grant: Option<u64>,
+    others_waiting: u64,
+}
+
+/// Splits what is left of the event's safety-net thresholds over its sub-queues, from the
+/// counts of one round of sub-queue ticks, and says whether the net lets joins through at
+/// all (the whole event calm: no backlog, arrivals within the threshold, room under
+/// `max_active`).
+///
+/// `max_active` is exact: slots are granted, never assumed. Each sub-queue's admitted fans
+/// plus its unspent slots were read together, a pass only moves one from the second to the
+/// first, and only the slots no one holds are granted, so admitted fans and granted slots
+/// never add up to more than `max_active` however joins race on the sub-queues (the leader's
+/// admissions count the granted slots too). When the event is not calm every sub-queue gives
+/// its slots back, so the ticker can use them for the backlog. The arrivals cap is a share of
+/// what is left of the minute's threshold on top of each sub-queue's own count (exact up to
+/// the joins racing the few milliseconds between a sub-queue's count and its new cap).
+fn budgets(counts: &[ShardTicked], threshold: u64, max_active: u64) -> (Vec<Budget>, bool) {
+    let arrivals: u64 = counts.iter().map(|c| c.arrivals).sum();
+    let waiting: u64 = counts.iter().map(|c| c.waiting).sum();
+    let used: u64 = counts.iter().map(|c| c.used).sum();
+    let held: u64 = counts.iter().map(|c| c.used + c.slots).sum();
+    let calm = waiting == 0 && arrivals <= threshold && (max_active == 0 || used < max_active);
+    let n = counts.len().max(1) as u64;
+    let share = |left: u64, k: u64| left / n + u64::from(k < left % n);
+    let arr_left = if calm {
+        threshold.saturating_sub(arrivals)
+    } else {
+        0
+    };
+    let free = max_active.saturating_sub(held);
+    let b = (0u64..)
+        .zip(counts)
+        .map(|(k, c)| Budget {
+            arrivals_cap: c.arrivals + share(arr_left, k),
+            grant: calm.then(|| share(free, k)),
+            others_waiting: waiting - c.waiting,
+        })
+        .collect();
+    (b, calm)
+}
+
+/// Writes one sub-queue's safety-net budgets. KEYS: cfg. ARGV: arrivals cap, others
+/// waiting, config stamp, slots to grant ('' = give back all), state ('' = not the home).
+/// Slots granted under an older config are dropped, not added to: no join has spent one
+/// since that config changed (the stamp differs).
+const BUDGET_LUA: &str = r#"
+if ARGV[4] == '' or redis.call('HGET', KEYS[1], 'sn_stamp') ~= ARGV[3] then
+  redis.call('HSET', KEYS[1], 'sn_slots', ARGV[4] == '' and '0' or ARGV[4])
+else
+  redis.call('HINCRBY', KEYS[1], 'sn_slots', ARGV[4])
+end
+redis.call('HSET', KEYS[1], 'sn_arr_cap', ARGV[1], 'sn_others_waiting', ARGV[2], 'sn_stamp', ARGV[3])
+if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'sn_state', ARGV[5]) end
+return 1
+"#;
+
+static BUDGET: LazyLock<Script> = LazyLock::new(|| Script::new(BUDGET_LUA));
 
 impl Store {
     /// `fg:{event}:suffix` for sub-queue 0, `fg:{event:k}:suffix` for sub-queue `k`.
@@ -278,6 +358,8 @@ impl Store {
                 expired_active: n(3),
                 waiting: n(4),
                 used: n(5),
+                arrivals: n(6),
+                slots: n(7),
             }),
             "stale" => None,
             _ => return Err(StoreError::Protocol("unknown sub-queue tick reply")),
@@ -361,6 +443,7 @@ impl Store {
         };
         let mut others = OtherShards::default();
         let mut sum = ShardTicked::default();
+        let mut each = Vec::with_capacity(shards as usize);
         for k in 0..shards {
             let (pops, cut) = &cuts[k as usize];
             let Some(t) = self
@@ -379,16 +462,35 @@ impl Store {
             sum.expired_active += t.expired_active;
             sum.waiting += t.waiting;
             sum.used += t.used;
+            each.push(t);
         }
+        let queueing = if home.copy.mode == "safety_net" {
+            let max_active = home.copy.max_active.parse().unwrap_or(0);
+            let (b, calm) = budgets(&each, home.sn_arrivals, max_active);
+            self.write_budgets(event, &b, &home.copy.stamp, calm)
+                .await?;
+            // The next home tick counts the other sub-queues' slots as taken.
+            others.used = each
+                .iter()
+                .zip(&b)
+                .skip(1)
+                .map(|(t, b)| t.used + t.slots + b.grant.unwrap_or(0))
+                .sum();
+            Some(!calm)
+        } else {
+            None
+        };
         if let TickOutcome::Leader {
             admitted,
             expired_unclaimed,
             expired_active,
             queue_len,
             active,
+            safety_net_queueing,
             ..
         } = &mut outcome
         {
+            *safety_net_queueing = queueing;
             *admitted = sum.admitted;
             *expired_unclaimed += sum.expired_unclaimed;
             *expired_active += sum.expired_active;
@@ -396,6 +498,33 @@ impl Store {
             *active = sum.used;
         }
         Ok((outcome, others))
+    }
+
+    /// Hands each sub-queue its safety-net budgets, stamped with the config they were
+    /// computed under, and records the event's state on the home.
+    async fn write_budgets(
+        &self,
+        event: &str,
+        budgets: &[Budget],
+        stamp: &str,
+        calm: bool,
+    ) -> Result<(), StoreError> {
+        for (k, b) in (0u32..).zip(budgets) {
+            let mut inv = BUDGET.prepare_invoke();
+            inv.key(self.shard_key(event, k, "cfg"))
+                .arg(b.arrivals_cap)
+                .arg(b.others_waiting)
+                .arg(stamp)
+                .arg(b.grant.map(|g| g.to_string()).unwrap_or_default())
+                .arg(match (k, calm) {
+                    (0, true) => "pass",
+                    (0, false) => "queueing",
+                    _ => "",
+                });
+            self.with(|mut c| async move { inv.invoke_async::<i64>(&mut c).await })
+                .await?;
+        }
+        Ok(())
     }
 }
 
@@ -442,6 +571,58 @@ mod tests {
         for n in per {
             assert!((9_700..=10_300).contains(&n), "{per:?}");
         }
+    }
+
+    #[test]
+    fn safety_net_budgets_grant_only_free_slots_and_share_the_arrivals_left() {
+        let t = |arrivals, waiting, used, slots| ShardTicked {
+            arrivals,
+            waiting,
+            used,
+            slots,
+            ..ShardTicked::default()
+        };
+        // Calm: 35 arrivals left (12/12/11 on top of each count); 100 − (3+7 + 4+1 + 0) = 85
+        // slots free, granted 29/28/28 on top of what each holds.
+        let (b, calm) = budgets(&[t(10, 0, 3, 7), t(5, 0, 4, 1), t(0, 0, 0, 0)], 50, 100);
+        assert!(calm);
+        let got: Vec<(u64, Option<u64>, u64)> = b
+            .iter()
+            .map(|b| (b.arrivals_cap, b.grant, b.others_waiting))
+            .collect();
+        assert_eq!(
+            got,
+            vec![(22, Some(29), 0), (17, Some(28), 0), (11, Some(28), 0)]
+        );
+        assert_eq!(b.iter().map(|b| b.arrivals_cap).sum::<u64>(), 50);
+        // Admitted + held + granted is exactly max_active.
+        assert_eq!(
+            3 + 7 + 4 + 1 + b.iter().filter_map(|b| b.grant).sum::<u64>(),
+            100
+        );
+        // A backlog on sub-queue 1: not calm, every slot given back, no arrivals room, and
+        // the others see the backlog.
+        let (b, calm) = budgets(&[t(10, 0, 3, 7), t(5, 2, 4, 1), t(0, 0, 0, 0)], 50, 100);
+        assert!(!calm);
+        assert!(b.iter().all(|b| b.grant.is_none()));
+        assert_eq!(
+            b.iter()
+                .map(|b| (b.arrivals_cap, b.others_waiting))
+                .collect::<Vec<_>>(),
+            vec![(10, 2), (5, 0), (0, 2)]
+        );
+        // Over the arrivals threshold: each cap is its own count (the next join is over it).
+        let (b, calm) = budgets(&[t(30, 0, 0, 0), t(30, 0, 0, 0)], 50, 0);
+        assert_eq!(
+            (b[0].arrivals_cap, b[1].arrivals_cap, calm),
+            (30, 30, false)
+        );
+        // Every slot held or spent: calm while someone still holds one, nothing more granted.
+        let (b, calm) = budgets(&[t(0, 0, 60, 10), t(0, 0, 30, 0)], 1000, 100);
+        assert!(calm);
+        assert_eq!((b[0].grant, b[1].grant), (Some(0), Some(0)));
+        let (_, calm) = budgets(&[t(0, 0, 60, 0), t(0, 0, 40, 0)], 1000, 100);
+        assert!(!calm, "max_active reached");
     }
 
     #[test]

@@ -66,7 +66,7 @@ elseif holder == ARGV[1] then
 else
   return {'follower'}
 end
-local c = redis.call('HMGET', KEYS[1], 'mode', 'admit_per_minute', 'max_active', 'claim_deadline_ms', 'auto_rate', 'sale_start_ms', 'sn_arrivals', 'sn_state', 'revealed', 'access', 'stamp', 'reg_closes_ms')
+local c = redis.call('HMGET', KEYS[1], 'mode', 'admit_per_minute', 'max_active', 'claim_deadline_ms', 'auto_rate', 'sale_start_ms', 'sn_arrivals', 'sn_state', 'revealed', 'access', 'stamp', 'reg_closes_ms', 'sn_slots')
 -- A split queue (ARGV[6]): this script keeps the lease and the bucket and decides how many
 -- to admit; the gateway then pops them from the sub-queues in score order (shards.rs).
 -- ARGV[7], [8]: the other sub-queues' admitted and waiting counts as of their last tick.
@@ -107,7 +107,10 @@ elseif (mode == 'queue' or mode == 'safety_net') and now >= (tonumber(c[6]) or 0
   n = math.floor(tokens)
   local maxa = tonumber(c[3])
   if maxa > 0 then
-    local used = redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[4]) + others_used
+    -- A split safety net also counts the slots granted to the home's joins (shards.rs;
+    -- `others_used` has the other sub-queues' grants).
+    local granted = (split and mode == 'safety_net' and (tonumber(c[13]) or 0)) or 0
+    local used = redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[4]) + others_used + granted
     n = math.max(0, math.min(n, maxa - used))
   end
   n = math.min(n, qlen)
@@ -125,7 +128,7 @@ if split then
   local seq = redis.call('HINCRBY', KEYS[10], 'tick_seq', 1)
   return {'leader', 0, ngone, ndone, qlen, redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[4]) + others_used,
     math.floor(rate), '', n, seq, c[4], mode, c[6] or '0', c[3] or '0', c[9] or '', c[10] or 'open',
-    c[11] or '0', redis.call('EXISTS', KEYS[8]), c[12] or ''}
+    c[11] or '0', redis.call('EXISTS', KEYS[8]), c[12] or '', c[7] or '0'}
 end
 if n > 0 then
   admitted = admit(redis.call('ZPOPMIN', KEYS[2], n), KEYS[3], KEYS[9], KEYS[10], KEYS[11],
@@ -230,6 +233,7 @@ impl Store {
             seq: r.int(9).map(|s| s.to_string()).unwrap_or_default(),
             claim_deadline_ms: r.str(10).unwrap_or("0").to_owned(),
             copy: shards::ConfigCopy::from_reply(&r, 11),
+            sn_arrivals: n(19),
         };
         let (mut outcome, new_others) = self
             .tick_shards(event, shards, instance, &home, outcome)

@@ -29,6 +29,7 @@ mod schedule;
 mod slots;
 mod split_queue;
 mod split_registered;
+mod split_safety_net;
 mod startup_config;
 mod status_memory;
 mod stepper;

@@ -15,13 +15,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
-async fn two(prefix: &str, echo: &Echo) -> (GatewayHandle, GatewayHandle) {
+pub async fn two(prefix: &str, echo: &Echo) -> (GatewayHandle, GatewayHandle) {
     let a = start(config(prefix, vec![echo.upstream()])).await;
     let b = start(config(prefix, vec![echo.upstream()])).await;
     (a, b)
 }
 
-async fn put(http: &reqwest::Client, g: &GatewayHandle, event: &str, cfg: Value) {
+pub async fn put(http: &reqwest::Client, g: &GatewayHandle, event: &str, cfg: Value) {
     let r = http
         .put(format!("http://{}/admin/events/{event}/config", g.admin))
         .bearer_auth(ADMIN)
@@ -33,7 +33,7 @@ async fn put(http: &reqwest::Client, g: &GatewayHandle, event: &str, cfg: Value)
 }
 
 /// `n` fans join at once, alternating between the instances; returns (account, answer).
-async fn surge(
+pub async fn surge(
     http: &reqwest::Client,
     gs: [&GatewayHandle; 2],
     event: &str,
@@ -60,7 +60,7 @@ async fn surge(
     .await
 }
 
-async fn card(conn: &mut Conn, key: &str) -> i64 {
+pub async fn card(conn: &mut Conn, key: &str) -> i64 {
     redis::cmd("ZCARD")
         .arg(key)
         .query_async(conn)
@@ -68,7 +68,7 @@ async fn card(conn: &mut Conn, key: &str) -> i64 {
         .unwrap()
 }
 
-async fn state(http: &reqwest::Client, g: &GatewayHandle, event: &str) -> Value {
+pub async fn state(http: &reqwest::Client, g: &GatewayHandle, event: &str) -> Value {
     http.get(format!("http://{}/admin/events/{event}/config", g.admin))
         .bearer_auth(ADMIN)
         .send()

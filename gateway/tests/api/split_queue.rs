@@ -265,12 +265,6 @@ async fn queue_shards_is_checked_and_fixed_when_the_room_is_created() {
         (base(json!(0)), "between 1 and 16"),
         (base(json!(17)), "between 1 and 16"),
         (base(json!(-2)), "between 1 and 16"),
-        (
-            json!({"sale_start": "2020-01-01T00:00:00Z", "admit_per_minute": 600,
-                   "queue_shards": 2, "mode": "safety_net",
-                   "safety_net": {"arrivals_per_minute": 100}}),
-            "safety_net",
-        ),
     ] {
         let r = app.put_config("fixed", bad).await;
         assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
