@@ -745,8 +745,7 @@ def gateway_admin_doc():
             "queue_shards": {"type": "integer", "minimum": 1, "maximum": 16,
                              "description": "sub-queues the event's queue is split over (default 1); fixed "
                                             "when the room is created (`409 QUEUE_SHARDS_FIXED` for another "
-                                            "count); not with mode safety_net (a registered room's "
-                                            "list is split by account with the places)"},
+                                            "count); every mode and access works split"},
         },
         required=("sale_start", "admit_per_minute", "mode"),
     )

@@ -18,6 +18,9 @@
 //! 3. each sub-queue's script pops its share, up to the merge's highest score for it, after
 //!    checking that no later leader has ticked it (`seq`), copies the config and expires
 //!    lapsed admissions.
+//! 4. with mode `safety_net`, the leader hands each sub-queue its budgets for the joins until
+//!    the next tick ([`budgets`]): a cap on its minute's arrivals, `max_active` slots granted
+//!    from those no one holds, and whether another sub-queue has a backlog.
 //!
 //! Admission is therefore in score order across sub-queues as of step 2. A fan who joins a
 //! sub-queue between steps 2 and 3 with a lower score than the cut waits for the next tick;
