@@ -94,9 +94,22 @@ pub struct TickConfig {
 }
 
 impl TickConfig {
-    /// The bucket's cap, as the script computes it.
+    /// One tick's refill.
+    fn refill(&self) -> f64 {
+        self.rate_per_min * self.tick_ms as f64 / 60000.0
+    }
+
+    /// The most one tick admits, as the script computes it: a tick's refill rounded up.
+    pub fn batch(&self) -> u64 {
+        // A valid rate and tick interval make this a small whole number.
+        self.refill().ceil().max(1.0) as u64
+    }
+
+    /// The bucket's cap, as the script computes it: one fan more than a tick's refill, so
+    /// the fraction of a fan a tick leaves is carried, not lost to the cap. It is also the
+    /// most any window of time admits above `rate·W`.
     pub fn burst(&self) -> f64 {
-        (self.rate_per_min * self.tick_ms as f64 / 60000.0).max(1.0)
+        self.refill() + 1.0
     }
 }
 
@@ -143,18 +156,21 @@ pub fn tick(s: &mut AdmissionState, c: &TickConfig, now: i64, qlen: u64) -> Tick
         n = qlen.min(c.passthrough_batch);
         s.tokens = None;
         s.ts = None;
-    } else if c.mode == Mode::Queue && now >= c.sale_start_ms && !s.sold_out {
+    } else if matches!(c.mode, Mode::Queue | Mode::SafetyNet)
+        && now >= c.sale_start_ms
+        && !s.sold_out
+    {
         let mut tokens = s.tokens.unwrap_or(0.0);
         let ts = s.ts.unwrap_or(now);
-        let burst = c.burst();
+        let cap = c.burst();
         if now > ts {
             tokens += (now - ts) as f64 * rate / 60000.0;
         }
-        if tokens > burst {
-            tokens = burst;
+        if tokens > cap {
+            tokens = cap;
         }
-        // `math.floor` of a double that is at most `burst`: fits a u64 for any valid rate.
-        let mut m = tokens.floor().max(0.0) as u64;
+        // `math.floor` of a double that is at most `cap`: fits a u64 for any valid rate.
+        let mut m = (tokens.floor().max(0.0) as u64).min(c.batch());
         if c.max_active > 0 {
             m = m.min(c.max_active.saturating_sub(s.holding()));
         }
@@ -233,6 +249,29 @@ mod tests {
     }
 
     #[test]
+    fn a_full_queue_is_admitted_at_the_configured_rate_whatever_its_batch_fraction() {
+        // 1000/min with 100 ms ticks is 1.67 fans a tick: the bucket must carry the fraction
+        // (it used to be capped at 1.67 and lose it, admitting 1 a tick = 600/min).
+        for tick_ms in [100u64, 250] {
+            for rate in [7.0, 600.0, 900.0, 1000.0, 1500.0, 2500.0, 6000.0, 123_457.0] {
+                let mut c = cfg(rate, 0);
+                c.tick_ms = tick_ms;
+                let mut s = AdmissionState::default();
+                let mut admitted = 0u64;
+                let end = 600_000i64;
+                for t in (0..=end).step_by(tick_ms as usize) {
+                    admitted += tick(&mut s, &c, t, u64::MAX / 2).admit;
+                }
+                let due = rate * end as f64 / 60000.0;
+                assert!(
+                    (admitted as f64 - due).abs() <= c.burst(),
+                    "{rate}/min, {tick_ms} ms ticks: {admitted} admitted in 10 min, {due} due"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn never_more_than_max_active_holding_admissions() {
         let mut rng = SmallRng::seed_from_u64(3);
         let c = cfg(60_000.0, 50);
@@ -267,7 +306,7 @@ mod tests {
             t += 250;
         }
         // The first tick after the start has one tick's refill at most.
-        assert!(tick(&mut s, &c, 60_000, 1_000_000).admit <= c.burst() as u64);
+        assert!(tick(&mut s, &c, 60_000, 1_000_000).admit <= c.batch());
     }
 
     #[test]
@@ -282,9 +321,9 @@ mod tests {
             assert_eq!(tick(&mut s, &c, t, 1_000_000).admit, 0);
         }
         c.mode = Mode::Queue;
-        // Ten minutes paused add nothing: the saved burst plus one tick's refill, capped.
+        // Ten minutes paused add nothing: the saved bucket plus one tick's refill, one batch.
         let n = tick(&mut s, &c, 600_250, 1_000_000).admit;
-        assert_eq!(n, c.burst() as u64);
+        assert_eq!(n, c.batch());
         let n2 = tick(&mut s, &c, 600_500, 1_000_000).admit;
         assert_eq!(n2, 25);
     }

@@ -93,18 +93,23 @@ elseif (mode == 'queue' or mode == 'safety_net') and now >= (tonumber(c[6]) or 0
   local b = redis.call('HMGET', KEYS[6], 'tokens', 'ts')
   local tokens = tonumber(b[1]) or 0
   local ts = tonumber(b[2]) or now
-  local burst = math.max(1, rate * tonumber(ARGV[4]) / 60000)
+  -- At most one batch a tick (a tick's refill, rounded up), so a late tick never catches up;
+  -- and a bucket one fan larger than a tick's refill, so it carries the fraction of a fan a
+  -- tick leaves instead of losing it to the cap (capped at the refill, 900/min with 100 ms
+  -- ticks admitted 600/min, and every tick that came a little early lost its fraction).
+  local refill = rate * tonumber(ARGV[4]) / 60000
+  local batch = math.max(1, math.ceil(refill))
   if now > ts then tokens = tokens + (now - ts) * rate / 60000 end
-  local cap = burst
+  local cap = refill + 1
   if took_over then
     -- A leader that takes the lease over (the previous one crashed: its lease had to lapse
     -- first) admits what was due since the last tick, up to the lease TTL plus one tick, so
-    -- a leader crash does not lower the admit rate over the run. Otherwise a late tick
-    -- never catches up: at most one batch per tick.
-    cap = math.max(burst, rate * math.min(now - ts, tonumber(ARGV[2]) + tonumber(ARGV[4])) / 60000)
+    -- a leader crash does not lower the admit rate over the run.
+    cap = math.max(cap, rate * math.min(now - ts, tonumber(ARGV[2]) + tonumber(ARGV[4])) / 60000)
+    batch = math.floor(cap)
   end
   if tokens > cap then tokens = cap end
-  n = math.floor(tokens)
+  n = math.min(math.floor(tokens), batch)
   local maxa = tonumber(c[3])
   if maxa > 0 then
     -- A split safety net also counts the slots granted to the home's joins (shards.rs;

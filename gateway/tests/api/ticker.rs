@@ -103,6 +103,29 @@ async fn each_tick_admits_exactly_one_batch_at_the_rate() {
 }
 
 #[tokio::test]
+async fn a_rate_that_is_not_a_whole_batch_per_tick_is_admitted_in_full() {
+    let prefix = unique_prefix();
+    let mut s = Stepper::new(&prefix, "solo");
+    // 1500/min with 100 ms ticks: 2.5 fans a tick. The bucket carries the half fan a tick
+    // leaves; capped at 2.5 it lost it and admitted 2 a tick (1200/min, 20 % short).
+    configure(&s.ticker.store, "frac", open(1500, 0, "queue")).await;
+    join(&s.ticker.store, "frac", "f", 200).await;
+    s.watch("frac").await;
+    assert_eq!(s.lead("frac").await.admitted, 0);
+    // Ticks at least 100 ms apart each add at least 2.5; a tick admits at most one batch of
+    // 3, so a late one does not catch up. 20 ticks: at least 49 (20 × 2.5, less the half a
+    // fan the bucket may still carry), at most 60.
+    let mut per_tick = Vec::new();
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        per_tick.push(s.lead("frac").await.admitted);
+    }
+    let total: u64 = per_tick.iter().sum();
+    assert!(per_tick.iter().all(|&n| n <= 3), "{per_tick:?}");
+    assert!((49..=60).contains(&total), "{total} admitted: {per_tick:?}");
+}
+
+#[tokio::test]
 async fn max_active_holds_however_many_tokens_the_bucket_has() {
     let prefix = unique_prefix();
     let mut s = Stepper::new(&prefix, "capped");
