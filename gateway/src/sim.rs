@@ -15,6 +15,7 @@ pub mod arrivals;
 pub mod buyers;
 pub mod costs;
 pub mod engine;
+pub mod net;
 pub mod polls;
 pub mod report;
 pub mod svg;
@@ -35,10 +36,6 @@ pub fn parse_room(
 ) -> Result<EventConfig, String> {
     let input: EventConfigInput =
         serde_json::from_str(json).map_err(|e| format!("room config is not valid: {e}"))?;
-    // The simulator's join model has no safety net (yet): say so rather than admit nobody.
-    if input.mode == crate::event_config::Mode::SafetyNet {
-        return Err("room config refused: the simulator does not model mode safety_net".into());
-    }
     input
         .validate(default_ttl_s, default_claim_s)
         .map_err(|errs| {

@@ -39,9 +39,12 @@ struct Args {
     /// Without --room: cap on fans holding an admission (0 = none).
     #[arg(long, default_value_t = 0, conflicts_with = "room")]
     max_active: i64,
-    /// Without --room: queue | paused | passthrough | closed.
+    /// Without --room: queue | paused | passthrough | closed | safety_net.
     #[arg(long, default_value = "queue", conflicts_with = "room")]
     mode: String,
+    /// Without --room, with --mode safety_net: the net's arrivals per minute.
+    #[arg(long, conflicts_with = "room")]
+    safety_net_arrivals_per_minute: Option<i64>,
     /// Without --room: claim deadline (default: the gateway's default_claim_deadline_s).
     #[arg(long, conflicts_with = "room")]
     claim_deadline_s: Option<i64>,
@@ -182,6 +185,8 @@ fn input(a: &Args) -> anyhow::Result<SimInput> {
             "mode": a.mode,
             "claim_deadline_s": a.claim_deadline_s,
             "token_ttl_s": a.token_ttl_s,
+            "safety_net": a.safety_net_arrivals_per_minute
+                .map(|n| serde_json::json!({"arrivals_per_minute": n})),
         })
         .to_string(),
     };
@@ -274,7 +279,8 @@ fn violations(s: &sim::Summary) -> Vec<String> {
     if c.min_wait_s.is_some_and(|w| w < 0.0) {
         v.push("a negative wait".into());
     }
-    let can_sell = s.room["mode"] == "queue" || s.room["mode"] == "passthrough";
+    let can_sell =
+        ["queue", "passthrough", "safety_net"].contains(&s.room["mode"].as_str().unwrap_or(""));
     if can_sell
         && s.checks.seats > 0
         && s.checks.demand_seats > s.checks.seats

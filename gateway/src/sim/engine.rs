@@ -5,6 +5,7 @@
 
 use super::arrivals::Curve;
 use super::buyers::{BuyerParams, BuyerTotals, Buyers, Inventory};
+use super::net::SafetyNet;
 use super::polls::PollModel;
 use super::tick::{AdmissionState, TickConfig, tick};
 use super::timeline::Timeline;
@@ -72,6 +73,8 @@ pub struct SimOutput {
     pub invariants: Invariants,
     pub arrived: u64,
     pub refused: u64,
+    /// Let straight through by the safety net at the join.
+    pub passed: u64,
     pub queued: u64,
     pub sold_out_at_ms: Option<i64>,
     pub sold_out_flag_ms: Option<i64>,
@@ -97,7 +100,15 @@ pub fn simulate(input: &SimInput) -> SimOutput {
     };
     let tick_ms = input.tick_ms.max(1) as i64;
     let start = input.sale_start_ms.min(0);
-    let polls = PollModel::new(rate, room.claim_deadline_s, room.mode == Mode::Queue);
+    // Rate-limited admission by the tick: queue mode, and the safety net's backlog.
+    let ticked = matches!(room.mode, Mode::Queue | Mode::SafetyNet);
+    let polls = PollModel::new(rate, room.claim_deadline_s, ticked);
+    let mut net = room.safety_net.as_ref().map(|n| {
+        SafetyNet::new(
+            u64::try_from(n.arrivals_per_minute).unwrap_or(0),
+            room.max_active,
+        )
+    });
     let mut w = WaitingRoom::new(polls, start, tick_ms);
     let mut tl = Timeline::new(start);
     let mut s = AdmissionState::default();
@@ -115,6 +126,7 @@ pub fn simulate(input: &SimInput) -> SimOutput {
 
     let (mut sec, mut idx) = (0usize, 0u64);
     let (mut arrived, mut refused, mut queued, mut told) = (0u64, 0u64, 0u64, 0u64);
+    let mut passed = 0u64;
     let mut flag_at: Option<i64> = None;
     let mut t = start;
     let mut k = 0i64;
@@ -166,8 +178,18 @@ pub fn simulate(input: &SimInput) -> SimOutput {
             if room.mode == Mode::Closed || flagged(a) {
                 row.refused += 1;
                 refused += 1;
-            } else if room.mode == Mode::Passthrough {
-                // JOIN_LUA admits at once; the fan's next poll (straight away) claims.
+            } else if room.mode == Mode::Passthrough
+                || (room.mode == Mode::SafetyNet
+                    && a >= input.sale_start_ms
+                    && net
+                        .as_mut()
+                        .is_some_and(|n| n.arrive(a, w.len(), s.holding())))
+            {
+                // JOIN_LUA admits at once (passthrough, or the safety net while calm); the
+                // fan's next poll (straight away) claims.
+                if room.mode == Mode::SafetyNet {
+                    passed += 1;
+                }
                 row.admitted += 1;
                 if let Some(id) = buyers.admit(a, false, &mut rng) {
                     s.active.add(id, a + room.token_ttl_s as i64 * 1000);
@@ -199,7 +221,7 @@ pub fn simulate(input: &SimInput) -> SimOutput {
             inv.admitted_before_sale_start += o.admit;
         }
         cum += o.admit;
-        if room.mode == Mode::Queue {
+        if ticked {
             let right = cum as f64 - per_ms * t as f64;
             if min_left.is_finite() {
                 inv.max_window_excess = inv.max_window_excess.max(right - min_left);
@@ -227,9 +249,9 @@ pub fn simulate(input: &SimInput) -> SimOutput {
         k += 1;
     }
     inv.admission_within_rate = inv.max_window_excess <= inv.burst + 1e-6;
-    // Passthrough admits at the join without the cap, as JOIN_LUA does.
-    inv.within_max_active =
-        room.max_active == 0 || room.mode != Mode::Queue || inv.peak_holding <= room.max_active;
+    // Passthrough admits at the join without the cap, as JOIN_LUA does; the safety net's
+    // passes count it.
+    inv.within_max_active = room.max_active == 0 || !ticked || inv.peak_holding <= room.max_active;
     inv.min_wait_s = buyers
         .waits_s
         .iter()
@@ -244,6 +266,7 @@ pub fn simulate(input: &SimInput) -> SimOutput {
         invariants: inv,
         arrived,
         refused,
+        passed,
         queued,
         sold_out_at_ms: buyers.sold_out_at_ms,
         sold_out_flag_ms: flag_at,

@@ -52,6 +52,8 @@ impl Quantiles {
 pub struct Fans {
     pub arrived: u64,
     pub refused_at_join: u64,
+    /// Let straight through by the safety net (mode `safety_net`), never queued.
+    pub passed_at_join: u64,
     pub queued: u64,
     #[serde(flatten)]
     pub buyers: BuyerTotals,
@@ -139,6 +141,7 @@ pub fn summarize(input: &SimInput, out: &mut SimOutput, sizing: Sizing) -> Summa
         fans: Fans {
             arrived: out.arrived,
             refused_at_join: out.refused,
+            passed_at_join: out.passed,
             queued: out.queued,
             buyers: out.buyers.clone(),
             told_sold_out_in_queue: out.told_sold_out,
@@ -187,9 +190,10 @@ pub fn text(s: &Summary) -> String {
     );
     let _ = writeln!(
         o,
-        "  fans: {} arrived, {} refused at the join, {} admitted, {} claimed; {} told sold out in the queue, {} still waiting at the end",
+        "  fans: {} arrived, {} refused at the join, {} passed straight through by the safety net, {} admitted, {} claimed; {} told sold out in the queue, {} still waiting at the end",
         f.arrived,
         f.refused_at_join,
+        f.passed_at_join,
         f.buyers.admitted,
         f.buyers.claimed,
         f.told_sold_out_in_queue,

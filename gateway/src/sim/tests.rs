@@ -181,3 +181,75 @@ pub(super) fn surge_buyers(seats: u64, vanish: f64) -> BuyerParams {
         max_session_s: 1800,
     }
 }
+
+const NET_ROOM: &str = r#"{"sale_start":"2027-01-10T10:00:00Z","admit_per_minute":600,
+    "mode":"safety_net","safety_net":{"arrivals_per_minute":300}}"#;
+
+#[test]
+fn a_calm_room_under_the_safety_net_lets_everyone_straight_through() {
+    let (s, tl) = run(&input("flat:rate=4,duration=120", NET_ROOM, 0), &costs());
+    // 240 arrivals a minute against a threshold of 300: nobody queues.
+    assert_eq!(s.fans.arrived, 480);
+    assert_eq!((s.fans.passed_at_join, s.fans.queued), (480, 0));
+    assert!(tl.rows.iter().all(|r| r.queue_length == 0));
+    assert_eq!(s.fans.buyers.admitted, 480);
+}
+
+#[test]
+fn a_surge_through_the_safety_net_queues_drains_at_the_rate_and_passes_again() {
+    // 20 s at 5/s, a 10 s spike at 100/s, then 150 s at 1/s.
+    let mut i = input("flat:rate=1,duration=1", NET_ROOM, 0);
+    i.curve = super::arrivals::Curve {
+        per_second: [vec![5; 20], vec![100; 10], vec![1; 150]].concat(),
+        name: "spike".into(),
+        sale_start_s: -60.0,
+    };
+    let (s, tl) = run(&i, &costs());
+    let c = &s.checks.invariants;
+    assert!(c.admission_within_rate && c.within_max_active, "{c:?}");
+    // The first 100, then 200 of the spike (300 in the minute), pass; the rest of the spike
+    // queues, and so does everyone behind the backlog.
+    let row = |t: i64| tl.rows.iter().find(|r| r.t == t).unwrap();
+    let spike_queued: u64 = (20..30).map(|t| row(t).joins).sum::<u64>() - 200;
+    assert!(s.fans.queued >= spike_queued, "{} queued", s.fans.queued);
+    // The backlog drains at the admit rate (10/s, one tick's burst at most above it) ...
+    assert!(row(60).queue_length > 0);
+    let drained = tl
+        .rows
+        .iter()
+        .find(|r| r.t > 30 && r.queue_length == 0)
+        .map(|r| r.t)
+        .unwrap();
+    assert!(
+        (105..=115).contains(&drained),
+        "drained at {drained} s (from 22 s, 800 + 1/s drained at 10/s: 110 s)"
+    );
+    // ... and then the net is calm again: the last minute's fans all pass at the join.
+    let late: Vec<&super::timeline::Second> =
+        tl.rows.iter().filter(|r| r.t >= 150 && r.t < 180).collect();
+    assert!(late.iter().all(|r| r.queue_length == 0));
+    assert_eq!(
+        late.iter().map(|r| r.admitted).sum::<u64>(),
+        late.iter().map(|r| r.joins).sum::<u64>()
+    );
+    assert_eq!(
+        s.fans.passed_at_join + s.fans.queued + s.fans.refused_at_join,
+        s.fans.arrived
+    );
+    assert!(
+        s.fans.passed_at_join >= 300 + 30,
+        "{}",
+        s.fans.passed_at_join
+    );
+}
+
+#[test]
+fn the_safety_net_never_passes_more_than_max_active() {
+    let room = r#"{"sale_start":"2027-01-10T10:00:00Z","admit_per_minute":600,"max_active":50,
+        "mode":"safety_net","safety_net":{"arrivals_per_minute":100000}}"#;
+    let (s, _) = run(&input("flat:rate=20,duration=30", room, 6000), &costs());
+    let c = &s.checks.invariants;
+    assert!(c.within_max_active && c.peak_holding <= 50, "{c:?}");
+    assert!(s.fans.passed_at_join >= 50, "{}", s.fans.passed_at_join);
+    assert!(s.fans.queued > 0);
+}
