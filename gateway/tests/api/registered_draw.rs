@@ -25,6 +25,33 @@ async fn join_all_fans(
     join_all(joins).await
 }
 
+/// `GET /queue/{event}/draw`: the committed seed hash, and the seed once revealed.
+pub async fn draw(app: &TestApp, event: &str) -> Value {
+    let r = app
+        .http
+        .get(app.url(&format!("/queue/{event}/draw")))
+        .send()
+        .await
+        .unwrap();
+    json(r).await
+}
+
+/// Waits until the draw's seed is revealed (Redis time past the sale start).
+pub async fn wait_revealed(app: &TestApp, event: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let v = draw(app, event).await;
+        if v["revealed"] == true {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the seed was never revealed: {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 #[tokio::test]
 async fn every_registered_fan_is_drawn_by_the_revealed_seed_and_admitted_in_that_order() {
     let echo = Echo::start().await;
@@ -75,13 +102,7 @@ async fn every_registered_fan_is_drawn_by_the_revealed_seed_and_admitted_in_that
     // Two thirds join before the sale start, on both instances at once.
     let mut answers: HashMap<String, Value> = HashMap::new();
     let early = join_all_fans(&urls, &app.http, &tokens[..200]).await;
-    let draw = app
-        .http
-        .get(app.url("/queue/rd/draw"))
-        .send()
-        .await
-        .unwrap();
-    let committed: Value = json(draw).await;
+    let committed = draw(&app, "rd").await;
     assert_eq!(committed["revealed"], false);
     for (a, r) in early {
         assert_eq!(r.status(), StatusCode::CREATED, "{a}");
@@ -91,25 +112,7 @@ async fn every_registered_fan_is_drawn_by_the_revealed_seed_and_admitted_in_that
     let r = app.put_config("rd", room(sale_start, "paused")).await;
     assert_eq!(r.status(), StatusCode::OK);
     // Wait for the reveal (Redis time past the sale start), then the last third joins late.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let revealed = loop {
-        let v: Value = json(
-            app.http
-                .get(app.url("/queue/rd/draw"))
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await;
-        if v["revealed"] == true {
-            break v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the seed was never revealed: {v}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let revealed = wait_revealed(&app, "rd").await;
     assert_eq!(revealed["seed_hash"], committed["seed_hash"]);
     assert_eq!(revealed["access"], "registered");
     for (a, r) in join_all_fans(&urls, &app.http, &tokens[200..]).await {

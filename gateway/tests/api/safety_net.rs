@@ -68,6 +68,22 @@ pub async fn card(conn: &mut Conn, key: &str) -> i64 {
         .unwrap()
 }
 
+/// Waits until one of the instances (the leader) sets `fg_safety_net_queueing` to 1.
+pub async fn leader_reports_queueing(http: &reqwest::Client, gs: [&GatewayHandle; 2]) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut any = false;
+        for g in gs {
+            any |= metric(http, &g.admin.to_string(), "fg_safety_net_queueing").await == Some(1);
+        }
+        if any {
+            return;
+        }
+        assert!(Instant::now() < deadline, "no instance reports queueing");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 pub async fn state(http: &reqwest::Client, g: &GatewayHandle, event: &str) -> Value {
     http.get(format!("http://{}/admin/events/{event}/config", g.admin))
         .bearer_auth(ADMIN)
@@ -118,16 +134,7 @@ async fn a_surge_over_the_arrivals_threshold_queues_on_every_instance() {
         assert_eq!(state(&http, g, "sn").await, "queueing");
     }
     // The leader's metric says so too.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let qa = metric(&http, &a.admin.to_string(), "fg_safety_net_queueing").await;
-        let qb = metric(&http, &b.admin.to_string(), "fg_safety_net_queueing").await;
-        if qa == Some(1) || qb == Some(1) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "no instance reports queueing");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    leader_reports_queueing(&http, [&a, &b]).await;
     stop(a).await;
     stop(b).await;
 }

@@ -6,6 +6,7 @@
 
 use crate::helpers::*;
 use crate::registered::{count, ids, register, rfc3339, upload_ok};
+use crate::registered_draw::{draw, wait_revealed};
 use crate::split_queue::{admitted, shard_key, waiting};
 use futures::StreamExt;
 use gateway::draw::{presale_score, seed_hash};
@@ -52,6 +53,23 @@ async fn join_each(app: &TestApp, accounts: &[String]) -> HashMap<String, (Statu
         .buffer_unordered(32)
         .collect()
         .await
+}
+
+/// Every sub-queue's admissions, once there are at least `n`.
+async fn admitted_at_least(app: &TestApp, n: usize) -> Vec<(u32, String)> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let got = admitted(app, EV, SHARDS).await;
+        if got.len() >= n {
+            return got;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "only {} of {n} admitted",
+            got.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 #[tokio::test]
@@ -165,38 +183,13 @@ async fn a_split_registered_room_keeps_registrations_with_places_and_one_draw() 
 
     // The sale starts: the seed is revealed, and every score, whichever sub-queue holds it,
     // is the one anyone recomputes from it.
-    let committed: Value = json(
-        app.http
-            .get(app.url(&format!("/queue/{EV}/draw")))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let committed = draw(&app, EV).await;
     let start = chrono::Utc::now() + chrono::Duration::seconds(1);
     assert_eq!(
         app.put_config(EV, room(start, 100)).await.status(),
         StatusCode::OK
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let revealed = loop {
-        let v: Value = json(
-            app.http
-                .get(app.url(&format!("/queue/{EV}/draw")))
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await;
-        if v["revealed"] == true {
-            break v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the seed was never revealed: {v}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let revealed = wait_revealed(&app, EV).await;
     let seed = hex::decode(revealed["seed"].as_str().unwrap()).unwrap();
     assert_eq!(seed_hash(&seed), committed["seed_hash"].as_str().unwrap());
     let mut order: Vec<(i64, String)> = fans
@@ -210,12 +203,7 @@ async fn a_split_registered_room_keeps_registrations_with_places_and_one_draw() 
 
     // Admission under max_active 100 takes exactly the 100 lowest scores of all sub-queues,
     // then (the cap lifted) everyone else, nobody twice.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while admitted(&app, EV, SHARDS).await.len() < 100 {
-        assert!(Instant::now() < deadline, "the first 100 were not admitted");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let first: BTreeSet<String> = admitted(&app, EV, SHARDS)
+    let first: BTreeSet<String> = admitted_at_least(&app, 100)
         .await
         .into_iter()
         .map(|(_, a)| a)
@@ -229,20 +217,7 @@ async fn a_split_registered_room_keeps_registrations_with_places_and_one_draw() 
         app.put_config(EV, room(start, 0)).await.status(),
         StatusCode::OK
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let all = loop {
-        let got = admitted(&app, EV, SHARDS).await;
-        if got.len() >= fans.len() {
-            break got;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "only {} of {} admitted",
-            got.len(),
-            fans.len()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let all = admitted_at_least(&app, fans.len()).await;
     let distinct: HashSet<&str> = all.iter().map(|(_, a)| a.as_str()).collect();
     assert_eq!(
         (all.len(), distinct.len()),

@@ -6,7 +6,7 @@
 //! the room lets joins through again.
 
 use crate::helpers::*;
-use crate::safety_net::{put, state, surge, two};
+use crate::safety_net::{leader_reports_queueing, put, state, surge, two};
 use gateway::store::{Store, shard_of};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -129,16 +129,7 @@ async fn a_surge_on_a_split_safety_net_passes_no_more_than_the_threshold() {
         );
     }
     wait_state(&http, [&a, &b], "ssn", "queueing").await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let qa = metric(&http, &a.admin.to_string(), "fg_safety_net_queueing").await;
-        let qb = metric(&http, &b.admin.to_string(), "fg_safety_net_queueing").await;
-        if qa == Some(1) || qb == Some(1) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "no instance reports queueing");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    leader_reports_queueing(&http, [&a, &b]).await;
     stop(a).await;
     stop(b).await;
 }
