@@ -17,8 +17,9 @@
 # 4. fails when a whole purchase costs more than STATEMENTS_PURCHASE_BUDGET statements (a
 #    ratchet: the issue-16 goal is 12; lower it as the purchase gets cheaper);
 # 5. then the purchase rate: PURCHASE_CLIENTS fans (64; 8 with --quick) buying one seat after
-#    another for PURCHASE_SECONDS (15; 3), with booking's and Postgres' CPU per purchase;
-#    fails if any purchase failed.
+#    another for PURCHASE_SECONDS (15; 3), with booking's and Postgres' CPU per purchase,
+#    booking's Postgres pool STATEMENTS_DB_POOL (8, as deploy/local.toml sizes it for this
+#    machine); fails if any purchase failed.
 # BENCH_BIN_DIR picks the binaries (default $CARGO_TARGET_DIR/release or target/release);
 # statement counts do not depend on the build profile.
 set -euo pipefail
@@ -36,6 +37,10 @@ if [ "$QUICK" = 1 ]; then COUNT="${STATEMENTS_COUNT:-5}"; else COUNT="${STATEMEN
 # The purchase rate after the counts: fans buying at once for a few seconds.
 if [ "$QUICK" = 1 ]; then RATE_CLIENTS="${PURCHASE_CLIENTS:-8}"; RATE_S="${PURCHASE_SECONDS:-3}"
 else RATE_CLIENTS="${PURCHASE_CLIENTS:-64}"; RATE_S="${PURCHASE_SECONDS:-15}"; fi
+# Booking's Postgres pool: the stack's own on this machine (deploy/local.toml: 8, sized for
+# Postgres sharing two cores with everything else; 32, the default for a Postgres of its own,
+# runs more backends than there are cores here).
+DB_POOL="${STATEMENTS_DB_POOL:-8}"
 BUDGET="${STATEMENTS_PURCHASE_BUDGET:-11}"
 GOAL=12
 OUT="${BENCH_OUT:-/dev/stdout}"
@@ -82,6 +87,7 @@ psql_q -d postgres -c "ALTER DATABASE \"$DB\" SET pg_stat_statements.track_plann
 service_env() {
   exec env -i PATH="$PATH" HOME="${HOME:-/tmp}" \
     DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/$DB" \
+    FLOODGATE_DATABASE__MAX_CONNECTIONS="$DB_POOL" \
     REDIS_URL="redis://127.0.0.1:$REDIS_PORT" \
     FLOODGATE_REDIS__KEY_PREFIX="$PREFIX" \
     FLOODGATE_DEV=1 \
@@ -135,6 +141,9 @@ PURCHASE="$(jq -r '.ops[] | select(.name == "whole purchase") | .statements_per_
   echo "**$PURCHASE** statements (goal ≤ $GOAL; this bench fails above $BUDGET)."
   echo
   cat "$WORK/table.md"
+  echo
+  echo "Booking's Postgres pool in this run: $DB_POOL connections (\`STATEMENTS_DB_POOL\`; the"
+  echo "stack's own on this machine, deploy/local.toml; the notes of session 22 compare 8 and 32)."
 } > "$OUT"
 RATE_ERRORS="$(jq -r '.purchase_rate.errors // 0' "$RESULTS/statements.json")"
 [ "$RATE_ERRORS" = 0 ] || die "$RATE_ERRORS purchases failed during the purchase rate"
