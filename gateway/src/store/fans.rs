@@ -20,17 +20,7 @@ impl Store {
     ) -> Result<Option<i64>, StoreError> {
         // Read here, not from a snapshot: ops may revoke through an instance that has not yet
         // refreshed a room created a moment ago.
-        let cfg = self.key(event, "cfg");
-        let shards: Option<u32> = self
-            .with(|mut c| async move {
-                redis::cmd("HGET")
-                    .arg(cfg)
-                    .arg("queue_shards")
-                    .query_async(&mut c)
-                    .await
-            })
-            .await?;
-        let shards = shards.unwrap_or(1).max(1);
+        let shards = self.event_shards(event).await?.unwrap_or(1);
         let fan_shard = account.map(|a| shard_of(a, shards));
         let at = self
             .revoke_in(

@@ -16,7 +16,7 @@ use super::scripts::Reply;
 use super::shards::shard_of_bytes;
 use super::{Store, StoreError, shard_of};
 use redis::Value;
-use shared::redis_conn::LuaScript as Script;
+use shared::redis_conn::{LuaScript as Script, query_per_slot};
 use std::sync::LazyLock;
 
 /// Members per `SADD`/`SREM`: a few thousand keeps each command well under a millisecond of
@@ -258,21 +258,22 @@ impl Store {
         Ok((changed, Some(size)))
     }
 
-    /// How many accounts are on the list (over every sub-queue).
+    /// How many accounts are on the list (over every sub-queue, one round trip per slot).
     pub async fn registration_count(&self, event: &str, shards: u32) -> Result<u64, StoreError> {
-        let mut n = 0;
-        for k in 0..shards.max(1) {
-            let key = self.shard_key(event, k, "reg");
-            n += self
-                .with(|mut c| async move {
-                    redis::cmd("SCARD")
-                        .arg(key)
-                        .query_async::<u64>(&mut c)
-                        .await
-                })
-                .await?;
-        }
-        Ok(n)
+        let pipes: Vec<redis::Pipeline> = (0..shards.max(1))
+            .map(|k| {
+                let mut p = redis::pipe();
+                p.cmd("SCARD").arg(self.shard_key(event, k, "reg"));
+                p
+            })
+            .collect();
+        self.with(|mut c| async move {
+            let v = query_per_slot(&mut c, &pipes).await?;
+            v.into_iter()
+                .map(|x| redis::from_redis_value::<u64>(x).map_err(Into::into))
+                .sum()
+        })
+        .await
     }
 
     /// Whether `account` is on the list.

@@ -95,7 +95,6 @@ if mode == 'safety_net' and kind == 'fifo' and restored == 0 then
   local arrivals = 0
   for i = 0, 5 do arrivals = arrivals + (tonumber(redis.call('HGET', KEYS[7], 'arr:' .. (b - i))) or 0) end
   local maxa = tonumber(cfg[5]) or 0
-  local used = redis.call('ZCARD', KEYS[4]) + redis.call('ZCARD', KEYS[6])
   if ARGV[9] == '1' then
     -- A split queue: this sub-queue's budgets from the leader's last tick (shards.rs): its
     -- cap on the minute's arrivals, the max_active slots granted to it (a pass spends one),
@@ -107,7 +106,7 @@ if mode == 'safety_net' and kind == 'fifo' and restored == 0 then
     if pass and maxa > 0 then redis.call('HINCRBY', KEYS[1], 'sn_slots', -1) end
   else
     pass = arrivals <= (tonumber(cfg[4]) or 0) and redis.call('ZCARD', KEYS[2]) == 0
-      and (maxa == 0 or used < maxa)
+      and (maxa == 0 or redis.call('ZCARD', KEYS[4]) + redis.call('ZCARD', KEYS[6]) < maxa)
     local state = pass and 'pass' or 'queueing'
     if cfg[6] ~= state then redis.call('HSET', KEYS[1], 'sn_state', state) end
   end

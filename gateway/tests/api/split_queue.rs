@@ -14,10 +14,15 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 pub fn shard_key(app: &TestApp, event: &str, k: u32, suffix: &str) -> String {
+    split_key(&app.prefix, event, k, suffix)
+}
+
+/// Sub-queue `k`'s key `suffix` of `event` under `prefix` (`fg:{event}:…` for the home).
+pub fn split_key(prefix: &str, event: &str, k: u32, suffix: &str) -> String {
     if k == 0 {
-        app.key(event, suffix)
+        format!("{prefix}fg:{{{event}}}:{suffix}")
     } else {
-        format!("{}fg:{{{event}:{k}}}:{suffix}", app.prefix)
+        format!("{prefix}fg:{{{event}:{k}}}:{suffix}")
     }
 }
 

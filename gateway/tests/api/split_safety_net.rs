@@ -7,6 +7,7 @@
 
 use crate::helpers::*;
 use crate::safety_net::{leader_reports_queueing, put, state, surge, two};
+use crate::split_queue::split_key;
 use gateway::store::{Store, shard_of};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -54,14 +55,6 @@ async fn used(conn: &mut Conn, app_prefix: &str, event: &str) -> i64 {
         n += c;
     }
     n
-}
-
-fn split_key(prefix: &str, event: &str, k: u32, suffix: &str) -> String {
-    if k == 0 {
-        format!("{prefix}fg:{{{event}}}:{suffix}")
-    } else {
-        format!("{prefix}fg:{{{event}:{k}}}:{suffix}")
-    }
 }
 
 async fn members(conn: &mut Conn, key: String) -> Vec<String> {
