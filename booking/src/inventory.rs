@@ -37,7 +37,7 @@ pub struct InventoryState {
     pub pool: PgPool,
     /// The hold statements' own connections ([`holds::take::hold_pool`]): their settings are
     /// the connection's, so a hold or a release is one statement with no transaction around it.
-    pub hold_pool: PgPool,
+    pub hold_pool: crate::platform::kept::KeptPool,
     pub auth: Auth,
     /// `Idempotency-Key`s of the ops seat kills and GA hold-backs.
     pub idempotency: Idempotency,

@@ -8,6 +8,7 @@ pub mod error;
 pub mod idempotency;
 pub mod jobs;
 pub mod json;
+pub mod kept;
 pub mod redis;
 pub mod revocation;
 pub mod session_until;

@@ -27,6 +27,7 @@ mod holds;
 mod hot_auctions;
 mod idempotency;
 mod idempotency_tx;
+mod kept_pool;
 mod line_refunds;
 mod one_statement;
 mod ops;

@@ -4,8 +4,8 @@
 
 use crate::inventory::error::{During, InventoryError};
 use crate::inventory::holds::take::Attempt;
+use crate::platform::kept::KeptPool;
 use chrono::{DateTime, Utc};
-use sqlx::PgPool;
 
 type Result<T> = std::result::Result<T, InventoryError>;
 
@@ -222,7 +222,7 @@ impl Way {
 /// A GA hold: the ways of taking units in turn, each ONE autocommit statement that writes all
 /// of a hold or nothing. Under normal load the first decides.
 pub(super) async fn take_units_tx(
-    pool: &PgPool,
+    pool: &KeptPool,
     event: &str,
     account: &str,
     tier: &str,
@@ -290,7 +290,7 @@ pub(super) async fn take_units_tx(
 
 /// The refusal when no units could be taken, from what is left (read after the rollback,
 /// informational).
-pub(super) async fn sold_out(pool: &PgPool, event: &str, tier: &str, qty: i32) -> InventoryError {
+pub(super) async fn sold_out(pool: &KeptPool, event: &str, tier: &str, qty: i32) -> InventoryError {
     let left: Result<Option<i64>> = sqlx::query_scalar(
         "SELECT sum(available)::bigint FROM ga_counters WHERE event_id = $1 AND tier = $2",
     )

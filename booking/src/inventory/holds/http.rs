@@ -189,7 +189,12 @@ async fn release_own_hold(
             .acquire()
             .await
             .during("acquire a hold connection")?;
-        release_own_tx(&mut conn, hold, account, admission_event).await
+        let r = release_own_tx(&mut conn, hold, account, admission_event).await;
+        conn.ended_if(match &r {
+            Err(InventoryError::Db { source, .. }) => crate::platform::kept::answered(source),
+            _ => true,
+        });
+        r
     })
     .await?;
     if let Some(r) = released {

@@ -6,6 +6,7 @@
 use crate::inventory::error::{During, InventoryError};
 use crate::inventory::holds::repo::{EndedHold, release_resources};
 use crate::inventory::model::{HoldKind, HoldStatus, missing_from};
+use crate::platform::kept::KeptPool;
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool};
 use std::collections::{BTreeSet, HashSet};
@@ -45,7 +46,7 @@ pub(crate) enum Attempt<T, S> {
 ///   finished (the same window as a lost `COMMIT` answer in a transaction).
 ///
 /// Nothing else runs on these connections: the settings would be wrong for money.
-pub fn hold_pool(pool: &PgPool, async_commit: bool) -> PgPool {
+pub fn hold_pool(pool: &PgPool, async_commit: bool) -> KeptPool {
     let mut settings = vec![
         ("plan_cache_mode", "force_generic_plan"),
         ("enable_seqscan", "off"),
@@ -54,12 +55,12 @@ pub fn hold_pool(pool: &PgPool, async_commit: bool) -> PgPool {
     if async_commit {
         settings.push(("synchronous_commit", "off"));
     }
-    crate::platform::db::derived_pool(pool, &settings)
+    KeptPool::new(crate::platform::db::derived_pool(pool, &settings))
 }
 
 /// A transaction on the hold connections (GA holds, whose ways may be rolled back).
 pub(crate) async fn begin_hold_tx(
-    hold_pool: &PgPool,
+    hold_pool: &KeptPool,
 ) -> Result<sqlx::Transaction<'static, sqlx::Postgres>> {
     hold_pool.begin().await.during("begin the hold transaction")
 }
@@ -67,7 +68,7 @@ pub(crate) async fn begin_hold_tx(
 /// The refusal for a refused usage upsert: no such event, or LIMIT_EXCEEDED with the numbers
 /// (read after the rollback, for the message only).
 pub(crate) async fn limit_refusal(
-    pool: &PgPool,
+    pool: &KeptPool,
     event: &str,
     account: &str,
     requested: i32,
@@ -96,7 +97,7 @@ pub(crate) async fn limit_refusal(
 
 /// The refusal for a hold the statement found not on sale: no such event, the event was
 /// cancelled (EVENT_CANCELLED), or SALE_NOT_STARTED.
-pub(crate) async fn sale_not_started(pool: &PgPool, event: &str) -> InventoryError {
+pub(crate) async fn sale_not_started(pool: &KeptPool, event: &str) -> InventoryError {
     let start: Result<Option<(DateTime<Utc>, bool)>> =
         sqlx::query_as("SELECT sale_start, cancelled_at IS NOT NULL FROM events WHERE id = $1")
             .bind(event)
@@ -223,7 +224,7 @@ FROM (VALUES (1)) AS one (x) LEFT JOIN wanted w ON true"
 /// `guard`: run the guarded statement instead ([`super::guard`]: same steps, and nothing is
 /// written when the hold would strand a seat).
 pub(crate) async fn take_seats_tx(
-    hold_pool: &PgPool,
+    hold_pool: &KeptPool,
     event: &str,
     account: &str,
     seats: &[String],
@@ -355,7 +356,7 @@ async fn expire_reclaimed(conn: &mut PgConnection, hold_ids: &[&str]) -> Result<
 /// The refusal for a seat statement that came up short (`free`: the requested seats it found
 /// free): unknown seat ids (listed), or the seats we could not take (SEAT_TAKEN, listed).
 pub(crate) async fn seat_refusal(
-    pool: &PgPool,
+    pool: &KeptPool,
     event: &str,
     requested: &[String],
     free: Vec<String>,
@@ -395,7 +396,11 @@ pub(crate) async fn seat_refusal(
 /// that moment: skipping it would return before the sweeper's commit gave the usage back, and
 /// the fan's retry would be refused `LIMIT_EXCEEDED` for nothing. Locks in the sweeper's order
 /// (`expires_at, id`), so the two never deadlock; the set is one account's few holds.
-pub(crate) async fn expire_account_holds(pool: &PgPool, event: &str, account: &str) -> Result<u64> {
+pub(crate) async fn expire_account_holds(
+    pool: &KeptPool,
+    event: &str,
+    account: &str,
+) -> Result<u64> {
     crate::platform::db::retry(1, || async {
         let mut tx = pool.begin().await.during("begin expiring own holds")?;
         let ended: Vec<EndedHold> = sqlx::query_as(

@@ -1,0 +1,311 @@
+//! A Postgres pool for one-statement hot paths (seat and GA holds, releases) whose connections
+//! go back to a stack of its own between statements, ready for the next one.
+//!
+//! Why: sqlx's pool pings a connection when it is handed out (`test_before_acquire`) and again
+//! when it comes back (unconditionally, sqlx 0.9 `Floating::return_to_pool`): a seat hold was
+//! three round trips to Postgres (ping, statement, ping) on a box where every round trip
+//! wakes a backend on one of two shared cores. Measured with `deploy/bench/holds.sh`'s seat
+//! holds, alternating in the same run (docs/benchmarks.md, "Issue 16: one round trip per
+//! hold"): without either ping +17–20 % holds/s in three rounds of three.
+//!
+//! What keeps it safe:
+//! - A connection goes back to the stack only after its statement ended with an answer from
+//!   Postgres (rows, or a database error such as a unique violation). Any other end (an I/O
+//!   or protocol error, a future dropped mid-statement when the client went away) hands it back
+//!   to sqlx's pool instead, which drains or discards it as before.
+//! - A statement cut off after its answer was read leaves at most the trailing
+//!   `ReadyForQuery` unread: sqlx reads it before the next statement on that connection
+//!   (`wait_until_ready`), so nothing of one request reaches the next.
+//! - A connection idle on the stack longer than [`IDLE_CHECK`] is pinged before use (Postgres
+//!   restarted, an idle backend terminated), as sqlx's `before_acquire` does for the others.
+//! - Waiting is done on this pool's own semaphore (FIFO, one permit per connection sqlx
+//!   may open), so no request waits in sqlx's queue while a connection sits on the stack.
+//!   Transactions ([`KeptPool::begin`]) take their connection from sqlx's pool directly and
+//!   give it back there: they are the rare path here (a hold that reclaims expired seats).
+
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::{
+    PgDatabaseError, PgQueryResult, PgRow, PgSeverity, PgStatement, PgTypeInfo,
+};
+use sqlx::{Connection, Either, Execute, Executor, PgConnection, PgPool, Postgres, SqlStr};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// A connection idle on the stack this long is pinged before it serves a statement.
+pub const IDLE_CHECK: Duration = Duration::from_secs(1);
+
+/// See the module docs. Cheap to clone.
+#[derive(Clone)]
+pub struct KeptPool {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: PgPool,
+    idle: Mutex<Vec<Idle>>,
+    permits: Arc<Semaphore>,
+    acquire_timeout: Duration,
+}
+
+struct Idle {
+    conn: PoolConnection<Postgres>,
+    since: Instant,
+}
+
+impl std::fmt::Debug for KeptPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeptPool")
+            .field("kept", &self.kept())
+            .field("pool", &self.inner.pool)
+            .finish()
+    }
+}
+
+impl KeptPool {
+    /// Keeps the connections of `pool` (which nothing else should use: its size is this
+    /// pool's size).
+    pub fn new(pool: PgPool) -> KeptPool {
+        let options = pool.options();
+        let size = options.get_max_connections() as usize;
+        let acquire_timeout = options.get_acquire_timeout();
+        KeptPool {
+            inner: Arc::new(Inner {
+                pool,
+                idle: Mutex::new(Vec::with_capacity(size)),
+                permits: Arc::new(Semaphore::new(size)),
+                acquire_timeout,
+            }),
+        }
+    }
+
+    /// Connections waiting on the stack.
+    pub fn kept(&self) -> usize {
+        self.inner
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    /// The sqlx pool underneath (its transactions, its size).
+    pub fn sqlx(&self) -> &PgPool {
+        &self.inner.pool
+    }
+
+    /// Closes the pool: no new leases, the kept connections go back to sqlx's pool, which
+    /// closes them all (waiting for those still in use, as `PgPool::close` does).
+    pub async fn close(&self) {
+        self.inner.permits.close();
+        let kept = std::mem::take(
+            &mut *self
+                .inner
+                .idle
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        drop(kept);
+        self.inner.pool.close().await;
+    }
+
+    /// A transaction on a connection of sqlx's pool (see the module docs).
+    pub async fn begin(&self) -> Result<sqlx::Transaction<'static, Postgres>, sqlx::Error> {
+        self.inner.pool.begin().await
+    }
+
+    /// A connection for one statement: the most recently used one from the stack, else one
+    /// from sqlx's pool. Waits up to the pool's acquire timeout.
+    pub async fn acquire(&self) -> Result<Lease, sqlx::Error> {
+        let permit = tokio::time::timeout(
+            self.inner.acquire_timeout,
+            self.inner.permits.clone().acquire_owned(),
+        )
+        .await
+        .map_err(|_| sqlx::Error::PoolTimedOut)?
+        .map_err(|_| sqlx::Error::PoolClosed)?;
+        loop {
+            let top = self
+                .inner
+                .idle
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .pop();
+            let Some(Idle { mut conn, since }) = top else {
+                break;
+            };
+            if since.elapsed() > IDLE_CHECK && conn.ping().await.is_err() {
+                // Dropped to sqlx, which closes it; try the next one.
+                continue;
+            }
+            return Ok(Lease {
+                conn: Some(conn),
+                clean: false,
+                pool: self.inner.clone(),
+                _permit: permit,
+            });
+        }
+        let conn = self.inner.pool.acquire().await?;
+        Ok(Lease {
+            conn: Some(conn),
+            clean: false,
+            pool: self.inner.clone(),
+            _permit: permit,
+        })
+    }
+}
+
+/// One connection of a [`KeptPool`], for one statement. Dropped after [`Lease::ended`] it goes
+/// back on the stack; dropped otherwise, back to sqlx's pool.
+pub struct Lease {
+    conn: Option<PoolConnection<Postgres>>,
+    clean: bool,
+    pool: Arc<Inner>,
+    // Released after `drop` has put the connection back (fields drop after the body).
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Lease {
+    /// Records how the statement on this connection ended: with an answer from Postgres (the
+    /// connection is in a known state) or not.
+    pub fn ended<T>(&mut self, result: &Result<T, sqlx::Error>) {
+        self.ended_if(result.as_ref().map_or_else(answered, |_| true));
+    }
+
+    /// [`Lease::ended`] for callers whose error wraps sqlx's: `answered` is false when the
+    /// statement ended without Postgres' answer ([`answered`] of the sqlx error).
+    pub fn ended_if(&mut self, answered: bool) {
+        self.clean = answered;
+    }
+}
+
+/// True when Postgres answered although the statement failed and the connection is still
+/// good: an error it reported (not a `FATAL` one, which ends the session: a terminated
+/// backend says so on its way out), no row, or an error decoding what it sent.
+pub fn answered(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(d) => d
+            .try_downcast_ref::<PgDatabaseError>()
+            .is_none_or(|pg| !matches!(pg.severity(), PgSeverity::Fatal | PgSeverity::Panic)),
+        sqlx::Error::RowNotFound
+        | sqlx::Error::ColumnNotFound(_)
+        | sqlx::Error::ColumnDecode { .. }
+        | sqlx::Error::ColumnIndexOutOfBounds { .. }
+        | sqlx::Error::TypeNotFound { .. }
+        | sqlx::Error::Decode(_) => true,
+        _ => false,
+    }
+}
+
+impl std::ops::Deref for Lease {
+    type Target = PgConnection;
+    fn deref(&self) -> &PgConnection {
+        // Present until drop.
+        self.conn
+            .as_deref()
+            .expect("a lease holds its connection until dropped")
+    }
+}
+
+impl std::ops::DerefMut for Lease {
+    fn deref_mut(&mut self) -> &mut PgConnection {
+        self.conn
+            .as_deref_mut()
+            .expect("a lease holds its connection until dropped")
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        let Some(conn) = self.conn.take() else { return };
+        if self.clean {
+            self.pool
+                .idle
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(Idle {
+                    conn,
+                    since: Instant::now(),
+                });
+        }
+        // Otherwise `conn` drops here: sqlx's own release (ping, or close when broken).
+    }
+}
+
+/// `fetch_one(&kept)`, `fetch_all(&kept)`, … as with `&PgPool`: one lease per statement.
+impl<'p> Executor<'p> for &'_ KeptPool {
+    type Database = Postgres;
+
+    fn fetch_many<'e, 'q: 'e, E>(
+        self,
+        query: E,
+    ) -> BoxStream<'e, Result<Either<PgQueryResult, PgRow>, sqlx::Error>>
+    where
+        E: 'q + Execute<'q, Postgres>,
+    {
+        let pool = self.clone();
+        // The whole answer is read before it is handed out, so the lease ends with the
+        // statement (these are short answers: a hold's seats, one row).
+        futures::stream::once(async move {
+            let mut lease = pool.acquire().await?;
+            let r: Result<Vec<_>, sqlx::Error> =
+                (&mut *lease).fetch_many(query).try_collect().await;
+            lease.ended(&r);
+            r
+        })
+        .map_ok(|all| futures::stream::iter(all.into_iter().map(Ok)))
+        .try_flatten()
+        .boxed()
+    }
+
+    fn fetch_optional<'e, 'q: 'e, E>(
+        self,
+        query: E,
+    ) -> BoxFuture<'e, Result<Option<PgRow>, sqlx::Error>>
+    where
+        E: 'q + Execute<'q, Postgres>,
+    {
+        let pool = self.clone();
+        Box::pin(async move {
+            let mut lease = pool.acquire().await?;
+            let r = (&mut *lease).fetch_optional(query).await;
+            lease.ended(&r);
+            r
+        })
+    }
+
+    fn prepare_with<'e>(
+        self,
+        sql: SqlStr,
+        parameters: &'e [PgTypeInfo],
+    ) -> BoxFuture<'e, Result<PgStatement, sqlx::Error>>
+    where
+        'p: 'e,
+    {
+        let pool = self.clone();
+        Box::pin(async move {
+            let mut lease = pool.acquire().await?;
+            let r = (&mut *lease).prepare_with(sql, parameters).await;
+            lease.ended(&r);
+            r
+        })
+    }
+
+    fn describe<'e>(
+        self,
+        sql: SqlStr,
+    ) -> BoxFuture<'e, Result<sqlx::Describe<Postgres>, sqlx::Error>>
+    where
+        'p: 'e,
+    {
+        let pool = self.clone();
+        Box::pin(async move {
+            let mut lease = pool.acquire().await?;
+            let r = (&mut *lease).describe(sql).await;
+            lease.ended(&r);
+            r
+        })
+    }
+}
