@@ -44,12 +44,17 @@ fn checked_when_idle(options: PgPoolOptions) -> PgPoolOptions {
 /// A second pool on the same database, the same size (opened lazily), whose connections start
 /// with `settings` (`SET`s that would be wrong for every other statement of the process).
 pub fn derived_pool(pool: &PgPool, settings: &[(&str, &str)]) -> PgPool {
+    derived_pool_of(pool, settings, pool.options().get_max_connections())
+}
+
+/// [`derived_pool`] of `size` connections at most.
+pub fn derived_pool_of(pool: &PgPool, settings: &[(&str, &str)], size: u32) -> PgPool {
     let connect = (*pool.connect_options())
         .clone()
         .options(settings.iter().copied());
     let opts = pool.options();
     checked_when_idle(PgPoolOptions::new())
-        .max_connections(opts.get_max_connections())
+        .max_connections(size.max(1))
         .acquire_timeout(opts.get_acquire_timeout())
         .connect_lazy_with(connect)
 }

@@ -20,16 +20,17 @@
 //!   restarted, an idle backend terminated), as sqlx's `before_acquire` does for the others.
 //! - Waiting is done on this pool's own semaphore (FIFO, one permit per connection sqlx
 //!   may open), so no request waits in sqlx's queue while a connection sits on the stack.
-//!   Transactions ([`KeptPool::begin`]) take their connection from sqlx's pool directly and
-//!   give it back there: they are the rare path here (a hold that reclaims expired seats).
+//! - Transactions ([`KeptPool::begin`]) run on a second, small pool with the same settings:
+//!   the stack may hold every statement connection idle, and a transaction must not wait for
+//!   one that nobody will hand back to sqlx. They are the rare path here (a hold that
+//!   reclaims expired seats, an account's own expired holds), so that pool stays small and
+//!   opens its connections only when one runs.
 
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use sqlx::pool::PoolConnection;
-use sqlx::postgres::{
-    PgDatabaseError, PgQueryResult, PgRow, PgSeverity, PgStatement, PgTypeInfo,
-};
+use sqlx::postgres::{PgDatabaseError, PgQueryResult, PgRow, PgSeverity, PgStatement, PgTypeInfo};
 use sqlx::{Connection, Either, Execute, Executor, PgConnection, PgPool, Postgres, SqlStr};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -46,6 +47,7 @@ pub struct KeptPool {
 
 struct Inner {
     pool: PgPool,
+    tx_pool: PgPool,
     idle: Mutex<Vec<Idle>>,
     permits: Arc<Semaphore>,
     acquire_timeout: Duration,
@@ -67,14 +69,15 @@ impl std::fmt::Debug for KeptPool {
 
 impl KeptPool {
     /// Keeps the connections of `pool` (which nothing else should use: its size is this
-    /// pool's size).
-    pub fn new(pool: PgPool) -> KeptPool {
+    /// pool's size); transactions run on `tx_pool`.
+    pub fn new(pool: PgPool, tx_pool: PgPool) -> KeptPool {
         let options = pool.options();
         let size = options.get_max_connections() as usize;
         let acquire_timeout = options.get_acquire_timeout();
         KeptPool {
             inner: Arc::new(Inner {
                 pool,
+                tx_pool,
                 idle: Mutex::new(Vec::with_capacity(size)),
                 permits: Arc::new(Semaphore::new(size)),
                 acquire_timeout,
@@ -91,11 +94,6 @@ impl KeptPool {
             .len()
     }
 
-    /// The sqlx pool underneath (its transactions, its size).
-    pub fn sqlx(&self) -> &PgPool {
-        &self.inner.pool
-    }
-
     /// Closes the pool: no new leases, the kept connections go back to sqlx's pool, which
     /// closes them all (waiting for those still in use, as `PgPool::close` does).
     pub async fn close(&self) {
@@ -109,11 +107,12 @@ impl KeptPool {
         );
         drop(kept);
         self.inner.pool.close().await;
+        self.inner.tx_pool.close().await;
     }
 
-    /// A transaction on a connection of sqlx's pool (see the module docs).
+    /// A transaction, on the transactions' pool (see the module docs).
     pub async fn begin(&self) -> Result<sqlx::Transaction<'static, Postgres>, sqlx::Error> {
-        self.inner.pool.begin().await
+        self.inner.tx_pool.begin().await
     }
 
     /// A connection for one statement: the most recently used one from the stack, else one

@@ -10,12 +10,14 @@ use std::time::Duration;
 
 async fn kept_pool(size: u32) -> KeptPool {
     let (url, _) = fresh_database().await;
-    let pool = PgPoolOptions::new()
-        .max_connections(size)
-        .acquire_timeout(Duration::from_secs(10))
-        .connect_lazy(&url)
-        .expect("pool");
-    KeptPool::new(pool)
+    let sized = |n: u32| {
+        PgPoolOptions::new()
+            .max_connections(n)
+            .acquire_timeout(Duration::from_secs(2))
+            .connect_lazy(&url)
+            .expect("pool")
+    };
+    KeptPool::new(sized(size), sized(1))
 }
 
 async fn pid(pool: &KeptPool) -> i32 {
@@ -30,7 +32,11 @@ async fn one_connection_serves_statement_after_statement_and_stays_after_a_datab
     let pool = kept_pool(2).await;
     let first = pid(&pool).await;
     for _ in 0..5 {
-        assert_eq!(pid(&pool).await, first, "the kept connection serves the next one");
+        assert_eq!(
+            pid(&pool).await,
+            first,
+            "the kept connection serves the next one"
+        );
     }
     assert_eq!(pool.kept(), 1);
     let err = sqlx::query_scalar::<_, i32>("SELECT 1 / 0")
@@ -38,7 +44,11 @@ async fn one_connection_serves_statement_after_statement_and_stays_after_a_datab
         .await
         .expect_err("division by zero");
     assert!(err.as_database_error().is_some(), "{err}");
-    assert_eq!(pool.kept(), 1, "an error Postgres reported leaves the connection good");
+    assert_eq!(
+        pool.kept(),
+        1,
+        "an error Postgres reported leaves the connection good"
+    );
     assert_eq!(pid(&pool).await, first);
     // A statement read only in part (one row of many) still hands over a clean connection.
     let one: i32 = sqlx::query_scalar("SELECT g FROM generate_series(1, 5000) g")
@@ -99,7 +109,11 @@ async fn a_statement_cut_off_midway_never_answers_the_next_one() {
         .await
         .expect("second");
     assert_eq!(second, "second");
-    assert_eq!(pid(&pool).await, first, "the same connection, drained by sqlx");
+    assert_eq!(
+        pid(&pool).await,
+        first,
+        "the same connection, drained by sqlx"
+    );
     pool.close().await;
 }
 
@@ -143,4 +157,26 @@ async fn a_terminated_backend_fails_one_statement_at_most_and_none_after_an_idle
     assert_ne!(after, fresh);
     pool.close().await;
     admin.close().await;
+}
+
+/// The stack may hold every statement connection idle; a transaction does not wait for one
+/// (it would until the acquire timeout: nobody hands a kept connection back to sqlx).
+#[tokio::test]
+async fn a_transaction_runs_while_the_stack_holds_every_connection() {
+    let pool = kept_pool(2).await;
+    let (a, b) = tokio::join!(
+        sqlx::query("SELECT pg_sleep(0.05)").execute(&pool),
+        sqlx::query("SELECT pg_sleep(0.05)").execute(&pool),
+    );
+    a.expect("a");
+    b.expect("b");
+    assert_eq!(pool.kept(), 2, "both connections are on the stack");
+    let mut tx = pool.begin().await.expect("a transaction, not a timeout");
+    let one: i32 = sqlx::query_scalar("SELECT 1")
+        .fetch_one(&mut *tx)
+        .await
+        .expect("in the transaction");
+    assert_eq!(one, 1);
+    tx.commit().await.expect("commit");
+    pool.close().await;
 }

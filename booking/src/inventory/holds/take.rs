@@ -55,7 +55,12 @@ pub fn hold_pool(pool: &PgPool, async_commit: bool) -> KeptPool {
     if async_commit {
         settings.push(("synchronous_commit", "off"));
     }
-    KeptPool::new(crate::platform::db::derived_pool(pool, &settings))
+    // Transactions are rare here (see `KeptPool`): a quarter of the size, at least 2.
+    let tx_size = (pool.options().get_max_connections() / 4).max(2);
+    KeptPool::new(
+        crate::platform::db::derived_pool(pool, &settings),
+        crate::platform::db::derived_pool_of(pool, &settings, tx_size),
+    )
 }
 
 /// A transaction on the hold connections (GA holds, whose ways may be rolled back).
