@@ -92,6 +92,8 @@ impl std::ops::Deref for OrdersState {
 
 pub struct Inner {
     pub pool: PgPool,
+    /// The one-statement cart orders' connections (`platform::db::checkout_statements`).
+    pub statements: crate::platform::kept::KeptPool,
     pub redis: Redis,
     pub auth: Auth,
     /// Idempotency keys of `POST /api/orders`.

@@ -125,31 +125,41 @@ json_num() { grep -oE "\"$2\": *[0-9.eE+-]+" "$1" | head -1 | sed -E 's/.*: *//'
 # so alongside the rates we measure CPU seconds per hold+release cycle for each party from
 # /proc: that figure does not depend on how busy the machine is.
 TICK="$(getconf CLK_TCK)"
-# proc_cpu PID: CPU seconds so far; nothing when the process is gone.
-proc_cpu() { awk -v t="$TICK" '{ print ($14 + $15) / t }' "/proc/$1/stat" 2>/dev/null || true; }
-# Client backends only: an autovacuum worker that exited between the listing and the read
-# counted as minus its CPU at the mark (negative CPU columns, seen in a run after the seat
-# holds left dead tuples behind).
+# This database's client backends and Postgres' own background processes (with async commits
+# the WAL writer does the flushing the backends would), not other databases' clients.
 backend_pids() {
-  psql_q -d postgres -c "SELECT pid FROM pg_stat_activity WHERE datname = '$DB' AND backend_type = 'client backend'"
+  psql_q -d postgres -c "SELECT pid FROM pg_stat_activity WHERE datname = '$DB' AND backend_type = 'client backend' OR datname IS NULL AND backend_type <> 'client backend'"
 }
-declare -A CPU0
-cpu_mark() { # cpu_mark PID...: remembers the CPU time of the given pids and of $DB's backends
-  CPU0=(); local p
-  for p in "$@" $(backend_pids); do CPU0[$p]="$(proc_cpu "$p")"; done  # empty (gone): 0
+# cpu_table PID...: "pid cpu_seconds" of each live pid, read in one go. (One awk per pid took
+# ~2 s with 37 pids on a saturated box, which pushed the end of the window past the end of
+# the run: pgbench's async row then read 0.00 ms of Postgres CPU.)
+cpu_table() {
+  [ "$#" -gt 0 ] || return 0
+  local p files=()
+  for p in "$@"; do files+=("/proc/$p/stat"); done
+  cat "${files[@]}" 2>/dev/null | awk -v t="$TICK" '{ print $1, ($14 + $15) / t }'
+}
+cpu_mark() { # cpu_mark PID...: remembers the CPU time of the given pids and of the Postgres pids
+  cpu_table "$@" $(backend_pids) > "$WORK/cpu0"
   T0="$(date +%s.%N)"
 }
 cpu_since() { # cpu_since PID...: prints "app_cpu_s pg_cpu_s wall_s" since cpu_mark
-  local app=0 pg=0 p c
-  for p in "$@"; do c="$(proc_cpu "$p")"; [ -n "$c" ] || continue; app="$(awk -v a="$app" -v b="$c" -v z="${CPU0[$p]:-0}" 'BEGIN { print a + b - z }')"; done
-  for p in $(backend_pids); do c="$(proc_cpu "$p")"; [ -n "$c" ] || continue; pg="$(awk -v a="$pg" -v b="$c" -v z="${CPU0[$p]:-0}" 'BEGIN { print a + b - z }')"; done
-  echo "$app $pg $(awk -v a="$(date +%s.%N)" -v b="$T0" 'BEGIN { print a - b }')"
+  local t1
+  t1="$(date +%s.%N)"
+  cpu_table "$@" $(backend_pids) | awk -v apps=" $* " -v t0="$T0" -v t1="$t1" '
+    NR == FNR { z[$1] = $2; next }
+    { d = $2 - ($1 in z ? z[$1] : 0); if (index(apps, " " $1 " ")) app += d; else pg += d }
+    END { printf "%s %s %s\n", app + 0, pg + 0, t1 - t0 }' "$WORK/cpu0" -
 }
 # measure NAME DUR CMD...: runs CMD in the background, samples CPU from 1 s in to 3/4 of the
-# run (well before the end even on a loaded machine); leaves "app pg wall" in $WORK/NAME.cpu
-# (app = booking + the client process).
+# run (well before the end even on a loaded machine, now that a sample is one read); leaves
+# "app pg wall" in $WORK/NAME.cpu (app = booking + the client process).
 measure() {
   local name="$1" dur="$2"; shift 2
+  # Every run starts right after a checkpoint: one falling inside a run (the events' 540,000
+  # seat rows make plenty of WAL) would charge that run alone the full-page writes of every
+  # page it touches first after it.
+  psql_q -d "$DB" -c "CHECKPOINT" >/dev/null
   "$@" &
   local pid=$!
   sleep 1

@@ -102,6 +102,7 @@ impl AppState {
         let checkout = crate::platform::db::checkout_pool(&pool);
         let orders = crate::orders::OrdersState::new(crate::orders::Inner {
             pool: checkout.clone(),
+            statements: crate::platform::db::checkout_statements(&pool),
             redis: redis.clone(),
             auth: auth.clone(),
             idempotency: idempotency.clone(),

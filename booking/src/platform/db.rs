@@ -72,12 +72,22 @@ pub fn derived_pool_of(pool: &PgPool, settings: &[(&str, &str)], size: u32) -> P
 /// Commits stay durable (money). The inventory's hold statements have their own pool
 /// (`holds::take::hold_pool`), everything else stays on the main pool.
 pub fn checkout_pool(pool: &PgPool) -> PgPool {
-    derived_pool(
-        pool,
-        &[
-            ("plan_cache_mode", "force_generic_plan"),
-            ("enable_seqscan", "off"),
-        ],
+    derived_pool(pool, CHECKOUT_SETTINGS)
+}
+
+const CHECKOUT_SETTINGS: &[(&str, &str)] = &[
+    ("plan_cache_mode", "force_generic_plan"),
+    ("enable_seqscan", "off"),
+];
+
+/// The checkout's one-statement orders (a cart order): the checkout pool's settings on a
+/// [`KeptPool`](crate::platform::kept::KeptPool), one round trip per order. Its transactions'
+/// pool is never used (the order's fallback is a transaction on the checkout pool), so it
+/// never opens a connection.
+pub fn checkout_statements(pool: &PgPool) -> crate::platform::kept::KeptPool {
+    crate::platform::kept::KeptPool::new(
+        derived_pool(pool, CHECKOUT_SETTINGS),
+        derived_pool_of(pool, CHECKOUT_SETTINGS, 1),
     )
 }
 

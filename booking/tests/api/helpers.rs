@@ -236,10 +236,12 @@ impl TestApp {
         let booking_pool = self.state.pool.clone();
         let hold_pool = self.state.inventory.hold_pool.clone();
         let checkout_pool = self.state.payments.pool.clone();
+        let order_statements = self.state.orders.statements.clone();
         self.stop().await;
         booking_pool.close().await;
         hold_pool.close().await;
         checkout_pool.close().await;
+        order_statements.close().await;
         pool.close().await;
         let mut admin = PgConnection::connect(&database_url())
             .await

@@ -31,8 +31,9 @@ pub(super) async fn one_statement_order(
     if lines.is_empty() {
         return Ok(None);
     }
+    // Back to the kept stack only once Postgres answered the statement (`platform::kept`).
     let mut conn = state
-        .pool
+        .statements
         .acquire()
         .await
         .during("acquire a connection for the order")?;
@@ -64,6 +65,7 @@ pub(super) async fn one_statement_order(
         Take::for_lines(lines.len()),
     )
     .await?;
+    conn.ended_if(true);
     match done {
         OneStatement::Created {
             body,
@@ -73,6 +75,9 @@ pub(super) async fn one_statement_order(
             outcomes.with_label_values(&["created"]).inc();
             for (sku, shard) in emptied {
                 if let Err(e) = stock::refill_emptied(&mut conn, &sku, shard).await {
+                    if let OrderError::Db { source, .. } = &e {
+                        conn.ended_if(crate::platform::kept::answered(source));
+                    }
                     tracing::warn!(error = ?e, sku, shard, "refilling an emptied stock row failed");
                 }
             }
