@@ -18,6 +18,12 @@
 #    deploy/bench/sql/ga_hold.sql: booking's hold statement and release, per cycle).
 # Results go to $BENCH_OUT as a markdown section (see deploy/bench/run), and the raw loadgen
 # reports plus a summary to OUT_DIR/holds.json when OUT_DIR is given.
+#
+#   BENCH_AB_BASE=/path/to/other/booking deploy/bench/holds.sh
+#
+# instead compares two builds of booking on this box's noise: BENCH_AB_ROUNDS rounds (3) of
+# the explicit seat holds and the 8-shard GA holds, the other build and this one alternating
+# on the same events, and prints the table of rates and CPU per cycle (nothing else runs).
 set -euo pipefail
 
 QUICK="${BENCH_QUICK:-0}"
@@ -38,6 +44,8 @@ URL="http://127.0.0.1:$PORT"
 ADMIN="bench-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
 WORK="$(mktemp -d)"
 BOOKING_PID=""
+AB_BASE="${BENCH_AB_BASE:-}"
+AB_ROUNDS="${BENCH_AB_ROUNDS:-3}"
 
 log() { printf '\033[1m[bench holds]\033[0m %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -217,6 +225,33 @@ create_event pg-sync >/dev/null
 create_event ga1 1 >/dev/null; create_event ga8 8 >/dev/null
 create_event pg-ga1 1 >/dev/null; create_event pg-ga8 8 >/dev/null
 psql_q -d "$DB" -c "VACUUM ANALYZE" >/dev/null
+
+if [ -n "$AB_BASE" ]; then
+  [ -x "$AB_BASE" ] || die "BENCH_AB_BASE=$AB_BASE is not an executable"
+  THIS_BIN="$BOOKING_BIN"
+  {
+    echo "A/B, $AB_ROUNDS rounds alternating on the same events (async hold commits, $CLIENTS clients, pool $POOL, ${DUR} s seat holds, ${GA_DUR} s GA over 8 shards): base $AB_BASE, this build $THIS_BIN."
+    echo
+    echo "| round | build | seat holds/s | CPU per cycle: Postgres + booking & loadgen | GA 8 shards holds/s | CPU per cycle |"
+    echo "| ---: | --- | ---: | ---: | ---: | ---: |"
+  } > "$WORK/ab.md"
+  for round in $(seq 1 "$AB_ROUNDS"); do
+    for build in base this; do
+      if [ "$build" = base ]; then BOOKING_BIN="$AB_BASE"; else BOOKING_BIN="$THIS_BIN"; fi
+      log "A/B round $round: $build"
+      start_booking true
+      loadgen_holds svc-async "$WORK/ab-seats.json"
+      DUR="$GA_DUR" loadgen_holds ga8 "$WORK/ab-ga8.json" --ga-tier FLOOR
+      seats="$(json_num "$WORK/ab-seats.json" holds_per_s)"; ga="$(json_num "$WORK/ab-ga8.json" holds_per_s)"
+      read -r sp sa <<< "$(cpu_per_cycle svc-async "$seats")"; read -r gp ga_app <<< "$(cpu_per_cycle ga8 "$ga")"
+      echo "| $round | $build | $(fmt "$seats") | $sp + $sa ms | $(fmt "$ga") | $gp + $ga_app ms |" >> "$WORK/ab.md"
+    done
+  done
+  stop_booking
+  cat "$WORK/ab.md" >> "$OUT"
+  log "done"
+  exit 0
+fi
 
 log "service, async hold commits: $CLIENTS clients x ${DUR}s"
 loadgen_holds svc-async "$WORK/svc-async.json"
