@@ -15,30 +15,11 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 /// Builds the pool. Connections are opened lazily so the process starts (and `/readyz`
 /// reports the problem) even when Postgres is briefly unreachable.
 pub fn pool(settings: &DatabaseSettings) -> anyhow::Result<PgPool> {
-    checked_when_idle(PgPoolOptions::new())
+    PgPoolOptions::new()
         .max_connections(settings.max_connections)
         .acquire_timeout(Duration::from_millis(settings.acquire_timeout_ms))
         .connect_lazy(settings.url.expose_secret())
         .context("invalid database url")
-}
-
-/// sqlx pings every connection it hands out (`test_before_acquire`): one more round trip per
-/// statement, for a check that only matters after a connection sat idle (Postgres restarted,
-/// an idle backend terminated). Ping only those idle longer than [`kept::IDLE_CHECK`]; a
-/// connection in use all along fails its statement like any other error would.
-///
-/// [`kept::IDLE_CHECK`]: crate::platform::kept::IDLE_CHECK
-fn checked_when_idle(options: PgPoolOptions) -> PgPoolOptions {
-    options
-        .test_before_acquire(false)
-        .before_acquire(|conn, meta| {
-            Box::pin(async move {
-                if meta.idle_for > crate::platform::kept::IDLE_CHECK {
-                    sqlx::Connection::ping(conn).await?;
-                }
-                Ok(true)
-            })
-        })
 }
 
 /// A second pool on the same database, the same size (opened lazily), whose connections start
@@ -53,7 +34,7 @@ pub fn derived_pool_of(pool: &PgPool, settings: &[(&str, &str)], size: u32) -> P
         .clone()
         .options(settings.iter().copied());
     let opts = pool.options();
-    checked_when_idle(PgPoolOptions::new())
+    PgPoolOptions::new()
         .max_connections(size.max(1))
         .acquire_timeout(opts.get_acquire_timeout())
         .connect_lazy_with(connect)

@@ -17,7 +17,13 @@
 //!   `ReadyForQuery` unread: sqlx reads it before the next statement on that connection
 //!   (`wait_until_ready`), so nothing of one request reaches the next.
 //! - A connection idle on the stack longer than [`IDLE_CHECK`] is pinged before use (Postgres
-//!   restarted, an idle backend terminated), as sqlx's `before_acquire` does for the others.
+//!   restarted, an idle backend terminated).
+//! - A statement that failed without Postgres' answer (an I/O error: the network or Postgres
+//!   went away) makes every connection on the stack suspect: they all go back to sqlx's pool,
+//!   which pings each before handing it out again. So after an outage one request fails per
+//!   broken connection in use, not one per connection the stack kept. (sqlx's pool itself
+//!   keeps its ping on hand-out for every other pool of the process: the checkout's
+//!   transactions, the webhooks.)
 //! - Waiting is done on this pool's own semaphore (FIFO, one permit per connection sqlx
 //!   may open), so no request waits in sqlx's queue while a connection sits on the stack.
 //! - Transactions ([`KeptPool::begin`]) run on a second, small pool with the same settings:
@@ -142,6 +148,7 @@ impl KeptPool {
             return Ok(Lease {
                 conn: Some(conn),
                 clean: false,
+                failed: false,
                 pool: self.inner.clone(),
                 _permit: permit,
             });
@@ -150,6 +157,7 @@ impl KeptPool {
         Ok(Lease {
             conn: Some(conn),
             clean: false,
+            failed: false,
             pool: self.inner.clone(),
             _permit: permit,
         })
@@ -161,6 +169,8 @@ impl KeptPool {
 pub struct Lease {
     conn: Option<PoolConnection<Postgres>>,
     clean: bool,
+    /// Ended without Postgres' answer: the stack is flushed on drop.
+    failed: bool,
     pool: Arc<Inner>,
     // Released after `drop` has put the connection back (fields drop after the body).
     _permit: OwnedSemaphorePermit,
@@ -177,6 +187,7 @@ impl Lease {
     /// statement ended without Postgres' answer ([`answered`] of the sqlx error).
     pub fn ended_if(&mut self, answered: bool) {
         self.clean = answered;
+        self.failed = !answered;
     }
 }
 
@@ -219,17 +230,28 @@ impl std::ops::DerefMut for Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         let Some(conn) = self.conn.take() else { return };
+        let mut idle = self
+            .pool
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if self.clean {
-            self.pool
-                .idle
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(Idle {
-                    conn,
-                    since: Instant::now(),
-                });
+            idle.push(Idle {
+                conn,
+                since: Instant::now(),
+            });
+            return;
         }
-        // Otherwise `conn` drops here: sqlx's own release (ping, or close when broken).
+        // Not kept: `conn` goes back through sqlx's own release (ping, or close when broken),
+        // and after a failure without an answer so does every kept one (see the module docs).
+        let suspect = if self.failed {
+            std::mem::take(&mut *idle)
+        } else {
+            Vec::new()
+        };
+        drop(idle);
+        drop(suspect);
+        drop(conn);
     }
 }
 

@@ -118,7 +118,7 @@ async fn a_statement_cut_off_midway_never_answers_the_next_one() {
 }
 
 #[tokio::test]
-async fn a_terminated_backend_fails_one_statement_at_most_and_none_after_an_idle_second() {
+async fn terminated_backends_fail_one_statement_at_most_and_none_after_an_idle_second() {
     let pool = kept_pool(2).await;
     let admin = PgPoolOptions::new()
         .max_connections(1)
@@ -136,9 +136,20 @@ async fn a_terminated_backend_fails_one_statement_at_most_and_none_after_an_idle
             assert!(gone);
         }
     };
-    // Used at once: the statement on the dead connection fails, and only that one.
-    let old = pid(&pool).await;
-    terminate(old).await;
+    // Both connections on the stack, both backends terminated (Postgres went away): the
+    // first statement fails, and it sends every kept connection back to sqlx, which pings
+    // each before use: the next statement succeeds at once.
+    let (a, b) = tokio::join!(
+        sqlx::query_scalar::<_, i32>("SELECT pg_backend_pid() FROM pg_sleep(0.05)")
+            .fetch_one(&pool),
+        sqlx::query_scalar::<_, i32>("SELECT pg_backend_pid() FROM pg_sleep(0.05)")
+            .fetch_one(&pool),
+    );
+    let (a, b) = (a.expect("a"), b.expect("b"));
+    assert_ne!(a, b);
+    assert_eq!(pool.kept(), 2);
+    terminate(a).await;
+    terminate(b).await;
     let err = sqlx::query_scalar::<_, i32>("SELECT 1")
         .fetch_one(&pool)
         .await
@@ -147,9 +158,9 @@ async fn a_terminated_backend_fails_one_statement_at_most_and_none_after_an_idle
         !booking::platform::kept::answered(&err),
         "a FATAL or I/O end is not a clean answer: {err}"
     );
-    assert_eq!(pool.kept(), 0, "the dead connection is not kept");
+    assert_eq!(pool.kept(), 0, "no connection of the dead ones is kept");
     let fresh = pid(&pool).await;
-    assert_ne!(fresh, old);
+    assert!(fresh != a && fresh != b, "a new backend");
     // Idle past the check: the dead connection is found by the ping, no statement fails.
     terminate(fresh).await;
     tokio::time::sleep(IDLE_CHECK + Duration::from_millis(200)).await;
