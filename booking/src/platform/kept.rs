@@ -4,9 +4,10 @@
 //! Why: sqlx's pool pings a connection when it is handed out (`test_before_acquire`) and again
 //! when it comes back (unconditionally, sqlx 0.9 `Floating::return_to_pool`): a seat hold was
 //! three round trips to Postgres (ping, statement, ping) on a box where every round trip
-//! wakes a backend on one of two shared cores. Measured with `deploy/bench/holds.sh`'s seat
-//! holds, alternating in the same run (docs/benchmarks.md, "Issue 16: one round trip per
-//! hold"): without either ping +17–20 % holds/s in three rounds of three.
+//! wakes a backend on one of two shared cores. Measured with `deploy/bench/holds.sh`'s A/B mode
+//! (the two builds alternating on the same events; docs/benchmarks.md, "Issue 16: one round
+//! trip per hold"): seat holds +4 to +20 % in three rounds, booking's and loadgen's CPU per
+//! hold a third lower.
 //!
 //! What keeps it safe:
 //! - A connection goes back to the stack only after its statement ended with an answer from
@@ -38,7 +39,7 @@ use futures::{StreamExt, TryStreamExt};
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgDatabaseError, PgQueryResult, PgRow, PgSeverity, PgStatement, PgTypeInfo};
 use sqlx::{Connection, Either, Execute, Executor, PgConnection, PgPool, Postgres, SqlStr};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -62,6 +63,13 @@ struct Inner {
 struct Idle {
     conn: PoolConnection<Postgres>,
     since: Instant,
+}
+
+impl Inner {
+    /// The stack (a poisoned lock still holds whole connections: a panic cannot tear a push).
+    fn idle(&self) -> MutexGuard<'_, Vec<Idle>> {
+        self.idle.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 impl std::fmt::Debug for KeptPool {
@@ -93,24 +101,14 @@ impl KeptPool {
 
     /// Connections waiting on the stack.
     pub fn kept(&self) -> usize {
-        self.inner
-            .idle
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        self.inner.idle().len()
     }
 
     /// Closes the pool: no new leases, the kept connections go back to sqlx's pool, which
     /// closes them all (waiting for those still in use, as `PgPool::close` does).
     pub async fn close(&self) {
         self.inner.permits.close();
-        let kept = std::mem::take(
-            &mut *self
-                .inner
-                .idle
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
-        );
+        let kept = std::mem::take(&mut *self.inner.idle());
         drop(kept);
         self.inner.pool.close().await;
         self.inner.tx_pool.close().await;
@@ -131,33 +129,19 @@ impl KeptPool {
         .await
         .map_err(|_| sqlx::Error::PoolTimedOut)?
         .map_err(|_| sqlx::Error::PoolClosed)?;
-        loop {
-            let top = self
-                .inner
-                .idle
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .pop();
+        let conn = loop {
+            let top = self.inner.idle().pop();
             let Some(Idle { mut conn, since }) = top else {
-                break;
+                break self.inner.pool.acquire().await?;
             };
-            if since.elapsed() > IDLE_CHECK && conn.ping().await.is_err() {
-                // Dropped to sqlx, which closes it; try the next one.
-                continue;
+            // A dead one is dropped to sqlx, which closes it; try the next one.
+            if since.elapsed() <= IDLE_CHECK || conn.ping().await.is_ok() {
+                break conn;
             }
-            return Ok(Lease {
-                conn: Some(conn),
-                clean: false,
-                failed: false,
-                pool: self.inner.clone(),
-                _permit: permit,
-            });
-        }
-        let conn = self.inner.pool.acquire().await?;
+        };
         Ok(Lease {
             conn: Some(conn),
-            clean: false,
-            failed: false,
+            end: End::Open,
             pool: self.inner.clone(),
             _permit: permit,
         })
@@ -168,12 +152,21 @@ impl KeptPool {
 /// back on the stack; dropped otherwise, back to sqlx's pool.
 pub struct Lease {
     conn: Option<PoolConnection<Postgres>>,
-    clean: bool,
-    /// Ended without Postgres' answer: the stack is flushed on drop.
-    failed: bool,
+    end: End,
     pool: Arc<Inner>,
     // Released after `drop` has put the connection back (fields drop after the body).
     _permit: OwnedSemaphorePermit,
+}
+
+/// How the statement on a [`Lease`] ended.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// Not recorded: cut off midway (the request's future was dropped). Back to sqlx.
+    Open,
+    /// Postgres answered: back on the stack.
+    Answered,
+    /// Ended without Postgres' answer: back to sqlx, and every kept connection with it.
+    Failed,
 }
 
 impl Lease {
@@ -186,8 +179,7 @@ impl Lease {
     /// [`Lease::ended`] for callers whose error wraps sqlx's: `answered` is false when the
     /// statement ended without Postgres' answer ([`answered`] of the sqlx error).
     pub fn ended_if(&mut self, answered: bool) {
-        self.clean = answered;
-        self.failed = !answered;
+        self.end = if answered { End::Answered } else { End::Failed };
     }
 }
 
@@ -230,28 +222,20 @@ impl std::ops::DerefMut for Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         let Some(conn) = self.conn.take() else { return };
-        let mut idle = self
-            .pool
-            .idle
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if self.clean {
-            idle.push(Idle {
+        // Not kept: a connection goes back through sqlx's own release (ping, or close when
+        // broken), and after a failure without an answer so does every kept one (see the
+        // module docs); dropped once the stack's lock is let go.
+        match self.end {
+            End::Answered => self.pool.idle().push(Idle {
                 conn,
                 since: Instant::now(),
-            });
-            return;
+            }),
+            End::Open => drop(conn),
+            End::Failed => {
+                let suspect = std::mem::take(&mut *self.pool.idle());
+                drop((suspect, conn));
+            }
         }
-        // Not kept: `conn` goes back through sqlx's own release (ping, or close when broken),
-        // and after a failure without an answer so does every kept one (see the module docs).
-        let suspect = if self.failed {
-            std::mem::take(&mut *idle)
-        } else {
-            Vec::new()
-        };
-        drop(idle);
-        drop(suspect);
-        drop(conn);
     }
 }
 
