@@ -43,6 +43,7 @@
 //!   correction after a shortage the flash gate let through runs inside that request, so no
 //!   task outlives the process's stop signal.
 
+pub mod batcher;
 pub mod cart;
 pub mod cursor;
 pub mod expiry;
@@ -104,6 +105,8 @@ pub struct Inner {
     pub refusals: IntCounterVec,
     /// SKUs known to exist, with their event (cart writes skip the Postgres lookup).
     pub catalog: Arc<products::Catalog>,
+    /// One-line cart orders of a hot SKU, coalesced into one statement ([`batcher`]).
+    pub batcher: batcher::Batcher,
 }
 
 impl axum::extract::FromRef<OrdersState> for Auth {
@@ -172,6 +175,12 @@ pub struct OrderSettings {
     /// Longest a process serves a cached cart price without a catalogue version change
     /// (bounds a change whose version write failed; `products::catalog`).
     pub cart_price_max_age_ms: u64,
+    /// Most one-line cart orders of one SKU in one statement (`batcher`); below 2, every order
+    /// runs on its own.
+    pub batch_max: u32,
+    /// Statements one process runs at once for one SKU's batches: an order waits only when
+    /// this many are running.
+    pub batch_concurrency: u32,
 }
 
 impl Default for OrderSettings {
@@ -187,6 +196,8 @@ impl Default for OrderSettings {
             currency: "JPY".into(),
             async_commit: false,
             cart_price_max_age_ms: 10_000,
+            batch_max: 64,
+            batch_concurrency: 2,
         }
     }
 }
@@ -208,6 +219,10 @@ pub struct CommerceMetrics {
     /// prices were forgotten); read_prices (the prices were read first: this process had not
     /// seen a line's SKU).
     pub one_statement_orders: IntCounterVec,
+    /// Batch statements of one-line cart orders (`batcher`), and the orders sent in them: their
+    /// ratio is the mean batch size.
+    pub order_batches: IntCounter,
+    pub batched_orders: IntCounter,
 }
 
 impl CommerceMetrics {
@@ -232,6 +247,16 @@ impl CommerceMetrics {
             ),
             &["outcome"],
         )?;
+        let order_batches = IntCounter::new(
+            "cart_order_batches_total",
+            "Batch statements of one-line cart orders of one SKU",
+        )?;
+        let batched_orders = IntCounter::new(
+            "cart_order_batched_total",
+            "Cart orders sent in batch statements (whatever each one's outcome)",
+        )?;
+        registry.register(Box::new(order_batches.clone()))?;
+        registry.register(Box::new(batched_orders.clone()))?;
         registry.register(Box::new(order_db_transactions.clone()))?;
         registry.register(Box::new(orders.clone()))?;
         // Exported at 0 from startup (the dashboard's orders/min reads `created`).
@@ -247,6 +272,8 @@ impl CommerceMetrics {
             flash_gate,
             cart_ops,
             one_statement_orders,
+            order_batches,
+            batched_orders,
         })
     }
 }

@@ -100,19 +100,27 @@ impl AppState {
 
         // Orders and payments run on the checkout pool (generic plans: see its docs).
         let checkout = crate::platform::db::checkout_pool(&pool);
+        let order_settings = Arc::new(config.orders.clone());
+        let order_metrics = Arc::new(
+            crate::orders::CommerceMetrics::register(&metrics.registry)
+                .context("failed to register order metrics")?,
+        );
+        let statements = crate::platform::db::checkout_statements(&pool);
         let orders = crate::orders::OrdersState::new(crate::orders::Inner {
             pool: checkout.clone(),
-            statements: crate::platform::db::checkout_statements(&pool),
+            statements: statements.clone(),
             redis: redis.clone(),
             auth: auth.clone(),
             idempotency: idempotency.clone(),
-            settings: Arc::new(config.orders.clone()),
-            metrics: Arc::new(
-                crate::orders::CommerceMetrics::register(&metrics.registry)
-                    .context("failed to register order metrics")?,
-            ),
+            settings: order_settings.clone(),
+            metrics: order_metrics.clone(),
             refusals: metrics.refusals.clone(),
             catalog: Default::default(),
+            batcher: crate::orders::batcher::Batcher::new(
+                statements,
+                order_settings,
+                order_metrics,
+            ),
         });
 
         let outbox = crate::outbox::OutboxState {

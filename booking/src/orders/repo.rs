@@ -22,8 +22,10 @@ pub mod fans;
 mod insert;
 mod one_statement;
 use insert::{NewOrder, insert_order};
+pub use one_statement::batch::{BatchOrder, BatchOutcome, create_cart_orders_batched};
 pub use one_statement::{
-    OneStatement, Take, create_cart_order_one_statement, read_prices, wait_for_copies,
+    OneStatement, OrderText, Take, create_cart_order_one_statement, order_text, read_prices,
+    wait_for_copies,
 };
 
 /// What can go wrong in the orders domain (orders, carts, the flash gate, products).
@@ -95,6 +97,17 @@ pub enum OrderError {
     RedisUnavailable(#[source] ApiError),
     #[error("failed to serialise the order")]
     Serialize(#[source] serde_json::Error),
+}
+
+impl OrderError {
+    /// For a statement on a kept connection (`platform::kept`): whether Postgres answered the
+    /// statement that failed; `None` for an error that did not come from a statement.
+    pub fn answered(&self) -> Option<bool> {
+        match self {
+            OrderError::Db { source, .. } => Some(crate::platform::kept::answered(source)),
+            _ => None,
+        }
+    }
 }
 
 /// Names the statement (or Redis command) behind an error.

@@ -18,6 +18,7 @@
 
 use crate::orders::model::Shortage;
 use crate::orders::repo::{During, OrderError};
+use crate::platform::kept::Lease;
 use sqlx::PgConnection;
 use std::collections::BTreeMap;
 
@@ -251,6 +252,19 @@ pub async fn refill_emptied(
     .await
     .during("refill a stock shard a one-statement order emptied")?;
     Ok(())
+}
+
+/// [`refill_emptied`] after a one-statement order (alone or batched) on its kept connection,
+/// best effort: a row left empty only makes later orders skip it until the next order that
+/// empties a row refills, or the slow path spreads the stock. A failure is logged, and a
+/// connection Postgres did not answer on does not go back on the stack.
+pub async fn refill_emptied_after_order(conn: &mut Lease, sku: &str, shard: i32) {
+    if let Err(e) = refill_emptied(conn, sku, shard).await {
+        if let Some(answered) = e.answered() {
+            conn.ended_if(answered);
+        }
+        tracing::warn!(error = ?e, sku, shard, "refilling an emptied stock row failed");
+    }
 }
 
 /// Slow path: locks every row of the SKU in shard order; when their sum covers `q`, reserves

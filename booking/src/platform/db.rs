@@ -6,7 +6,7 @@ use anyhow::Context;
 use secrecy::ExposeSecret;
 use shared::config::DatabaseSettings;
 use sqlx::PgPool;
-use sqlx::postgres::PgPoolOptions;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use std::future::Future;
 use std::time::Duration;
 
@@ -14,12 +14,22 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 
 /// Builds the pool. Connections are opened lazily so the process starts (and `/readyz`
 /// reports the problem) even when Postgres is briefly unreachable.
+///
+/// Every connection (the derived pools' too) runs with `jit = off`: booking's statements are
+/// short, and Postgres compiles a plan whose ESTIMATED cost passes `jit_above_cost`, which a
+/// launch's stale statistics make happen for queries that then read nothing. The cancelled
+/// events' job (every second) spent 120–280 ms per run compiling an empty query in the orders
+/// bench (docs/decisions.md, "No JIT").
 pub fn pool(settings: &DatabaseSettings) -> anyhow::Result<PgPool> {
-    PgPoolOptions::new()
+    let connect: PgConnectOptions = settings
+        .url
+        .expose_secret()
+        .parse()
+        .context("invalid database url")?;
+    Ok(PgPoolOptions::new()
         .max_connections(settings.max_connections)
         .acquire_timeout(Duration::from_millis(settings.acquire_timeout_ms))
-        .connect_lazy(settings.url.expose_secret())
-        .context("invalid database url")
+        .connect_lazy_with(connect.options([("jit", "off")])))
 }
 
 /// A second pool on the same database, the same size (opened lazily), whose connections start

@@ -28,8 +28,11 @@ async fn fill_cart(app: &TestApp, account: &str, sku: &str, qty: i64) {
         .expect("hset");
 }
 
+/// Orders that reached Postgres: each order transaction or statement of its own, plus every
+/// order sent in a batch statement (one statement, many orders: `orders::batcher`).
 fn db_transactions(app: &TestApp) -> u64 {
-    app.state.orders.metrics.order_db_transactions.get()
+    let m = &app.state.orders.metrics;
+    m.order_db_transactions.get() - m.order_batches.get() + m.batched_orders.get()
 }
 
 /// 1,000 units, 4,000 concurrent buyers: exactly 1,000 sold, the rest SOLD_OUT, and only

@@ -233,3 +233,32 @@ async fn a_paid_order_says_when_the_rest_of_the_checkout_ends() {
     assert_eq!(until(&replay), Some(hold_end), "the replay says the same");
     env.app.stop().await;
 }
+
+/// The session end a checkout statement answers (`live_until_ms_sql!`) comes from the fan's
+/// own holds and orders. With 3,000 other fans' pending orders and live holds, its generic plan
+/// (the checkout pool's) reads a handful of rows. It used to let the planner answer `max`
+/// by walking the pending-expiry index backwards through every other fan's pending order (and
+/// the sweeper's index through every live hold): 1.8 ms per order in the hot-SKU bench, growing
+/// with the sale.
+#[tokio::test]
+async fn the_session_end_reads_only_the_fans_own_rows() {
+    let app = TestApp::spawn().await;
+    crate::plans::sale_on_stale_statistics(&app, &["orders", "holds"]).await;
+    sqlx::query(
+        "INSERT INTO holds (id, event_id, account_id, kind, ga_tier, quantity, expires_at)
+         SELECT 'h' || g, 'shop', 'other' || g, 'ga', 'floor', 1,
+                clock_timestamp() + interval '10 min' + g * interval '1 ms'
+           FROM generate_series(1, 3000) g",
+    )
+    .execute(&app.pool)
+    .await
+    .expect("holds");
+    let mut conn = app.pool.acquire().await.expect("conn");
+    let until = concat!(
+        "SELECT ",
+        booking::live_until_ms_sql!("$1::text", "$2::text", "NULL::timestamptz", "NULL")
+    );
+    let (read, plan) =
+        crate::plans::rows_read_by(&mut conn, "generic", "until", until, "('fan', 'shop')").await;
+    assert!(read < 50.0, "{read} rows read for one fan: {plan:#}");
+}

@@ -9,7 +9,7 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 
 /// Creates `sku` in event "drop" split over `shards` rows.
-async fn create_split(app: &TestApp, sku: &str, stock: i64, shards: i64, hot: bool) -> Value {
+pub async fn create_split(app: &TestApp, sku: &str, stock: i64, shards: i64, hot: bool) -> Value {
     ensure_event(app, "drop").await;
     let (status, v) = json(
         app.admin_post(
@@ -25,7 +25,7 @@ async fn create_split(app: &TestApp, sku: &str, stock: i64, shards: i64, hot: bo
 }
 
 /// Puts `qty` of `sku` into each account's cart of "drop" (one Redis pipeline).
-async fn fill_carts(app: &TestApp, buyers: &[(String, i64)], sku: &str) {
+pub async fn fill_carts(app: &TestApp, buyers: &[(String, i64)], sku: &str) {
     let mut pipe = redis::pipe();
     for (a, q) in buyers {
         pipe.cmd("HSET")
@@ -40,7 +40,11 @@ async fn fill_carts(app: &TestApp, buyers: &[(String, i64)], sku: &str) {
 
 /// Every buyer orders their cart at once (`in_flight` requests open at a time). Answers
 /// come with the buyer's quantity, in completion order.
-async fn rush(app: &TestApp, buyers: &[(String, i64)], in_flight: usize) -> Vec<(i64, u16, Value)> {
+pub async fn rush(
+    app: &TestApp,
+    buyers: &[(String, i64)],
+    in_flight: usize,
+) -> Vec<(i64, u16, Value)> {
     let tokens: Vec<(String, i64)> = buyers
         .iter()
         .map(|(a, q)| (app.admission(a, "drop"), *q))
@@ -94,7 +98,7 @@ async fn shards(app: &TestApp, sku: &str) -> Vec<(i32, i64, i64, i64, i64, i64)>
 /// The invariant on every shard row: its reserved units are exactly those of the pending
 /// orders that took from it, its sold units those of the paid ones, and the SKU's units sum
 /// to `total`. Returns the units still available (summed).
-async fn assert_conserved(app: &TestApp, sku: &str, total: i64) -> i64 {
+pub async fn assert_conserved(app: &TestApp, sku: &str, total: i64) -> i64 {
     let rows = shards(app, sku).await;
     for &(shard, _, reserved, sold, pending, paid) in &rows {
         assert_eq!(

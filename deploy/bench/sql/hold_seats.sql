@@ -55,7 +55,7 @@ SELECT (SELECT expires_at FROM hold), (SELECT count(*) FROM took),
           FROM events e LEFT JOIN account_event_usage a
             ON a.event_id = e.id AND a.account_id = ('pg-' || :acct)
          WHERE e.id = :event),
-       COALESCE(ceil(extract(epoch FROM GREATEST((SELECT expires_at FROM hold), (SELECT max(expires_at) FROM holds WHERE account_id = ('pg-' || :acct) AND event_id = :event AND status = 'active' AND expires_at > clock_timestamp() AND id IS DISTINCT FROM NULL), (SELECT max(expires_at) FROM orders WHERE account_id = ('pg-' || :acct) AND (event_id = :event OR event_id IS NULL) AND status = 'PENDING_PAYMENT' AND expires_at > clock_timestamp()))) * 1000)::bigint, 0),
+       COALESCE(ceil(extract(epoch FROM GREATEST((SELECT expires_at FROM hold), (SELECT max(expires_at) FILTER (WHERE status = 'active' AND expires_at > clock_timestamp() AND id IS DISTINCT FROM NULL) FROM holds WHERE account_id = ('pg-' || :acct) AND event_id = :event), (SELECT max(expires_at) FILTER (WHERE status = 'PENDING_PAYMENT' AND expires_at > clock_timestamp() AND id IS DISTINCT FROM NULL) FROM orders WHERE account_id = ('pg-' || :acct) AND (event_id = :event OR event_id IS NULL)))) * 1000)::bigint, 0),
        NULL::text[]
 FROM (VALUES (1)) AS one (x) LEFT JOIN wanted w ON true;
 WITH h AS (
@@ -93,5 +93,5 @@ usage AS (
     RETURNING 1)
 SELECT h.event_id, h.kind = 'seats',
        (SELECT count(*) FROM seats_back) + (SELECT COALESCE(sum(quantity), 0) FROM units_back),
-       COALESCE(ceil(extract(epoch FROM GREATEST(NULL::timestamptz, (SELECT max(expires_at) FROM holds WHERE account_id = ('pg-' || :acct) AND event_id = :event AND status = 'active' AND expires_at > clock_timestamp() AND id IS DISTINCT FROM ('pg-' || :hid)), (SELECT max(expires_at) FROM orders WHERE account_id = ('pg-' || :acct) AND (event_id = :event OR event_id IS NULL) AND status = 'PENDING_PAYMENT' AND expires_at > clock_timestamp()))) * 1000)::bigint, 0)
+       COALESCE(ceil(extract(epoch FROM GREATEST(NULL::timestamptz, (SELECT max(expires_at) FILTER (WHERE status = 'active' AND expires_at > clock_timestamp() AND id IS DISTINCT FROM ('pg-' || :hid)) FROM holds WHERE account_id = ('pg-' || :acct) AND event_id = :event), (SELECT max(expires_at) FILTER (WHERE status = 'PENDING_PAYMENT' AND expires_at > clock_timestamp() AND id IS DISTINCT FROM NULL) FROM orders WHERE account_id = ('pg-' || :acct) AND (event_id = :event OR event_id IS NULL)))) * 1000)::bigint, 0)
 FROM h;

@@ -6,8 +6,9 @@ use super::Created;
 use crate::orders::OrdersState;
 use crate::orders::model::{AccountId, EventId, OrderId, OrderKey, Shortage};
 use crate::orders::repo::{
-    During, OneStatement, OrderError, Take, claim_key_tx, create_cart_order_one_statement,
-    create_cart_order_tx, read_prices, wait_for_copies,
+    BatchOrder, During, OneStatement, OrderError, Take, claim_key_tx,
+    create_cart_order_one_statement, create_cart_order_tx, order_text, read_prices,
+    wait_for_copies,
 };
 use crate::orders::stock::{self, StockWay};
 use crate::platform::db;
@@ -30,6 +31,18 @@ pub(super) async fn one_statement_order(
     let outcomes = &state.metrics.one_statement_orders;
     if lines.is_empty() {
         return Ok(None);
+    }
+    // A one-line cart of a SKU whose price this process knows: with the SKU's other orders.
+    match batched_order(state, order_id, account, event, key, fingerprint, lines).await? {
+        Some(
+            done @ (OneStatement::Created { .. }
+            | OneStatement::Short { .. }
+            | OneStatement::NotServed {
+                stale_prices: true, ..
+            }),
+        ) => return answer(state, lines, done),
+        // Not served by the batch: this order on its own.
+        Some(OneStatement::NotServed { .. }) | None => {}
     }
     // Back to the kept stack only once Postgres answered the statement (`platform::kept`).
     let mut conn = state
@@ -66,21 +79,79 @@ pub(super) async fn one_statement_order(
     )
     .await?;
     conn.ended_if(true);
+    if let OneStatement::Created { emptied, .. } = &done {
+        for (sku, shard) in emptied {
+            stock::refill_emptied_after_order(&mut conn, sku, *shard).await;
+        }
+    }
+    answer(state, lines, done)
+}
+
+/// A one-line cart order through the SKU's batches (`orders::batcher`); `None` when it cannot
+/// go there (batching off, several lines, prices this process has not read).
+async fn batched_order(
+    state: &OrdersState,
+    order_id: &str,
+    account: AccountId<'_>,
+    event: EventId<'_>,
+    key: OrderKey<'_>,
+    fingerprint: &Fingerprint,
+    lines: &BTreeMap<String, i64>,
+) -> Result<Option<OneStatement>, OrderError> {
+    let batcher = &state.batcher;
+    if !batcher.enabled() || lines.len() != 1 {
+        return Ok(None);
+    }
+    let Some((sku, &quantity)) = lines.iter().next() else {
+        return Ok(None);
+    };
+    let Some(prices) = state.catalog.order_prices(lines.keys()) else {
+        return Ok(None);
+    };
+    let Some(priced) = prices.get(sku) else {
+        return Ok(None);
+    };
+    let id = OrderId::new(order_id);
+    let Some(text) = order_text(&state.settings, id, account, event, lines, &prices)? else {
+        return Ok(None);
+    };
+    let order = BatchOrder {
+        order_id: order_id.to_owned(),
+        account: account.as_str().to_owned(),
+        key: key.as_str().to_owned(),
+        fingerprint: fingerprint.as_bytes().to_vec(),
+        quantity,
+        head: text.head,
+        tail: text.tail,
+        outbox_id: shared::ids::new_id(),
+        payload: text.payload,
+    };
+    let done = batcher.order(event.as_str(), sku, priced, order).await;
+    if matches!(done, OneStatement::Created { .. }) {
+        state
+            .metrics
+            .one_statement_orders
+            .with_label_values(&["batched"])
+            .inc();
+    }
+    Ok(Some(done))
+}
+
+/// The answer of a one-statement order (alone or batched) that ran: the order, its `409`, or
+/// `None` for the full transaction.
+fn answer(
+    state: &OrdersState,
+    lines: &BTreeMap<String, i64>,
+    done: OneStatement,
+) -> Result<Option<Created>, OrderError> {
+    let outcomes = &state.metrics.one_statement_orders;
     match done {
         OneStatement::Created {
             body,
             live_until_ms,
-            emptied,
+            ..
         } => {
             outcomes.with_label_values(&["created"]).inc();
-            for (sku, shard) in emptied {
-                if let Err(e) = stock::refill_emptied(&mut conn, &sku, shard).await {
-                    if let OrderError::Db { source, .. } = &e {
-                        conn.ended_if(crate::platform::kept::answered(source));
-                    }
-                    tracing::warn!(error = ?e, sku, shard, "refilling an emptied stock row failed");
-                }
-            }
             Ok(Some(Created::Order(body, live_until_ms, None)))
         }
         OneStatement::Short {

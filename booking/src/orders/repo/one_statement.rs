@@ -23,14 +23,13 @@
 
 use super::{During, OrderError};
 use crate::orders::OrderSettings;
-use crate::orders::model::{
-    AccountId, EventId, OrderId, OrderKey, OrderSource, OrderStatus, OrderView, PricedSku,
-    price_cart_lines,
-};
+use crate::orders::model::{AccountId, EventId, OrderId, OrderKey, PricedSku};
 use crate::platform::idempotency::Fingerprint;
-use chrono::DateTime;
 use sqlx::PgConnection;
 use std::collections::BTreeMap;
+
+mod text;
+pub use text::{OrderText, order_text};
 
 /// What the one statement did.
 #[derive(Debug)]
@@ -83,11 +82,6 @@ impl Take {
     }
 }
 
-/// The two timestamps of the body, placed where serde put them; split around by
-/// [`body_parts`]. `expires_at` and `created_at` are adjacent, in this order, at the end of
-/// [`OrderView`] (`paid_at` is skipped while `None`).
-const STAMPS: &str = r#","expires_at":"1970-01-01T00:00:00Z","created_at":"1970-01-01T00:00:00Z""#;
-
 /// Tries the cart order `lines` (SKU → quantity, at `prices`) as one statement.
 #[expect(
     clippy::too_many_arguments,
@@ -114,36 +108,16 @@ pub async fn create_cart_order_one_statement(
     }
     // A cart these prices cannot price (another event, an overflow) is for the full
     // transaction to refuse, with the prices it reads.
-    let Ok((items, total)) = price_cart_lines(lines, prices, event) else {
+    let Some(text) = order_text(settings, order_id, account, event, lines, prices)? else {
         return Ok(not_served);
     };
-    let view = OrderView {
-        id: order_id.as_str().to_owned(),
-        status: OrderStatus::PendingPayment,
-        source: OrderSource::Cart,
-        hold_id: None,
-        event_id: Some(event.as_str().to_owned()),
-        total,
-        currency: settings.currency.clone(),
-        items,
-        expires_at: DateTime::UNIX_EPOCH,
-        created_at: DateTime::UNIX_EPOCH,
-        paid_at: None,
-    };
-    let (head, tail) = body_parts(&view)?;
-    // The outbox row's payload as `insert_order` writes it; `expires_at` is added by the
-    // statement.
-    let payload = serde_json::json!({
-        "order_id": order_id.as_str(),
-        "account_id": account.as_str(),
-        "status": OrderStatus::PendingPayment,
-        "source": OrderSource::Cart,
-        "hold_id": null,
-        "event_id": event.as_str(),
-        "total": total,
-        "currency": &settings.currency,
-        "items": &view.items,
-    });
+    let OrderText {
+        view,
+        head,
+        tail,
+        payload,
+    } = text;
+    let total = view.total;
     let n = view.items.len();
     let mut skus = Vec::with_capacity(n);
     let mut qtys = Vec::with_capacity(n);
@@ -259,25 +233,11 @@ type Row = (
 /// Errors after which the statement has written nothing and the full transaction should run:
 /// unique violations (the key or the order's key already used), a stock row's check (cannot
 /// happen, `took` re-checks; kept as a guard), deadlocks and serialization failures.
-fn undone(e: &sqlx::Error) -> bool {
+pub(super) fn undone(e: &sqlx::Error) -> bool {
     matches!(
         e.as_database_error().and_then(|d| d.code()).as_deref(),
         Some("23505" | "23514" | "40P01" | "40001")
     )
-}
-
-/// The serialised `view` split around its two timestamps: the statement joins `head`, the
-/// expiry, `","created_at":"`, the creation time and `tail`.
-fn body_parts(view: &OrderView) -> Result<(String, String), OrderError> {
-    let json = serde_json::to_string(view).map_err(OrderError::Serialize)?;
-    // The last occurrence: quotes inside names are escaped, so this run of unescaped quotes
-    // can only be the view's own fields.
-    let at = json
-        .rfind(STAMPS)
-        .ok_or_else(|| OrderError::Serialize(serde::ser::Error::custom("no timestamps")))?;
-    let head = format!(r#"{},"expires_at":""#, &json[..at]);
-    let tail = format!("\"{}", &json[at + STAMPS.len()..]);
-    Ok((head, tail))
 }
 
 /// A `timestamptz` expression as chrono prints a `DateTime<Utc>` in JSON (RFC 3339, `Z`, the
@@ -473,8 +433,7 @@ fn busy(e: &sqlx::Error) -> bool {
         .is_some_and(|d| d.code().as_deref() == Some("23502") && d.table() == Some("order_stock"))
 }
 
-#[cfg(test)]
-mod tests;
+pub mod batch;
 
 #[cfg(test)]
 mod bench_mirror;

@@ -1,0 +1,270 @@
+//! Group commit for a hot SKU (issue 16): one-line cart orders of the same SKU that arrive
+//! while earlier ones are in Postgres go together, as ONE statement
+//! (`repo::create_cart_orders_batched`), with one row lock and one commit for all of them.
+//!
+//! No timer: an order waits only for the statements already running on its SKU (at most
+//! `[orders] batch_concurrency` of them per SKU); if fewer run, it starts one at once. So at
+//! low load every batch is one order (the one-order statement's cost), and under a rush the
+//! batches grow with the queue, up to `[orders] batch_max` orders.
+//!
+//! Every order of a batch is still all or nothing, with its own key and answer (the statement's
+//! docs). An order the batch did not serve (its units were not on the batch's row, its key was
+//! stored, the statement was undone) goes on to the one-order statement and the full
+//! transaction, exactly as an order that was never batched; its key makes sure it is created
+//! at most once.
+//!
+//! The statements run on spawned tasks, so a client that goes away cannot cut a batch off
+//! midway (the batch's other orders wait for its answer). Such a task runs only while requests
+//! wait for it: a graceful stop waits for those requests, so it waits for their batch.
+
+use crate::orders::model::PricedSku;
+use crate::orders::repo::{BatchOrder, OneStatement, create_cart_orders_batched};
+use crate::orders::{CommerceMetrics, OrderSettings, stock};
+use crate::platform::kept::KeptPool;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::oneshot;
+
+/// The batches of this process, per SKU (and the price its orders were built with).
+pub struct Batcher {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    pool: KeptPool,
+    settings: Arc<OrderSettings>,
+    metrics: Arc<CommerceMetrics>,
+    queues: Mutex<HashMap<QueueKey, Queue>>,
+}
+
+/// Orders batch together only with orders of the same event, SKU, name and price: the
+/// statement checks the product against one name and price.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct QueueKey {
+    event: String,
+    sku: String,
+    name: String,
+    price: i64,
+}
+
+#[derive(Default)]
+struct Queue {
+    waiting: Vec<Waiting>,
+    /// Tasks running this queue's statements.
+    running: usize,
+}
+
+struct Waiting {
+    order: BatchOrder,
+    reply: oneshot::Sender<OneStatement>,
+}
+
+/// What an order gets when its batch could not answer it: the one-order path runs.
+fn not_served() -> OneStatement {
+    OneStatement::NotServed {
+        stale_prices: false,
+        busy: false,
+    }
+}
+
+impl Batcher {
+    pub fn new(
+        pool: KeptPool,
+        settings: Arc<OrderSettings>,
+        metrics: Arc<CommerceMetrics>,
+    ) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                pool,
+                settings,
+                metrics,
+                queues: Mutex::default(),
+            }),
+        }
+    }
+
+    /// False when `[orders] batch_max` is below 2: every order runs on its own.
+    pub fn enabled(&self) -> bool {
+        self.shared.settings.batch_max >= 2
+    }
+
+    /// Orders `order` (one line of `sku` at `priced`) in the next batch of its SKU and waits
+    /// for that batch's answer.
+    pub async fn order(
+        &self,
+        event: &str,
+        sku: &str,
+        priced: &PricedSku,
+        order: BatchOrder,
+    ) -> OneStatement {
+        let key = QueueKey {
+            event: event.to_owned(),
+            sku: sku.to_owned(),
+            name: priced.name.clone(),
+            price: priced.price,
+        };
+        let (reply, answer) = oneshot::channel();
+        let start = {
+            let mut queues = self.shared.queues();
+            let queue = queues.entry(key.clone()).or_default();
+            queue.waiting.push(Waiting { order, reply });
+            let start = queue.running < self.shared.concurrency();
+            if start {
+                queue.running += 1;
+            }
+            start
+        };
+        if start {
+            tokio::spawn(run(self.shared.clone(), key));
+        }
+        // A dropped sender (the task panicked): the one-order path decides.
+        answer.await.unwrap_or_else(|_| not_served())
+    }
+}
+
+impl Shared {
+    fn queues(&self) -> MutexGuard<'_, HashMap<QueueKey, Queue>> {
+        // Nothing panics while holding it; a poisoned map is still consistent.
+        self.queues.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn concurrency(&self) -> usize {
+        usize::try_from(self.settings.batch_concurrency.max(1)).unwrap_or(1)
+    }
+
+    /// The next batch of `key`'s queue, or `None` (and this task stops running it) when no
+    /// order waits.
+    fn next_batch(&self, key: &QueueKey) -> Option<Vec<Waiting>> {
+        let mut queues = self.queues();
+        let queue = queues.get_mut(key)?;
+        if queue.waiting.is_empty() {
+            count_out(&mut queues, key);
+            return None;
+        }
+        let max = usize::try_from(self.settings.batch_max.max(1)).unwrap_or(1);
+        let take = queue.waiting.len().min(max);
+        Some(queue.waiting.drain(..take).collect())
+    }
+
+    /// Runs one batch and answers each of its orders.
+    async fn serve(&self, key: &QueueKey, batch: Vec<Waiting>) {
+        // Copies of one request (account and key) in one statement would both insert the key
+        // and undo the whole batch: every copy after the first goes the one-order way (where
+        // it waits for the first on the key's lock, then replays its answer).
+        let mut keys = HashSet::with_capacity(batch.len());
+        let mut orders = Vec::with_capacity(batch.len());
+        let mut replies = Vec::with_capacity(batch.len());
+        for Waiting { order, reply } in batch {
+            if keys.insert((order.account.clone(), order.key.clone())) {
+                orders.push(order);
+                replies.push(reply);
+            } else {
+                let _ = reply.send(not_served());
+            }
+        }
+        self.metrics.order_db_transactions.inc();
+        self.metrics.order_batches.inc();
+        self.metrics.batched_orders.inc_by(orders.len() as u64);
+        let priced = PricedSku {
+            name: key.name.clone(),
+            price: key.price,
+            event: Some(key.event.clone()),
+        };
+        let mut conn = match self.pool.acquire().await {
+            Ok(conn) => conn,
+            Err(e) => {
+                tracing::warn!(error = ?e, sku = key.sku, "no connection for a batch of orders");
+                for reply in replies {
+                    let _ = reply.send(not_served());
+                }
+                return;
+            }
+        };
+        let result = create_cart_orders_batched(
+            &mut conn,
+            &self.settings,
+            &key.event,
+            &key.sku,
+            &priced,
+            &orders,
+        )
+        .await;
+        let emptied = match result {
+            Ok(outcome) => {
+                conn.ended_if(true);
+                for (reply, answer) in replies.into_iter().zip(outcome.orders) {
+                    let _ = reply.send(answer);
+                }
+                outcome.emptied
+            }
+            Err(e) => {
+                if let Some(answered) = e.answered() {
+                    conn.ended_if(answered);
+                }
+                let n = orders.len();
+                tracing::warn!(error = ?e, sku = key.sku, n, "batch of orders failed; each alone");
+                for reply in replies {
+                    let _ = reply.send(not_served());
+                }
+                None
+            }
+        };
+        if let Some(shard) = emptied {
+            stock::refill_emptied_after_order(&mut conn, &key.sku, shard).await;
+        }
+    }
+}
+
+/// Runs `key`'s batches until its queue is empty.
+async fn run(shared: Arc<Shared>, key: QueueKey) {
+    let mut guard = Running {
+        shared: &shared,
+        key: &key,
+        done: false,
+    };
+    while let Some(batch) = shared.next_batch(&key) {
+        shared.serve(&key, batch).await;
+    }
+    // `next_batch` already counted this task out.
+    guard.done = true;
+}
+
+/// One task fewer runs `key`'s queue; an idle queue with none left is dropped.
+fn count_out(queues: &mut HashMap<QueueKey, Queue>, key: &QueueKey) {
+    if let Some(queue) = queues.get_mut(key) {
+        queue.running = queue.running.saturating_sub(1);
+        if queue.running == 0 && queue.waiting.is_empty() {
+            queues.remove(key);
+        }
+    }
+}
+
+/// Counts a task that ended without `next_batch` (a panic) out of its queue, so the queue
+/// is not left with a runner that does not exist; orders still waiting get a new one.
+struct Running<'a> {
+    shared: &'a Arc<Shared>,
+    key: &'a QueueKey,
+    done: bool,
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let restart = {
+            let mut queues = self.shared.queues();
+            match queues.get(self.key) {
+                Some(queue) if !queue.waiting.is_empty() => true,
+                Some(_) => {
+                    count_out(&mut queues, self.key);
+                    false
+                }
+                None => false,
+            }
+        };
+        if restart && let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(run(self.shared.clone(), self.key.clone()));
+        }
+    }
+}
