@@ -133,28 +133,6 @@ async fn done_marker_exists(
         .unwrap_or(false)
 }
 
-async fn set_done_marker(state: &OrdersState, account: AccountId<'_>, key: OrderKey<'_>) {
-    let res: Result<(), OrderError> = async {
-        let mut conn = state
-            .redis
-            .conn()
-            .await
-            .map_err(OrderError::RedisUnavailable)?;
-        redis::cmd("SET")
-            .arg(state.redis.key(&done_marker_suffix(account, key)))
-            .arg(1)
-            .arg("EX")
-            .arg(record_ttl_s(state))
-            .query_async::<()>(&mut conn)
-            .await
-            .during("set the completed-order marker")
-    }
-    .await;
-    if let Err(e) = res {
-        tracing::debug!(error = ?e, "could not record the completed-order marker");
-    }
-}
-
 async fn create_from_cart(
     state: &OrdersState,
     admitted: &Admitted,
@@ -218,15 +196,26 @@ async fn create_from_cart(
                 state.catalog.learn_order_prices(&prices);
             }
             state.metrics.orders.with_label_values(&["created"]).inc();
-            // 3. After the commit, best effort: the gate slots are sold, the cart, the
-            // completed marker.
-            for sku in &taken {
-                flash::settle(&state.redis, sku, &admission).await;
-            }
-            cart::clear_ordered(&state.redis, account.as_str(), event.as_str(), &lines).await;
-            // Lets a later retry with this key through a gate that has since hit zero (only
-            // consulted on a refusal), even if this order had no hot line.
-            set_done_marker(state, account, order_key).await;
+            // 3. After the commit, best effort and at once (each gate's slot on its SKU's
+            // key, the cart and the marker on the account's): the gate slots are sold; the
+            // ordered lines leave the cart; the completed marker lets a later retry with this
+            // key through a gate that has since hit zero (only consulted on a refusal), even
+            // if this order had no hot line.
+            let settled = futures::future::join_all(
+                taken
+                    .iter()
+                    .map(|sku| flash::settle(&state.redis, sku, &admission)),
+            );
+            let marker = state.redis.key(&done_marker_suffix(account, order_key));
+            let cleared = cart::clear_ordered(
+                &state.redis,
+                account.as_str(),
+                event.as_str(),
+                &lines,
+                &marker,
+                record_ttl_s(state),
+            );
+            tokio::join!(settled, cleared);
             let resp = idempotency::respond(StatusCode::CREATED, body);
             Ok((SessionUntil(Some(until)), resp).into_response())
         }

@@ -166,6 +166,54 @@ async fn retries_are_replayed_not_sold_out() {
     app.stop().await;
 }
 
+/// The completed marker: a retry of an order that had no hot line, whose cart now holds a hot
+/// SKU at zero, is replayed (the gate never saw that key, so only the marker tells it the key
+/// already made an order); the first order's cart lines are gone, the sold-out line stays.
+#[tokio::test]
+async fn a_retry_meeting_a_sold_out_gate_it_never_passed_is_replayed() {
+    let app = TestApp::spawn().await;
+    create_product(&app, "drop", "PLAIN", 100, 5, false).await;
+    create_product(&app, "drop", "HOT", 100, 1, true).await;
+    let bob = app.admission("bob", "drop");
+    fill_cart(&app, "bob", "HOT", 1).await;
+    let sold = post_order(&app, &bob, "b", &CART).await;
+    assert_eq!(sold.status(), 201, "the only HOT unit");
+
+    let alice = app.admission("alice", "drop");
+    fill_cart(&app, "alice", "PLAIN", 2).await;
+    let first = post_order(&app, &alice, "k", &CART).await;
+    assert_eq!(first.status(), 201);
+    let first = first.text().await.expect("body");
+    let mut conn = app.state.redis.conn().await.expect("redis");
+    let cart: BTreeMap<String, String> = redis::cmd("HGETALL")
+        .arg(booking::orders::cart::cart_key(
+            &app.state.redis,
+            "alice",
+            "drop",
+        ))
+        .query_async(&mut conn)
+        .await
+        .expect("cart");
+    assert!(cart.is_empty(), "the ordered line left the cart: {cart:?}");
+
+    // The same request again, the cart now holding the sold-out HOT: the gate refuses HOT,
+    // the marker turns the refusal into the stored answer.
+    fill_cart(&app, "alice", "HOT", 1).await;
+    let again = post_order(&app, &alice, "k", &CART).await;
+    assert_eq!(again.status(), 200, "replayed, not SOLD_OUT");
+    assert_eq!(again.text().await.expect("body"), first);
+    // A new key with that cart is sold out, and nothing else was ordered.
+    let (status, v) = json(post_order(&app, &alice, "k2", &CART).await).await;
+    assert_eq!((status, v["code"].as_str()), (409, Some("SOLD_OUT")));
+    let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM orders WHERE account_id = 'alice'")
+        .fetch_one(&app.pool)
+        .await
+        .expect("count");
+    assert_eq!(orders, 1);
+    assert_eq!(stock(&app, "PLAIN").await.0, 3);
+    app.stop().await;
+}
+
 /// A failed order gives its gate slots back; the gate follows restocks and expiry; a gate that
 /// is wrong or missing never makes us sell more than Postgres has.
 #[tokio::test]

@@ -33,13 +33,15 @@ return redis.call('HLEN', KEYS[1])
 });
 
 /// Removes the ordered lines, each only if its quantity is still what was ordered (a line
-/// changed on another device after checkout is kept).
+/// changed on another device after checkout is kept), and sets the order's completed marker:
+/// both keys carry the account's hash tag, so one script (one round trip) does both.
 static CLEAR_ORDERED: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
--- KEYS[1] cart; ARGV: sku1, qty1, sku2, qty2, ...
+-- KEYS[1] cart, KEYS[2] completed marker; ARGV[1] marker TTL (s), then sku1, qty1, sku2, qty2, ...
+redis.call('SET', KEYS[2], 1, 'EX', tonumber(ARGV[1]))
 local removed = 0
-for i = 1, #ARGV, 2 do
+for i = 2, #ARGV, 2 do
   if redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[i + 1] then
     redis.call('HDEL', KEYS[1], ARGV[i])
     removed = removed + 1
@@ -97,25 +99,28 @@ fn positive(raw: Vec<(String, String)>) -> BTreeMap<String, i64> {
         .collect()
 }
 
-/// Best-effort removal of ordered lines after an order committed.
+/// Best-effort, after an order committed: removes its lines from the cart and sets its
+/// completed marker (`marker`, the full key, which must carry the account's hash tag as the
+/// cart's key does), in one round trip. A failure leaves the lines, and a retry of the key
+/// that meets a sold-out gate is refused rather than replayed (its stored answer stays).
 pub async fn clear_ordered(
     redis: &Redis,
     account: &str,
     event: &str,
     ordered: &BTreeMap<String, i64>,
+    marker: &str,
+    marker_ttl_s: u64,
 ) {
-    if ordered.is_empty() {
-        return;
-    }
     let res: Result<i64, OrderError> = async {
         let mut conn = conn(redis).await?;
         let mut inv = CLEAR_ORDERED.key(cart_key(redis, account, event));
+        inv.key(marker).arg(marker_ttl_s);
         for (sku, q) in ordered {
             inv.arg(sku).arg(q.to_string());
         }
         inv.invoke_async(&mut conn)
             .await
-            .during("clear the ordered cart lines")
+            .during("clear the ordered cart lines and set the completed marker")
     }
     .await;
     if let Err(e) = res {
