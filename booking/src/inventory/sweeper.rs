@@ -90,15 +90,15 @@ pub async fn sweep_once(pool: &PgPool, batch: i64) -> anyhow::Result<u64> {
 /// so cannot bound an index scan: each sweep would read every live hold's entry of
 /// `holds_sweep` to find the expired ones. `kind IN (...)` is always true; it names the
 /// predicate of `holds_sweep`, which only this statement may use (migration 0014).
-pub const SWEEP_SQL: &str = "WITH expired AS (
-         SELECT id FROM holds
-          WHERE status = 'active' AND kind IN ('seats', 'ga') AND expires_at <= now()
-          ORDER BY expires_at, id
-          LIMIT $1
-          FOR UPDATE SKIP LOCKED)
-     UPDATE holds h SET status = 'expired'
-       FROM expired e
-      WHERE h.id = e.id
+/// The sub-select is an `ARRAY(...)` InitPlan, run once whatever the plan (docs/decisions.md,
+/// "Claims lock their batch once").
+pub const SWEEP_SQL: &str = "UPDATE holds h SET status = 'expired'
+      WHERE h.id = ANY (ARRAY(
+            SELECT id FROM holds
+             WHERE status = 'active' AND kind IN ('seats', 'ga') AND expires_at <= now()
+             ORDER BY expires_at, id
+             LIMIT $1
+             FOR UPDATE SKIP LOCKED))
      RETURNING h.id, h.event_id, h.account_id, h.kind, h.quantity";
 
 async fn sweep_batch(pool: &PgPool, batch: i64) -> anyhow::Result<Vec<EndedHold>> {

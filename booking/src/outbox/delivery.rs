@@ -306,17 +306,11 @@ pub async fn consume_once(state: &OutboxState, consumer: &str) -> anyhow::Result
     Ok(entries.len())
 }
 
-/// Delivery catch-up: `order.paid` outbox rows of orders that are still `PAID`, published
-/// more than `delivery_catch_up_grace_s` ago (and within `delivery_catch_up_window_s`) and
-/// never delivered, are marked unpublished again — one statement, `FOR UPDATE SKIP LOCKED`,
-/// so any number of instances can run it — and the relay publishes them again with their
-/// own `event_id`. Returns how many were handed back. A republished row gets a new
-/// `published_at`, so a consumer that is merely slow sees it again only after another grace.
-pub async fn catch_up_once(state: &OutboxState) -> anyhow::Result<u64> {
-    let settings = &state.settings;
-    let ids: Vec<i64> = sqlx::query_scalar(
-        "UPDATE outbox o SET published_at = NULL, claimed_until = NULL
-          WHERE o.id IN (
+/// Hands back up to `$3` published, undelivered `order.paid` rows of `PAID` orders published
+/// between `$2` and `$1` seconds ago ([`catch_up_once`]): the locking sub-select as an `ARRAY(...)` InitPlan, run once whatever the plan
+/// (docs/decisions.md, "Claims lock their batch once").
+pub const CATCH_UP: &str = "UPDATE outbox o SET published_at = NULL, claimed_until = NULL
+          WHERE o.id = ANY (ARRAY(
                 SELECT x.id FROM outbox x JOIN orders ord ON ord.id = x.aggregate_id
                  WHERE x.topic = 'order.paid'
                    AND x.published_at <= clock_timestamp() - make_interval(secs => $1)
@@ -325,15 +319,28 @@ pub async fn catch_up_once(state: &OutboxState) -> anyhow::Result<u64> {
                    AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = x.event_id)
                  ORDER BY x.id
                  LIMIT $3
-                 FOR UPDATE OF x SKIP LOCKED)
-         RETURNING o.id",
-    )
-    .bind(settings.delivery_catch_up_grace_s as f64)
-    .bind(settings.delivery_catch_up_window_s.max(1) as f64)
-    .bind(settings.relay_batch.max(1))
-    .fetch_all(&state.pool)
-    .await
-    .context("delivery catch-up failed")?;
+                 FOR UPDATE OF x SKIP LOCKED))
+         RETURNING o.id";
+
+/// Delivery catch-up: `order.paid` outbox rows of orders that are still `PAID`, published
+/// more than `delivery_catch_up_grace_s` ago (and within `delivery_catch_up_window_s`) and
+/// never delivered, are marked unpublished again — one statement, `FOR UPDATE SKIP LOCKED`,
+/// so any number of instances can run it — and the relay publishes them again with their
+/// own `event_id`. Returns how many were handed back. A republished row gets a new
+/// `published_at`, so a consumer that is merely slow sees it again only after another grace.
+pub async fn catch_up_once(state: &OutboxState) -> anyhow::Result<u64> {
+    let settings = &state.settings;
+    // Planned on each run (an unnamed statement): a plan cached while `orders` was empty (a
+    // first boot) would scan `orders` for every outbox row for as long as the connection
+    // lives (`jobs::claims_take_their_batch_once_whatever_plan_was_cached`).
+    let ids: Vec<i64> = sqlx::query_scalar(CATCH_UP)
+        .persistent(false)
+        .bind(settings.delivery_catch_up_grace_s as f64)
+        .bind(settings.delivery_catch_up_window_s.max(1) as f64)
+        .bind(settings.relay_batch.max(1))
+        .fetch_all(&state.pool)
+        .await
+        .context("delivery catch-up failed")?;
     let n = ids.len() as u64;
     if n > 0 {
         tracing::warn!(

@@ -38,25 +38,28 @@ pub struct OutboxRow {
     pub payload: serde_json::Value,
 }
 
-/// Claims up to `batch` unpublished rows whose lease is free (one committed statement).
-pub async fn claim_batch(pool: &PgPool, batch: i64, lease_s: u64) -> sqlx::Result<Vec<OutboxRow>> {
-    let mut rows: Vec<OutboxRow> = sqlx::query_as(
-        "UPDATE outbox o
+/// Claims up to `$1` unpublished rows whose lease is free, leasing them for `$2` seconds:
+/// the locking sub-select as an `ARRAY(...)` InitPlan, run once whatever the plan
+/// (docs/decisions.md, "Claims lock their batch once").
+pub const CLAIM_BATCH: &str = "UPDATE outbox o
             SET claimed_until = clock_timestamp() + make_interval(secs => $2),
                 publish_attempts = o.publish_attempts + 1
-          WHERE o.id IN (
+          WHERE o.id = ANY (ARRAY(
                 SELECT id FROM outbox
                  WHERE published_at IS NULL
                    AND (claimed_until IS NULL OR claimed_until < clock_timestamp())
                  ORDER BY id
                  LIMIT $1
-                 FOR UPDATE SKIP LOCKED)
-         RETURNING o.id, o.event_id, o.topic, o.aggregate_id, o.payload",
-    )
-    .bind(batch.max(1))
-    .bind(lease_s as f64)
-    .fetch_all(pool)
-    .await?;
+                 FOR UPDATE SKIP LOCKED))
+         RETURNING o.id, o.event_id, o.topic, o.aggregate_id, o.payload";
+
+/// Claims up to `batch` unpublished rows whose lease is free (one committed statement).
+pub async fn claim_batch(pool: &PgPool, batch: i64, lease_s: u64) -> sqlx::Result<Vec<OutboxRow>> {
+    let mut rows: Vec<OutboxRow> = sqlx::query_as(CLAIM_BATCH)
+        .bind(batch.max(1))
+        .bind(lease_s as f64)
+        .fetch_all(pool)
+        .await?;
     rows.sort_by_key(|r| r.id);
     Ok(rows)
 }

@@ -401,14 +401,12 @@ pub struct Due {
     pub provider_payment_id: Option<String>,
 }
 
-/// Claims up to `batch` attempts due for reconciliation: one statement (`FOR UPDATE SKIP
-/// LOCKED` inside an `UPDATE` that pushes `next_check_at` forward by `lease_s`, a lease), so
-/// any number of instances can run it.
-pub async fn claim_due(pool: &PgPool, batch: i64, lease_s: f64) -> PaymentResult<Vec<Due>> {
-    sqlx::query_as(
-        "UPDATE payments p
+/// Claims up to `$1` attempts due for reconciliation, leased for `$2` seconds:
+/// the locking sub-select as an `ARRAY(...)` InitPlan, run once whatever the plan
+/// (docs/decisions.md, "Claims lock their batch once").
+pub const CLAIM_DUE: &str = "UPDATE payments p
             SET next_check_at = clock_timestamp() + make_interval(secs => $2)
-          WHERE p.id IN (
+          WHERE p.id = ANY (ARRAY(
                 SELECT id FROM payments
                  WHERE status IN ('pending', 'refund_pending')
                    AND next_check_at <= clock_timestamp()
@@ -416,14 +414,19 @@ pub async fn claim_due(pool: &PgPool, batch: i64, lease_s: f64) -> PaymentResult
                    AND (status = 'pending' OR dispute_id IS NULL)
                  ORDER BY next_check_at
                  LIMIT $1
-                 FOR UPDATE SKIP LOCKED)
-         RETURNING p.id, p.order_id, p.attempt, p.status, p.provider_payment_id",
-    )
-    .bind(batch.max(1))
-    .bind(lease_s)
-    .fetch_all(pool)
-    .await
-    .statement("claim payments to reconcile")
+                 FOR UPDATE SKIP LOCKED))
+         RETURNING p.id, p.order_id, p.attempt, p.status, p.provider_payment_id";
+
+/// Claims up to `batch` attempts due for reconciliation: one statement (`FOR UPDATE SKIP
+/// LOCKED` inside an `UPDATE` that pushes `next_check_at` forward by `lease_s`, a lease), so
+/// any number of instances can run it ([`CLAIM_DUE`]).
+pub async fn claim_due(pool: &PgPool, batch: i64, lease_s: f64) -> PaymentResult<Vec<Due>> {
+    sqlx::query_as(CLAIM_DUE)
+        .bind(batch.max(1))
+        .bind(lease_s)
+        .fetch_all(pool)
+        .await
+        .statement("claim payments to reconcile")
 }
 
 /// Attempt `payment_id` if it is still pending.

@@ -77,7 +77,7 @@ use std::sync::Arc;
 
 mod purge;
 mod request;
-pub use purge::{PurgeKeys, purge_expired};
+pub use purge::{PURGE_BATCH, PurgeKeys, purge_expired};
 pub use request::{Fingerprint, IdempotencyKey};
 
 /// Request header carrying the key.

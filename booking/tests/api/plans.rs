@@ -44,6 +44,16 @@ pub async fn rows_read_by(
             .await
             .unwrap_or_else(|e| panic!("{name}: {e}"));
     }
+    run_prepared(conn, name, args).await
+}
+
+/// Runs the prepared statement `name` with `args` under `EXPLAIN ANALYZE`: the rows its plan
+/// read, and the plan for the failure message. The statement's effects stay.
+pub async fn run_prepared(
+    conn: &mut PgConnection,
+    name: &str,
+    args: &str,
+) -> (f64, serde_json::Value) {
     let plan: serde_json::Value = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE {name}{args}"
     )))

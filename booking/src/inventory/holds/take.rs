@@ -331,25 +331,28 @@ pub(crate) async fn take_seats_tx(
     }))
 }
 
+/// Expires the holds of `$1` that are still active and due, skipping those another
+/// transaction has locked ([`expire_reclaimed`]). The locking sub-select is an `ARRAY(...)`
+/// InitPlan, run once whatever the plan (docs/decisions.md, "Claims lock their batch once").
+pub const EXPIRE_RECLAIMED: &str = "UPDATE holds h SET status = 'expired'
+         WHERE h.id = ANY (ARRAY(
+             SELECT id FROM holds
+             WHERE id = ANY($1) AND status = 'active' AND expires_at <= clock_timestamp()
+             ORDER BY id
+             FOR UPDATE SKIP LOCKED))
+         RETURNING h.id, h.event_id, h.account_id, h.kind, h.quantity";
+
 /// The previous holds of seats we just reclaimed: those still `active` become `expired`
 /// (conditional on the status, so exactly once) and give back their other seats and their
 /// usage. A hold another transaction has locked is skipped: whoever holds it (the sweeper,
 /// a release, another reclaimer) ends it, or the sweeper does later. Skipping also means we
 /// never wait on a hold row while holding seat locks the sweeper may be waiting for.
 async fn expire_reclaimed(conn: &mut PgConnection, hold_ids: &[&str]) -> Result<Vec<EndedHold>> {
-    let ended: Vec<EndedHold> = sqlx::query_as(
-        "UPDATE holds h SET status = 'expired'
-         WHERE h.id IN (
-             SELECT id FROM holds
-             WHERE id = ANY($1) AND status = 'active' AND expires_at <= clock_timestamp()
-             ORDER BY id
-             FOR UPDATE SKIP LOCKED)
-         RETURNING h.id, h.event_id, h.account_id, h.kind, h.quantity",
-    )
-    .bind(hold_ids)
-    .fetch_all(&mut *conn)
-    .await
-    .during("expire the holds of reclaimed seats")?;
+    let ended: Vec<EndedHold> = sqlx::query_as(EXPIRE_RECLAIMED)
+        .bind(hold_ids)
+        .fetch_all(&mut *conn)
+        .await
+        .during("expire the holds of reclaimed seats")?;
     if !ended.is_empty() {
         release_resources(conn, &ended)
             .await
@@ -393,6 +396,18 @@ pub(crate) async fn seat_refusal(
     }
 }
 
+/// Expires account `$2`'s due holds in event `$1` ([`expire_account_holds`]). The locking
+/// sub-select is an `ARRAY(...)` InitPlan, run once whatever the plan (docs/decisions.md,
+/// "Claims lock their batch once").
+pub const EXPIRE_OWN: &str = "UPDATE holds h SET status = 'expired'
+         WHERE h.id = ANY (ARRAY(
+             SELECT id FROM holds
+             WHERE event_id = $1 AND account_id = $2 AND status = 'active'
+               AND expires_at <= clock_timestamp()
+             ORDER BY expires_at, id
+             FOR UPDATE))
+         RETURNING h.id, h.event_id, h.account_id, h.kind, h.quantity";
+
 /// Expires one account's own expired active holds for an event (what the sweeper would do),
 /// so a fan whose earlier hold ran out is not refused by the ticket limit until the next
 /// sweep. Returns how many holds it ended.
@@ -408,21 +423,12 @@ pub(crate) async fn expire_account_holds(
 ) -> Result<u64> {
     crate::platform::db::retry(1, || async {
         let mut tx = pool.begin().await.during("begin expiring own holds")?;
-        let ended: Vec<EndedHold> = sqlx::query_as(
-            "UPDATE holds h SET status = 'expired'
-             WHERE h.id IN (
-                 SELECT id FROM holds
-                 WHERE event_id = $1 AND account_id = $2 AND status = 'active'
-                   AND expires_at <= clock_timestamp()
-                 ORDER BY expires_at, id
-                 FOR UPDATE)
-             RETURNING h.id, h.event_id, h.account_id, h.kind, h.quantity",
-        )
-        .bind(event)
-        .bind(account)
-        .fetch_all(&mut *tx)
-        .await
-        .during("expire the account's own expired holds")?;
+        let ended: Vec<EndedHold> = sqlx::query_as(EXPIRE_OWN)
+            .bind(event)
+            .bind(account)
+            .fetch_all(&mut *tx)
+            .await
+            .during("expire the account's own expired holds")?;
         if !ended.is_empty() {
             release_resources(&mut tx, &ended)
                 .await

@@ -143,6 +143,20 @@ async fn cancel_pending_tx(
     Ok(skus)
 }
 
+/// Leases up to `$1` pending refunds for `$2` seconds: the locking sub-select as an `ARRAY(...)` InitPlan, run once whatever the plan
+/// (docs/decisions.md, "Claims lock their batch once").
+pub fn lease_sql() -> String {
+    format!(
+        "UPDATE order_refunds SET leased_until = clock_timestamp() + make_interval(secs => $2)
+          WHERE id = ANY (ARRAY(SELECT id FROM order_refunds
+                                 WHERE status = 'pending' AND leased_until <= clock_timestamp()
+                                 ORDER BY leased_until, id
+                                 LIMIT $1
+                                 FOR UPDATE SKIP LOCKED))
+         RETURNING {ROW_COLUMNS}"
+    )
+}
+
 /// What `POST /admin/events/{event}/cancel` did.
 #[derive(Debug)]
 pub enum Cancelled {
@@ -285,20 +299,12 @@ impl RefundJob {
     /// Leases up to [`BATCH`] pending rows (one statement, `SKIP LOCKED`: two processes get
     /// disjoint rows).
     async fn lease(&self) -> PaymentResult<Vec<RefundRow>> {
-        sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "UPDATE order_refunds SET leased_until = clock_timestamp() + make_interval(secs => $2)
-              WHERE id IN (SELECT id FROM order_refunds
-                            WHERE status = 'pending' AND leased_until <= clock_timestamp()
-                            ORDER BY leased_until, id
-                            LIMIT $1
-                            FOR UPDATE SKIP LOCKED)
-             RETURNING {ROW_COLUMNS}"
-        )))
-        .bind(BATCH)
-        .bind(LEASE_S as f64)
-        .fetch_all(&self.clients.pool)
-        .await
-        .statement("lease pending refunds")
+        sqlx::query_as(sqlx::AssertSqlSafe(lease_sql()))
+            .bind(BATCH)
+            .bind(LEASE_S as f64)
+            .fetch_all(&self.clients.pool)
+            .await
+            .statement("lease pending refunds")
     }
 
     /// One pass; returns (refunded, still retrying or failed).

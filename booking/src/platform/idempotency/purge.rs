@@ -23,6 +23,16 @@ impl crate::platform::jobs::Job for PurgeKeys {
     }
 }
 
+/// Deletes up to `$2` keys older than `$1` hours: the locking sub-select as an `ARRAY(...)`
+/// InitPlan, run once whatever the plan (docs/decisions.md, "Claims lock their batch once").
+/// By `ctid` (the key has two columns): the rows are locked, so none can move before the
+/// delete.
+pub const PURGE_BATCH: &str = "DELETE FROM idempotency_keys WHERE ctid = ANY (ARRAY(
+                 SELECT ctid FROM idempotency_keys
+                  WHERE created_at < clock_timestamp() - make_interval(hours => $1)
+                  LIMIT $2
+                  FOR UPDATE SKIP LOCKED))";
+
 /// Deletes keys older than the retention, in `FOR UPDATE SKIP LOCKED` batches (safe on many
 /// instances). Returns the number deleted.
 pub async fn purge_expired(pool: &PgPool, settings: &IdempotencySettings) -> anyhow::Result<u64> {
@@ -31,19 +41,13 @@ pub async fn purge_expired(pool: &PgPool, settings: &IdempotencySettings) -> any
     let batch = settings.purge_batch.max(1);
     let mut total = 0;
     loop {
-        let n = sqlx::query(
-            "DELETE FROM idempotency_keys WHERE (account_id, key) IN (
-                 SELECT account_id, key FROM idempotency_keys
-                  WHERE created_at < clock_timestamp() - make_interval(hours => $1)
-                  LIMIT $2
-                  FOR UPDATE SKIP LOCKED)",
-        )
-        .bind(hours)
-        .bind(batch)
-        .execute(pool)
-        .await
-        .context("failed to purge idempotency keys")?
-        .rows_affected();
+        let n = sqlx::query(PURGE_BATCH)
+            .bind(hours)
+            .bind(batch)
+            .execute(pool)
+            .await
+            .context("failed to purge idempotency keys")?
+            .rows_affected();
         total += n;
         if n < u64::try_from(batch).unwrap_or(u64::MAX) {
             return Ok(total);
