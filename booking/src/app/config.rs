@@ -78,6 +78,10 @@ pub struct BookingSettings {
     /// map's `Cache-Control: max-age`). Bounds how late changes made elsewhere show; this
     /// process's holds and releases show at once. 0 re-reads for every request.
     pub seat_map_cache_s: u64,
+    /// How long a stop waits for the background jobs' running work after in-flight requests
+    /// are done; a job still running then is cut off (its work is leased in Postgres and
+    /// redone, as after a crash).
+    pub jobs_stop_grace_ms: u64,
     /// Longest time a request may take before booking answers `503` (a stuck dependency
     /// must not hold a fan's phone on a spinner). Dependency timeouts are shorter.
     pub request_timeout_ms: u64,
@@ -95,6 +99,7 @@ impl Default for BookingSettings {
             async_commit_holds: true,
             seat_map_cache_s: 1,
             request_timeout_ms: 30_000,
+            jobs_stop_grace_ms: 10_000,
         }
     }
 }

@@ -7,6 +7,7 @@ use crate::platform::revocation::RefreshRevocations;
 use anyhow::Context;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -79,8 +80,14 @@ impl Application {
             .await
             .context("server error")?;
         let _ = stop_tx.send(true);
-        for job in jobs {
-            let _ = job.await;
+        let grace = Duration::from_millis(self.state.config.booking.jobs_stop_grace_ms);
+        let aborted = crate::platform::jobs::stop_within(jobs, grace).await;
+        if aborted > 0 {
+            tracing::warn!(
+                aborted,
+                grace_ms = self.state.config.booking.jobs_stop_grace_ms,
+                "background jobs still running after the grace were cut off"
+            );
         }
         Ok(())
     }

@@ -78,6 +78,25 @@ where
     })
 }
 
+/// Waits at most `grace` for `jobs` to end after their stop signal, then aborts those still
+/// running, and returns how many it aborted. A job stuck in a statement (a plan gone wrong)
+/// must not hold the process's stop for minutes; cutting a run off is safe, as a crash is:
+/// every job's work is leased or conditional in Postgres, and the next run redoes it.
+pub async fn stop_within(mut jobs: Vec<JoinHandle<()>>, grace: Duration) -> usize {
+    let all = futures::future::join_all(jobs.iter_mut());
+    if tokio::time::timeout(grace, all).await.is_ok() {
+        return 0;
+    }
+    let mut aborted = 0;
+    for job in &jobs {
+        if !job.is_finished() {
+            job.abort();
+            aborted += 1;
+        }
+    }
+    aborted
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,5 +158,49 @@ mod tests {
         let (_tx, rx) = watch::channel(true);
         spawn(job.clone(), rx).await.expect("ends at once");
         assert_eq!(job.0.load(Ordering::SeqCst), 0);
+    }
+
+    /// A job whose run never ends (stuck in a statement) is aborted after the grace; one that
+    /// ends on the signal is not.
+    #[tokio::test]
+    async fn the_stop_aborts_only_a_job_stuck_past_the_grace() {
+        /// Says when its run has started, then never ends.
+        struct Stuck(Arc<tokio::sync::Notify>);
+        #[async_trait]
+        impl Job for Stuck {
+            fn name(&self) -> &'static str {
+                "stuck"
+            }
+            fn period(&self) -> Duration {
+                Duration::from_millis(10)
+            }
+            async fn run_once(&self) -> anyhow::Result<()> {
+                self.0.notify_one();
+                std::future::pending().await
+            }
+        }
+        let entered = Arc::new(tokio::sync::Notify::new());
+        let (tx, rx) = watch::channel(false);
+        let stuck = spawn(Arc::new(Stuck(entered.clone())), rx.clone());
+        let counter = spawn(Arc::new(Counter(AtomicUsize::new(0))), rx);
+        entered.notified().await;
+        tx.send(true).expect("runners alive");
+        // The outer bound only keeps a broken stop from hanging the suite.
+        let aborted = tokio::time::timeout(
+            Duration::from_secs(30),
+            stop_within(vec![stuck, counter], Duration::from_millis(200)),
+        )
+        .await
+        .expect("the stop returns although a job never ends");
+        assert_eq!(aborted, 1, "only the stuck job");
+
+        let (tx, rx) = watch::channel(false);
+        let counter = spawn(Arc::new(Counter(AtomicUsize::new(0))), rx);
+        tx.send(true).expect("runner alive");
+        assert_eq!(
+            stop_within(vec![counter], Duration::from_secs(30)).await,
+            0,
+            "a job that ends on the signal is waited for, not aborted"
+        );
     }
 }
