@@ -116,6 +116,11 @@ async fn release_slots(state: &OrdersState, skus: &[String], admission: &str) {
     }
 }
 
+/// The completed marker's key (the account's hash tag, as the cart's key).
+fn done_marker_key(state: &OrdersState, account: AccountId<'_>, key: OrderKey<'_>) -> String {
+    state.redis.key(&done_marker_suffix(account, key))
+}
+
 /// "This key already produced an order": lets a retry through a gate that has since hit zero
 /// (only consulted on a refusal). A missing or unreadable marker means "no".
 async fn done_marker_exists(
@@ -127,7 +132,7 @@ async fn done_marker_exists(
         return false;
     };
     redis::cmd("EXISTS")
-        .arg(state.redis.key(&done_marker_suffix(account, key)))
+        .arg(done_marker_key(state, account, key))
         .query_async::<bool>(&mut conn)
         .await
         .unwrap_or(false)
@@ -206,7 +211,7 @@ async fn create_from_cart(
                     .iter()
                     .map(|sku| flash::settle(&state.redis, sku, &admission)),
             );
-            let marker = state.redis.key(&done_marker_suffix(account, order_key));
+            let marker = done_marker_key(state, account, order_key);
             let cleared = cart::clear_ordered(
                 &state.redis,
                 account.as_str(),
