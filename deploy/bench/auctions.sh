@@ -26,6 +26,7 @@ REDIS_PORT="${FLOODGATE_REDIS_PORT:-56379}"
 PORT="${BENCH_AUCTIONS_PORT:-18093}"
 QUICK="${BENCH_QUICK:-0}"
 if [ "${1:-}" = "--quick" ]; then QUICK=1; shift; fi
+RESULTS="${1:-}"
 if [ "$QUICK" = 1 ]; then DUR="${BENCH_DURATION_S:-3}"; else DUR="${BENCH_DURATION_S:-20}"; fi
 CLIENTS="${BENCH_CLIENTS:-256}"
 POOL="${BENCH_POOL:-32}"
@@ -224,4 +225,12 @@ bar() {
   echo "Baseline, pgbench with $POOL connections: [the cold bid statement](../booking/src/auctions/bids.rs) (extracted from the source) after a read of the minimum next bid, on one auction row: **$(fmt "$PG_TPS") tx/s** (latency average $PG_LAT ms), of which **$PG_ACC_S accepted bids/s** (the rest lost the race: refused by the same statement). Every accepted bid holds the row lock through its durable commit (WAL flush), which caps one auction's accepted rate. The service can decide more cold bids per second than this raw loop because bids below a price floor the process has already seen are refused from a lock-free read instead of queueing on the row lock (docs/decisions.md, \"Early rejection\")."
   echo
 } > "$OUT"
+if [ -n "$RESULTS" ]; then
+  # For the summary's issue-16 table (deploy/bench/summary): the hot auction against raw Redis.
+  mkdir -p "$RESULTS"
+  cp "$WORK"/*.json "$RESULTS/" 2>/dev/null || true
+  printf '{"clients": %s, "hot_decided_per_s": %s, "hot_p99_ms": %s, "raw_redis_per_s": %s}\n' \
+    "$CLIENTS" "$(json_num "$WORK/hot.json" decided_per_s)" "$(json_num "$WORK/hot.json" p99_ms)" \
+    "${RAW_RPS:-0}" > "$RESULTS/auctions.json"
+fi
 log "done"

@@ -305,10 +305,10 @@ flash_row() { # JSON LABEL TXS SOLD
 if [ -n "$RESULTS" ]; then
   mkdir -p "$RESULTS"
   cp "$WORK"/*.json "$RESULTS/" 2>/dev/null || true
-  printf '{"cart_ops_per_s": %s, "orders_gated_per_s": %s, "orders_plain_per_s": %s, "orders_async_per_s": %s, "pgbench_sync_per_s": %s, "pgbench_async_per_s": %s, "flash_gated_db_txs": "%s", "flash_plain_db_txs": "%s", "orders_split_per_s": %s, "pgbench_split_per_s": %s, "split_shards": %s, "rush_split_sold": %s}\n' \
+  printf '{"cart_ops_per_s": %s, "orders_gated_per_s": %s, "orders_plain_per_s": %s, "orders_async_per_s": %s, "pgbench_sync_per_s": %s, "pgbench_async_per_s": %s, "flash_gated_db_txs": "%s", "flash_plain_db_txs": "%s", "orders_split_per_s": %s, "pgbench_split_per_s": %s, "split_shards": %s, "rush_split_sold": %s, "rush_split_stock": %s, "rush_buyers": %s}\n' \
     "$(j "$WORK/cart.json" .cart_ops_per_s)" "$(j "$WORK/hot-gated.json" .orders_per_s)" \
     "$(j "$WORK/hot-plain.json" .orders_per_s)" "$(j "$WORK/hot-async.json" .orders_per_s)" \
     "$PG_SYNC" "$PG_ASYNC" "$TX_G" "$TX_N" "$(j "$WORK/hot-split.json" .orders_per_s)" "$PG_SPLIT" \
-    "$SHARDS" "$SOLD_R" > "$RESULTS/orders.json"
+    "$SHARDS" "$SOLD_R" "$RUSH_STOCK" "$RUSH_BUYERS" > "$RESULTS/orders.json"
 fi
 log "done"

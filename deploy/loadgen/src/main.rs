@@ -7,6 +7,7 @@ mod auctions;
 mod holds;
 mod orders;
 mod report;
+mod scoreboard;
 mod seatmap;
 mod statements;
 mod stats;

@@ -613,8 +613,8 @@ fn command_version(cmd: &str, arg: &str) -> String {
         .unwrap_or_else(|| format!("{cmd} (version unknown)"))
 }
 
-/// The top of `docs/benchmarks.md`: machine, how to run, and the issue-7 targets as measured
-/// by the surge of this run.
+/// The top of `docs/benchmarks.md`: machine, how to run, the issue-7 targets as measured by
+/// the surge of this run, and issue 16's from the other benchmarks of the same run.
 pub fn top(a: &SummaryArgs) -> anyhow::Result<String> {
     let mut out = String::new();
     let _ = writeln!(
@@ -658,6 +658,9 @@ pub fn top(a: &SummaryArgs) -> anyhow::Result<String> {
             );
         }
     }
+    out.push_str(&crate::scoreboard::section(
+        &crate::scoreboard::Inputs::read(&a.dir),
+    ));
     Ok(out)
 }
 
