@@ -20,16 +20,26 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 /// launch's stale statistics make happen for queries that then read nothing. The cancelled
 /// events' job (every second) spent 120–280 ms per run compiling an empty query in the orders
 /// bench (docs/decisions.md, "No JIT").
+///
+/// They also run with `[database] statement_timeout_ms` and `idle_in_transaction_timeout_ms`
+/// (docs/decisions.md, "Every statement has a deadline"), set at connect time so that no
+/// statement of the process, the derived pools' included, runs without them.
 pub fn pool(settings: &DatabaseSettings) -> anyhow::Result<PgPool> {
     let connect: PgConnectOptions = settings
         .url
         .expose_secret()
         .parse()
         .context("invalid database url")?;
+    let statement_timeout = settings.statement_timeout_ms.to_string();
+    let idle_timeout = settings.idle_in_transaction_timeout_ms.to_string();
     Ok(PgPoolOptions::new()
         .max_connections(settings.max_connections)
         .acquire_timeout(Duration::from_millis(settings.acquire_timeout_ms))
-        .connect_lazy_with(connect.options([("jit", "off")])))
+        .connect_lazy_with(connect.options([
+            ("jit", "off"),
+            ("statement_timeout", statement_timeout.as_str()),
+            ("idle_in_transaction_session_timeout", idle_timeout.as_str()),
+        ])))
 }
 
 /// A second pool on the same database, the same size (opened lazily), whose connections start
@@ -82,12 +92,28 @@ pub fn checkout_statements(pool: &PgPool) -> crate::platform::kept::KeptPool {
     )
 }
 
-/// Applies pending migrations.
+/// Applies pending migrations, on a connection of their own without the pool's statement
+/// deadlines: a migration (an index on a large table) and the migrator's lock, which a second
+/// process starting at the same time waits for, may take longer than any request should. The
+/// connection is closed afterwards rather than returned to the pool with its limits lifted.
 pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
-    MIGRATOR
-        .run(pool)
+    let mut conn = pool
+        .acquire()
         .await
-        .context("failed to apply migrations")
+        .context("connect to apply migrations")?
+        .detach();
+    sqlx::raw_sql("SET statement_timeout = 0; SET idle_in_transaction_session_timeout = 0")
+        .execute(&mut conn)
+        .await
+        .context("lift the statement deadlines for the migrations")?;
+    let applied = MIGRATOR
+        .run(&mut conn)
+        .await
+        .context("failed to apply migrations");
+    if let Err(e) = sqlx::Connection::close(conn).await {
+        tracing::debug!(error = ?e, "closing the migrations' connection");
+    }
+    applied
 }
 
 /// True for errors that mean "run the whole transaction again": deadlock detected (40P01)

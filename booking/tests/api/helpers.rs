@@ -103,6 +103,9 @@ pub fn test_config(db_url: &str) -> BookingConfig {
             // Tests assert counts and invariants, not speed: on a loaded 2-core machine a
             // burst of hundreds of requests may wait seconds for a connection.
             acquire_timeout_ms: 20_000,
+            // The same reason: a statement may wait longer than it would in production.
+            statement_timeout_ms: 60_000,
+            ..Default::default()
         },
         redis: shared::config::RedisSettings {
             url: SecretString::from(redis_url()),

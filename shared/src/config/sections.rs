@@ -13,6 +13,17 @@ pub struct DatabaseSettings {
     pub max_connections: u32,
     /// How long a request waits for a pooled connection before answering `503`.
     pub acquire_timeout_ms: u64,
+    /// Postgres cancels any of booking's statements that runs (or waits for a lock) longer
+    /// than this (`statement_timeout`; 0: no limit). A runaway statement would otherwise hold
+    /// its row locks and a connection until it ends, stalling every order of a hot row behind
+    /// it; cancelled, its transaction rolls back and the request gets `503` (retry shortly).
+    /// Migrations run without it.
+    pub statement_timeout_ms: u64,
+    /// Postgres ends a session whose transaction stays open and idle longer than this
+    /// (`idle_in_transaction_session_timeout`; 0: no limit): a transaction left open (a
+    /// stuck task, a bug) would keep its locks, and every hold or order on those rows would
+    /// wait for it. Ended, the transaction rolls back.
+    pub idle_in_transaction_timeout_ms: u64,
 }
 
 impl Default for DatabaseSettings {
@@ -21,6 +32,8 @@ impl Default for DatabaseSettings {
             url: SecretString::from("postgres://postgres@127.0.0.1:55432/floodgate"),
             max_connections: 32,
             acquire_timeout_ms: 3000,
+            statement_timeout_ms: 30_000,
+            idle_in_transaction_timeout_ms: 60_000,
         }
     }
 }
