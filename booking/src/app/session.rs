@@ -14,7 +14,8 @@
 use crate::app::state::AppState;
 use crate::platform::auth::token_from_headers;
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{HeaderValue, Method};
+use axum::http::header::{AUTHORIZATION, COOKIE};
+use axum::http::{HeaderMap, HeaderValue, Method};
 use axum::middleware::Next;
 use axum::response::Response;
 use shared::headers::SESSION_UNTIL;
@@ -37,18 +38,23 @@ pub async fn until(State(state): State<AppState>, req: Request, next: Next) -> R
     if !checkout {
         return next.run(req).await;
     }
-    // The handler verified the token too; a refused one gets its refusal, with no header.
-    let caller = token_from_headers(req.headers())
-        .and_then(|t| state.auth.verify(t))
-        .map(|c| (c.sub, c.evt));
+    // The caller's credentials, kept for after the handler (refcounted copies of the header
+    // bytes). The token is verified only if the answer still needs the header: holds,
+    // releases and orders set it themselves from their own statement, and their handler has
+    // verified the token already (a second verification was ~6 % of booking's CPU per hold).
+    let credentials = credentials(req.headers());
     let mut resp = next.run(req).await;
-    let Some((account, event)) = caller else {
-        return resp;
-    };
-    // A write whose own statement read the answer has set it (`platform::session_until`).
+    // A refused write says nothing; a write whose own statement read the answer has set it
+    // (`platform::session_until`).
     if !resp.status().is_success() || resp.headers().contains_key(SESSION_UNTIL) {
         return resp;
     }
+    let Some((account, event)) = token_from_headers(&credentials)
+        .and_then(|t| state.auth.verify(t))
+        .map(|c| (c.sub, c.evt))
+    else {
+        return resp;
+    };
     match live_until_ms(&state, &account, &event).await {
         Ok(ms) => {
             resp.headers_mut()
@@ -58,6 +64,18 @@ pub async fn until(State(state): State<AppState>, req: Request, next: Next) -> R
         Err(e) => tracing::warn!(error = %e, "reading the checkout's end failed"),
     }
     resp
+}
+
+/// The headers a token can come in (`token_from_headers` reads these and no others).
+fn credentials(headers: &HeaderMap) -> HeaderMap {
+    let mut kept = HeaderMap::new();
+    if let Some(v) = headers.get(AUTHORIZATION) {
+        kept.insert(AUTHORIZATION, v.clone());
+    }
+    for v in headers.get_all(COOKIE) {
+        kept.append(COOKIE, v.clone());
+    }
+    kept
 }
 
 /// The latest end (unix ms, rounded up) of `account`'s live holds and `PENDING_PAYMENT`

@@ -7,16 +7,22 @@
 //! the shared key), `POST` the hold, and by default `DELETE` it again so the event never fills
 //! up and every attempt meets the same steady state. Hold latency is what is reported; the
 //! release is counted separately. The baseline in `deploy/bench/holds.sh` runs the same SQL
-//! (hold + release) through `pgbench`.
+//! (hold + release) through `pgbench`. Each client owns one keep-alive connection
+//! ([`crate::conn`]) and sends bodies built before the run, so the load generator takes as
+//! little as it can of the CPU the service and Postgres share with it.
 
+use crate::conn::{self, Conn};
 use crate::stats::{Recorder, Summary, outcome};
 use anyhow::{Context, bail};
+use bytes::Bytes;
 use clap::Args;
+use hyper::Method;
 use rand::Rng;
 use secrecy::SecretString;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use shared::config::{KeySettings, TokenSettings};
 use shared::token::AdmissionTokens;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -93,17 +99,22 @@ pub async fn run(args: HoldsArgs) -> anyhow::Result<HoldsReport> {
         None if args.best_available => Vec::new(),
         None => seat_windows(&http, &tokens, &args).await?,
     };
-    let windows = Arc::new(windows);
+    let bodies = Arc::new(hold_bodies(&args, &windows));
+    let booking = args.booking.trim_end_matches('/').to_owned();
     let run_id = &shared::ids::new_id()[20..];
     let started = Instant::now();
     let deadline = started + Duration::from_secs(args.duration_s);
     let mut tasks = Vec::with_capacity(args.clients);
     for client in 0..args.clients {
-        let (http, tokens, windows, args) =
-            (http.clone(), tokens.clone(), windows.clone(), args.clone());
+        let (booking, tokens, bodies, args) = (
+            booking.clone(),
+            tokens.clone(),
+            bodies.clone(),
+            args.clone(),
+        );
         let prefix = format!("lg{run_id}-{client}");
         tasks.push(tokio::spawn(async move {
-            client_loop(http, tokens, windows, args, prefix, deadline).await
+            client_loop(booking, tokens, bodies, args, prefix, deadline).await
         }));
     }
     let mut hold = Recorder::new();
@@ -188,75 +199,93 @@ async fn seat_windows(
     Ok(windows)
 }
 
+/// The hold request's body for each window (or the one body of a GA / best-available hold),
+/// built once: the loop sends bytes, it does not build JSON.
+fn hold_bodies(args: &HoldsArgs, windows: &[Vec<String>]) -> Vec<Bytes> {
+    let one = |v: serde_json::Value| Bytes::from(v.to_string());
+    match &args.ga_tier {
+        Some(tier) => vec![one(
+            serde_json::json!({"tier": tier, "quantity": args.quantity}),
+        )],
+        None if args.best_available => {
+            vec![one(
+                serde_json::json!({"best_available": {"quantity": args.seats}}),
+            )]
+        }
+        None => windows
+            .iter()
+            .map(|w| one(serde_json::json!({ "seats": w })))
+            .collect(),
+    }
+}
+
+#[derive(Deserialize)]
+struct Held<'a> {
+    #[serde(borrow)]
+    hold_id: Cow<'a, str>,
+}
+
 async fn client_loop(
-    http: reqwest::Client,
+    booking: String,
     tokens: Arc<AdmissionTokens>,
-    windows: Arc<Vec<Vec<String>>>,
+    bodies: Arc<Vec<Bytes>>,
     args: HoldsArgs,
     prefix: String,
     deadline: Instant,
 ) -> (Recorder, Recorder) {
     let mut hold = Recorder::new();
     let mut release = Recorder::new();
-    let hold_url = match &args.ga_tier {
-        Some(_) => format!("{}/api/events/{}/ga-holds", args.booking, args.event),
-        None => format!("{}/api/events/{}/holds", args.booking, args.event),
+    let mut conn = match Conn::new(&booking, Duration::from_secs(30)) {
+        Ok(c) => c,
+        Err(_) => {
+            hold.record(Duration::ZERO, "bad booking url");
+            return (hold, release);
+        }
     };
+    let hold_path = match &args.ga_tier {
+        Some(_) => format!("/api/events/{}/ga-holds", args.event),
+        None => format!("/api/events/{}/holds", args.event),
+    };
+    let mut release_path = String::with_capacity(64);
     let mut n: u64 = 0;
     while Instant::now() < deadline {
         n += 1;
         let account = format!("{prefix}-{n}");
         let now = chrono::Utc::now().timestamp();
-        let Ok((token, _)) = tokens.mint(&account, &account, &args.event, now, 600) else {
+        let Some(auth) = tokens
+            .mint(&account, &account, &args.event, now, 600)
+            .ok()
+            .and_then(|(token, _)| conn::bearer(&token).ok())
+        else {
             hold.record(Duration::ZERO, "mint failed");
             continue;
         };
-        let body = match &args.ga_tier {
-            Some(tier) => serde_json::json!({"tier": tier, "quantity": args.quantity}),
-            None if args.best_available => {
-                serde_json::json!({"best_available": {"quantity": args.seats}})
-            }
-            None => {
-                let i = rand::rng().random_range(0..windows.len());
-                serde_json::json!({"seats": windows[i]})
-            }
+        let body = if bodies.len() == 1 {
+            bodies[0].clone()
+        } else {
+            bodies[rand::rng().random_range(0..bodies.len())].clone()
         };
         let t0 = Instant::now();
-        let sent = http
-            .post(&hold_url)
-            .bearer_auth(&token)
-            .json(&body)
-            .send()
-            .await;
-        let resp = match sent {
-            Ok(r) => r,
+        let answer = match conn.send(Method::POST, &hold_path, &auth, Some(body)).await {
+            Ok(a) => a,
             Err(_) => {
                 hold.record(t0.elapsed(), "transport error");
                 continue;
             }
         };
-        let status = resp.status().as_u16();
-        let bytes = resp.bytes().await.unwrap_or_default();
-        hold.record(t0.elapsed(), &outcome(status, &bytes));
-        if status != 201 || args.keep {
+        hold.record(t0.elapsed(), &outcome(answer.status, &answer.body));
+        if answer.status != 201 || args.keep {
             continue;
         }
-        let hold_id = serde_json::from_slice::<serde_json::Value>(&bytes)
-            .ok()
-            .and_then(|v| v["hold_id"].as_str().map(str::to_owned));
-        let Some(hold_id) = hold_id else { continue };
+        let Ok(held) = serde_json::from_slice::<Held>(&answer.body) else {
+            continue;
+        };
+        release_path.clear();
+        release_path.push_str("/api/holds/");
+        release_path.push_str(&held.hold_id);
         let t1 = Instant::now();
-        let r = http
-            .delete(format!("{}/api/holds/{hold_id}", args.booking))
-            .bearer_auth(&token)
-            .send()
-            .await;
-        match r {
-            Ok(r) => {
-                let status = r.status().as_u16();
-                let bytes = r.bytes().await.unwrap_or_default();
-                release.record(t1.elapsed(), &outcome(status, &bytes));
-            }
+        match conn.send(Method::DELETE, &release_path, &auth, None).await {
+            Ok(a) => release.record(t1.elapsed(), &outcome(a.status, &a.body)),
             Err(_) => release.record(t1.elapsed(), "transport error"),
         }
     }

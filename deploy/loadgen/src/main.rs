@@ -4,6 +4,7 @@
 //! subcommand; `deploy/bench/run` drives them and writes `docs/benchmarks.md`.
 
 mod auctions;
+mod conn;
 mod holds;
 mod orders;
 mod report;
