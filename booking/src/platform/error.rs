@@ -150,12 +150,30 @@ pub(crate) fn is_transient(e: &sqlx::Error) -> bool {
     )
 }
 
+/// Redis answers that say "not now" rather than "no": a server still loading its dataset after
+/// a restart (`LOADING`), a failover under way (`MASTERDOWN`, `READONLY` from a demoted
+/// primary, `CLUSTERDOWN`, `TRYAGAIN`). Nothing was written; a retry can succeed.
+fn redis_busy(e: &redis::RedisError) -> bool {
+    use redis::{ErrorKind, ServerErrorKind};
+    matches!(
+        e.kind(),
+        ErrorKind::Server(
+            ServerErrorKind::BusyLoading
+                | ServerErrorKind::MasterDown
+                | ServerErrorKind::ReadOnly
+                | ServerErrorKind::ClusterDown
+                | ServerErrorKind::TryAgain
+        )
+    )
+}
+
 impl From<redis::RedisError> for ApiError {
     fn from(e: redis::RedisError) -> Self {
         if e.is_io_error()
             || e.is_timeout()
             || e.is_connection_dropped()
             || e.is_connection_refusal()
+            || redis_busy(&e)
         {
             ApiError::Unavailable(anyhow::Error::new(e).context("redis unavailable"))
         } else {
@@ -203,5 +221,36 @@ impl IntoResponse for ApiError {
             resp.headers_mut().insert(header::RETRY_AFTER, v);
         }
         resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redis::{ErrorKind, RedisError, ServerErrorKind};
+
+    /// A Redis restarting (loading its dataset) or failing over answers "retry shortly"
+    /// (`503` + `Retry-After`), not "internal error": before, a cart write during a Redis
+    /// reload got `500` and an ERROR log line.
+    #[test]
+    fn a_redis_that_is_loading_or_failing_over_is_a_503() {
+        for kind in [
+            ServerErrorKind::BusyLoading,
+            ServerErrorKind::MasterDown,
+            ServerErrorKind::ReadOnly,
+            ServerErrorKind::ClusterDown,
+            ServerErrorKind::TryAgain,
+        ] {
+            let e = RedisError::from((ErrorKind::Server(kind), "busy"));
+            let resp = ApiError::from(e).into_response();
+            assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE, "{kind:?}");
+            assert!(resp.headers().contains_key(header::RETRY_AFTER), "{kind:?}");
+        }
+        // A script bug or a wrong type stays an internal error.
+        let e = RedisError::from((ErrorKind::Server(ServerErrorKind::ResponseError), "ERR"));
+        assert_eq!(
+            ApiError::from(e).into_response().status(),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
     }
 }
