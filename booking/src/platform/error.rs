@@ -150,20 +150,15 @@ pub(crate) fn is_transient(e: &sqlx::Error) -> bool {
     )
 }
 
-/// Redis answers that say "not now" rather than "no": a server still loading its dataset after
-/// a restart (`LOADING`), a failover under way (`MASTERDOWN`, `READONLY` from a demoted
-/// primary, `CLUSTERDOWN`, `TRYAGAIN`). Nothing was written; a retry can succeed.
+/// Redis answers that say "not now" rather than "no", as redis-rs itself classifies them (its
+/// retry method): a server still loading its dataset after a restart (`LOADING`), a failover
+/// under way (`MASTERDOWN`, `CLUSTERDOWN`, `TRYAGAIN`, `READONLY` from a demoted primary, a
+/// sentinel without a primary yet). Nothing was written; a retry can succeed.
 fn redis_busy(e: &redis::RedisError) -> bool {
-    use redis::{ErrorKind, ServerErrorKind};
+    use redis::RetryMethod;
     matches!(
-        e.kind(),
-        ErrorKind::Server(
-            ServerErrorKind::BusyLoading
-                | ServerErrorKind::MasterDown
-                | ServerErrorKind::ReadOnly
-                | ServerErrorKind::ClusterDown
-                | ServerErrorKind::TryAgain
-        )
+        e.retry_method(),
+        RetryMethod::WaitAndRetry | RetryMethod::RefreshSlotsAndRetry
     )
 }
 

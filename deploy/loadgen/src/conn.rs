@@ -91,11 +91,11 @@ impl Conn {
 
     async fn round_trip(&mut self, req: Request<Full<Bytes>>) -> anyhow::Result<Answer> {
         let sender = match &mut self.sender {
-            Some(s) if !s.is_closed() => s,
-            _ => self.sender.insert(connect(&self.addr).await?),
+            Some(s) => s,
+            None => self.sender.insert(connect(&self.addr).await?),
         };
-        // A kept connection the server has since closed: nothing was sent on it yet, so a
-        // fresh connection takes the request.
+        // A kept connection the server has since closed is not ready: nothing was sent on it
+        // yet, so a fresh connection takes the request.
         if sender.ready().await.is_err() {
             *sender = connect(&self.addr).await?;
             sender.ready().await.context("connection")?;

@@ -100,21 +100,16 @@ pub async fn run(args: HoldsArgs) -> anyhow::Result<HoldsReport> {
         None => seat_windows(&http, &tokens, &args).await?,
     };
     let bodies = Arc::new(hold_bodies(&args, &windows));
-    let booking = args.booking.trim_end_matches('/').to_owned();
     let run_id = &shared::ids::new_id()[20..];
     let started = Instant::now();
     let deadline = started + Duration::from_secs(args.duration_s);
     let mut tasks = Vec::with_capacity(args.clients);
     for client in 0..args.clients {
-        let (booking, tokens, bodies, args) = (
-            booking.clone(),
-            tokens.clone(),
-            bodies.clone(),
-            args.clone(),
-        );
+        let conn = Conn::new(&args.booking, Duration::from_secs(30))?;
+        let (tokens, bodies, args) = (tokens.clone(), bodies.clone(), args.clone());
         let prefix = format!("lg{run_id}-{client}");
         tasks.push(tokio::spawn(async move {
-            client_loop(booking, tokens, bodies, args, prefix, deadline).await
+            client_loop(conn, tokens, bodies, args, prefix, deadline).await
         }));
     }
     let mut hold = Recorder::new();
@@ -226,7 +221,7 @@ struct Held<'a> {
 }
 
 async fn client_loop(
-    booking: String,
+    mut conn: Conn,
     tokens: Arc<AdmissionTokens>,
     bodies: Arc<Vec<Bytes>>,
     args: HoldsArgs,
@@ -235,13 +230,6 @@ async fn client_loop(
 ) -> (Recorder, Recorder) {
     let mut hold = Recorder::new();
     let mut release = Recorder::new();
-    let mut conn = match Conn::new(&booking, Duration::from_secs(30)) {
-        Ok(c) => c,
-        Err(_) => {
-            hold.record(Duration::ZERO, "bad booking url");
-            return (hold, release);
-        }
-    };
     let hold_path = match &args.ga_tier {
         Some(_) => format!("/api/events/{}/ga-holds", args.event),
         None => format!("/api/events/{}/holds", args.event),
@@ -260,11 +248,7 @@ async fn client_loop(
             hold.record(Duration::ZERO, "mint failed");
             continue;
         };
-        let body = if bodies.len() == 1 {
-            bodies[0].clone()
-        } else {
-            bodies[rand::rng().random_range(0..bodies.len())].clone()
-        };
+        let body = bodies[rand::rng().random_range(0..bodies.len())].clone();
         let t0 = Instant::now();
         let answer = match conn.send(Method::POST, &hold_path, &auth, Some(body)).await {
             Ok(a) => a,
