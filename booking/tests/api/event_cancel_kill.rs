@@ -7,9 +7,12 @@
 
 use crate::helpers::{ADMIN_TOKEN, free_port, fresh_database, json, redis_url};
 use serde_json::{Value, json};
-use std::path::PathBuf;
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 const ORDERS: usize = 2000;
@@ -26,29 +29,85 @@ fn binary(name: &str) -> PathBuf {
     path
 }
 
-fn start(bin: &str, config: &PathBuf) -> Child {
-    Command::new(binary(bin))
-        .env("FLOODGATE_CONFIG", config)
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn a service")
+/// A service started as its own process. Its stderr is echoed through the test's own output
+/// (so a failing run shows it beside the panic) and its tail is kept for the panic message.
+struct Service {
+    name: &'static str,
+    child: Child,
+    stderr: Arc<Mutex<VecDeque<String>>>,
 }
 
-/// Polls `url` until it answers 200 (generous deadline: a debug build starting).
-async fn wait_up(client: &reqwest::Client, url: &str, bearer: Option<&str>) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let mut req = client.get(url);
-        if let Some(b) = bearer {
-            req = req.bearer_auth(b);
+fn start(name: &'static str, config: &Path) -> Service {
+    let mut child = Command::new(binary(name))
+        .env("FLOODGATE_CONFIG", config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn a service");
+    let stderr = Arc::new(Mutex::new(VecDeque::new()));
+    if let Some(pipe) = child.stderr.take() {
+        let tail = stderr.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(pipe).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                eprintln!("[{name}] {line}");
+                let mut tail = tail.lock().unwrap_or_else(|e| e.into_inner());
+                if tail.len() == 40 {
+                    tail.pop_front();
+                }
+                tail.push_back(line);
+            }
+        });
+    }
+    Service {
+        name,
+        child,
+        stderr,
+    }
+}
+
+impl Service {
+    fn stderr_tail(&self) -> String {
+        let tail = self.stderr.lock().unwrap_or_else(|e| e.into_inner());
+        tail.iter().cloned().collect::<Vec<_>>().join("\n")
+    }
+
+    /// Polls `url` until it answers 200 (generous deadline: a debug build starting on a loaded
+    /// machine). A process that exits meanwhile fails the test at once, with its status and
+    /// stderr; one that never gets ready fails with the last answer it gave.
+    async fn wait_up(&mut self, client: &reqwest::Client, url: &str, bearer: Option<&str>) {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                // Let the echo task drain what the process wrote before it died.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                panic!(
+                    "{} exited before it was ready ({status}); its stderr:\n{}",
+                    self.name,
+                    self.stderr_tail()
+                );
+            }
+            let mut req = client.get(url).timeout(Duration::from_secs(5));
+            if let Some(b) = bearer {
+                req = req.bearer_auth(b);
+            }
+            let last = match req.send().await {
+                Ok(r) if r.status().is_success() => return,
+                Ok(r) => {
+                    let status = r.status();
+                    format!("{status}: {}", r.text().await.unwrap_or_default())
+                }
+                Err(e) => format!("{e:#}"),
+            };
+            assert!(
+                Instant::now() < deadline,
+                "{url} ({}) never came up; last answer: {last}; its stderr:\n{}",
+                self.name,
+                self.stderr_tail()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        if req.send().await.is_ok_and(|r| r.status().is_success()) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{url} never came up");
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -102,10 +161,14 @@ latency_ms = 60
     );
     std::fs::write(&config, toml).expect("write the config");
     let client = reqwest::Client::new();
-    let _provider = start("sandbox-provider", &config);
-    wait_up(&client, &format!("{sandbox}/_sandbox/stats"), Some(API_KEY)).await;
+    let mut provider = start("sandbox-provider", &config);
+    provider
+        .wait_up(&client, &format!("{sandbox}/_sandbox/stats"), Some(API_KEY))
+        .await;
     let mut booking_proc = start("booking", &config);
-    wait_up(&client, &format!("{booking}/readyz"), None).await;
+    booking_proc
+        .wait_up(&client, &format!("{booking}/readyz"), None)
+        .await;
 
     // An event of 2,000 seats; 2,000 fans buy one each (tokens minted with the dev key set the
     // booking process also uses in dev mode).
@@ -198,13 +261,13 @@ latency_ms = 60
     let at_kill = loop {
         let p = progress(&client, &booking).await;
         if p["refunded"].as_i64().unwrap_or(0) >= 200 {
-            booking_proc.start_kill().expect("SIGKILL booking");
+            booking_proc.child.start_kill().expect("SIGKILL booking");
             break p;
         }
         assert!(Instant::now() < deadline, "refunds never started: {p}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
-    let status = booking_proc.wait().await.expect("reap booking");
+    let status = booking_proc.child.wait().await.expect("reap booking");
     assert!(
         !status.success(),
         "booking was killed, not stopped: {status}"
@@ -230,8 +293,10 @@ latency_ms = 60
     .await
     .expect("expire leases");
 
-    let _booking_again = start("booking", &config);
-    wait_up(&client, &format!("{booking}/readyz"), None).await;
+    let mut booking_again = start("booking", &config);
+    booking_again
+        .wait_up(&client, &format!("{booking}/readyz"), None)
+        .await;
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let p = progress(&client, &booking).await;
