@@ -189,10 +189,10 @@ loadgen_holds() {
 
 pgbench_tps() {
   local script="$1" event="$2" async="$3" dur="$4"
-  # Booking's hold-transaction settings (begin_hold_tx), for the whole session: pgbench cannot
-  # send them in BEGIN's round trip as booking does.
+  # Booking's hold connections' settings (db::pool's and holds::take::hold_pool's, defaults),
+  # for the whole session, as booking sets them at connect time.
   local sync=on; [ "$async" = 1 ] && sync=off
-  PGOPTIONS="-c plan_cache_mode=force_generic_plan -c enable_seqscan=off -c synchronous_commit=$sync" \
+  PGOPTIONS="-c plan_cache_mode=force_generic_plan -c enable_seqscan=off -c synchronous_commit=$sync -c jit=off -c statement_timeout=30000 -c idle_in_transaction_session_timeout=60000 -c client_connection_check_interval=200ms" \
   measure "$event" "$dur" "$PGBENCH" -h 127.0.0.1 -p "$PG_PORT" -U postgres -n -M prepared -c "$POOL" -j 2 -T "$dur" \
     -D event="$event" -D async="$async" -f "$script" "$DB" > "$WORK/pgbench-$event.log" 2>&1
   cat "$WORK/pgbench-$event.log" >> "$WORK/pgbench.log"
