@@ -237,7 +237,10 @@ k6_run() { # name script VAR=value...
   log "k6 $script $*"
   if ! (cd "$ROOT/deploy/k6" && env QUICK="$QUICK" "$@" "$K6" run -q --no-color \
         --summary-export "$OUT/k6-$name.json" "$script" >"$OUT/k6-$name.txt" 2>&1); then
-    log "k6 $name FAILED:"; tail -40 "$OUT/k6-$name.txt" >&2; failed=1
+    # The scripts' own warnings (the unexpected answers, status and body) come first in the
+    # output, the summary last: show both.
+    log "k6 $name FAILED:"; grep -m 20 -a 'level=warning' "$OUT/k6-$name.txt" >&2 || true
+    tail -40 "$OUT/k6-$name.txt" >&2; failed=1
   fi
 }
 if [ "${SURGE_K6:-1}" = 1 ]; then

@@ -7,8 +7,9 @@
 //   POST /api/auctions/{id}/bids {"amount"} with a fresh Idempotency-Key per bid
 //   201 accepted | 409 BID_TOO_LOW (counted, not failed: someone outbid us; the body carries
 //   min_next_bid) | 409 AUCTION_CLOSED (the end; stop) | 200 replay (only after our own retry).
-// A bid whose answer is lost (transport error) is retried once with the SAME key: the
-// server must answer with the original result (200 replay) or place it exactly once.
+// A bid whose answer is lost (transport error), or that is answered 503 with Retry-After, is
+// retried once with the SAME key: the server must answer with the original result (200
+// replay) or place it exactly once.
 //
 // Invariants (final price = highest accepted bid, no bid after the end, bids in Postgres
 // = accepted answers) are checked by `loadgen verify` against Postgres after the run.
@@ -39,6 +40,7 @@ const accepted = new Counter('bids_accepted');
 const tooLow = new Counter('bids_too_low');
 const afterClose = new Counter('bids_after_close');
 const replays = new Counter('bid_replays');
+const busyRetries = new Counter('bids_retried_after_503');
 const acceptedAmount = new Trend('accepted_bid_amount');
 const finalPrice = new Trend('final_price');
 
@@ -121,6 +123,16 @@ function placeBid(data, token, amount) {
   let res = http.post(url, payload, params);
   if (res.status === 0) {
     // The answer was lost: the retry carries the same key, so the bid lands at most once.
+    res = http.post(url, payload, params);
+    if (res.status === 200) replays.add(1);
+  }
+  if (res.status === 503) {
+    // Booking could not decide in time (say its Redis answered after the 1 s response
+    // timeout) and says when to come back: a bidding client retries once, after Retry-After,
+    // with the SAME key, so a bid that did land is replayed (200), never placed twice. A
+    // second 503 is unexpected.
+    busyRetries.add(1);
+    sleep(Math.min(Number(res.headers['Retry-After'] || 1), 5));
     res = http.post(url, payload, params);
     if (res.status === 200) replays.add(1);
   }
