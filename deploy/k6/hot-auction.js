@@ -120,21 +120,22 @@ function placeBid(data, token, amount) {
   const params = { headers: jsonHeaders(token, { 'Idempotency-Key': key }), tags: { name: 'bid' } };
   const url = `${BASE_URL}/api/auctions/${data.auction}/bids`;
   const payload = JSON.stringify({ amount });
+  // A retry carries the same key, so the bid lands at most once: 200 is the landed bid's replay.
+  const again = () => {
+    const r = http.post(url, payload, params);
+    if (r.status === 200) replays.add(1);
+    return r;
+  };
   let res = http.post(url, payload, params);
-  if (res.status === 0) {
-    // The answer was lost: the retry carries the same key, so the bid lands at most once.
-    res = http.post(url, payload, params);
-    if (res.status === 200) replays.add(1);
-  }
+  // The answer was lost.
+  if (res.status === 0) res = again();
   if (res.status === 503) {
     // Booking could not decide in time (say its Redis answered after the 1 s response
-    // timeout) and says when to come back: a bidding client retries once, after Retry-After,
-    // with the SAME key, so a bid that did land is replayed (200), never placed twice. A
-    // second 503 is unexpected.
+    // timeout) and says when to come back: a bidding client retries once, after Retry-After.
+    // A second 503 is unexpected.
     busyRetries.add(1);
     sleep(Math.min(Number(res.headers['Retry-After'] || 1), 5));
-    res = http.post(url, payload, params);
-    if (res.status === 200) replays.add(1);
+    res = again();
   }
   return res;
 }
