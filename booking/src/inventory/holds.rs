@@ -64,4 +64,4 @@ pub use repo::{
     IssuedTicket, PinnedHold, PinnedSeat, ReleasedHold, SellOutcome, pin_hold_tx, release_hold_tx,
     return_ga_units_tx, sell_hold_tx,
 };
-pub use take::{EXPIRE_OWN, EXPIRE_RECLAIMED};
+pub use take::{EXPIRE_OWN, EXPIRE_RECLAIMED, HOLD_SEATS};

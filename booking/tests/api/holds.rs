@@ -738,10 +738,11 @@ async fn no_index_of_seats_names_a_column_a_hold_changes() {
 
 /// Migration 0014 on a database with live holds: each seat hold gets exactly the seats that
 /// still carry its id (not one a later hold reclaimed), and the order path finds them by
-/// them; a hold an old process writes after the migration (no list) still has its seats. The
-/// database is migrated to 0013, filled the way booking filled it then, and migrated on.
+/// them; a hold an old process wrote after 0014 during the rollout (no list) gets its seats
+/// from migration 0015, which then refuses a seat hold without a list. The database is
+/// migrated to 0013, filled the way booking filled it then, and migrated on.
 #[tokio::test]
-async fn existing_seat_holds_keep_their_seats_through_migration_0014() {
+async fn existing_seat_holds_keep_their_seats_through_migrations_0014_and_0015() {
     use sqlx::Executor;
     let (url, _) = crate::helpers::empty_database().await;
     let pool = crate::helpers::small_pool(&url).await;
@@ -774,9 +775,9 @@ async fn existing_seat_holds_keep_their_seats_through_migration_0014() {
     .await
     .expect("fill the 0013 database");
     booking::platform::db::MIGRATOR
-        .run(&pool)
+        .run_to(14, &pool)
         .await
-        .expect("migrate on");
+        .expect("migrate to 0014");
     let got: Vec<(String, Option<Vec<String>>)> =
         sqlx::query_as("SELECT id, seat_ids FROM holds ORDER BY id")
             .fetch_all(&pool)
@@ -801,8 +802,8 @@ async fn existing_seat_holds_keep_their_seats_through_migration_0014() {
         .expect("the live hold is pinnable");
     assert_eq!(seat_ids(&pinned), ["S1-R1-1", "S1-R1-2"]);
     assert_eq!(pinned.total, 200);
-    // A seat hold written during a rolling upgrade by a process from before 0014 has no list:
-    // its seats are found by their `hold_id`.
+    // A seat hold written during the 0014 rollout by a process from before 0014 has no list;
+    // migration 0015 gives it the seats that carry its id.
     (&mut *conn)
         .execute(
         "INSERT INTO holds (id, event_id, account_id, kind, ga_tier, quantity, expires_at)
@@ -812,11 +813,33 @@ async fn existing_seat_holds_keep_their_seats_through_migration_0014() {
         )
         .await
     .expect("an old process's hold");
+    drop(conn);
+    booking::platform::db::MIGRATOR
+        .run(&pool)
+        .await
+        .expect("migrate on");
+    let mut conn = pool.acquire().await.expect("connection");
     let pinned = pin_hold_tx(&mut conn, "h-roll", "fay", 900)
         .await
         .expect("pin")
         .expect("the old process's hold is pinnable");
     assert_eq!(seat_ids(&pinned), ["S1-R1-5"]);
+    // From 0015 on, a seat hold without its list is refused (a process from before 0014).
+    let refused = (&mut *conn)
+        .execute(
+            "INSERT INTO holds (id, event_id, account_id, kind, ga_tier, quantity, expires_at)
+              VALUES ('h-late', 'mig', 'gus', 'seats', NULL, 1, clock_timestamp() + interval '10 minutes')",
+        )
+        .await
+        .expect_err("a listless seat hold");
+    assert_eq!(
+        refused
+            .as_database_error()
+            .and_then(|e| e.constraint())
+            .map(str::to_owned),
+        Some("holds_seat_ids_recorded".to_owned()),
+        "{refused}"
+    );
     drop(conn);
     pool.close().await;
 }

@@ -160,9 +160,10 @@ fn claims() -> Vec<Claim> {
             plan: "generic",
             args: "(100)".to_owned(),
             table: "holds",
-            fill: "INSERT INTO holds (id, event_id, account_id, kind, quantity, expires_at)
+            fill: "INSERT INTO holds (id, event_id, account_id, kind, quantity, expires_at,
+                                     seat_ids)
                    SELECT 'h' || g, 'shop', 'h' || g, 'seats', 1,
-                          clock_timestamp() - interval '1 min'
+                          clock_timestamp() - interval '1 min', '{}'
                      FROM generate_series(1, 3000) g",
             claimed: "SELECT count(*) FROM holds WHERE status = 'expired'",
         },
@@ -179,9 +180,10 @@ fn claims() -> Vec<Claim> {
                     .join(",")
             ),
             table: "holds",
-            fill: "INSERT INTO holds (id, event_id, account_id, kind, quantity, expires_at)
+            fill: "INSERT INTO holds (id, event_id, account_id, kind, quantity, expires_at,
+                                     seat_ids)
                    SELECT 'r' || g, 'shop', 'r' || g, 'seats', 1,
-                          clock_timestamp() - interval '1 min'
+                          clock_timestamp() - interval '1 min', '{}'
                      FROM generate_series(1, 3000) g",
             claimed: "SELECT count(*) FROM holds WHERE status = 'expired' AND id LIKE 'r%'",
         },
@@ -192,9 +194,10 @@ fn claims() -> Vec<Claim> {
             plan: "generic",
             args: "('shop', 'me')".to_owned(),
             table: "holds",
-            fill: "INSERT INTO holds (id, event_id, account_id, kind, quantity, expires_at)
+            fill: "INSERT INTO holds (id, event_id, account_id, kind, quantity, expires_at,
+                                     seat_ids)
                    SELECT 'm' || g, 'shop', CASE WHEN g <= 100 THEN 'me' ELSE 'm' || g END,
-                          'seats', 1, clock_timestamp() - interval '1 min'
+                          'seats', 1, clock_timestamp() - interval '1 min', '{}'
                      FROM generate_series(1, 3000) g",
             claimed: "SELECT count(*) FROM holds WHERE status = 'expired' AND account_id = 'me'",
         },

@@ -42,6 +42,7 @@ mod plans;
 mod products;
 mod seat_kills;
 mod seat_map;
+mod seat_plans;
 mod session;
 mod split_stock;
 mod startup_config;

@@ -43,6 +43,7 @@ pub(super) async fn insert_event(
             });
         }
     }
+    analyze_new_seats(pool, &id, seats).await;
     tracing::info!(
         event = %id,
         seats,
@@ -62,6 +63,42 @@ pub(super) async fn insert_event(
         refund_stock: req.refund_stock,
         no_orphans: req.no_orphans,
     })
+}
+
+/// Refreshes the planner's statistics of `seats` when this event's seats are a large share of
+/// the table (it was never analyzed, or they are at least a tenth of its rows, autovacuum's own
+/// threshold). Booking's connections keep generic plans; made from statistics that predate
+/// the seats (a young table: say the first event of a deployment), the hold, order and pay
+/// statements look a seat up by `event_id` alone and read every seat of the event, several
+/// thousand buffers a statement, until autovacuum gets round to it (measured: a purchase cost
+/// Postgres twice the CPU). ANALYZE invalidates those plans. Best effort, after the commit:
+/// the event exists either way; a failure is logged and left to autovacuum.
+async fn analyze_new_seats(pool: &PgPool, event: &str, seats: u64) {
+    if seats == 0 {
+        return;
+    }
+    let run = async {
+        let mut tx = pool.begin().await?;
+        let rows: f32 =
+            sqlx::query_scalar("SELECT reltuples FROM pg_class WHERE oid = 'seats'::regclass")
+                .fetch_one(&mut *tx)
+                .await?;
+        // -1: never analyzed or vacuumed.
+        if rows >= 0.0 && (seats as f32) * 10.0 < rows {
+            return Ok::<_, sqlx::Error>(false);
+        }
+        // ANALYZE waits for a running autovacuum of the table: not for long.
+        sqlx::raw_sql("SET LOCAL lock_timeout = '5s'; ANALYZE seats")
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(true)
+    };
+    match run.await {
+        Ok(true) => tracing::debug!(event, seats, "analyzed seats"),
+        Ok(false) => {}
+        Err(e) => tracing::warn!(event, error = ?e, "could not analyze seats after creating an event; autovacuum will"),
+    }
 }
 
 /// The insert transaction; `false` when an event with this id exists (nothing written).

@@ -75,22 +75,17 @@ struct HoldSeatRow {
     price: Option<i64>,
 }
 
-/// The seats of seat hold `$h` (an alias with `id`, `event_id`, `seat_ids`): its list, or for a
-/// hold written by a process from before migration 0014 (a rolling upgrade runs old and new
-/// processes on the new schema, and the old ones write no list) the event's seats carrying its
-/// id, found by scanning the event's seats. `COALESCE` evaluates the scan only for such a hold.
+/// The seats of seat hold `$h` (an alias with `seat_ids`): its sorted list, which every seat
+/// hold records (migration 0014) and must record (0015's check). Before 0015 a hold without a
+/// list (written by a process from before 0014 during a rolling upgrade) was served by a
+/// fallback that scanned the event's seats for its id; the planner priced that scan into the
+/// primary-key lookup of every statement here even though it never ran, and with a table of a
+/// few thousand seats chose to read every seat of the event instead (test
+/// `seat_plans::a_new_events_seats_are_read_by_seat_under_generic_plans`).
 #[macro_export]
 macro_rules! hold_seat_ids_sql {
     ($h:literal) => {
-        concat!(
-            "COALESCE(",
-            $h,
-            ".seat_ids, ARRAY(SELECT x.seat_id FROM seats x WHERE x.event_id = ",
-            $h,
-            ".event_id AND x.hold_id = ",
-            $h,
-            ".id))"
-        )
+        concat!($h, ".seat_ids")
     };
 }
 
@@ -117,17 +112,9 @@ macro_rules! hold_seats_locked_sql {
     };
 }
 
-/// Pins an active hold for an order. See the module docs. ONE statement: the hold row, then
-/// its seats locked in `seat_id` order with their tier prices (or the GA tier's price).
-/// `None` when the hold is not pinnable or lost a seat; the statement may have changed rows
-/// then, so the caller must roll back (every caller does: no hold, no order).
-pub async fn pin_hold_tx(
-    conn: &mut PgConnection,
-    hold_id: &str,
-    account: &str,
-    until_interval_s: i64,
-) -> sqlx::Result<Option<PinnedHold>> {
-    let rows: Vec<HoldSeatRow> = sqlx::query_as(concat!(
+/// [`pin_hold_tx`]'s statement: `$1` the hold, `$2` its account, `$3` seconds until the
+/// order expires.
+pub const PIN_HOLD: &str = concat!(
         "WITH h AS (
              UPDATE holds
              SET status = 'ordered',
@@ -148,7 +135,19 @@ pub async fn pin_hold_tx(
                   WHERE g.event_id = h.event_id AND g.tier = h.ga_tier) AS ga_price,
                 u.seat_id, u.tier, u.price
          FROM h LEFT JOIN upd u ON true"
-    ))
+    );
+
+/// Pins an active hold for an order. See the module docs. ONE statement: the hold row, then
+/// its seats locked in `seat_id` order with their tier prices (or the GA tier's price).
+/// `None` when the hold is not pinnable or lost a seat; the statement may have changed rows
+/// then, so the caller must roll back (every caller does: no hold, no order).
+pub async fn pin_hold_tx(
+    conn: &mut PgConnection,
+    hold_id: &str,
+    account: &str,
+    until_interval_s: i64,
+) -> sqlx::Result<Option<PinnedHold>> {
+    let rows: Vec<HoldSeatRow> = sqlx::query_as(PIN_HOLD)
     .bind(hold_id)
     .bind(account)
     .bind(until_interval_s as f64)

@@ -153,7 +153,7 @@ pub(crate) struct SeatsTaken {
 /// when the hold column is set) or one row of NULLs; the last columns explain a refusal from
 /// the statement's snapshot: whether the sale has started (NULL: no such event) and whether
 /// the limit would allow `n` more. `bench/sql/hold_seats.sql` runs this text.
-const HOLD_SEATS: &str = concat!(
+pub const HOLD_SEATS: &str = concat!(
     "
 WITH wanted AS (
     SELECT s.seat_id, s.hold_id AS prev_hold, p.price
