@@ -46,11 +46,12 @@ async fn a_new_events_seats_are_read_by_seat_under_generic_plans() {
     )
     .await;
     assert!(read < 100.0, "the seat hold read {read} rows: {plan:#}");
-    let held: (String, String) =
-        sqlx::query_as("SELECT status, hold_id FROM seats WHERE event_id = 'big' AND seat_id = 'R-R7-25'")
-            .fetch_one(&mut *conn)
-            .await
-            .expect("the held seat");
+    let held: (String, String) = sqlx::query_as(
+        "SELECT status, hold_id FROM seats WHERE event_id = 'big' AND seat_id = 'R-R7-25'",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .expect("the held seat");
     assert_eq!(held, ("held".to_owned(), "hold-1".to_owned()));
 
     let (read, plan) = rows_read_by(

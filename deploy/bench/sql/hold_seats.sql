@@ -65,7 +65,7 @@ WITH h AS (
 doomed AS (
     SELECT s.event_id, s.seat_id FROM seats s, h
     WHERE h.kind = 'seats' AND s.event_id = h.event_id
-      AND s.seat_id = ANY(COALESCE(h.seat_ids, ARRAY(SELECT x.seat_id FROM seats x WHERE x.event_id = h.event_id AND x.hold_id = h.id)))
+      AND s.seat_id = ANY(h.seat_ids)
       AND s.hold_id = ('pg-' || :hid)
     ORDER BY s.event_id, s.seat_id
     FOR UPDATE OF s),

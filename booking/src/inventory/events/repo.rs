@@ -97,7 +97,9 @@ async fn analyze_new_seats(pool: &PgPool, event: &str, seats: u64) {
     match run.await {
         Ok(true) => tracing::debug!(event, seats, "analyzed seats"),
         Ok(false) => {}
-        Err(e) => tracing::warn!(event, error = ?e, "could not analyze seats after creating an event; autovacuum will"),
+        Err(e) => {
+            tracing::warn!(event, error = ?e, "could not analyze seats after creating an event; autovacuum will")
+        }
     }
 }
 

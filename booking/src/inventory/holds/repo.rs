@@ -115,15 +115,15 @@ macro_rules! hold_seats_locked_sql {
 /// [`pin_hold_tx`]'s statement: `$1` the hold, `$2` its account, `$3` seconds until the
 /// order expires.
 pub const PIN_HOLD: &str = concat!(
-        "WITH h AS (
+    "WITH h AS (
              UPDATE holds
              SET status = 'ordered',
                  expires_at = clock_timestamp() + make_interval(secs => $3::double precision)
              WHERE id = $1 AND account_id = $2 AND status = 'active'
                AND expires_at > clock_timestamp()
              RETURNING id, event_id, kind, ga_tier, quantity, expires_at, seat_ids),",
-        crate::hold_seats_locked_sql!(),
-        ",
+    crate::hold_seats_locked_sql!(),
+    ",
          upd AS (
              UPDATE seats s SET held_until = h.expires_at
              FROM mine m, h, price_tiers p
@@ -135,7 +135,7 @@ pub const PIN_HOLD: &str = concat!(
                   WHERE g.event_id = h.event_id AND g.tier = h.ga_tier) AS ga_price,
                 u.seat_id, u.tier, u.price
          FROM h LEFT JOIN upd u ON true"
-    );
+);
 
 /// Pins an active hold for an order. See the module docs. ONE statement: the hold row, then
 /// its seats locked in `seat_id` order with their tier prices (or the GA tier's price).
@@ -148,11 +148,11 @@ pub async fn pin_hold_tx(
     until_interval_s: i64,
 ) -> sqlx::Result<Option<PinnedHold>> {
     let rows: Vec<HoldSeatRow> = sqlx::query_as(PIN_HOLD)
-    .bind(hold_id)
-    .bind(account)
-    .bind(until_interval_s as f64)
-    .fetch_all(&mut *conn)
-    .await?;
+        .bind(hold_id)
+        .bind(account)
+        .bind(until_interval_s as f64)
+        .fetch_all(&mut *conn)
+        .await?;
     let Some(row) = rows.first() else {
         return Ok(None);
     };
