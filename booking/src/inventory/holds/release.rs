@@ -11,7 +11,7 @@ use sqlx::PgConnection;
 /// `bench/sql/hold_seats.sql` runs this text. (`usage`, like every data-modifying `WITH`, runs
 /// whether or not the final `SELECT` reads it.)
 ///
-/// The seats are found by primary key from the hold's `seat_ids` ([`crate::hold_seat_ids_sql`]),
+/// The seats are found by primary key from the hold's `seat_ids` (required since migration 0015),
 /// and are the hold's only while they still carry its id (a later hold may have reclaimed one).
 const RELEASE_OWN: &str = concat!(
     "
@@ -21,9 +21,7 @@ WITH h AS (
     RETURNING id, event_id, account_id, kind, ga_tier, quantity, seat_ids),
 doomed AS (
     SELECT s.event_id, s.seat_id FROM seats s, h
-    WHERE h.kind = 'seats' AND s.event_id = h.event_id AND s.seat_id = ANY(",
-    crate::hold_seat_ids_sql!("h"),
-    ")
+    WHERE h.kind = 'seats' AND s.event_id = h.event_id AND s.seat_id = ANY(h.seat_ids)
       AND s.hold_id = $1
     ORDER BY s.event_id, s.seat_id
     FOR UPDATE OF s),

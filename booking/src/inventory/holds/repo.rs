@@ -75,20 +75,6 @@ struct HoldSeatRow {
     price: Option<i64>,
 }
 
-/// The seats of seat hold `$h` (an alias with `seat_ids`): its sorted list, which every seat
-/// hold records (migration 0014) and must record (0015's check). Before 0015 a hold without a
-/// list (written by a process from before 0014 during a rolling upgrade) was served by a
-/// fallback that scanned the event's seats for its id; the planner priced that scan into the
-/// primary-key lookup of every statement here even though it never ran, and with a table of a
-/// few thousand seats chose to read every seat of the event instead (test
-/// `seat_plans::a_new_events_seats_are_read_by_seat_under_generic_plans`).
-#[macro_export]
-macro_rules! hold_seat_ids_sql {
-    ($h:literal) => {
-        concat!($h, ".seat_ids")
-    };
-}
-
 /// `mine`: the seats hold `h` (a `WITH` part of the caller's returning `id`, `event_id`,
 /// `kind`, `seat_ids`) still holds, locked in `seat_id` order like every seat path. Found by
 /// primary key from the hold's `seat_ids`; `s.hold_id = h.id` drops a seat a later hold
@@ -98,17 +84,13 @@ macro_rules! hold_seat_ids_sql {
 #[macro_export]
 macro_rules! hold_seats_locked_sql {
     () => {
-        concat!(
-            "
+        "
          mine AS (
              SELECT s.event_id, s.seat_id FROM seats s JOIN h ON s.event_id = h.event_id
-             WHERE h.kind = 'seats' AND s.seat_id = ANY(",
-            $crate::hold_seat_ids_sql!("h"),
-            ") AND s.hold_id = h.id
+             WHERE h.kind = 'seats' AND s.seat_id = ANY(h.seat_ids) AND s.hold_id = h.id
                AND s.status = 'held'
              ORDER BY s.seat_id
              FOR UPDATE OF s)"
-        )
     };
 }
 
@@ -248,16 +230,14 @@ pub async fn sell_hold_tx(
     order_id: &str,
     account: &str,
 ) -> sqlx::Result<SellOutcome> {
-    let rows: Vec<HoldSeatRow> = sqlx::query_as(concat!(
+    let rows: Vec<HoldSeatRow> = sqlx::query_as(
         "WITH hold AS (
              SELECT id, event_id, kind, ga_tier, quantity, expires_at, seat_ids FROM holds
              WHERE id = $1 AND account_id = $2 AND status = 'ordered'
              FOR UPDATE),
          mine AS (
              SELECT s.event_id, s.seat_id, s.tier FROM seats s JOIN hold h ON s.event_id = h.event_id
-             WHERE h.kind = 'seats' AND s.seat_id = ANY(",
-        crate::hold_seat_ids_sql!("h"),
-        ") AND s.hold_id = h.id
+             WHERE h.kind = 'seats' AND s.seat_id = ANY(h.seat_ids) AND s.hold_id = h.id
                AND s.status = 'held'
              ORDER BY s.seat_id
              FOR UPDATE OF s),
@@ -277,7 +257,7 @@ pub async fn sell_hold_tx(
              SELECT seat_id, tier FROM upd
              UNION ALL
              SELECT seat_id, tier FROM mine WHERE NOT EXISTS (SELECT 1 FROM ok)) u ON true",
-    ))
+    )
     .bind(hold_id)
     .bind(account)
     .bind(order_id)

@@ -107,19 +107,17 @@ pub(crate) async fn release_resources(
     if !seat_holds.is_empty() {
         // Only seats that still belong to these holds: a reclaimed seat carries another
         // hold_id by now and must not be touched. Locked in seat order like the hold path.
-        seats_released = sqlx::query(concat!(
+        seats_released = sqlx::query(
             "WITH doomed AS (
                  SELECT s.event_id, s.seat_id FROM holds h
-                 JOIN seats s ON s.event_id = h.event_id AND s.seat_id = ANY(",
-            crate::hold_seat_ids_sql!("h"),
-            ")
+                 JOIN seats s ON s.event_id = h.event_id AND s.seat_id = ANY(h.seat_ids)
                  WHERE h.id = ANY($1) AND s.hold_id = h.id AND s.status = 'held'
                  ORDER BY s.event_id, s.seat_id
                  FOR UPDATE OF s)
              UPDATE seats s SET status = 'available', hold_id = NULL, held_until = NULL
              FROM doomed d
              WHERE s.event_id = d.event_id AND s.seat_id = d.seat_id",
-        ))
+        )
         .bind(&seat_holds)
         .execute(&mut *conn)
         .await?
