@@ -1,5 +1,6 @@
 //! One HTTP/1.1 keep-alive connection per virtual client, for the scenarios that compare
-//! booking against `pgbench` on the same cores (`holds`).
+//! booking against a raw baseline on the same cores (`holds` against `pgbench`, `auctions`
+//! against `redis-benchmark`).
 //!
 //! Why not the pooled `reqwest` client the other scenarios use: on this 2-core box the load
 //! generator's CPU is taken from the service it measures, and the raw side's client is
@@ -17,11 +18,13 @@ use anyhow::{Context, bail};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::{self, SendRequest};
-use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST, HeaderValue};
+use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST, HeaderName, HeaderValue};
 use hyper::{Method, Request};
 use hyper_util::rt::TokioIo;
 use std::time::Duration;
 use tokio::net::TcpStream;
+
+const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 
 /// The answer's status and whole body.
 pub struct Answer {
@@ -55,13 +58,14 @@ impl Conn {
         })
     }
 
-    /// Sends one request (`path` with its query, a bearer token, an optional JSON body) and
-    /// reads the whole answer within the timeout.
+    /// Sends one request (`path` with its query, a bearer token, an optional
+    /// `Idempotency-Key`, an optional JSON body) and reads the whole answer within the timeout.
     pub async fn send(
         &mut self,
         method: Method,
         path: &str,
         bearer: &HeaderValue,
+        idempotency_key: Option<HeaderValue>,
         json: Option<Bytes>,
     ) -> anyhow::Result<Answer> {
         let mut req = Request::builder()
@@ -69,6 +73,9 @@ impl Conn {
             .uri(path)
             .header(HOST, self.host.clone())
             .header(AUTHORIZATION, bearer.clone());
+        if let Some(key) = idempotency_key {
+            req = req.header(IDEMPOTENCY_KEY, key);
+        }
         if json.is_some() {
             req = req.header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         }
@@ -122,6 +129,21 @@ async fn connect(addr: &str) -> anyhow::Result<SendRequest<Full<Bytes>>> {
     Ok(sender)
 }
 
+/// `clients` connections to `base`, each open before this returns: a run's clock then
+/// starts with every client connected, not with hundreds of connects at once (a burst of
+/// SYNs can overflow the server's listen queue, and a dropped SYN is retried only after a
+/// whole second, which a 20 s run would report as its slowest request). A bad `base` or a
+/// server that is not there fails here, before the run.
+pub async fn open_all(base: &str, clients: usize) -> anyhow::Result<Vec<Conn>> {
+    let mut conns = Vec::with_capacity(clients);
+    for _ in 0..clients {
+        let mut conn = Conn::new(base, Duration::from_secs(30))?;
+        conn.sender = Some(connect(&conn.addr).await?);
+        conns.push(conn);
+    }
+    Ok(conns)
+}
+
 /// `Bearer <token>` as a header value.
 pub fn bearer(token: &str) -> anyhow::Result<HeaderValue> {
     HeaderValue::try_from(format!("Bearer {token}")).context("token is not a header value")
@@ -140,6 +162,27 @@ mod tests {
         assert!(Conn::new("http://", Duration::from_secs(1)).is_err());
     }
 
+    /// Every client is connected before the run starts; a server that is not there fails
+    /// the run up front instead of filling its report with transport errors.
+    #[tokio::test]
+    async fn open_all_connects_every_client_or_fails_up_front() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let base = format!("http://{}", listener.local_addr().expect("addr"));
+        let conns = open_all(&base, 3).await.expect("open");
+        assert_eq!(conns.len(), 3);
+        assert!(conns.iter().all(|c| c.sender.is_some()));
+        for _ in 0..3 {
+            listener.accept().await.expect("each client connected");
+        }
+        drop(listener);
+        assert!(
+            open_all(&base, 1).await.is_err(),
+            "nothing listens there now"
+        );
+    }
+
     /// A real round trip against a one-shot server, and a second one after the server
     /// closed the connection (the client opens a new one).
     #[tokio::test]
@@ -156,6 +199,7 @@ mod tests {
                 let n = s.read(&mut buf).await.expect("read");
                 let head = String::from_utf8_lossy(&buf[..n]).to_string();
                 assert!(head.contains("authorization: Bearer t1"), "{head}");
+                assert!(head.contains("idempotency-key: k1"), "{head}");
                 s.write_all(
                     b"HTTP/1.1 201 Created\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok",
                 )
@@ -167,7 +211,13 @@ mod tests {
         let auth = bearer("t1").expect("bearer");
         for _ in 0..2 {
             let a = conn
-                .send(Method::POST, "/x", &auth, Some(Bytes::from_static(b"{}")))
+                .send(
+                    Method::POST,
+                    "/x",
+                    &auth,
+                    Some(HeaderValue::from_static("k1")),
+                    Some(Bytes::from_static(b"{}")),
+                )
                 .await
                 .expect("answer");
             assert_eq!(a.status, 201);

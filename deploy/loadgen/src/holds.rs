@@ -101,11 +101,11 @@ pub async fn run(args: HoldsArgs) -> anyhow::Result<HoldsReport> {
     };
     let bodies = Arc::new(hold_bodies(&args, &windows));
     let run_id = &shared::ids::new_id()[20..];
+    let conns = conn::open_all(&args.booking, args.clients).await?;
     let started = Instant::now();
     let deadline = started + Duration::from_secs(args.duration_s);
     let mut tasks = Vec::with_capacity(args.clients);
-    for client in 0..args.clients {
-        let conn = Conn::new(&args.booking, Duration::from_secs(30))?;
+    for (client, conn) in conns.into_iter().enumerate() {
         let (tokens, bodies, args) = (tokens.clone(), bodies.clone(), args.clone());
         let prefix = format!("lg{run_id}-{client}");
         tasks.push(tokio::spawn(async move {
@@ -250,7 +250,10 @@ async fn client_loop(
         };
         let body = bodies[rand::rng().random_range(0..bodies.len())].clone();
         let t0 = Instant::now();
-        let answer = match conn.send(Method::POST, &hold_path, &auth, Some(body)).await {
+        let answer = match conn
+            .send(Method::POST, &hold_path, &auth, None, Some(body))
+            .await
+        {
             Ok(a) => a,
             Err(_) => {
                 hold.record(t0.elapsed(), "transport error");
@@ -268,7 +271,10 @@ async fn client_loop(
         release_path.push_str("/api/holds/");
         release_path.push_str(&held.hold_id);
         let t1 = Instant::now();
-        match conn.send(Method::DELETE, &release_path, &auth, None).await {
+        match conn
+            .send(Method::DELETE, &release_path, &auth, None, None)
+            .await
+        {
             Ok(a) => release.record(t1.elapsed(), &outcome(a.status, &a.body)),
             Err(_) => release.record(t1.elapsed(), "transport error"),
         }
