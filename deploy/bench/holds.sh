@@ -13,7 +13,10 @@
 # 4. runs pgbench with deploy/bench/sql/hold_seats.sql (the very statements booking runs for
 #    that hold and that release) on its own fresh 60,000-seat event -> the raw rate; reports
 #    service/raw. Both with synchronous_commit off for hold transactions (booking's default,
-#    async_commit_holds) and on;
+#    async_commit_holds) and on. Service and raw alternate, each raw run right after its
+#    service run, for BENCH_HOLDS_ROUNDS rounds (2; 1 with --quick): the ratio is the sum of
+#    the service's rates over the sum of the raw ones, so a box that slows down or speeds up
+#    during the run weighs on both sides alike instead of on whichever ran later;
 # 5. GA: one counter row versus eight, through booking (loadgen) and raw (pgbench running
 #    deploy/bench/sql/ga_hold.sql: booking's hold statement and release, per cycle).
 # Results go to $BENCH_OUT as a markdown section (see deploy/bench/run), and the raw loadgen
@@ -45,6 +48,7 @@ ADMIN="bench-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
 WORK="$(mktemp -d)"
 BOOKING_PID=""
 AB_BASE="${BENCH_AB_BASE:-}"
+if [ "$QUICK" = 1 ]; then ROUNDS="${BENCH_HOLDS_ROUNDS:-1}"; else ROUNDS="${BENCH_HOLDS_ROUNDS:-2}"; fi
 AB_ROUNDS="${BENCH_AB_ROUNDS:-3}"
 
 log() { printf '\033[1m[bench holds]\033[0m %s\n' "$*" >&2; }
@@ -181,9 +185,10 @@ measure() {
   wait "$pid"
 }
 
+# loadgen_holds EVENT JSON [ARGS]: CPU is recorded under $CPU_NAME (default: the event).
 loadgen_holds() {
   local event="$1" json="$2"; shift 2
-  measure "$event" "$DUR" "$LOADGEN_BIN" holds --booking "$URL" --event "$event" --clients "$CLIENTS" \
+  measure "${CPU_NAME:-$event}" "$DUR" "$LOADGEN_BIN" holds --booking "$URL" --event "$event" --clients "$CLIENTS" \
     --duration-s "$DUR" --json "$json" "$@" >&2
 }
 
@@ -193,7 +198,7 @@ pgbench_tps() {
   # for the whole session, as booking sets them at connect time.
   local sync=on; [ "$async" = 1 ] && sync=off
   PGOPTIONS="-c plan_cache_mode=force_generic_plan -c enable_seqscan=off -c synchronous_commit=$sync -c jit=off -c statement_timeout=30000 -c idle_in_transaction_session_timeout=60000 -c client_connection_check_interval=200ms" \
-  measure "$event" "$dur" "$PGBENCH" -h 127.0.0.1 -p "$PG_PORT" -U postgres -n -M prepared -c "$POOL" -j 2 -T "$dur" \
+  measure "${CPU_NAME:-$event}" "$dur" "$PGBENCH" -h 127.0.0.1 -p "$PG_PORT" -U postgres -n -M prepared -c "$POOL" -j 2 -T "$dur" \
     -D event="$event" -D async="$async" -f "$script" "$DB" > "$WORK/pgbench-$event.log" 2>&1
   cat "$WORK/pgbench-$event.log" >> "$WORK/pgbench.log"
   sed -nE 's/^tps = ([0-9.]+) \(without initial connection time\).*/\1/p' "$WORK/pgbench-$event.log"
@@ -253,22 +258,43 @@ if [ -n "$AB_BASE" ]; then
   exit 0
 fi
 
-log "service, async hold commits: $CLIENTS clients x ${DUR}s"
-loadgen_holds svc-async "$WORK/svc-async.json"
-log "best available, same booking, same clients: $CLIENTS clients x ${DUR}s"
+# Seat holds, service and raw alternating (see 4. above). Booking is stopped while pgbench
+# runs, so that the raw run has the box to itself as the service run had.
+declare -A PG_RATE
+for round in $(seq 1 "$ROUNDS"); do
+  for mode in async sync; do
+    if [ "$mode" = async ]; then start_booking true; else start_booking false; fi
+    log "round $round/$ROUNDS, $mode hold commits: service, $CLIENTS clients x ${DUR}s"
+    CPU_NAME="svc-$mode-$round" loadgen_holds "svc-$mode" "$WORK/svc-$mode-$round.json"
+    stop_booking
+    log "round $round/$ROUNDS, $mode hold commits: pgbench, same SQL, $POOL connections"
+    rate="$(CPU_NAME="pg-$mode-$round" pgbench_tps "$BENCH/sql/hold_seats.sql" "pg-$mode" "$([ "$mode" = async ] && echo 1 || echo 0)" "$DUR")"
+    [ -n "$rate" ] || { tail -30 "$WORK/pgbench.log" >&2; die "pgbench failed"; }
+    PG_RATE[$mode-$round]="$rate"
+  done
+done
+# mean_of PREFIX: the mean holds/s of the service runs $WORK/PREFIX-<round>.json.
+mean_of() {
+  local r sum=0
+  for r in $(seq 1 "$ROUNDS"); do sum="$(awk -v a="$sum" -v b="$(json_num "$WORK/$1-$r.json" holds_per_s)" 'BEGIN { print a + b }')"; done
+  awk -v s="$sum" -v n="$ROUNDS" 'BEGIN { print s / n }'
+}
+pg_mean() {
+  local r sum=0
+  for r in $(seq 1 "$ROUNDS"); do sum="$(awk -v a="$sum" -v b="${PG_RATE[$1-$r]}" 'BEGIN { print a + b }')"; done
+  awk -v s="$sum" -v n="$ROUNDS" 'BEGIN { print s / n }'
+}
+SVC_ASYNC="$(mean_of svc-async)"; SVC_SYNC="$(mean_of svc-sync)"
+PG_ASYNC="$(pg_mean async)"; PG_SYNC="$(pg_mean sync)"
+
+start_booking true
+log "best available, async hold commits: $CLIENTS clients x ${DUR}s"
 loadgen_holds best-async "$WORK/best-async.json" --best-available
 log "GA through the service: 1 shard vs 8"
 DUR="$GA_DUR" loadgen_holds ga1 "$WORK/ga1.json" --ga-tier FLOOR
 DUR="$GA_DUR" loadgen_holds ga8 "$WORK/ga8.json" --ga-tier FLOOR
-start_booking false
-log "service, durable hold commits"
-loadgen_holds svc-sync "$WORK/svc-sync.json"
 stop_booking
 
-log "pgbench, same SQL, $POOL connections"
-PG_ASYNC="$(pgbench_tps "$BENCH/sql/hold_seats.sql" pg-async 1 "$DUR")"
-PG_SYNC="$(pgbench_tps "$BENCH/sql/hold_seats.sql" pg-sync 0 "$DUR")"
-[ -n "$PG_ASYNC" ] && [ -n "$PG_SYNC" ] || { tail -30 "$WORK/pgbench.log" >&2; die "pgbench failed"; }
 log "pgbench GA: one row vs eight shards"
 declare -A GA
 for mode in 0 1; do
@@ -293,15 +319,25 @@ BAD="$(psql_q -d "$DB" -c "
                                WHERE h.event_id = t.event_id AND h.status IN ('active', 'ordered')))")"
 [ "$BAD" = 0 ] || die "invariant violated after the run ($BAD rows)"
 
+# hold_row MODE ROUND LABEL: one round's service run beside its raw run.
 hold_row() {
-  local f="$1" label="$2" raw="$3" svc_ev="$4" pg_ev="$5"
+  local mode="$1" round="$2" label="$3"
+  local f="$WORK/svc-$mode-$round.json" raw="${PG_RATE[$mode-$round]}"
   local hps p50 p99 attempts s_pg s_app r_pg r_app
   hps="$(json_num "$f" holds_per_s)"; p50="$(json_num "$f" p50_ms)"; p99="$(json_num "$f" p99_ms)"
   attempts="$(json_num "$f" requests)"
-  read -r s_pg s_app <<< "$(cpu_per_cycle "$svc_ev" "$hps")"
-  read -r r_pg r_app <<< "$(cpu_per_cycle "$pg_ev" "$raw")"
-  printf '| %s | %s | %s | %.1f ms | %.1f ms | %s | **%s** | %s + %s ms | %s + %s ms | **%s** |\n' "$label" "$(fmt "$hps")" "$attempts" "$p50" "$p99" "$(fmt "$raw")" "$(ratio "$hps" "$raw")" \
+  read -r s_pg s_app <<< "$(cpu_per_cycle "svc-$mode-$round" "$hps")"
+  read -r r_pg r_app <<< "$(cpu_per_cycle "pg-$mode-$round" "$raw")"
+  printf '| %s | %s | %s | %.1f ms | %.1f ms | %s | %s | %s + %s ms | %s + %s ms | %s |\n' "$label" "$(fmt "$hps")" "$attempts" "$p50" "$p99" "$(fmt "$raw")" "$(ratio "$hps" "$raw")" \
     "$s_pg" "$s_app" "$r_pg" "$r_app" "$(ratio "$(awk -v a="$r_pg" -v b="$r_app" 'BEGIN { print a + b }')" "$(awk -v a="$s_pg" -v b="$s_app" 'BEGIN { print a + b }')")"
+}
+# mode_rows MODE LABEL: every round of a mode, then the mode's rates over all rounds.
+mode_rows() {
+  local mode="$1" label="$2" r svc raw
+  if [ "$ROUNDS" = 1 ]; then hold_row "$mode" 1 "**$label**"; return; fi
+  for r in $(seq 1 "$ROUNDS"); do hold_row "$mode" "$r" "$label, round $r"; done
+  if [ "$mode" = async ]; then svc="$SVC_ASYNC"; raw="$PG_ASYNC"; else svc="$SVC_SYNC"; raw="$PG_SYNC"; fi
+  printf '| **%s, mean of %s rounds** | **%s** | | | | **%s** | **%s** | | | |\n' "$label" "$ROUNDS" "$(fmt "$svc")" "$(fmt "$raw")" "$(ratio "$svc" "$raw")"
 }
 ga_rate() { awk -v u="$1" -v d="$2" 'BEGIN { printf "%.0f", u / d }'; }
 
@@ -310,18 +346,18 @@ ga_rate() { awk -v u="$1" -v d="$2" 'BEGIN { printf "%.0f", u / d }'; }
   echo
   echo "Recorded $(date -u +%Y-%m-%dT%H:%MZ) by \`deploy/bench/holds.sh\` on $(nproc) cores, $(psql_q -d postgres -c 'SHOW server_version' | cut -d' ' -f1) Postgres (private instance), commit $(cd "$ROOT" && git rev-parse --short HEAD)$([ "$QUICK" = 1 ] && echo ' — QUICK smoke run, numbers not representative')."
   echo "Booking (release build, pool $POOL) and loadgen ($CLIENTS clients) and Postgres share the machine."
-  echo "Each loadgen client holds 4 random adjacent seats of a fresh 60,000-seat event as a new account, then releases them (so every hold meets the same half-empty hall); pgbench runs [the same statements](../deploy/bench/sql/hold_seats.sql) (the one hold statement: usage, hold row, seats; then the one release statement) with $POOL connections on its own fresh 60,000-seat event. ${DUR} s per run."
+  echo "Each loadgen client holds 4 random adjacent seats of a fresh 60,000-seat event as a new account, then releases them (so every hold meets the same half-empty hall); pgbench runs [the same statements](../deploy/bench/sql/hold_seats.sql) (the one hold statement: usage, hold row, seats; then the one release statement) with $POOL connections on its own fresh 60,000-seat event. ${DUR} s per run. Service and raw runs alternate, each raw run right after its service run (booking stopped meanwhile), for $ROUNDS round(s) per commit mode; the goal is judged on each mode's rates over all its rounds (the rows in bold), so that the box slowing down or speeding up during the run weighs on both sides alike."
   echo
   echo "60,000-seat event created through the admin API in **$(awk -v t="$T_CREATE" 'BEGIN { printf "%.2f", t }') s** (one transaction, \`generate_series\` per section)."
   echo
   echo "| hold commits | holds/s (service) | hold requests | p50 | p99 | pgbench hold+release/s | service / raw rate | CPU per cycle, service: Postgres + booking & loadgen | CPU per cycle, raw: Postgres + pgbench | raw CPU / service CPU |"
   echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
-  hold_row "$WORK/svc-async.json" "async (synchronous_commit off, default)" "$PG_ASYNC" svc-async pg-async
-  hold_row "$WORK/svc-sync.json" "durable (synchronous_commit on)" "$PG_SYNC" svc-sync pg-sync
+  mode_rows async "async (synchronous_commit off, default)"
+  mode_rows sync "durable (synchronous_commit on)"
   echo
   echo "Load average when the run ended: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores. The rate ratio compares two runs made one after the other on a shared machine, so it moves with whatever else runs; the CPU columns (from /proc, per hold+release cycle) depend less on that load, though contention still inflates them: the last column is the share of the service's total CPU that the same SQL needs on its own, i.e. the rate ratio to expect when booking, loadgen and Postgres compete for the same cores."
   echo
-  echo "Best available versus explicit seats, same run, same booking (async hold commits, 4 seats per hold, released at once, so every best-available request wants the front-row blocks of an empty 60,000-seat hall; booking serves them in per-event batches, one candidate read per batch, and takes each block with the guarded statement, which also locks the row neighbours, where this event's explicit holds run the plain one): explicit **$(fmt "$(json_num "$WORK/svc-async.json" holds_per_s)") holds/s** (p99 $(json_num "$WORK/svc-async.json" p99_ms) ms), best available **$(fmt "$(json_num "$WORK/best-async.json" holds_per_s)") holds/s** (p99 $(json_num "$WORK/best-async.json" p99_ms) ms), $(ratio "$(json_num "$WORK/best-async.json" holds_per_s)" "$(json_num "$WORK/svc-async.json" holds_per_s)") of explicit."
+  echo "Best available versus explicit seats, same run (async hold commits, 4 seats per hold, released at once, so every best-available request wants the front-row blocks of an empty 60,000-seat hall; booking serves them in per-event batches, one candidate read per batch, and takes each block with the guarded statement, which also locks the row neighbours, where this event's explicit holds run the plain one): explicit **$(fmt "$SVC_ASYNC") holds/s** (the async rounds' mean), best available **$(fmt "$(json_num "$WORK/best-async.json" holds_per_s)") holds/s** (p99 $(json_num "$WORK/best-async.json" p99_ms) ms), $(ratio "$(json_num "$WORK/best-async.json" holds_per_s)" "$SVC_ASYNC") of explicit."
   echo
   echo "GA holds, one counter row versus a tier split over 8 shards (1 unit per hold, hold commits async):"
   echo
@@ -339,7 +375,7 @@ if [ -n "$RESULTS" ]; then
   cp "$WORK"/svc-*.json "$WORK"/best-*.json "$WORK"/ga*.json "$RESULTS/" 2>/dev/null || true
   # GA: the service's holds commit asynchronously, so its raw rates are pgbench's async ones.
   printf '{"create_60k_s": %s, "best_available_holds_per_s": %s, "service_async_holds_per_s": %s, "service_sync_holds_per_s": %s, "pgbench_async_per_s": %s, "pgbench_sync_per_s": %s, "ga_one_row_per_s": %s, "ga_shards_per_s": %s, "ga_raw_one_row_per_s": %s, "ga_raw_shards_per_s": %s}\n' \
-    "$T_CREATE" "$(json_num "$WORK/best-async.json" holds_per_s)" "$(json_num "$WORK/svc-async.json" holds_per_s)" "$(json_num "$WORK/svc-sync.json" holds_per_s)" \
+    "$T_CREATE" "$(json_num "$WORK/best-async.json" holds_per_s)" "$SVC_ASYNC" "$SVC_SYNC" \
     "$PG_ASYNC" "$PG_SYNC" "$(json_num "$WORK/ga1.json" holds_per_s)" "$(json_num "$WORK/ga8.json" holds_per_s)" \
     "$(ga_rate "${GA[single-1]}" "$GA_DUR")" "$(ga_rate "${GA[split-1]}" "$GA_DUR")" > "$RESULTS/holds.json"
 fi
