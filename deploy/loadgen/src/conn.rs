@@ -1,6 +1,6 @@
 //! One HTTP/1.1 keep-alive connection per virtual client, for the scenarios that compare
 //! booking against a raw baseline on the same cores (`holds` against `pgbench`, `auctions`
-//! against `redis-benchmark`).
+//! against `redis-benchmark`). `orders` keeps reqwest: see docs/benchmarks.md, session 30.
 //!
 //! Why not the pooled `reqwest` client the other scenarios use: on this 2-core box the load
 //! generator's CPU is taken from the service it measures, and the raw side's client is
