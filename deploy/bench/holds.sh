@@ -260,12 +260,13 @@ fi
 
 # Seat holds, service and raw alternating (see 4. above). Booking is stopped while pgbench
 # runs, so that the raw run has the box to itself as the service run had.
-declare -A PG_RATE
+declare -A SVC_RATE PG_RATE
 for round in $(seq 1 "$ROUNDS"); do
   for mode in async sync; do
     if [ "$mode" = async ]; then start_booking true; else start_booking false; fi
     log "round $round/$ROUNDS, $mode hold commits: service, $CLIENTS clients x ${DUR}s"
     CPU_NAME="svc-$mode-$round" loadgen_holds "svc-$mode" "$WORK/svc-$mode-$round.json"
+    SVC_RATE[$mode-$round]="$(json_num "$WORK/svc-$mode-$round.json" holds_per_s)"
     stop_booking
     log "round $round/$ROUNDS, $mode hold commits: pgbench, same SQL, $POOL connections"
     rate="$(CPU_NAME="pg-$mode-$round" pgbench_tps "$BENCH/sql/hold_seats.sql" "pg-$mode" "$([ "$mode" = async ] && echo 1 || echo 0)" "$DUR")"
@@ -273,19 +274,11 @@ for round in $(seq 1 "$ROUNDS"); do
     PG_RATE[$mode-$round]="$rate"
   done
 done
-# mean_of PREFIX: the mean holds/s of the service runs $WORK/PREFIX-<round>.json.
-mean_of() {
-  local r sum=0
-  for r in $(seq 1 "$ROUNDS"); do sum="$(awk -v a="$sum" -v b="$(json_num "$WORK/$1-$r.json" holds_per_s)" 'BEGIN { print a + b }')"; done
-  awk -v s="$sum" -v n="$ROUNDS" 'BEGIN { print s / n }'
-}
-pg_mean() {
-  local r sum=0
-  for r in $(seq 1 "$ROUNDS"); do sum="$(awk -v a="$sum" -v b="${PG_RATE[$1-$r]}" 'BEGIN { print a + b }')"; done
-  awk -v s="$sum" -v n="$ROUNDS" 'BEGIN { print s / n }'
-}
-SVC_ASYNC="$(mean_of svc-async)"; SVC_SYNC="$(mean_of svc-sync)"
-PG_ASYNC="$(pg_mean async)"; PG_SYNC="$(pg_mean sync)"
+# mean RATE... : the mean of the given rates (one per round).
+mean() { printf '%s\n' "$@" | awk '{ s += $1 } END { print s / NR }'; }
+rates_of() { local -n rates="$1"; local r; for r in $(seq 1 "$ROUNDS"); do echo "${rates[$2-$r]}"; done; }
+SVC_ASYNC="$(mean $(rates_of SVC_RATE async))"; SVC_SYNC="$(mean $(rates_of SVC_RATE sync))"
+PG_ASYNC="$(mean $(rates_of PG_RATE async))"; PG_SYNC="$(mean $(rates_of PG_RATE sync))"
 
 start_booking true
 log "best available, async hold commits: $CLIENTS clients x ${DUR}s"
@@ -324,7 +317,7 @@ hold_row() {
   local mode="$1" round="$2" label="$3"
   local f="$WORK/svc-$mode-$round.json" raw="${PG_RATE[$mode-$round]}"
   local hps p50 p99 attempts s_pg s_app r_pg r_app
-  hps="$(json_num "$f" holds_per_s)"; p50="$(json_num "$f" p50_ms)"; p99="$(json_num "$f" p99_ms)"
+  hps="${SVC_RATE[$mode-$round]}"; p50="$(json_num "$f" p50_ms)"; p99="$(json_num "$f" p99_ms)"
   attempts="$(json_num "$f" requests)"
   read -r s_pg s_app <<< "$(cpu_per_cycle "svc-$mode-$round" "$hps")"
   read -r r_pg r_app <<< "$(cpu_per_cycle "pg-$mode-$round" "$raw")"
