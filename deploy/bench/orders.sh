@@ -24,6 +24,11 @@
 #    pgbench runs deploy/bench/sql/order_hot_split.sql on N rows (the raw split rate); and a
 #    rush of RUSH_BUYERS concurrent buyers (4,000; quick 1,000) on RUSH_STOCK units split over
 #    the same number of rows, which must sell exactly its stock;
+#    the durable order runs (gate, no gate, split) and their pgbench runs (one row, split)
+#    alternate for BENCH_ORDERS_ROUNDS rounds (2; 1 with --quick), each round's pgbench runs
+#    right after its service runs with booking stopped; the ratios are judged on the means
+#    over the rounds, so that the box changing speed during the run weighs on both sides
+#    alike (one sample per path moved the split ratio between 2.5x and 3.6x for the same code);
 # 7. invariants: every SKU's available + reserved + sold (summed over its rows) equals its
 #    stock, each shard row's reserved equals the units pending orders took from it, the flash
 #    and rush SKUs sold exactly their stock, no key left in flight.
@@ -43,6 +48,7 @@ FLASH_DUR=$(( DUR / 2 > 2 ? DUR / 2 : 2 ))
 CLIENTS="${BENCH_CLIENTS:-64}"
 POOL="${BENCH_POOL:-32}"
 if [ "$QUICK" = 1 ]; then FLASH_STOCK="${FLASH_STOCK:-100}"; else FLASH_STOCK="${FLASH_STOCK:-500}"; fi
+if [ "$QUICK" = 1 ]; then ROUNDS="${BENCH_ORDERS_ROUNDS:-1}"; else ROUNDS="${BENCH_ORDERS_ROUNDS:-2}"; fi
 BIG=1000000000
 SHARDS="${BENCH_SPLIT_SHARDS:-8}"
 if [ "$QUICK" = 1 ]; then RUSH_BUYERS="${RUSH_BUYERS:-1000}"; RUSH_STOCK="${RUSH_STOCK:-300}"
@@ -171,20 +177,42 @@ psql_q -d "$DB" -c "VACUUM ANALYZE" >/dev/null
 
 log "cart: $CLIENTS clients x ${DUR}s"
 loadgen_orders "$WORK/cart.json" --mode cart --skus 20 --duration-s "$DUR"
-log "orders on one hot SKU through the gate (durable commits)"
-loadgen_orders "$WORK/hot-gated.json" --mode order --sku HOT-GATED --duration-s "$DUR"
-log "orders on one SKU without the gate (durable commits)"
-loadgen_orders "$WORK/hot-plain.json" --mode order --sku HOT-PLAIN --duration-s "$DUR"
 
 batch_stats() { # -> "orders_in_batches batch_statements"
   curl -fsS "$URL/metrics" | awk '/^floodgate_booking_cart_order_batched_total /{n=$2}
     /^floodgate_booking_cart_order_batches_total /{b=$2} END { printf "%d %d\n", n, b }'
 }
-log "orders on one hot SKU split over $SHARDS rows, through the gate (durable commits)"
-read -r N0 B0 <<<"$(batch_stats)"
-loadgen_orders "$WORK/hot-split.json" --mode order --sku HOT-SPLIT --duration-s "$DUR"
-read -r N1 B1 <<<"$(batch_stats)"
-SPLIT_BATCH="$(awk -v n=$(( N1 - N0 )) -v b=$(( B1 - B0 )) 'BEGIN { if (b > 0) printf "%d orders in %d batch statements (%.1f per statement)", n, b, n / b; else print "no batches" }')"
+json_rate() { j "$1" .orders_per_s; }
+
+# Durable orders, service and raw alternating (see 6. above). SVC[path-round] and PG[path-round]
+# hold each run's orders/s; the split run's batches are summed over the rounds.
+declare -A SVC PG
+SPLIT_N=0; SPLIT_B=0
+for round in $(seq 1 "$ROUNDS"); do
+  [ -n "$BOOKING_PID" ] || start_booking false
+  log "round $round/$ROUNDS: orders on one hot SKU through the gate (durable commits)"
+  loadgen_orders "$WORK/hot-gated-$round.json" --mode order --sku HOT-GATED --duration-s "$DUR"
+  log "round $round/$ROUNDS: orders on one SKU without the gate (durable commits)"
+  loadgen_orders "$WORK/hot-plain-$round.json" --mode order --sku HOT-PLAIN --duration-s "$DUR"
+  log "round $round/$ROUNDS: orders on one hot SKU split over $SHARDS rows, through the gate (durable commits)"
+  read -r N0 B0 <<<"$(batch_stats)"
+  loadgen_orders "$WORK/hot-split-$round.json" --mode order --sku HOT-SPLIT --duration-s "$DUR"
+  read -r N1 B1 <<<"$(batch_stats)"
+  SPLIT_N=$(( SPLIT_N + N1 - N0 )); SPLIT_B=$(( SPLIT_B + B1 - B0 ))
+  stop_booking
+  for path in gated plain split; do SVC[$path-$round]="$(json_rate "$WORK/hot-$path-$round.json")"; done
+  log "round $round/$ROUNDS: pgbench, the same order statements on one hot row, then the split statement on $SHARDS rows, $POOL connections"
+  PG[sync-$round]="$(pgbench_tps PG-SYNC 0)"
+  PG[split-$round]="$(pgbench_tps PG-SPLIT 0 order_hot_split.sql)"
+  [ -n "${PG[sync-$round]}" ] && [ -n "${PG[split-$round]}" ] || { tail -30 "$WORK/pgbench.log" >&2; die "pgbench failed"; }
+done
+SPLIT_BATCH="$(awk -v n="$SPLIT_N" -v b="$SPLIT_B" 'BEGIN { if (b > 0) printf "%d orders in %d batch statements (%.1f per statement)", n, b, n / b; else print "no batches" }')"
+# mean KEY ARRAY: the mean over the rounds of ARRAY[KEY-round].
+mean() { local -n rates="$2"; local r; for r in $(seq 1 "$ROUNDS"); do echo "${rates[$1-$r]}"; done | awk '{ s += $1 } END { print s / NR }'; }
+GATED="$(mean gated SVC)"; PLAIN="$(mean plain SVC)"; SPLIT="$(mean split SVC)"
+PG_SYNC="$(mean sync PG)"; PG_SPLIT="$(mean split PG)"
+
+start_booking false
 log "split rush: $RUSH_STOCK units over $SHARDS rows, $RUSH_BUYERS concurrent buyers, ${RUSH_DUR}s"
 "$LOADGEN_BIN" orders --booking "$URL" --event "$EVENT" --clients "$RUSH_BUYERS" \
   --json "$WORK/rush-split.json" --mode order --sku RUSH-SPLIT --duration-s "$RUSH_DUR" >&2
@@ -202,13 +230,9 @@ log "orders through the gate, asynchronous order commits"
 start_booking true
 loadgen_orders "$WORK/hot-async.json" --mode order --sku HOT-ASYNC --duration-s "$DUR"
 stop_booking
-
-log "pgbench, the same order statements on one hot row, $POOL connections"
-PG_SYNC="$(pgbench_tps PG-SYNC 0)"
+log "pgbench, the same order statements on one hot row, async commits, $POOL connections"
 PG_ASYNC="$(pgbench_tps PG-ASYNC 1)"
-log "pgbench, the split order statement on $SHARDS rows, $POOL connections"
-PG_SPLIT="$(pgbench_tps PG-SPLIT 0 order_hot_split.sql)"
-[ -n "$PG_SYNC" ] && [ -n "$PG_ASYNC" ] && [ -n "$PG_SPLIT" ] || { tail -30 "$WORK/pgbench.log" >&2; die "pgbench failed"; }
+[ -n "$PG_ASYNC" ] || { tail -30 "$WORK/pgbench.log" >&2; die "pgbench failed"; }
 
 # Invariants. pgbench's orders (account 'pg-...') reserve without items for loadgen's SKUs.
 BAD="$(psql_q -d "$DB" -c "
@@ -247,6 +271,22 @@ order_row() { # JSON LABEL RAW
     "$(ms "$(j "$f" .order.p50_ms)")" "$(ms "$(j "$f" .order.p99_ms)")" "$(fmt "$3")" \
     "$(ratio "$(j "$f" .orders_per_s)" "$3")"
 }
+# path_rows PATH LABEL: each round's run of a durable path beside that round's one-row pgbench
+# run, then (with more than one round) the means.
+path_rows() {
+  local path="$1" label="$2" r
+  if [ "$ROUNDS" = 1 ]; then order_row "$WORK/hot-$path-1.json" "$label" "${PG[sync-1]}"; return; fi
+  for r in $(seq 1 "$ROUNDS"); do order_row "$WORK/hot-$path-$r.json" "$label, round $r" "${PG[sync-$r]}"; done
+  local svc; svc="$(mean "$path" SVC)"
+  printf '| **%s, mean of %s rounds** | **%s** | | | **%s** | **%s** |\n' "$label" "$ROUNDS" "$(fmt "$svc")" "$(fmt "$PG_SYNC")" "$(ratio "$svc" "$PG_SYNC")"
+}
+times() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f×", a / b; else print "n/a" }'; }
+# split_row LABEL SERVICE ONE_ROW_RAW SPLIT_RAW [BOLD]
+split_row() {
+  local b="${5:-}"
+  printf '| %s | %s%s%s | %s | %s%s%s | %s | %s |\n' "$1" "$b" "$(fmt "$2")" "$b" "$(fmt "$3")" \
+    "$b" "$(times "$2" "$3")" "$b" "$(fmt "$4")" "$(ratio "$2" "$4")"
+}
 flash_row() { # JSON LABEL TXS SOLD
   local f="$1"
   printf '| %s | %s of %s | %s | %s | %s | %s | %s |\n' "$2" "$4" "$FLASH_STOCK" \
@@ -272,22 +312,21 @@ flash_row() { # JSON LABEL TXS SOLD
   echo
   echo "| path | orders/s | order p50 | order p99 | pgbench orders/s | service / raw |"
   echo "| --- | ---: | ---: | ---: | ---: | ---: |"
-  order_row "$WORK/hot-plain.json" "no gate, durable commits" "$PG_SYNC"
-  order_row "$WORK/hot-gated.json" "flash gate, durable commits (default)" "$PG_SYNC"
-  order_row "$WORK/hot-async.json" "flash gate, async order commits" "$PG_ASYNC"
-  order_row "$WORK/hot-split.json" "stock split over $SHARDS rows, flash gate, durable" "$PG_SYNC"
+  path_rows plain "no gate, durable commits"
+  path_rows gated "flash gate, durable commits (default)"
+  path_rows split "stock split over $SHARDS rows, flash gate, durable"
+  order_row "$WORK/hot-async.json" "flash gate, async order commits (one run, pgbench async right after it)" "$PG_ASYNC"
   echo
-  echo "**Split SKU** (issue 16): the service on a SKU split over $SHARDS rows against pgbench on one row (the table above, same run; target ≥ 3×) and pgbench running [the split statement](../deploy/bench/sql/order_hot_split.sql) on $SHARDS rows (the raw split ceiling); and a rush of $RUSH_BUYERS concurrent buyers on $RUSH_STOCK units over $SHARDS rows:"
+  echo "**Split SKU** (issue 16): the service on a SKU split over $SHARDS rows against pgbench on one row (target ≥ 3×) and pgbench running [the split statement](../deploy/bench/sql/order_hot_split.sql) on $SHARDS rows (the raw split ceiling), each round's pgbench runs right after its service runs; the goal is judged on the means over the rounds (in bold):"
   echo
-  echo "| split orders/s | one-row pgbench | × one-row raw | pgbench on $SHARDS rows | service / split raw | rush: sold of stock | rush 409 SOLD_OUT | rush p99 |"
-  echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
-  printf '| %s | %s | %s | %s | %s | %s of %s | %s | %s |\n' "$(fmt "$(j "$WORK/hot-split.json" .orders_per_s)")" \
-    "$(fmt "$PG_SYNC")" "$(awk -v a="$(j "$WORK/hot-split.json" .orders_per_s)" -v b="$PG_SYNC" 'BEGIN { if (b > 0) printf "%.2f×", a / b; else print "n/a" }')" \
-    "$(fmt "$PG_SPLIT")" "$(ratio "$(j "$WORK/hot-split.json" .orders_per_s)" "$PG_SPLIT")" \
-    "$SOLD_R" "$RUSH_STOCK" "$(j "$WORK/rush-split.json" '.order.outcomes["409 SOLD_OUT"] // 0')" \
-    "$(ms "$(j "$WORK/rush-split.json" .order.p99_ms)")"
+  echo "| run | split orders/s | one-row pgbench | × one-row raw | pgbench on $SHARDS rows | service / split raw |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: |"
+  for r in $(seq 1 "$ROUNDS"); do split_row "round $r" "${SVC[split-$r]}" "${PG[sync-$r]}" "${PG[split-$r]}"; done
+  split_row "**mean of $ROUNDS round(s)**" "$SPLIT" "$PG_SYNC" "$PG_SPLIT" "**"
   echo
-  echo "Split run's batches (group commit, \`orders::batcher\`): $SPLIT_BATCH."
+  echo "**Split rush**: $RUSH_BUYERS concurrent buyers on $RUSH_STOCK units split over $SHARDS rows for ${RUSH_DUR} s: **$SOLD_R of $RUSH_STOCK sold** (every shard row at 0 available), $(j "$WORK/rush-split.json" '.order.outcomes["409 SOLD_OUT"] // 0') answered \`409 SOLD_OUT\`, order p99 $(ms "$(j "$WORK/rush-split.json" .order.p99_ms)")."
+  echo
+  echo "Split runs' batches (group commit, \`orders::batcher\`), all rounds: $SPLIT_BATCH."
   echo
   echo "**Flash rush**: $FLASH_STOCK units, $CLIENTS clients buying for ${FLASH_DUR} s (demand far above stock):"
   echo
@@ -306,9 +345,8 @@ if [ -n "$RESULTS" ]; then
   mkdir -p "$RESULTS"
   cp "$WORK"/*.json "$RESULTS/" 2>/dev/null || true
   printf '{"cart_ops_per_s": %s, "orders_gated_per_s": %s, "orders_plain_per_s": %s, "orders_async_per_s": %s, "pgbench_sync_per_s": %s, "pgbench_async_per_s": %s, "flash_gated_db_txs": "%s", "flash_plain_db_txs": "%s", "orders_split_per_s": %s, "pgbench_split_per_s": %s, "split_shards": %s, "rush_split_sold": %s, "rush_split_stock": %s, "rush_buyers": %s}\n' \
-    "$(j "$WORK/cart.json" .cart_ops_per_s)" "$(j "$WORK/hot-gated.json" .orders_per_s)" \
-    "$(j "$WORK/hot-plain.json" .orders_per_s)" "$(j "$WORK/hot-async.json" .orders_per_s)" \
-    "$PG_SYNC" "$PG_ASYNC" "$TX_G" "$TX_N" "$(j "$WORK/hot-split.json" .orders_per_s)" "$PG_SPLIT" \
+    "$(j "$WORK/cart.json" .cart_ops_per_s)" "$GATED" "$PLAIN" "$(j "$WORK/hot-async.json" .orders_per_s)" \
+    "$PG_SYNC" "$PG_ASYNC" "$TX_G" "$TX_N" "$SPLIT" "$PG_SPLIT" \
     "$SHARDS" "$SOLD_R" "$RUSH_STOCK" "$RUSH_BUYERS" > "$RESULTS/orders.json"
 fi
 log "done"
