@@ -2,9 +2,10 @@
 //! missing or built-in secrets and on unknown keys, with one line naming the setting
 //! (DESIGN.md section 8, "Secrets fail closed"); in dev mode, or with real secrets, it starts.
 
+use crate::child::Service;
 use crate::helpers::{free_port, fresh_database, redis_url};
 use std::io::Read;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_booking");
@@ -188,7 +189,8 @@ fn misspelt_keys_are_refused_in_the_environment_and_the_file() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Starts booking against a fresh database and waits for `/healthz`; then stops it.
+/// Starts booking against a fresh database and waits for `/healthz` (a failure to start
+/// panics with booking's stderr); then stops it.
 async fn assert_starts(mut env: Vec<(&'static str, String)>) {
     let (db_url, _) = fresh_database().await;
     let port = free_port();
@@ -202,37 +204,17 @@ async fn assert_starts(mut env: Vec<(&'static str, String)>) {
         ("FLOODGATE_BOOKING__LISTEN", format!("127.0.0.1:{port}")),
         ("FLOODGATE_BOOKING__JOBS_ENABLED", "false".into()),
     ]);
-    let log = std::env::temp_dir().join(format!("fg-startup-{}.log", shared::ids::new_id()));
-    let mut child = command(&env)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("log file"))
-        .spawn()
-        .expect("start booking");
-    let result = wait_healthy(&mut child, &format!("http://127.0.0.1:{port}/healthz")).await;
-    let _ = child.kill();
-    let _ = child.wait();
-    let output = std::fs::read_to_string(&log).unwrap_or_default();
-    let _ = std::fs::remove_file(&log);
-    if let Err(e) = result {
-        panic!("booking did not start: {e}; stderr: {output}");
-    }
-}
-
-async fn wait_healthy(child: &mut Child, url: &str) -> Result<(), String> {
-    let client = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
-        if let Ok(Some(status)) = child.try_wait() {
-            return Err(format!("exited with {status}"));
-        }
-        if let Ok(r) = client.get(url).send().await
-            && r.status() == 200
-        {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Err("not healthy within 60 s".into())
+    let mut cmd = tokio::process::Command::new(BIN);
+    cmd.env_clear().envs(env.iter().map(|(k, v)| (k, v)));
+    let mut booking = Service::spawn("booking", cmd);
+    booking
+        .wait_up(
+            &reqwest::Client::new(),
+            &format!("http://127.0.0.1:{port}/healthz"),
+            None,
+        )
+        .await;
+    booking.stop().await;
 }
 
 #[tokio::test]
