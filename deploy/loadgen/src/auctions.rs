@@ -217,12 +217,7 @@ async fn client_loop(
     while Instant::now() < deadline {
         n += 1;
         let bidder = format!("{prefix}-{n}");
-        let now = chrono::Utc::now().timestamp();
-        let Some(auth) = tokens
-            .mint(&bidder, &bidder, &args.event, now, 600)
-            .ok()
-            .and_then(|(token, _)| conn::bearer(&token).ok())
-        else {
+        let Some(auth) = conn::fresh_bearer(&tokens, &bidder, &args.event) else {
             rec.record(Duration::ZERO, "mint failed");
             continue;
         };

@@ -21,6 +21,7 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST, HeaderName, HeaderValue};
 use hyper::{Method, Request};
 use hyper_util::rt::TokioIo;
+use shared::token::AdmissionTokens;
 use std::time::Duration;
 use tokio::net::TcpStream;
 
@@ -149,6 +150,15 @@ pub fn bearer(token: &str) -> anyhow::Result<HeaderValue> {
     HeaderValue::try_from(format!("Bearer {token}")).context("token is not a header value")
 }
 
+/// A fresh admission of `account` (also its session) for `event`, valid 10 minutes, as a
+/// bearer header: what each iteration of the kept-connection scenarios sends as a new fan.
+/// `None` when minting fails (the caller counts it).
+pub fn fresh_bearer(tokens: &AdmissionTokens, account: &str, event: &str) -> Option<HeaderValue> {
+    let now = chrono::Utc::now().timestamp();
+    let (token, _) = tokens.mint(account, account, event, now, 600).ok()?;
+    bearer(&token).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -224,5 +234,24 @@ mod tests {
             assert_eq!(&a.body[..], b"ok");
         }
         server.await.expect("server");
+    }
+
+    #[test]
+    fn fresh_bearer_carries_a_token_booking_would_accept_for_that_fan_and_event() {
+        let tokens =
+            AdmissionTokens::new(&shared::config::TokenSettings::default()).expect("dev key");
+        let auth = fresh_bearer(&tokens, "fan-7", "evt-1").expect("minted");
+        let token = auth
+            .to_str()
+            .expect("ascii")
+            .strip_prefix("Bearer ")
+            .expect("bearer scheme");
+        let claims = tokens.verify(token).expect("verifies");
+        assert_eq!(
+            (claims.sub.as_str(), claims.evt.as_str()),
+            ("fan-7", "evt-1")
+        );
+        let other = fresh_bearer(&tokens, "fan-8", "evt-1").expect("minted");
+        assert_ne!(auth, other, "each fan gets its own token");
     }
 }

@@ -239,12 +239,7 @@ async fn client_loop(
     while Instant::now() < deadline {
         n += 1;
         let account = format!("{prefix}-{n}");
-        let now = chrono::Utc::now().timestamp();
-        let Some(auth) = tokens
-            .mint(&account, &account, &args.event, now, 600)
-            .ok()
-            .and_then(|(token, _)| conn::bearer(&token).ok())
-        else {
+        let Some(auth) = conn::fresh_bearer(&tokens, &account, &args.event) else {
             hold.record(Duration::ZERO, "mint failed");
             continue;
         };
