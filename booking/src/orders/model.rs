@@ -233,12 +233,15 @@ pub struct EndedOrder {
     pub total: i64,
 }
 
-/// A product as the order transaction reads it: name, current price, event.
+/// A product as the order transaction reads it: name, current price, event; and how many rows
+/// its stock is split over (`stock_shards`), which only sets how many of its batches run at
+/// once (`orders::batcher`), never what an order may take.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PricedSku {
     pub name: String,
     pub price: i64,
     pub event: Option<String>,
+    pub stock_rows: i32,
 }
 
 /// Why a set of lines cannot be priced. Nothing has been written when this is returned.

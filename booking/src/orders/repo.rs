@@ -242,7 +242,7 @@ pub async fn create_cart_order_tx(
     way: stock::StockWay,
 ) -> Result<CartOrder, OrderError> {
     /// sku, name, price, event, the order's expiry.
-    type PriceRow = (String, String, i64, Option<String>, DateTime<Utc>);
+    type PriceRow = (String, String, i64, Option<String>, i32, DateTime<Utc>);
     if lines.is_empty() {
         return Err(OrderError::CartEmpty);
     }
@@ -250,7 +250,8 @@ pub async fn create_cart_order_tx(
     // The order's expiry (database clock) comes with the prices, so the order, its items and
     // its outbox row can then be written by one statement.
     let prices: Vec<PriceRow> = sqlx::query_as(
-        "SELECT sku, name, price, event_id, clock_timestamp() + make_interval(secs => $2)
+        "SELECT sku, name, price, event_id, stock_shards,
+                clock_timestamp() + make_interval(secs => $2)
            FROM products WHERE sku = ANY($1) ORDER BY sku",
     )
     .bind(&skus)
@@ -258,10 +259,18 @@ pub async fn create_cart_order_tx(
     .fetch_all(&mut *conn)
     .await
     .during("read the cart's prices")?;
-    let expires_at = prices.first().map(|p| p.4);
+    let expires_at = prices.first().map(|p| p.5);
     let prices: BTreeMap<String, PricedSku> = prices
         .into_iter()
-        .map(|(sku, name, price, event, _)| (sku, PricedSku { name, price, event }))
+        .map(|(sku, name, price, event, stock_rows, _)| {
+            let priced = PricedSku {
+                name,
+                price,
+                event,
+                stock_rows,
+            };
+            (sku, priced)
+        })
         .collect();
     let (items, total) = price_cart_lines(lines, &prices, event)?;
     let new = NewOrder {

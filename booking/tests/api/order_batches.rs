@@ -70,6 +70,7 @@ async fn one_statement_serves_the_batch_in_arrival_order_while_the_locked_row_ha
         name: "Product BAT".into(),
         price: 1000,
         event: Some("shop".into()),
+        stock_rows: 1,
     };
     let batch = vec![
         member(&app, "shop", "BAT", &priced, "b1", 2),
@@ -328,6 +329,7 @@ async fn units_moved_to_another_row_meanwhile_are_not_sold_out() {
         name: "Split".into(),
         price: 1000,
         event: Some("drop".into()),
+        stock_rows: 4,
     };
     let batch = vec![
         member(&app, "drop", "MOVE", &priced, "m1", 1),

@@ -7,6 +7,7 @@ fn priced(name: &str, price: i64, event: Option<&str>) -> PricedSku {
         name: name.into(),
         price,
         event: event.map(str::to_owned),
+        stock_rows: 1,
     }
 }
 

@@ -203,15 +203,24 @@ pub async fn read_prices(
     lines: &BTreeMap<String, i64>,
 ) -> Result<BTreeMap<String, PricedSku>, OrderError> {
     let skus: Vec<&str> = lines.keys().map(String::as_str).collect();
-    let rows: Vec<(String, String, i64, Option<String>)> =
-        sqlx::query_as("SELECT sku, name, price, event_id FROM products WHERE sku = ANY($1)")
-            .bind(&skus)
-            .fetch_all(&mut *conn)
-            .await
-            .during("read the cart's prices")?;
+    let rows: Vec<(String, String, i64, Option<String>, i32)> = sqlx::query_as(
+        "SELECT sku, name, price, event_id, stock_shards FROM products WHERE sku = ANY($1)",
+    )
+    .bind(&skus)
+    .fetch_all(&mut *conn)
+    .await
+    .during("read the cart's prices")?;
     Ok(rows
         .into_iter()
-        .map(|(sku, name, price, event)| (sku, PricedSku { name, price, event }))
+        .map(|(sku, name, price, event, stock_rows)| {
+            let priced = PricedSku {
+                name,
+                price,
+                event,
+                stock_rows,
+            };
+            (sku, priced)
+        })
         .collect())
 }
 
