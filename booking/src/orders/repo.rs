@@ -241,7 +241,7 @@ pub async fn create_cart_order_tx(
     claim: Option<&Claim>,
     way: stock::StockWay,
 ) -> Result<CartOrder, OrderError> {
-    /// sku, name, price, event, the order's expiry.
+    /// sku, name, price, event, stock rows, the order's expiry.
     type PriceRow = (String, String, i64, Option<String>, i32, DateTime<Utc>);
     if lines.is_empty() {
         return Err(OrderError::CartEmpty);
