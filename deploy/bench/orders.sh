@@ -182,7 +182,6 @@ batch_stats() { # -> "orders_in_batches batch_statements"
   curl -fsS "$URL/metrics" | awk '/^floodgate_booking_cart_order_batched_total /{n=$2}
     /^floodgate_booking_cart_order_batches_total /{b=$2} END { printf "%d %d\n", n, b }'
 }
-json_rate() { j "$1" .orders_per_s; }
 
 # Durable orders, service and raw alternating (see 6. above). SVC[path-round] and PG[path-round]
 # hold each run's orders/s; the split run's batches are summed over the rounds.
@@ -200,7 +199,7 @@ for round in $(seq 1 "$ROUNDS"); do
   read -r N1 B1 <<<"$(batch_stats)"
   SPLIT_N=$(( SPLIT_N + N1 - N0 )); SPLIT_B=$(( SPLIT_B + B1 - B0 ))
   stop_booking
-  for path in gated plain split; do SVC[$path-$round]="$(json_rate "$WORK/hot-$path-$round.json")"; done
+  for path in gated plain split; do SVC[$path-$round]="$(j "$WORK/hot-$path-$round.json" .orders_per_s)"; done
   log "round $round/$ROUNDS: pgbench, the same order statements on one hot row, then the split statement on $SHARDS rows, $POOL connections"
   PG[sync-$round]="$(pgbench_tps PG-SYNC 0)"
   PG[split-$round]="$(pgbench_tps PG-SPLIT 0 order_hot_split.sql)"

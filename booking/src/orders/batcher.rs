@@ -44,14 +44,14 @@ struct Shared {
     queues: Mutex<HashMap<QueueKey, Queue>>,
 }
 
-/// Orders batch together only with orders of the same event, SKU, name and price: the
-/// statement checks the product against one name and price.
+/// Orders batch together only with orders of the same event and SKU priced alike: the
+/// statement checks the product against one name and price. (A product whose stock rows
+/// change starts a new queue; both are served, each with its own number of statements.)
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 struct QueueKey {
     event: String,
     sku: String,
-    name: String,
-    price: i64,
+    priced: PricedSku,
 }
 
 #[derive(Default)]
@@ -107,22 +107,21 @@ impl Batcher {
         let key = QueueKey {
             event: event.to_owned(),
             sku: sku.to_owned(),
-            name: priced.name.clone(),
-            price: priced.price,
+            priced: priced.clone(),
         };
         let (reply, answer) = oneshot::channel();
         let start = {
             let mut queues = self.shared.queues();
             let queue = queues.entry(key.clone()).or_default();
             queue.waiting.push(Waiting { order, reply });
-            let start = queue.running < self.shared.concurrency(priced.stock_rows);
+            let start = queue.running < self.shared.concurrency(key.priced.stock_rows);
             if start {
                 queue.running += 1;
             }
             start
         };
         if start {
-            tokio::spawn(run(self.shared.clone(), key, priced.clone()));
+            tokio::spawn(run(self.shared.clone(), key));
         }
         // A dropped sender (the task panicked): the one-order path decides.
         answer.await.unwrap_or_else(|_| not_served())
@@ -154,7 +153,7 @@ impl Shared {
     }
 
     /// Runs one batch and answers each of its orders.
-    async fn serve(&self, key: &QueueKey, priced: &PricedSku, batch: Vec<Waiting>) {
+    async fn serve(&self, key: &QueueKey, batch: Vec<Waiting>) {
         // Copies of one request (account and key) in one statement would both insert the key
         // and undo the whole batch: every copy after the first goes the one-order way (where
         // it waits for the first on the key's lock, then replays its answer).
@@ -187,7 +186,7 @@ impl Shared {
             &self.settings,
             &key.event,
             &key.sku,
-            priced,
+            &key.priced,
             &orders,
         )
         .await;
@@ -224,17 +223,15 @@ fn statements_at_once(batch_concurrency: u32, stock_rows: i32) -> usize {
     usize::try_from(batch_concurrency.clamp(1, rows)).unwrap_or(1)
 }
 
-/// Runs `key`'s batches (its orders priced as `priced`: the same name, price and event) until
-/// its queue is empty.
-async fn run(shared: Arc<Shared>, key: QueueKey, priced: PricedSku) {
+/// Runs `key`'s batches until its queue is empty.
+async fn run(shared: Arc<Shared>, key: QueueKey) {
     let mut guard = Running {
         shared: &shared,
         key: &key,
-        priced: &priced,
         done: false,
     };
     while let Some(batch) = shared.next_batch(&key) {
-        shared.serve(&key, &priced, batch).await;
+        shared.serve(&key, batch).await;
     }
     // `next_batch` already counted this task out.
     guard.done = true;
@@ -255,7 +252,6 @@ fn count_out(queues: &mut HashMap<QueueKey, Queue>, key: &QueueKey) {
 struct Running<'a> {
     shared: &'a Arc<Shared>,
     key: &'a QueueKey,
-    priced: &'a PricedSku,
     done: bool,
 }
 
@@ -276,11 +272,7 @@ impl Drop for Running<'_> {
             }
         };
         if restart && let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(run(
-                self.shared.clone(),
-                self.key.clone(),
-                self.priced.clone(),
-            ));
+            rt.spawn(run(self.shared.clone(), self.key.clone()));
         }
     }
 }

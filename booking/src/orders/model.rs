@@ -236,11 +236,13 @@ pub struct EndedOrder {
 /// A product as the order transaction reads it: name, current price, event; and how many rows
 /// its stock is split over (`stock_shards`), which only sets how many of its batches run at
 /// once (`orders::batcher`), never what an order may take.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, sqlx::FromRow)]
 pub struct PricedSku {
     pub name: String,
     pub price: i64,
+    #[sqlx(rename = "event_id")]
     pub event: Option<String>,
+    #[sqlx(rename = "stock_shards")]
     pub stock_rows: i32,
 }
 

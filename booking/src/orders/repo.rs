@@ -241,8 +241,13 @@ pub async fn create_cart_order_tx(
     claim: Option<&Claim>,
     way: stock::StockWay,
 ) -> Result<CartOrder, OrderError> {
-    /// sku, name, price, event, stock rows, the order's expiry.
-    type PriceRow = (String, String, i64, Option<String>, i32, DateTime<Utc>);
+    /// A product's price row and the order's expiry.
+    #[derive(sqlx::FromRow)]
+    struct PriceRow {
+        #[sqlx(flatten)]
+        product: one_statement::SkuPrice,
+        expires_at: DateTime<Utc>,
+    }
     if lines.is_empty() {
         return Err(OrderError::CartEmpty);
     }
@@ -251,7 +256,7 @@ pub async fn create_cart_order_tx(
     // its outbox row can then be written by one statement.
     let prices: Vec<PriceRow> = sqlx::query_as(
         "SELECT sku, name, price, event_id, stock_shards,
-                clock_timestamp() + make_interval(secs => $2)
+                clock_timestamp() + make_interval(secs => $2) AS expires_at
            FROM products WHERE sku = ANY($1) ORDER BY sku",
     )
     .bind(&skus)
@@ -259,18 +264,10 @@ pub async fn create_cart_order_tx(
     .fetch_all(&mut *conn)
     .await
     .during("read the cart's prices")?;
-    let expires_at = prices.first().map(|p| p.5);
+    let expires_at = prices.first().map(|p| p.expires_at);
     let prices: BTreeMap<String, PricedSku> = prices
         .into_iter()
-        .map(|(sku, name, price, event, stock_rows, _)| {
-            let priced = PricedSku {
-                name,
-                price,
-                event,
-                stock_rows,
-            };
-            (sku, priced)
-        })
+        .map(|p| (p.product.sku, p.product.priced))
         .collect();
     let (items, total) = price_cart_lines(lines, &prices, event)?;
     let new = NewOrder {

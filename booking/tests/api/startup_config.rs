@@ -204,9 +204,7 @@ async fn assert_starts(mut env: Vec<(&'static str, String)>) {
         ("FLOODGATE_BOOKING__LISTEN", format!("127.0.0.1:{port}")),
         ("FLOODGATE_BOOKING__JOBS_ENABLED", "false".into()),
     ]);
-    let mut cmd = tokio::process::Command::new(BIN);
-    cmd.env_clear().envs(env.iter().map(|(k, v)| (k, v)));
-    let mut booking = Service::spawn("booking", cmd);
+    let mut booking = Service::spawn("booking", command(&env).into());
     booking
         .wait_up(
             &reqwest::Client::new(),

@@ -203,25 +203,23 @@ pub async fn read_prices(
     lines: &BTreeMap<String, i64>,
 ) -> Result<BTreeMap<String, PricedSku>, OrderError> {
     let skus: Vec<&str> = lines.keys().map(String::as_str).collect();
-    let rows: Vec<(String, String, i64, Option<String>, i32)> = sqlx::query_as(
+    let rows: Vec<SkuPrice> = sqlx::query_as(
         "SELECT sku, name, price, event_id, stock_shards FROM products WHERE sku = ANY($1)",
     )
     .bind(&skus)
     .fetch_all(&mut *conn)
     .await
     .during("read the cart's prices")?;
-    Ok(rows
-        .into_iter()
-        .map(|(sku, name, price, event, stock_rows)| {
-            let priced = PricedSku {
-                name,
-                price,
-                event,
-                stock_rows,
-            };
-            (sku, priced)
-        })
-        .collect())
+    Ok(rows.into_iter().map(|r| (r.sku, r.priced)).collect())
+}
+
+/// A product row as the order paths read it with the prices: `sku` and the [`PricedSku`]
+/// columns (`name, price, event_id, stock_shards`).
+#[derive(sqlx::FromRow)]
+pub(super) struct SkuPrice {
+    pub sku: String,
+    #[sqlx(flatten)]
+    pub priced: PricedSku,
 }
 
 /// The checkout end, the body (as stored), whether the prices matched, whether every line's
