@@ -26,7 +26,7 @@ pub use error::InventoryError;
 use crate::platform::auth::Auth;
 use crate::platform::idempotency::Idempotency;
 use crate::platform::jobs::Job;
-use prometheus::{Histogram, HistogramOpts, IntCounterVec, Opts, Registry};
+use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGauge, Opts, Registry};
 use sqlx::PgPool;
 use std::sync::Arc;
 
@@ -47,6 +47,9 @@ pub struct InventoryState {
     pub seat_maps: Arc<seats::SeatMapCache>,
     /// Per-process event facts of the hold paths (`no_orphans`, best-available queues).
     pub events: Arc<holds::pick::EventLocal>,
+    /// Explicit seat holds of one event that arrive together go in one statement
+    /// ([`holds::grouped`]).
+    pub(crate) hold_batcher: Arc<holds::grouped::HoldBatcher>,
 }
 
 impl InventoryState {
@@ -57,8 +60,17 @@ impl InventoryState {
         settings: InventorySettings,
         metrics: InventoryMetrics,
     ) -> Self {
+        let hold_pool = holds::take::hold_pool(&pool, settings.async_commit_holds);
+        let hold_batcher = Arc::new(holds::grouped::HoldBatcher::new(
+            hold_pool.clone(),
+            settings.hold_batch_max,
+            settings.hold_batch_concurrency,
+            metrics.seat_hold_batch.clone(),
+            metrics.seat_holds_queued.clone(),
+        ));
         Self {
-            hold_pool: holds::take::hold_pool(&pool, settings.async_commit_holds),
+            hold_pool,
+            hold_batcher,
             pool,
             auth,
             idempotency,
@@ -89,6 +101,11 @@ pub struct InventorySettings {
     /// Use `synchronous_commit = off` for hold transactions (holds move no money; a crash can
     /// lose the last few milliseconds of holds, never a sale). See docs/decisions.md.
     pub async_commit_holds: bool,
+    /// Most explicit seat holds of one event per statement (`holds/grouped.rs`); below 2,
+    /// every hold runs on its own.
+    pub hold_batch_max: u32,
+    /// Statements of batched seat holds one event may have running at once.
+    pub hold_batch_concurrency: u32,
     /// Longest a cached seat map is served without re-reading (seconds; also the JSON map's
     /// `Cache-Control: max-age`): the bound on how late changes made by other processes or
     /// by the order and payment flows show. 0 reads on every request.
@@ -113,6 +130,11 @@ pub struct InventoryMetrics {
     /// Best-available requests per batch (one candidate read per section and tiers, see
     /// `holds/batch.rs`): `best_available_batch_size`.
     pub best_available_batch: Histogram,
+    /// Explicit seat holds per statement of their batcher (`holds/grouped.rs`; 1: a hold on
+    /// its own): `seat_hold_batch_size`.
+    pub seat_hold_batch: Histogram,
+    /// Explicit seat holds waiting for a batch: `seat_holds_queued`.
+    pub seat_holds_queued: IntGauge,
 }
 
 impl InventoryMetrics {
@@ -139,14 +161,29 @@ impl InventoryMetrics {
             )
             .buckets(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]),
         )?;
+        let seat_hold_batch = Histogram::with_opts(
+            HistogramOpts::new(
+                "seat_hold_batch_size",
+                "Explicit seat holds per statement of the hold batcher",
+            )
+            .buckets(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]),
+        )?;
+        let seat_holds_queued = IntGauge::new(
+            "seat_holds_queued",
+            "Explicit seat holds waiting for a batch",
+        )?;
         registry.register(Box::new(seat_map_builds.clone()))?;
         registry.register(Box::new(best_available_batch.clone()))?;
+        registry.register(Box::new(seat_hold_batch.clone()))?;
+        registry.register(Box::new(seat_holds_queued.clone()))?;
         Ok(Self {
             holds,
             holds_expired,
             refusals,
             seat_map_builds,
             best_available_batch,
+            seat_hold_batch,
+            seat_holds_queued,
         })
     }
 }

@@ -260,13 +260,21 @@ fi
 
 # Seat holds, service and raw alternating (see 4. above). Booking is stopped while pgbench
 # runs, so that the raw run has the box to itself as the service run had.
-declare -A SVC_RATE PG_RATE
+# holds_per_statement: the running booking's mean explicit seat holds per hold statement (its
+# hold batcher's `floodgate_booking_seat_hold_batch_size`, booking/src/inventory/holds/grouped.rs; 1.0: every
+# hold on its own).
+holds_per_statement() {
+  curl -fsS "$URL/metrics" | awk '/^floodgate_booking_seat_hold_batch_size_sum/ { s = $2 } /^floodgate_booking_seat_hold_batch_size_count/ { c = $2 }
+    END { if (c > 0) printf "%.1f", s / c; else print "–" }'
+}
+declare -A SVC_RATE PG_RATE BATCH
 for round in $(seq 1 "$ROUNDS"); do
   for mode in async sync; do
     if [ "$mode" = async ]; then start_booking true; else start_booking false; fi
     log "round $round/$ROUNDS, $mode hold commits: service, $CLIENTS clients x ${DUR}s"
     CPU_NAME="svc-$mode-$round" loadgen_holds "svc-$mode" "$WORK/svc-$mode-$round.json"
     SVC_RATE[$mode-$round]="$(json_num "$WORK/svc-$mode-$round.json" holds_per_s)"
+    BATCH[$mode-$round]="$(holds_per_statement)"
     stop_booking
     log "round $round/$ROUNDS, $mode hold commits: pgbench, same SQL, $POOL connections"
     rate="$(CPU_NAME="pg-$mode-$round" pgbench_tps "$BENCH/sql/hold_seats.sql" "pg-$mode" "$([ "$mode" = async ] && echo 1 || echo 0)" "$DUR")"
@@ -321,7 +329,7 @@ hold_row() {
   attempts="$(json_num "$f" requests)"
   read -r s_pg s_app <<< "$(cpu_per_cycle "svc-$mode-$round" "$hps")"
   read -r r_pg r_app <<< "$(cpu_per_cycle "pg-$mode-$round" "$raw")"
-  printf '| %s | %s | %s | %.1f ms | %.1f ms | %s | %s | %s + %s ms | %s + %s ms | %s |\n' "$label" "$(fmt "$hps")" "$attempts" "$p50" "$p99" "$(fmt "$raw")" "$(ratio "$hps" "$raw")" \
+  printf '| %s | %s | %s | %s | %.1f ms | %.1f ms | %s | %s | %s + %s ms | %s + %s ms | %s |\n' "$label" "$(fmt "$hps")" "$attempts" "${BATCH[$mode-$round]}" "$p50" "$p99" "$(fmt "$raw")" "$(ratio "$hps" "$raw")" \
     "$s_pg" "$s_app" "$r_pg" "$r_app" "$(ratio "$(awk -v a="$r_pg" -v b="$r_app" 'BEGIN { print a + b }')" "$(awk -v a="$s_pg" -v b="$s_app" 'BEGIN { print a + b }')")"
 }
 # mode_rows MODE LABEL: every round of a mode, then the mode's rates over all rounds.
@@ -330,7 +338,7 @@ mode_rows() {
   if [ "$ROUNDS" = 1 ]; then hold_row "$mode" 1 "**$label**"; return; fi
   for r in $(seq 1 "$ROUNDS"); do hold_row "$mode" "$r" "$label, round $r"; done
   if [ "$mode" = async ]; then svc="$SVC_ASYNC"; raw="$PG_ASYNC"; else svc="$SVC_SYNC"; raw="$PG_SYNC"; fi
-  printf '| **%s, mean of %s rounds** | **%s** | | | | **%s** | **%s** | | | |\n' "$label" "$ROUNDS" "$(fmt "$svc")" "$(fmt "$raw")" "$(ratio "$svc" "$raw")"
+  printf '| **%s, mean of %s rounds** | **%s** | | | | | **%s** | **%s** | | | |\n' "$label" "$ROUNDS" "$(fmt "$svc")" "$(fmt "$raw")" "$(ratio "$svc" "$raw")"
 }
 ga_rate() { awk -v u="$1" -v d="$2" 'BEGIN { printf "%.0f", u / d }'; }
 
@@ -339,12 +347,12 @@ ga_rate() { awk -v u="$1" -v d="$2" 'BEGIN { printf "%.0f", u / d }'; }
   echo
   echo "Recorded $(date -u +%Y-%m-%dT%H:%MZ) by \`deploy/bench/holds.sh\` on $(nproc) cores, $(psql_q -d postgres -c 'SHOW server_version' | cut -d' ' -f1) Postgres (private instance), commit $(cd "$ROOT" && git rev-parse --short HEAD)$([ "$QUICK" = 1 ] && echo ' — QUICK smoke run, numbers not representative')."
   echo "Booking (release build, pool $POOL) and loadgen ($CLIENTS clients) and Postgres share the machine."
-  echo "Each loadgen client holds 4 random adjacent seats of a fresh 60,000-seat event as a new account, then releases them (so every hold meets the same half-empty hall); pgbench runs [the same statements](../deploy/bench/sql/hold_seats.sql) (the one hold statement: usage, hold row, seats; then the one release statement) with $POOL connections on its own fresh 60,000-seat event. ${DUR} s per run. Service and raw runs alternate, each raw run right after its service run (booking stopped meanwhile), for $ROUNDS round(s) per commit mode; the goal is judged on each mode's rates over all its rounds (the rows in bold), so that the box slowing down or speeding up during the run weighs on both sides alike."
+  echo "Each loadgen client holds 4 random adjacent seats of a fresh 60,000-seat event as a new account, then releases them (so every hold meets the same half-empty hall); pgbench runs [the same statements](../deploy/bench/sql/hold_seats.sql) (the one hold statement: usage, hold row, seats; then the one release statement) with $POOL connections on its own fresh 60,000-seat event. Booking runs that hold statement for a hold that arrives alone, and holds of one event that arrive while earlier ones are in Postgres together in one statement (group commit, \`[booking] hold_batch_max\`; the column *holds per statement*), each still all or nothing; pgbench runs every hold on its own. ${DUR} s per run. Service and raw runs alternate, each raw run right after its service run (booking stopped meanwhile), for $ROUNDS round(s) per commit mode; the goal is judged on each mode's rates over all its rounds (the rows in bold), so that the box slowing down or speeding up during the run weighs on both sides alike."
   echo
   echo "60,000-seat event created through the admin API in **$(awk -v t="$T_CREATE" 'BEGIN { printf "%.2f", t }') s** (one transaction, \`generate_series\` per section)."
   echo
-  echo "| hold commits | holds/s (service) | hold requests | p50 | p99 | pgbench hold+release/s | service / raw rate | CPU per cycle, service: Postgres + booking & loadgen | CPU per cycle, raw: Postgres + pgbench | raw CPU / service CPU |"
-  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+  echo "| hold commits | holds/s (service) | hold requests | holds per statement | p50 | p99 | pgbench hold+release/s | service / raw rate | CPU per cycle, service: Postgres + booking & loadgen | CPU per cycle, raw: Postgres + pgbench | raw CPU / service CPU |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
   mode_rows async "async (synchronous_commit off, default)"
   mode_rows sync "durable (synchronous_commit on)"
   echo

@@ -74,6 +74,12 @@ pub struct BookingSettings {
     /// Use `synchronous_commit = off` for hold transactions (holds move no money; a crash can
     /// lose the last few milliseconds of holds, never a sale). See docs/decisions.md.
     pub async_commit_holds: bool,
+    /// Most explicit seat holds of one event that go in one statement when they arrive while
+    /// earlier ones are in Postgres (group commit, `holds/grouped.rs`); below 2, every hold
+    /// runs on its own.
+    pub hold_batch_max: u32,
+    /// Statements of batched seat holds one event may have running at once.
+    pub hold_batch_concurrency: u32,
     /// Longest a cached seat map is served without re-reading it (seconds; also the JSON
     /// map's `Cache-Control: max-age`). Bounds how late changes made elsewhere show; this
     /// process's holds and releases show at once. 0 re-reads for every request.
@@ -97,6 +103,8 @@ impl Default for BookingSettings {
             sweeper_batch: 500,
             max_seats_per_hold: 10,
             async_commit_holds: true,
+            hold_batch_max: 32,
+            hold_batch_concurrency: 2,
             seat_map_cache_s: 1,
             request_timeout_ms: 30_000,
             jobs_stop_grace_ms: 10_000,

@@ -88,6 +88,8 @@ impl AppState {
                 sweeper_batch: config.booking.sweeper_batch,
                 max_seats_per_hold: config.booking.max_seats_per_hold,
                 async_commit_holds: config.booking.async_commit_holds,
+                hold_batch_max: config.booking.hold_batch_max,
+                hold_batch_concurrency: config.booking.hold_batch_concurrency,
                 seat_map_cache_s: config.booking.seat_map_cache_s,
                 currency: config.orders.currency.clone(),
             },

@@ -6,6 +6,7 @@
 //! orphan guard), `best.rs` (the pure best-available pick), `pick.rs` (best available: the
 //! request, the candidate read and the picks on it), `batch.rs` (best available: one
 //! event's queued requests picked on one read, held concurrently, losers retried),
+//! `grouped.rs` (explicit seat holds of one event that arrive together, in one statement),
 //! `release.rs` (a fan's release in one
 //! statement), `http.rs` (`POST /api/events/{event}/holds`, `DELETE /api/holds/{hold}`).
 //!
@@ -51,6 +52,7 @@
 
 mod batch;
 pub mod best;
+pub mod grouped;
 mod guard;
 pub(crate) mod http;
 pub mod pick;
@@ -64,4 +66,4 @@ pub use repo::{
     IssuedTicket, PinnedHold, PinnedSeat, ReleasedHold, SellOutcome, pin_hold_tx, release_hold_tx,
     return_ga_units_tx, sell_hold_tx,
 };
-pub use take::{EXPIRE_OWN, EXPIRE_RECLAIMED, HOLD_SEATS};
+pub use take::{EXPIRE_OWN, EXPIRE_RECLAIMED, HOLD_SEATS, SeatRow};

@@ -11,7 +11,7 @@ use rand::seq::SliceRandom;
 use serde_json::{Value, json};
 use std::collections::{BTreeSet, HashMap, HashSet};
 
-async fn hold<S: serde::Serialize>(
+pub async fn hold<S: serde::Serialize>(
     app: &TestApp,
     event: &str,
     account: &str,
@@ -29,7 +29,7 @@ async fn hold<S: serde::Serialize>(
     .await
 }
 
-async fn seats_of(app: &TestApp, hold_id: &str) -> BTreeSet<String> {
+pub async fn seats_of(app: &TestApp, hold_id: &str) -> BTreeSet<String> {
     sqlx::query_scalar::<_, String>(
         "SELECT seat_id FROM seats WHERE hold_id = $1 AND status = 'held'",
     )
@@ -46,7 +46,7 @@ fn seat_ids(pinned: &PinnedHold) -> Vec<&str> {
     pinned.seats.iter().map(|s| s.seat_id.as_str()).collect()
 }
 
-async fn usage(app: &TestApp, event: &str, account: &str) -> i32 {
+pub async fn usage(app: &TestApp, event: &str, account: &str) -> i32 {
     sqlx::query_scalar::<_, i32>(
         "SELECT COALESCE((SELECT tickets FROM account_event_usage WHERE event_id = $1 AND account_id = $2), 0)",
     )

@@ -25,6 +25,7 @@ mod ga_holdbacks;
 mod ga_shards;
 mod health;
 mod helpers;
+mod hold_batches;
 mod holds;
 mod hot_auctions;
 mod idempotency;

@@ -5,8 +5,8 @@ use crate::inventory::error::{During, InventoryError};
 use crate::inventory::holds::pick::{BestAvailable, hold_best};
 use crate::inventory::holds::release::release_own_tx;
 use crate::inventory::holds::take::{
-    Attempt, SeatShort, SeatsTaken, expire_account_holds, hold_status, limit_refusal,
-    sale_not_started, seat_refusal, take_seats_tx,
+    Attempt, SeatShort, SeatsTaken, expire_account_holds, finish_attempt, hold_status,
+    limit_refusal, sale_not_started, seat_refusal, take_seats_tx,
 };
 use crate::inventory::http::{admitted_for, counted};
 use crate::inventory::model::{
@@ -104,9 +104,18 @@ async fn hold_seats(
     };
     let pool = &state.hold_pool;
     let mut healed = false;
+    let batched = !guard && state.hold_batcher.enabled();
     loop {
-        let attempt =
-            db::retry(1, || take_seats_tx(pool, event, account, &seats, n, guard)).await?;
+        // With others of the event's holds when they arrive together (`grouped.rs`); on its
+        // own when batching is off, for the guarded statement, or when its batch failed.
+        let served = match batched {
+            true => state.hold_batcher.take(event, account, &seats, n).await,
+            false => None,
+        };
+        let attempt = match served {
+            Some(attempt) => finish_attempt(pool, attempt?).await,
+            None => db::retry(1, || take_seats_tx(pool, event, account, &seats, n, guard)).await?,
+        };
         match attempt {
             Attempt::Done(taken) => return Ok(taken_response(state, event, taken, seats)),
             Attempt::Limit if !healed => {

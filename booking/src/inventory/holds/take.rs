@@ -221,6 +221,32 @@ FROM (VALUES (1)) AS one (x) LEFT JOIN wanted w ON true"
     };
 }
 
+/// One row of a seat hold statement's answer (see [`HOLD_SEATS`]): the hold's expiry (NULL:
+/// nothing written), seats taken, one wanted seat (`seat_id`, its previous hold, its price),
+/// whether the sale is on, whether the limit allows the request, the checkout end, and the
+/// seats the guard found stranded.
+pub type SeatRow = (
+    Option<DateTime<Utc>>,
+    i64,
+    Option<String>,
+    Option<String>,
+    Option<i64>,
+    Option<bool>,
+    Option<bool>,
+    i64,
+    Option<Vec<String>>,
+);
+
+/// What a seat hold statement took for one request, before the holds whose expired seats it
+/// reclaimed are tidied ([`finish_seats`]).
+pub(crate) struct SeatsTook {
+    pub hold_id: String,
+    pub expires_at: DateTime<Utc>,
+    /// (seat_id, previous hold, price) for the seats the statement took.
+    seats: Vec<(String, Option<String>, i64)>,
+    live_until_ms: i64,
+}
+
 /// One seat hold: THE seat hold statement (one round trip, its own transaction), then
 /// (rarely) the tidying of holds whose expired seats it reclaimed, in a transaction of its own:
 /// until then such a hold is an expired hold like any other, which the sweeper would end the
@@ -236,18 +262,34 @@ pub(crate) async fn take_seats_tx(
     n: i32,
     guard: bool,
 ) -> Result<Attempt<SeatsTaken, SeatShort>> {
-    type Row = (
-        Option<DateTime<Utc>>,
-        i64,
-        Option<String>,
-        Option<String>,
-        Option<i64>,
-        Option<bool>,
-        Option<bool>,
-        i64,
-        Option<Vec<String>>,
-    );
     let hold_id = shared::ids::new_id();
+    let rows = hold_seats_rows(hold_pool, event, account, &hold_id, seats, n, guard).await?;
+    Ok(finish_attempt(hold_pool, seats_outcome(hold_id, seats.len(), rows)?).await)
+}
+
+/// [`finish_seats`] for a hold the statement took; a refusal as it is.
+pub(crate) async fn finish_attempt(
+    hold_pool: &KeptPool,
+    attempt: Attempt<SeatsTook, SeatShort>,
+) -> Attempt<SeatsTaken, SeatShort> {
+    match attempt {
+        Attempt::Done(took) => Attempt::Done(finish_seats(hold_pool, took).await),
+        Attempt::Limit => Attempt::Limit,
+        Attempt::NotOnSale => Attempt::NotOnSale,
+        Attempt::Short(s) => Attempt::Short(s),
+    }
+}
+
+/// Runs the seat hold statement (or the guarded one) for one request; its answer's rows.
+pub(crate) async fn hold_seats_rows(
+    hold_pool: &KeptPool,
+    event: &str,
+    account: &str,
+    hold_id: &str,
+    seats: &[String],
+    n: i32,
+    guard: bool,
+) -> Result<Vec<SeatRow>> {
     let (statement, what) = if guard {
         (
             super::guard::HOLD_SEATS_GUARDED,
@@ -256,15 +298,24 @@ pub(crate) async fn take_seats_tx(
     } else {
         (HOLD_SEATS, "take the requested seats")
     };
-    let rows: Vec<Row> = sqlx::query_as(statement)
+    sqlx::query_as(statement)
         .bind(event)
         .bind(account)
-        .bind(&hold_id)
+        .bind(hold_id)
         .bind(seats)
         .bind(n)
         .fetch_all(hold_pool)
         .await
-        .during(what)?;
+        .during(what)
+}
+
+/// What one request's rows of a seat hold statement say: the seats it took, or why nothing
+/// was written. `requested`: how many seats the request named.
+pub(crate) fn seats_outcome(
+    hold_id: String,
+    requested: usize,
+    rows: Vec<SeatRow>,
+) -> Result<Attempt<SeatsTook, SeatShort>> {
     let stranded = rows.first().and_then(|r| r.8.clone()).unwrap_or_default();
     let Some(first) = rows.first() else {
         return Err(InventoryError::Db {
@@ -284,7 +335,7 @@ pub(crate) async fn take_seats_tx(
             // No such event: the limit read says so (`limit_refusal`).
             (None, _) | (_, Some(false) | None) => Attempt::Limit,
             (Some(false), _) => Attempt::NotOnSale,
-            _ if wanted.len() < seats.len() => Attempt::Short(SeatShort::Free(
+            _ if wanted.len() < requested => Attempt::Short(SeatShort::Free(
                 wanted.into_iter().map(|(s, _, _)| s).collect(),
             )),
             _ if !stranded.is_empty() => Attempt::Short(SeatShort::Stranded(stranded)),
@@ -293,17 +344,31 @@ pub(crate) async fn take_seats_tx(
             _ => Attempt::Limit,
         });
     };
-    if took != wanted.len() as i64 || wanted.len() != seats.len() {
+    if took != wanted.len() as i64 || wanted.len() != requested {
         // Cannot happen: the hold is only written with every wanted seat, locked by us.
         tracing::error!(
             hold_id,
             took,
             wanted = wanted.len(),
-            requested = seats.len(),
+            requested,
             "a seat hold took a different number of seats than it locked"
         );
     }
-    let reclaimed: BTreeSet<&str> = wanted.iter().filter_map(|(_, h, _)| h.as_deref()).collect();
+    Ok(Attempt::Done(SeatsTook {
+        hold_id,
+        expires_at,
+        seats: wanted,
+        live_until_ms,
+    }))
+}
+
+/// Ends the holds whose expired seats `took` reclaimed (rarely any), and the answer.
+pub(crate) async fn finish_seats(hold_pool: &KeptPool, took: SeatsTook) -> SeatsTaken {
+    let reclaimed: BTreeSet<&str> = took
+        .seats
+        .iter()
+        .filter_map(|(_, h, _)| h.as_deref())
+        .collect();
     let mut ended = Vec::new();
     if !reclaimed.is_empty() {
         let reclaimed: Vec<&str> = reclaimed.into_iter().collect();
@@ -322,13 +387,13 @@ pub(crate) async fn take_seats_tx(
             Vec::new()
         });
     }
-    Ok(Attempt::Done(SeatsTaken {
-        hold_id,
-        expires_at,
-        seats: wanted.into_iter().map(|(s, _, p)| (s, p)).collect(),
+    SeatsTaken {
+        hold_id: took.hold_id,
+        expires_at: took.expires_at,
+        seats: took.seats.into_iter().map(|(s, _, p)| (s, p)).collect(),
         reclaimed: ended.into_iter().map(|h| h.kind).collect(),
-        live_until_ms,
-    }))
+        live_until_ms: took.live_until_ms,
+    }
 }
 
 /// Expires the holds of `$1` that are still active and due, skipping those another
