@@ -22,9 +22,8 @@ mod repo;
 
 use crate::inventory::InventoryState;
 use crate::inventory::error::InventoryError;
-use crate::inventory::holds::take::{
-    Attempt, expire_account_holds, limit_refusal, sale_not_started,
-};
+use crate::inventory::holds::refusal::{limit_refusal, sale_not_started};
+use crate::inventory::holds::take::{Attempt, expire_account_holds};
 use crate::inventory::http::{admitted_for, counted};
 use crate::inventory::model::{HoldKind, check_ga_request};
 use crate::platform::auth::Admitted;

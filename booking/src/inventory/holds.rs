@@ -7,7 +7,7 @@
 //! request, the candidate read and the picks on it), `batch.rs` (best available: one
 //! event's queued requests picked on one read, held concurrently, losers retried),
 //! `grouped.rs` (explicit seat holds of one event that arrive together, in one statement),
-//! `release.rs` (a fan's release in one
+//! `refusal.rs` (the reads that explain a refusal), `release.rs` (a fan's release in one
 //! statement), `http.rs` (`POST /api/events/{event}/holds`, `DELETE /api/holds/{hold}`).
 //!
 //! Guarantees:
@@ -56,6 +56,7 @@ pub mod grouped;
 mod guard;
 pub(crate) mod http;
 pub mod pick;
+pub(crate) mod refusal;
 mod release;
 pub mod repo;
 pub(crate) mod take;

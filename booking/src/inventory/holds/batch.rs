@@ -37,9 +37,8 @@ use crate::inventory::holds::http::{HoldResponse, taken_response};
 use crate::inventory::holds::pick::{
     BestAvailable, Candidates, Fit, Picked, WINDOW, any_seats, no_free_seats,
 };
-use crate::inventory::holds::take::{
-    Attempt, expire_account_holds, limit_refusal, sale_not_started, take_seats_tx,
-};
+use crate::inventory::holds::refusal::{limit_refusal, sale_not_started};
+use crate::inventory::holds::take::{Attempt, expire_account_holds, take_seats_tx};
 use crate::platform::db::MaybeRetryable;
 use crate::platform::error::is_transient;
 use futures::future::join_all;

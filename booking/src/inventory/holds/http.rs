@@ -3,10 +3,12 @@
 use crate::inventory::InventoryState;
 use crate::inventory::error::{During, InventoryError};
 use crate::inventory::holds::pick::{BestAvailable, hold_best};
+use crate::inventory::holds::refusal::{
+    hold_status, limit_refusal, sale_not_started, seat_refusal,
+};
 use crate::inventory::holds::release::release_own_tx;
 use crate::inventory::holds::take::{
-    Attempt, SeatShort, SeatsTaken, expire_account_holds, finish_attempt, hold_status,
-    limit_refusal, sale_not_started, seat_refusal, take_seats_tx,
+    Attempt, SeatShort, SeatsTaken, expire_account_holds, finish_attempt, take_seats_tx,
 };
 use crate::inventory::http::{admitted_for, counted};
 use crate::inventory::model::{
