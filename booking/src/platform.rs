@@ -9,6 +9,7 @@ pub mod idempotency;
 pub mod jobs;
 pub mod json;
 pub mod kept;
+pub mod lanes;
 pub mod redis;
 pub mod revocation;
 pub mod session_until;

@@ -20,28 +20,27 @@
 //! transaction, exactly as an order that was never batched; its key makes sure it is created
 //! at most once.
 //!
-//! The statements run on spawned tasks, so a client that goes away cannot cut a batch off
-//! midway (the batch's other orders wait for its answer). Such a task runs only while requests
-//! wait for it: a graceful stop waits for those requests, so it waits for their batch.
+//! The queues, their runners (spawned tasks, so a client that goes away cannot cut a batch
+//! off midway) and their recovery from a panic are `platform::lanes`'.
 
 use crate::orders::model::PricedSku;
 use crate::orders::repo::{BatchOrder, OneStatement, create_cart_orders_batched};
 use crate::orders::{CommerceMetrics, OrderSettings, stock};
 use crate::platform::kept::KeptPool;
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard};
+use crate::platform::lanes::{Lane, Lanes};
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
 use tokio::sync::oneshot;
 
 /// The batches of this process, per SKU (and the price its orders were built with).
 pub struct Batcher {
-    shared: Arc<Shared>,
+    lanes: Arc<Lanes<Shared>>,
 }
 
 struct Shared {
     pool: KeptPool,
     settings: Arc<OrderSettings>,
     metrics: Arc<CommerceMetrics>,
-    queues: Mutex<HashMap<QueueKey, Queue>>,
 }
 
 /// Orders batch together only with orders of the same event and SKU priced alike: the
@@ -52,13 +51,6 @@ struct QueueKey {
     event: String,
     sku: String,
     priced: PricedSku,
-}
-
-#[derive(Default)]
-struct Queue {
-    waiting: Vec<Waiting>,
-    /// Tasks running this queue's statements.
-    running: usize,
 }
 
 struct Waiting {
@@ -81,18 +73,17 @@ impl Batcher {
         metrics: Arc<CommerceMetrics>,
     ) -> Self {
         Self {
-            shared: Arc::new(Shared {
+            lanes: Lanes::new(Shared {
                 pool,
                 settings,
                 metrics,
-                queues: Mutex::default(),
             }),
         }
     }
 
     /// False when `[orders] batch_max` is below 2: every order runs on its own.
     pub fn enabled(&self) -> bool {
-        self.shared.settings.batch_max >= 2
+        self.lanes.lane().settings.batch_max >= 2
     }
 
     /// Orders `order` (one line of `sku` at `priced`) in the next batch of its SKU and waits
@@ -110,50 +101,36 @@ impl Batcher {
             priced: priced.clone(),
         };
         let (reply, answer) = oneshot::channel();
-        let start = {
-            let mut queues = self.shared.queues();
-            let queue = queues.entry(key.clone()).or_default();
-            queue.waiting.push(Waiting { order, reply });
-            let start = queue.running < self.shared.concurrency(key.priced.stock_rows);
-            if start {
-                queue.running += 1;
-            }
-            start
-        };
-        if start {
-            tokio::spawn(run(self.shared.clone(), key));
-        }
+        let runners = self.lanes.lane().concurrency(key.priced.stock_rows);
+        self.lanes.push(key, Waiting { order, reply }, runners);
         // A dropped sender (the task panicked): the one-order path decides.
         answer.await.unwrap_or_else(|_| not_served())
     }
 }
 
-impl Shared {
-    fn queues(&self) -> MutexGuard<'_, HashMap<QueueKey, Queue>> {
-        // Nothing panics while holding it; a poisoned map is still consistent.
-        self.queues.lock().unwrap_or_else(|e| e.into_inner())
+impl Lane for Shared {
+    type Key = QueueKey;
+    type Waiting = Waiting;
+
+    /// The oldest orders, up to `batch_max`.
+    fn pick(&self, waiting: &mut VecDeque<Waiting>) -> Vec<Waiting> {
+        let max = usize::try_from(self.settings.batch_max.max(1)).unwrap_or(1);
+        let take = waiting.len().min(max);
+        waiting.drain(..take).collect()
     }
 
+    fn serve(&self, key: &QueueKey, batch: Vec<Waiting>) -> impl Future<Output = ()> + Send {
+        self.serve_batch(key, batch)
+    }
+}
+
+impl Shared {
     fn concurrency(&self, stock_rows: i32) -> usize {
         statements_at_once(self.settings.batch_concurrency, stock_rows)
     }
 
-    /// The next batch of `key`'s queue, or `None` (and this task stops running it) when no
-    /// order waits.
-    fn next_batch(&self, key: &QueueKey) -> Option<Vec<Waiting>> {
-        let mut queues = self.queues();
-        let queue = queues.get_mut(key)?;
-        if queue.waiting.is_empty() {
-            count_out(&mut queues, key);
-            return None;
-        }
-        let max = usize::try_from(self.settings.batch_max.max(1)).unwrap_or(1);
-        let take = queue.waiting.len().min(max);
-        Some(queue.waiting.drain(..take).collect())
-    }
-
     /// Runs one batch and answers each of its orders.
-    async fn serve(&self, key: &QueueKey, batch: Vec<Waiting>) {
+    async fn serve_batch(&self, key: &QueueKey, batch: Vec<Waiting>) {
         // Copies of one request (account and key) in one statement would both insert the key
         // and undo the whole batch: every copy after the first goes the one-order way (where
         // it waits for the first on the key's lock, then replays its answer).
@@ -221,60 +198,6 @@ impl Shared {
 fn statements_at_once(batch_concurrency: u32, stock_rows: i32) -> usize {
     let rows = u32::try_from(stock_rows).unwrap_or(1).max(1);
     usize::try_from(batch_concurrency.clamp(1, rows)).unwrap_or(1)
-}
-
-/// Runs `key`'s batches until its queue is empty.
-async fn run(shared: Arc<Shared>, key: QueueKey) {
-    let mut guard = Running {
-        shared: &shared,
-        key: &key,
-        done: false,
-    };
-    while let Some(batch) = shared.next_batch(&key) {
-        shared.serve(&key, batch).await;
-    }
-    // `next_batch` already counted this task out.
-    guard.done = true;
-}
-
-/// One task fewer runs `key`'s queue; an idle queue with none left is dropped.
-fn count_out(queues: &mut HashMap<QueueKey, Queue>, key: &QueueKey) {
-    if let Some(queue) = queues.get_mut(key) {
-        queue.running = queue.running.saturating_sub(1);
-        if queue.running == 0 && queue.waiting.is_empty() {
-            queues.remove(key);
-        }
-    }
-}
-
-/// Counts a task that ended without `next_batch` (a panic) out of its queue, so the queue
-/// is not left with a runner that does not exist; orders still waiting get a new one.
-struct Running<'a> {
-    shared: &'a Arc<Shared>,
-    key: &'a QueueKey,
-    done: bool,
-}
-
-impl Drop for Running<'_> {
-    fn drop(&mut self) {
-        if self.done {
-            return;
-        }
-        let restart = {
-            let mut queues = self.shared.queues();
-            match queues.get(self.key) {
-                Some(queue) if !queue.waiting.is_empty() => true,
-                Some(_) => {
-                    count_out(&mut queues, self.key);
-                    false
-                }
-                None => false,
-            }
-        };
-        if restart && let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(run(self.shared.clone(), self.key.clone()));
-        }
-    }
 }
 
 #[cfg(test)]

@@ -20,17 +20,18 @@
 //! Events with `no_orphans` (the guarded statement) and best available (`batch.rs`) are not
 //! batched here.
 //!
-//! The statements run on spawned tasks, so a fan who goes away cannot cut a batch off midway
-//! (its other holds wait for its answer). Such a task runs only while holds wait for it.
+//! The queues, their runners (spawned tasks, so a fan who goes away cannot cut a batch off
+//! midway) and their recovery from a panic are `platform::lanes`', shared with the orders.
 
 use crate::inventory::error::{During, InventoryError};
 use crate::inventory::holds::take::{
     Attempt, SeatRow, SeatShort, SeatsTook, hold_seats_rows, seats_outcome,
 };
 use crate::platform::kept::KeptPool;
+use crate::platform::lanes::{Lane, Lanes};
 use prometheus::{Histogram, IntGauge};
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
 use tokio::sync::oneshot;
 
 /// THE seat hold statement ([`super::take::HOLD_SEATS`]) for many requests of one event at
@@ -183,7 +184,7 @@ pub async fn hold_seats_grouped_rows(
 
 /// The explicit seat holds of this process, batched per event (see the module docs).
 pub(crate) struct HoldBatcher {
-    shared: Arc<Shared>,
+    lanes: Arc<Lanes<Shared>>,
 }
 
 struct Shared {
@@ -195,14 +196,6 @@ struct Shared {
     max: usize,
     /// Statements one event may have running at once.
     concurrency: usize,
-    queues: Mutex<HashMap<String, Queue>>,
-}
-
-#[derive(Default)]
-struct Queue {
-    waiting: VecDeque<Waiting>,
-    /// Tasks running this event's statements.
-    running: usize,
 }
 
 struct Waiting {
@@ -223,20 +216,19 @@ impl HoldBatcher {
         queued: IntGauge,
     ) -> Self {
         Self {
-            shared: Arc::new(Shared {
+            lanes: Lanes::new(Shared {
                 pool,
                 batch_size,
                 queued,
                 max: usize::try_from(max).unwrap_or(1),
                 concurrency: usize::try_from(concurrency.max(1)).unwrap_or(1),
-                queues: Mutex::default(),
             }),
         }
     }
 
     /// False when `hold_batch_max` is below 2: every hold runs on its own.
     pub(crate) fn enabled(&self) -> bool {
-        self.shared.max >= 2
+        self.lanes.lane().max >= 2
     }
 
     /// Holds `seats` for `account` in the next batch of `event` and waits for its answer.
@@ -255,48 +247,37 @@ impl HoldBatcher {
             n,
         };
         let (reply, answer) = oneshot::channel();
-        let start = {
-            let mut queues = self.shared.queues();
-            let queue = queues.entry(event.to_owned()).or_default();
-            queue.waiting.push_back(Waiting { request, reply });
-            self.shared.queued.inc();
-            let start = queue.running < self.shared.concurrency;
-            if start {
-                queue.running += 1;
-            }
-            start
-        };
-        if start {
-            tokio::spawn(run(self.shared.clone(), event.to_owned()));
-        }
+        let lane = self.lanes.lane();
+        lane.queued.inc();
+        self.lanes.push(
+            event.to_owned(),
+            Waiting { request, reply },
+            lane.concurrency,
+        );
         // A dropped sender (the task panicked): the hold runs on its own.
         answer.await.unwrap_or(None)
     }
 }
 
-impl Shared {
-    fn queues(&self) -> MutexGuard<'_, HashMap<String, Queue>> {
-        // Nothing panics while holding it; a poisoned map is still consistent.
-        self.queues.lock().unwrap_or_else(|e| e.into_inner())
-    }
+impl Lane for Shared {
+    type Key = String;
+    type Waiting = Waiting;
 
-    /// The next batch of `event`'s queue, or `None` (and this task stops running it) when no
-    /// hold waits.
-    fn next_batch(&self, event: &str) -> Option<Vec<Waiting>> {
-        let mut queues = self.queues();
-        let queue = queues.get_mut(event)?;
-        if queue.waiting.is_empty() {
-            count_out(&mut queues, event);
-            return None;
-        }
-        let batch = pick_batch(&mut queue.waiting, self.max);
+    fn pick(&self, waiting: &mut VecDeque<Waiting>) -> Vec<Waiting> {
+        let batch = pick_batch(waiting, self.max);
         self.queued.sub(batch.len() as i64);
         self.batch_size.observe(batch.len() as f64);
-        Some(batch)
+        batch
     }
 
+    fn serve(&self, event: &String, batch: Vec<Waiting>) -> impl Future<Output = ()> + Send {
+        self.serve_batch(event, batch)
+    }
+}
+
+impl Shared {
     /// Runs one batch and answers each of its holds.
-    async fn serve(&self, event: &str, batch: Vec<Waiting>) {
+    async fn serve_batch(&self, event: &str, batch: Vec<Waiting>) {
         let (requests, replies): (Vec<SeatRequest>, Vec<oneshot::Sender<Served>>) =
             batch.into_iter().map(|w| (w.request, w.reply)).unzip();
         if let [one] = requests.as_slice() {
@@ -364,60 +345,6 @@ fn pick_batch(waiting: &mut VecDeque<Waiting>, max: usize) -> Vec<Waiting> {
     }
     *waiting = rest;
     batch
-}
-
-/// Runs `event`'s batches until its queue is empty.
-async fn run(shared: Arc<Shared>, event: String) {
-    let mut guard = Running {
-        shared: &shared,
-        event: &event,
-        done: false,
-    };
-    while let Some(batch) = shared.next_batch(&event) {
-        shared.serve(&event, batch).await;
-    }
-    // `next_batch` already counted this task out.
-    guard.done = true;
-}
-
-/// One task fewer runs `event`'s queue; an idle queue with none left is dropped.
-fn count_out(queues: &mut HashMap<String, Queue>, event: &str) {
-    if let Some(queue) = queues.get_mut(event) {
-        queue.running = queue.running.saturating_sub(1);
-        if queue.running == 0 && queue.waiting.is_empty() {
-            queues.remove(event);
-        }
-    }
-}
-
-/// Counts a task that ended without `next_batch` (a panic) out of its queue, so the queue is
-/// not left with a runner that does not exist; holds still waiting get a new one.
-struct Running<'a> {
-    shared: &'a Arc<Shared>,
-    event: &'a str,
-    done: bool,
-}
-
-impl Drop for Running<'_> {
-    fn drop(&mut self) {
-        if self.done {
-            return;
-        }
-        let restart = {
-            let mut queues = self.shared.queues();
-            match queues.get(self.event) {
-                Some(queue) if !queue.waiting.is_empty() => true,
-                Some(_) => {
-                    count_out(&mut queues, self.event);
-                    false
-                }
-                None => false,
-            }
-        };
-        if restart && let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(run(self.shared.clone(), self.event.to_owned()));
-        }
-    }
 }
 
 #[cfg(test)]
