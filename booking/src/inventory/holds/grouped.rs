@@ -51,9 +51,9 @@ use tokio::sync::oneshot;
 ///   its hold.
 ///
 /// So each request is written whole or not at all, whatever the others do. The answer has, for
-/// each request (`i`), one row per wanted seat (or one row of NULLs) with the single
-/// statement's columns ([`SeatRow`]), so one request's rows read exactly like its own
-/// statement's.
+/// each request (`i`, the last column), one row per wanted seat (or one row of NULLs) with the
+/// single statement's columns ([`SeatRow`]) before it, so one request's rows read exactly like
+/// its own statement's.
 pub const HOLD_SEATS_GROUPED: &str = concat!(
     "
 WITH req AS (
@@ -95,8 +95,8 @@ took AS (
     WHERE s.event_id = $1 AND s.seat_id = ANY($5) AND s.seat_id = w.seat_id
     RETURNING s.hold_id),
 took_n AS (SELECT t.hold_id, count(*) AS n FROM took t GROUP BY t.hold_id)
-SELECT ans.i, ans.expires_at, ans.took, w.seat_id, w.prev_hold, w.price, ans.on_sale,
-       ans.limit_ok, ans.live_until_ms, NULL::text[]
+SELECT ans.expires_at, ans.took, w.seat_id, w.prev_hold, w.price, ans.on_sale, ans.limit_ok,
+       ans.live_until_ms, NULL::text[], ans.i
 FROM (
     -- Once per request (OFFSET 0 keeps the planner from running these per seat row).
     SELECT r.i, h.expires_at, COALESCE(t.n, 0) AS took,
@@ -123,6 +123,15 @@ pub struct SeatRequest {
     pub n: i32,
 }
 
+/// One row of [`HOLD_SEATS_GROUPED`]'s answer: the single statement's columns (read by
+/// position), then the request's position `i`.
+#[derive(sqlx::FromRow)]
+struct GroupedRow {
+    #[sqlx(flatten)]
+    answer: SeatRow,
+    i: i64,
+}
+
 /// Runs [`HOLD_SEATS_GROUPED`] for `requests` (no seat and no account twice); each request's
 /// rows, in the order of `requests`.
 pub async fn hold_seats_grouped_rows(
@@ -142,19 +151,7 @@ pub async fn hold_seats_grouped_rows(
         let i = i32::try_from(i + 1).unwrap_or(i32::MAX);
         positions.extend(std::iter::repeat_n(i, r.seats.len()));
     }
-    type Row = (
-        i64,
-        Option<chrono::DateTime<chrono::Utc>>,
-        i64,
-        Option<String>,
-        Option<String>,
-        Option<i64>,
-        Option<bool>,
-        Option<bool>,
-        i64,
-        Option<Vec<String>>,
-    );
-    let rows: Vec<Row> = sqlx::query_as(HOLD_SEATS_GROUPED)
+    let rows: Vec<GroupedRow> = sqlx::query_as(HOLD_SEATS_GROUPED)
         .bind(event)
         .bind(&accounts)
         .bind(&hold_ids)
@@ -165,12 +162,12 @@ pub async fn hold_seats_grouped_rows(
         .await
         .during("take the requested seats of a batch of holds")?;
     let mut per_request: Vec<Vec<SeatRow>> = requests.iter().map(|_| Vec::new()).collect();
-    for (i, a, b, c, d, e, f, g, h, j) in rows {
+    for GroupedRow { answer, i } in rows {
         let slot = usize::try_from(i - 1)
             .ok()
             .and_then(|i| per_request.get_mut(i));
         match slot {
-            Some(rows) => rows.push((a, b, c, d, e, f, g, h, j)),
+            Some(rows) => rows.push(answer),
             None => {
                 return Err(InventoryError::Db {
                     statement: "take the requested seats of a batch of holds",
