@@ -6,9 +6,10 @@
 //! with a programmatic shutdown, which is how the tests start real instances.
 //!
 //! Services of one instance: the public listener ([`proxy::PublicProxy`]), the admin
-//! listener ([`admin::AdminApp`]), and three background services — the admission ticker
-//! ([`admission::Ticker`]), the live-config refresher ([`live::Refresher`]) and the upstream
-//! health checker ([`upstream::HealthChecker`]). Each service owns its Redis connection,
+//! listener ([`admin::AdminApp`]), and four background services — the admission ticker
+//! ([`admission::Ticker`]), the live-config refresher ([`live::Refresher`]), the scheduler of
+//! config changes ([`schedule::Scheduler`]) and the upstream health checker
+//! ([`upstream::HealthChecker`]). Each service that talks to Redis owns its connection,
 //! created lazily inside its own runtime.
 
 pub mod admin;
