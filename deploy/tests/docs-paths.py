@@ -22,7 +22,8 @@ When such a path exists. Braces expand first (`holds/{repo,take}` is `holds/repo
 Files are those git tracks plus new ones not ignored; paths git ignores (`.stack/…`,
 `target/…`) are run-time state and are not checked.
 
-A deliberate non-path: `<!-- docs-paths: ignore WORD WORD -->` anywhere in that document.
+A deliberate non-path: `<!-- docs-paths: ignore WORD WORD (why) -->` anywhere in that document
+(the reason in parentheses is optional); put it after the paragraph that names the word.
 
 Exit status 0 and one summary line when every path exists; 1 and a FAIL line per missing path
 (file:line and the path); 2 when git cannot list the files. Python 3 standard library only.
@@ -41,7 +42,7 @@ EXTENSIONS = (".rs", ".md", ".toml", ".sql", ".sh", ".py", ".json", ".js", ".mjs
               ".css", ".yaml", ".yml", ".txt", ".svg", ".lock")
 WORD = re.compile(r"^[A-Za-z0-9_.\-/*{},]+$")
 MEDIA_TYPES = ("text/", "application/", "image/", "multipart/")
-IGNORE = re.compile(r"<!--\s*docs-paths:\s*ignore\s+(.*?)-->", re.S)
+IGNORE = re.compile(r"<!--\s*docs-paths:\s*ignore\s+([^()]*?)\s*(?:\([^()]*\))?\s*-->", re.S)
 LINK = re.compile(r"\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 CODE = re.compile(r"(`+)(.+?)\1", re.S)
 
@@ -208,6 +209,8 @@ def self_test() -> list[str]:
         ("URLs, URL paths, media types", "`GET /api/holds` `http://x/y.rs` `text/plain` [x](https://e.org/a.md)", None),
         ("git-ignored run-time state", "`.stack/logs/postgres.log`", None),
         ("an exempted word", "`rate/60000`\n<!-- docs-paths: ignore rate/60000 -->", None),
+        ("exempted words with a reason", "`a/b` `c/d`\n\n<!-- docs-paths: ignore a/b c/d (why) -->", None),
+        ("the reason exempts nothing", "`why/not`\n<!-- docs-paths: ignore a/b (why/not) -->", "`why/not`"),
         ("fenced code is not read", "```\n`decide.rs`\n```", None),
         ("a code span over a line break", "`200\n{}`; its hold/units go", None),
         ("a path on a code span's second line", "see `a\ndecide.rs`", ":2: `decide.rs`"),
