@@ -17,7 +17,7 @@ cluster_ports() {
   [ "$REDIS_CLUSTER" = 1 ] || return 0
   local p
   for p in "${CLUSTER_PORTS[@]}"; do
-    redis-cli -p "$p" ping >/dev/null 2>&1 && redis_is_ours "$p" "$STATE/cluster/$p" && continue
+    redis_is_ours "$p" "$STATE/cluster/$p" "$STATE/cluster/$p/redis.pid" && continue
     echo "FLOODGATE_REDIS_CLUSTER_PORTS 127.0.0.1 $p"
   done
 }

@@ -17,23 +17,30 @@ redis_packages() {
   have redis-cli || echo redis-tools
 }
 
-# redis_is_ours PORT DIR: the Redis answering on PORT keeps its data in DIR, i.e. it is this
-# stack's (another clone's stack on the same port is not, and must not be shared).
+# redis_is_ours PORT DIR PIDFILE: the Redis on PORT is this stack's: it keeps its data in DIR
+# (another clone's stack on the same port does not, and must not be shared), or, while it
+# cannot answer yet (loading its AOF after a crash), PIDFILE names a live redis-server.
 redis_is_ours() {
-  local dir
-  dir="$(redis-cli -p "$1" --raw config get dir 2>/dev/null | sed -n 2p)"
-  [ -n "$dir" ] && [ "$dir" = "$(realpath -m "$2")" ]
+  local dir pid
+  if redis-cli -p "$1" ping 2>/dev/null | grep -qx PONG; then
+    dir="$(redis-cli -p "$1" --raw config get dir 2>/dev/null | sed -n 2p)"
+    [ -n "$dir" ] && [ "$dir" = "$(realpath -m "$2")" ]
+    return
+  fi
+  pid="$(cat "$3" 2>/dev/null || true)"
+  [ -n "$pid" ] && is_alive "$pid" && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = redis-server ]
 }
 
-# redis_port_free VAR PORT DIR: prints the port for preflight_ports unless our own Redis has it.
+# redis_port_free VAR PORT DIR PIDFILE: prints the port for preflight_ports unless our own
+# Redis has it.
 redis_port_free() {
-  redis-cli -p "$2" ping >/dev/null 2>&1 && redis_is_ours "$2" "$3" && return 0
+  redis_is_ours "$2" "$3" "$4" && return 0
   echo "$1 127.0.0.1 $2"
 }
 
 redis_ports() {
-  redis_port_free FLOODGATE_REDIS_PORT "$REDIS_PORT" "$STATE/redis"
-  redis_port_free FLOODGATE_QUEUE_REDIS_PORT "$QREDIS_PORT" "$STATE/redis-queue"
+  redis_port_free FLOODGATE_REDIS_PORT "$REDIS_PORT" "$STATE/redis" "$STATE/redis.pid"
+  redis_port_free FLOODGATE_QUEUE_REDIS_PORT "$QREDIS_PORT" "$STATE/redis-queue" "$STATE/redis-queue.pid"
 }
 
 # redis_port_taken NAME FROM: this start's part of the log (after byte FROM) says the port was taken.
