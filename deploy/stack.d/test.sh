@@ -27,7 +27,9 @@ cmd_test() {
     ) </dev/null >/dev/null 2>&1 &
   fi
   cd "$ROOT" || die "cannot enter $ROOT"
-  local out="$STATE/test-output.log" rc=0 which=(--workspace) summary="$STATE/test-summary"
+  local out="$STATE/test-output.log" rc=0 which=(--workspace) summary="$STATE/test-summary" a
+  # `test -p NAME`: only that package (with --workspace cargo would ignore -p and run all).
+  for a in "$@"; do case "$a" in -p|--package|--package=*) which=() ;; esac; done
   if [ "$REDIS_CLUSTER" = 1 ]; then
     # The suites that use the waiting room's Redis (booking's own Redis is one server).
     which=(-p gateway -p e2e) out="$STATE/test-output-cluster.log" summary="$STATE/test-summary-cluster"
