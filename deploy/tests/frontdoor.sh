@@ -10,7 +10,12 @@
 #     (pid reuse); then `deploy/stack up` again must bring all back (booking /readyz 200, so
 #     Postgres too) and leave the unrelated process alone;
 #  3. `deploy/stack down` of that clone, with one pid file naming an unrelated process that
-#     must survive it.
+#     must survive it;
+#  0. before all that, `up` with its Postgres port and then its gateway admin port held by a
+#     listening process: it must stop at once, naming the port and the variable that moves it;
+#  4. when run as root, `up` and `down` once more as a normal user (a throwaway system user, no
+#     sudo, a normal user's PATH without /usr/sbin) in a clone that user owns: Postgres then runs
+#     as that user.
 #
 # Own ports and directories (never the default ones), so it runs beside a stack that is up.
 # It builds nothing itself: `up` runs the binaries of this checkout's target directory
@@ -26,12 +31,19 @@ say() { printf '[frontdoor] %s\n' "$*" >&2; }
 
 TMP="$(mktemp -d /tmp/fg-frontdoor.XXXXXX)"   # mode 700, owned by the caller
 CLONE="$TMP/home/floodgate"
-REAPER_PID="" DECOY_PID="" PG_BASE=""
+REAPER_PID="" DECOY_PID="" PG_BASE="" HOLDER_PID=""
+FD_USER="" USER_TMP=""
 
 cleanup() {
   local rc=$?
   set +e
   if [ -x "$CLONE/deploy/stack" ]; then "$CLONE/deploy/stack" down >/dev/null 2>&1; fi
+  [ -n "$HOLDER_PID" ] && kill "$HOLDER_PID" 2>/dev/null
+  if [ -n "$FD_USER" ]; then
+    as_user "$USER_TMP/floodgate/deploy/stack" down >/dev/null 2>&1
+    userdel "$FD_USER" 2>/dev/null || userdel -f "$FD_USER"
+  fi
+  [ -n "$USER_TMP" ] && rm -rf "$USER_TMP"
   [ -n "$REAPER_PID" ] && kill "$REAPER_PID" 2>/dev/null   # its zombies go to init, reaped
   [ -n "$DECOY_PID" ] && kill "$DECOY_PID" 2>/dev/null
   case "$PG_BASE" in
@@ -49,7 +61,7 @@ trap cleanup EXIT
 
 fail() {
   say "FAILED: $*"
-  for f in "$TMP"/up*.log; do [ -s "$f" ] && { say "--- $f"; tail -25 "$f" >&2; }; done
+  for f in "$TMP"/up*.log "$TMP"/port*.log; do [ -s "$f" ] && { say "--- $f"; tail -25 "$f" >&2; }; done
   exit 1
 }
 
@@ -82,6 +94,34 @@ for p in 56379 56380 17001 17002 17003 17004 17005 17006; do
   redis-cli -p "$p" ping >/dev/null 2>&1 && OTHERS+=("$p")
 done
 STATE="$CLONE/.stack"
+
+# A port held by a listening process (another clone's stack, say): `up` stops at once, before
+# starting or building anything, naming the port and its variable (no retries, no "Postgres did
+# not start"). Python holds it: bind + listen, until killed.
+hold_port() {
+  python3 -c 'import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(); print("ok", flush=True); time.sleep(600)' "$1" \
+    >"$TMP/holder.out" 2>&1 &
+  HOLDER_PID=$!
+  for _ in $(seq 1 50); do grep -q ok "$TMP/holder.out" 2>/dev/null && return 0; sleep 0.1; done
+  fail "could not hold port $1"
+}
+expect_port_refused() { # VAR PORT
+  local var="$1" port="$2" rc=0 t0=$SECONDS
+  hold_port "$port"
+  timeout 120 "$CLONE/deploy/stack" up >"$TMP/port-$var.log" 2>&1 || rc=$?
+  kill "$HOLDER_PID"; wait "$HOLDER_PID" 2>/dev/null || true; HOLDER_PID=""
+  [ "$rc" != 0 ] || fail "up succeeded with port $port ($var) held by a listener"
+  grep -q "port $port ($var) is already taken by a listening process" "$TMP/port-$var.log" \
+    || fail "up did not name port $port and $var: $(tail -3 "$TMP/port-$var.log")"
+  [ $((SECONDS - t0)) -le 30 ] || fail "up took $((SECONDS - t0)) s to refuse a taken port"
+  for url in "http://$FLOODGATE_BOOKING_ADDR/healthz" "http://$FLOODGATE_SANDBOX_ADDR/healthz"; do
+    [ "$(http_code "$url")" = 000 ] || fail "up started $url though port $port was taken"
+  done
+  say "port $port ($var) held by a listener: up refused at once ($((SECONDS - t0)) s)"
+}
+expect_port_refused FLOODGATE_PG_PORT "$FLOODGATE_PG_PORT"
+expect_port_refused FLOODGATE_GATEWAY_ADMIN_ADDR "${FLOODGATE_GATEWAY_ADMIN_ADDR##*:}"
 
 # `deploy/stack up` under a parent that never reaps: the services it leaves behind are
 # re-parented to this subreaper, which waits only for `up` itself and then sleeps.
@@ -156,3 +196,46 @@ for p in "${OTHERS[@]}"; do
   redis-cli -p "$p" ping >/dev/null 2>&1 || fail "down stopped the Redis on :$p, which is not this stack's"
 done
 say "down: everything stopped (and the ${#OTHERS[@]} Redis servers of other stacks still answer)"
+
+# 4. The two commands as a normal user: no root, no sudo, a normal user's PATH (no /usr/sbin, so
+# no runuser or ss on it), every package already installed. Only root can make such a user.
+as_user() {
+  "$(command -v runuser || echo /usr/sbin/runuser)" -u "$FD_USER" -- env -i HOME="$USER_TMP/home" \
+    PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8 FLOODGATE_BIN_DIR="$USER_BIN" FLOODGATE_PROFILE=debug \
+    FLOODGATE_PG_PORT="$FLOODGATE_PG_PORT" FLOODGATE_REDIS_PORT="$FLOODGATE_REDIS_PORT" \
+    FLOODGATE_QUEUE_REDIS_PORT="$FLOODGATE_QUEUE_REDIS_PORT" FLOODGATE_REDIS_CLUSTER_PORTS="$FLOODGATE_REDIS_CLUSTER_PORTS" \
+    FLOODGATE_GATEWAY_ADDR="$FLOODGATE_GATEWAY_ADDR" FLOODGATE_GATEWAY_ADMIN_ADDR="$FLOODGATE_GATEWAY_ADMIN_ADDR" \
+    FLOODGATE_BOOKING_ADDR="$FLOODGATE_BOOKING_ADDR" FLOODGATE_SANDBOX_ADDR="$FLOODGATE_SANDBOX_ADDR" "$@"
+}
+if [ "$(id -u)" != 0 ]; then
+  say "not root: the runs above were already a normal user's (skipping the throwaway user)"
+  exit 0
+fi
+FD_USER="fgfd$$"
+USER_TMP="$(mktemp -d /tmp/fg-frontdoor-user.XXXXXX)"
+useradd --system --no-create-home --home-dir "$USER_TMP/home" --shell /bin/sh "$FD_USER" \
+  || { FD_USER=""; fail "useradd failed"; }
+mkdir -p "$USER_TMP/home"
+git clone -q "$ROOT" "$USER_TMP/floodgate"
+if [ -n "${FRONTDOOR_STACK_REV:-}" ]; then git -C "$USER_TMP/floodgate" checkout -q "$FRONTDOOR_STACK_REV" -- deploy/stack; fi
+USER_BIN="$BIN_DIR"
+if ! runuser -u "$FD_USER" -- test -x "$BIN_DIR/booking"; then
+  # This checkout's target directory is out of that user's reach: give it copies.
+  USER_BIN="$USER_TMP/bin"; mkdir -p "$USER_BIN"
+  cp "$BIN_DIR/booking" "$BIN_DIR/gateway" "$BIN_DIR/sandbox-provider" "$USER_BIN/"
+fi
+chown -R "$FD_USER" "$USER_TMP"
+private_stack_ports
+say "as the normal user $FD_USER (no sudo, PATH without /usr/sbin): deploy/stack up"
+rc=0
+as_user "$USER_TMP/floodgate/deploy/stack" up >"$TMP/up-user.log" 2>&1 || rc=$?
+[ "$rc" = 0 ] || fail "deploy/stack up as a normal user exited $rc"
+[ "$(http_code "http://$FLOODGATE_BOOKING_ADDR/readyz")" = 200 ] || fail "booking not ready after the normal user's up"
+[ "$(http_code "http://$FLOODGATE_GATEWAY_ADDR/e/demo")" = 200 ] || fail "the waiting page is not 200 after the normal user's up"
+POSTMASTER_USER="$(stat -c %U "$USER_TMP/floodgate/.stack/pg/postmaster.pid" 2>/dev/null || true)"
+[ "$POSTMASTER_USER" = "$FD_USER" ] || fail "Postgres does not run as $FD_USER (postmaster.pid owned by '$POSTMASTER_USER')"
+as_user "$USER_TMP/floodgate/deploy/stack" down >"$TMP/down-user.log" 2>&1 || fail "deploy/stack down as a normal user failed"
+for url in "http://$FLOODGATE_BOOKING_ADDR/healthz" "http://$FLOODGATE_GATEWAY_ADMIN_ADDR/healthz"; do
+  [ "$(http_code "$url")" = 000 ] || fail "$url still answers after the normal user's down"
+done
+say "normal user: up (waiting page 200, Postgres as $FD_USER) and down"
