@@ -67,6 +67,13 @@ fn schedule_refused(problems: &[crate::schedule::Problem]) -> Reply {
     )
 }
 
+/// The body of `PUT /admin/events/{event}/sold_out`.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SoldOutBody {
+    sold_out: bool,
+}
+
 pub struct AdminApp {
     pub shared: Arc<Shared>,
     pub store: Store,
@@ -280,16 +287,11 @@ impl AdminApp {
             Ok(a) => a,
             Err(r) => return r,
         };
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct Body {
-            sold_out: bool,
-        }
         let body = match self.body(session).await {
             Ok(b) => b,
             Err(r) => return r,
         };
-        let b: Body = match parse_json(&body) {
+        let b: SoldOutBody = match parse_json(&body) {
             Ok(b) => b,
             Err(r) => return r,
         };

@@ -174,13 +174,16 @@ pub struct DueChange {
 }
 
 /// One audit-log entry.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct AuditEntry {
     /// Stream id: the cursor for the next page.
     pub id: String,
+    #[schema(format = DateTime)]
     pub at: String,
     pub actor: String,
+    #[schema(value_type = crate::openapi::AuditAction)]
     pub action: String,
+    /// The state before (a config, a change record, a registration count…), or null.
     pub before: serde_json::Value,
     pub after: serde_json::Value,
     #[serde(skip_serializing_if = "Option::is_none")]
