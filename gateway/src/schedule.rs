@@ -24,9 +24,9 @@ use pingora_core::server::ShutdownWatch;
 use pingora_core::services::background::BackgroundService;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
-use utoipa::ToSchema;
 use std::sync::Arc;
 use std::time::Duration;
+use utoipa::ToSchema;
 
 /// Most changes pending at once per event.
 pub const MAX_PENDING: usize = 100;

@@ -4,10 +4,12 @@
 //! Each function below documents one route of `routes::admin` (named after its variant)
 //! and is never called: the admin listener dispatches by hand in `admin.rs`.
 
-use super::answers::{AuditPage, Count, Health, Pending, Ready, Revoked, ShownConfig, SoldOut, Uploaded};
+use super::answers::{
+    AuditPage, Count, Health, Pending, Ready, Revoked, ShownConfig, SoldOut, Uploaded,
+};
 use super::refusals::{
     BadRequest, Conflict, MethodNotAllowed, NotFound, PayloadTooLarge, Unauthorized, Unavailable,
-    UnsupportedMediaType, Unprocessable,
+    Unprocessable, UnsupportedMediaType,
 };
 use super::{AdminScheme, ErrorDoc, VERSION};
 use crate::admin::SoldOutBody;
@@ -47,7 +49,12 @@ pub struct ChangePath {
 #[into_params(parameter_in = Header)]
 pub struct Actor {
     /// 1 to 200 visible characters (`400 ACTOR_REQUIRED` when missing or unusable).
-    #[param(rename = "X-Floodgate-Actor", min_length = 1, max_length = 200, pattern = "^[ -~]*[!-~][ -~]*$")]
+    #[param(
+        rename = "X-Floodgate-Actor",
+        min_length = 1,
+        max_length = 200,
+        pattern = "^[ -~]*[!-~][ -~]*$"
+    )]
     pub actor: String,
 }
 
@@ -57,7 +64,12 @@ pub struct Actor {
 pub struct OptionalActor {
     /// 1 to 200 visible characters (`400 ACTOR_REQUIRED` when present but unusable);
     /// `unnamed` when absent.
-    #[param(rename = "X-Floodgate-Actor", min_length = 1, max_length = 200, pattern = "^[ -~]*[!-~][ -~]*$")]
+    #[param(
+        rename = "X-Floodgate-Actor",
+        min_length = 1,
+        max_length = 200,
+        pattern = "^[ -~]*[!-~][ -~]*$"
+    )]
     pub actor: Option<String>,
 }
 
@@ -365,7 +377,9 @@ impl utoipa::PartialSchema for AccountList {
             .pattern(Some(
                 "^([A-Za-z0-9._@-]{1,128}\\r?\\n|\\r?\\n)*([A-Za-z0-9._@-]{1,128}\\r?)?$",
             ))
-            .description(Some("Account ids, one per line (blank lines and `\\r` ignored)"))
+            .description(Some(
+                "Account ids, one per line (blank lines and `\\r` ignored)",
+            ))
             .into()
     }
 }

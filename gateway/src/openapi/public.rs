@@ -5,10 +5,10 @@
 //! Each function below documents one route of `routes::public` (named after its variant)
 //! and is never called: the gateway dispatches by hand in `proxy.rs`.
 
-use super::answers::{Challenge, DevLogin, Draw, Health, ReceiptCheck, Registered, Ready, Waiting};
+use super::answers::{Challenge, DevLogin, Draw, Health, Ready, ReceiptCheck, Registered, Waiting};
 use super::refusals::{
-    BadRequest, Conflict, Forbidden, NotFound, PayloadTooLarge,
-    TooManyRequests, Unauthorized, Unavailable, UnsupportedMediaType, Unprocessable,
+    BadRequest, Conflict, Forbidden, NotFound, PayloadTooLarge, TooManyRequests, Unauthorized,
+    Unavailable, Unprocessable, UnsupportedMediaType,
 };
 use super::{ErrorDoc, IdentityScheme, VERSION};
 use crate::queue::{DevLoginBody, JoinBody, ReceiptBody};
@@ -47,7 +47,7 @@ pub struct PlaceHeader {
     servers((url = "http://127.0.0.1:8080", description = "the local stack")),
     paths(healthz, readyz, openapi_json, dev_login, join, register, status, draw, receipt, challenge),
     components(
-        schemas(ErrorDoc),
+        schemas(ErrorDoc, JoinBody),
         responses(
             BadRequest, Unauthorized, Forbidden, NotFound, Conflict,
             PayloadTooLarge, UnsupportedMediaType, Unprocessable, TooManyRequests, Unavailable
@@ -97,11 +97,14 @@ pub fn dev_login() {}
 /// Join the waiting room (the same place again on a repeat)
 ///
 /// The body is read only when the event asks for a proof of work (`pow_difficulty` above
-/// 0; `GET /queue/{event}/challenge`). A join from an account not on a registered room's
-/// list is `403 NOT_REGISTERED`.
+/// 0; `GET /queue/{event}/challenge`): then it is a `JoinBody` (`{"pow": {"challenge",
+/// "solution"}}`; `403 POW_REQUIRED` without one, `400`/`415` for another body); otherwise
+/// it is ignored, unparsed (the join is the waiting room's hottest path), so the schema
+/// below allows any body. A join from an account not on a registered room's list is
+/// `403 NOT_REGISTERED`.
 #[utoipa::path(post, path = "/queue/{event}/join", tag = "waiting room",
     params(EventPath),
-    request_body(content = Option<JoinBody>, description = "A proof-of-work solution, when the event asks for one"),
+    request_body(content = Option<serde_json::Value>, description = "A `JoinBody` when the event asks for a proof of work; ignored otherwise"),
     responses(
         (status = 201, description = "A new place", body = Waiting),
         (status = 200, description = "The same place again", body = Waiting),
