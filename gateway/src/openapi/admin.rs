@@ -81,7 +81,7 @@ pub struct AuditQuery {
     #[param(minimum = 1, maximum = 500)]
     pub limit: Option<u32>,
     /// `next_before` of the previous page.
-    #[param(pattern = "^[0-9]{1,20}-[0-9]{1,20}$")]
+    #[param(pattern = "^[0-9]{1,19}-[0-9]{1,19}$")]
     pub before: Option<String>,
 }
 
