@@ -66,11 +66,12 @@ pub struct OptionalActor {
     /// `unnamed` when absent.
     #[param(
         rename = "X-Floodgate-Actor",
+        required = false,
         min_length = 1,
         max_length = 200,
         pattern = "^[ -~]*[!-~][ -~]*$"
     )]
-    pub actor: Option<String>,
+    pub actor: String,
 }
 
 /// `?limit=&before=` (`admin/audit.rs`; any other parameter is `422`).

@@ -120,6 +120,7 @@ pub struct Registered {
     #[schema(value_type = bool)]
     pub registered: bool,
     /// Fans may register until then (Redis time).
+    #[schema(required = true)]
     pub registration_closes: Option<DateTime<Utc>>,
     pub join_url: String,
 }
@@ -134,6 +135,7 @@ pub struct Draw {
     pub seed_hash: String,
     pub revealed: bool,
     /// The seed (hex) once the sale has started, else null.
+    #[schema(required = true)]
     pub seed: Option<String>,
     /// How `seed_hash` is computed.
     pub hash: String,
@@ -141,6 +143,7 @@ pub struct Draw {
     pub score: String,
     pub access: Access,
     /// Registered rooms: how a registered account's first join is scored; null otherwise.
+    #[schema(required = true)]
     pub registered: Option<String>,
 }
 
@@ -175,6 +178,7 @@ pub struct DevLogin {
 pub struct ShownConfig {
     pub event: String,
     /// The config in force; null for an event that has only a sold-out flag or revocations.
+    #[schema(required = true)]
     pub config: Option<EventConfig>,
     /// Bumped by every config write.
     pub version: i64,
@@ -186,8 +190,10 @@ pub struct ShownConfig {
     /// Pending scheduled changes, by time.
     pub schedule: Vec<Change>,
     /// Safety-net rooms: `pass` or `queueing`, as last decided; null otherwise.
+    #[schema(required = true)]
     pub safety_net_state: Option<SafetyNetState>,
     /// When a pending change opens the sale, if one does.
+    #[schema(required = true)]
     pub opens_at: Option<DateTime<Utc>>,
 }
 
@@ -211,6 +217,7 @@ pub struct AuditPage {
     pub event: String,
     pub entries: Vec<AuditEntry>,
     /// Pass as `before` for the next page; null on the last one.
+    #[schema(required = true)]
     pub next_before: Option<String>,
 }
 

@@ -32,8 +32,8 @@ pub struct EventPath {
 pub struct PlaceHeader {
     /// The place receipt (or the `fg_place` cookie): with it a waiting fan is answered from
     /// gateway memory.
-    #[param(rename = "X-Floodgate-Place")]
-    pub place: Option<String>,
+    #[param(rename = "X-Floodgate-Place", required = false)]
+    pub place: String,
 }
 
 #[derive(OpenApi)]
