@@ -67,6 +67,19 @@ fn schedule_refused(problems: &[crate::schedule::Problem]) -> Reply {
     )
 }
 
+/// The body of `PUT /admin/events/{event}/sold_out`.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SoldOutBody {
+    sold_out: bool,
+}
+
+/// `405` with the `Allow` header RFC 9110 asks for.
+fn method_not_allowed(path: &str) -> Reply {
+    Reply::error(405, codes::METHOD_NOT_ALLOWED, "method not allowed")
+        .header("allow", routes::admin_allow(path))
+}
+
 pub struct AdminApp {
     pub shared: Arc<Shared>,
     pub store: Store,
@@ -280,16 +293,11 @@ impl AdminApp {
             Ok(a) => a,
             Err(r) => return r,
         };
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct Body {
-            sold_out: bool,
-        }
         let body = match self.body(session).await {
             Ok(b) => b,
             Err(r) => return r,
         };
-        let b: Body = match parse_json(&body) {
+        let b: SoldOutBody = match parse_json(&body) {
             Ok(b) => b,
             Err(r) => return r,
         };
@@ -326,6 +334,10 @@ impl ProxyHttp for AdminApp {
                 AdminRoute::NotFound => {
                     Action::Reply(Reply::error(404, codes::NOT_FOUND, "not found"))
                 }
+                // The paths answered without the secret refuse other methods without it too.
+                AdminRoute::MethodNotAllowed if !req.uri.path().starts_with("/admin/") => {
+                    Action::Reply(method_not_allowed(req.uri.path()))
+                }
                 _ if !self.authorized(session) => Action::Reply(
                     Reply::error(401, codes::UNAUTHORIZED, "admin bearer secret required")
                         .header("www-authenticate", "Bearer"),
@@ -333,11 +345,7 @@ impl ProxyHttp for AdminApp {
                 AdminRoute::UnknownEvent => {
                     Action::Reply(Reply::error(404, codes::UNKNOWN_EVENT, "invalid event id"))
                 }
-                AdminRoute::MethodNotAllowed => Action::Reply(Reply::error(
-                    405,
-                    codes::METHOD_NOT_ALLOWED,
-                    "method not allowed",
-                )),
+                AdminRoute::MethodNotAllowed => Action::Reply(method_not_allowed(req.uri.path())),
                 AdminRoute::GetConfig(e) => Action::GetConfig(e.to_owned()),
                 AdminRoute::PutConfig(e) => Action::PutConfig(e.to_owned()),
                 AdminRoute::Revoke(e) => Action::Revoke(e.to_owned()),

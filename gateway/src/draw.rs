@@ -41,7 +41,7 @@ pub fn seed_hash(seed: &[u8]) -> String {
 }
 
 /// What a receipt proves: this account held this place in this event's queue.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ReceiptClaims {
     pub evt: String,
     pub sub: String,

@@ -6,9 +6,10 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 /// Admission mode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// Normal: admit from the queue at the configured (or measured) rate.
@@ -50,7 +51,7 @@ impl Mode {
 
 /// Who may join: anyone, or only accounts on the event's registration list
 /// (`registration.rs`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Access {
     #[default]
@@ -68,24 +69,31 @@ impl Access {
 }
 
 /// Auto mode: the admit rate follows the measured upstream health between these bounds.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AutoBounds {
+    /// The lowest admit rate (per minute).
+    #[schema(minimum = 1, maximum = 1_000_000)]
     pub floor: i64,
+    /// The highest admit rate (per minute); at least `floor`.
+    #[schema(minimum = 1, maximum = 1_000_000)]
     pub ceiling: i64,
     /// Upstream p99 latency above this lowers the rate.
     #[serde(default = "default_target_p99_ms")]
+    #[schema(minimum = 1, maximum = 60_000, default = 800)]
     pub target_p99_ms: i64,
     /// Share of 5xx/429 responses above this lowers the rate.
     #[serde(default = "default_max_error_ratio")]
+    #[schema(minimum = 0.0, maximum = 1.0, default = 0.02)]
     pub max_error_ratio: f64,
 }
 
 /// Safety-net thresholds (`mode: "safety_net"`); `max_active` is the room's own cap.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SafetyNet {
     /// New arrivals in the last minute (counted in 10-second buckets) above this queue.
+    #[schema(minimum = 1, maximum = 1_000_000)]
     pub arrivals_per_minute: i64,
 }
 
@@ -99,28 +107,46 @@ fn default_max_error_ratio() -> f64 {
 
 /// The request body of a config PUT. Numbers are signed so a negative value is reported as
 /// a validation problem (`422`) with the field name rather than a parse error.
-#[derive(Debug, Clone, Deserialize)]
+///
+/// The schema carries the per-field ranges of [`EventConfigInput::validate`]; the rules that
+/// tie fields together (`max_session_s` at least `token_ttl_s`, `auto.ceiling` at least
+/// `auto.floor`, `registration_closes` not after `sale_start`) and the schedule's rules are
+/// `422 VALIDATION_FAILED` with the field named.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EventConfigInput {
+    /// When the sale starts (a date in 2000..=2099).
     pub sale_start: DateTime<Utc>,
+    #[schema(minimum = 1, maximum = 1_000_000)]
     pub admit_per_minute: i64,
     #[serde(default = "default_mode")]
+    #[schema(default = "queue")]
     pub mode: Mode,
     /// Cap on concurrently admitted fans (unclaimed + active); 0 = no cap.
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 10_000_000, default = 0)]
     pub max_active: i64,
+    /// An admission token's lifetime (the gateway's default when absent).
+    #[schema(minimum = 30, maximum = 86_400)]
     pub token_ttl_s: Option<i64>,
     /// Longest an admission can be kept alive by checkout refreshes, counted from the
     /// admission (default 1800, at least `token_ttl_s`).
+    #[schema(minimum = 30, maximum = 86_400)]
     pub max_session_s: Option<i64>,
     #[serde(default)]
     pub auto: Option<AutoBounds>,
+    /// How long an admitted fan has to claim the admission (the gateway's default when
+    /// absent).
+    #[schema(minimum = 10, maximum = 3600)]
     pub claim_deadline_s: Option<i64>,
+    /// Leading zero bits a join's proof of work needs (0: none).
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 24, default = 0)]
     pub pow_difficulty: i64,
     #[serde(default)]
     pub access: Access,
-    /// Registered rooms: fans may register until then (required with `registered`).
+    /// Registered rooms: fans may register until then (required with `registered`, refused
+    /// with `open`; not after `sale_start`).
     #[serde(default)]
     pub registration_closes: Option<DateTime<Utc>>,
     /// Required with `mode: "safety_net"` (and allowed, unused, otherwise).
@@ -129,10 +155,13 @@ pub struct EventConfigInput {
     /// Scheduled changes: when present the pending list becomes exactly these (see
     /// `schedule.rs`); when absent the pending list is kept.
     #[serde(default)]
+    #[schema(max_items = 100)]
     pub schedule: Option<Vec<crate::schedule::ChangeInput>>,
     /// Sub-queues the event's queue is split over (each its own hash tag, so one event's
-    /// joins spread over several Redis Cluster masters). Fixed when the room is created.
+    /// joins spread over several Redis Cluster masters). Fixed when the room is created
+    /// (`409 QUEUE_SHARDS_FIXED` for another count); every mode and access works split.
     #[serde(default = "default_queue_shards_input")]
+    #[schema(minimum = 1, maximum = 16, default = 1)]
     pub queue_shards: i64,
 }
 
@@ -160,7 +189,7 @@ fn default_mode() -> Mode {
 }
 
 /// A validated config, as stored in Redis and served by `GET`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct EventConfig {
     pub sale_start: DateTime<Utc>,
     pub admit_per_minute: u64,
@@ -194,7 +223,7 @@ pub const MAX_POW_DIFFICULTY: i64 = 24;
 pub const MAX_QUEUE_SHARDS: i64 = 16;
 
 /// One validation problem: which field and why.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 pub struct FieldError {
     pub field: &'static str,
     pub problem: String,

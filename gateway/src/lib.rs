@@ -26,6 +26,7 @@ pub mod idcache;
 pub mod limits;
 pub mod live;
 pub mod metrics;
+pub mod openapi;
 pub mod pages;
 pub mod pow;
 pub mod progress;

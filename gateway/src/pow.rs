@@ -15,7 +15,7 @@ use serde::Deserialize;
 
 pub const CHALLENGE_TTL_S: i64 = 120;
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Solution {
     pub challenge: String,

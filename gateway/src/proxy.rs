@@ -241,11 +241,10 @@ impl ProxyHttp for PublicProxy {
                     codes::UNKNOWN_EVENT,
                     "no waiting room for this event",
                 )),
-                Route::MethodNotAllowed => Action::Reply(Reply::error(
-                    405,
-                    codes::METHOD_NOT_ALLOWED,
-                    "method not allowed",
-                )),
+                Route::MethodNotAllowed => Action::Reply(
+                    Reply::error(405, codes::METHOD_NOT_ALLOWED, "method not allowed")
+                        .header("allow", routes::public_allow(req.uri.path())),
+                ),
                 Route::BadPath => {
                     Action::Reply(Reply::error(400, codes::INVALID_REQUEST, "malformed path"))
                 }

@@ -25,7 +25,7 @@ mod notes;
 mod side;
 use cadence::Waiting;
 pub use cadence::{MAX_POLL_MS, MIN_POLL_MS, expected_wait_ms, poll_after_ms, poll_cap_ms};
-pub use side::{challenge, dev_login, draw, receipt};
+pub use side::{DevLoginBody, ReceiptBody, challenge, dev_login, draw, receipt};
 
 /// Seconds a fan is told to wait before retrying while Redis is unavailable.
 const REDIS_RETRY_AFTER_S: u64 = 5;
@@ -142,9 +142,10 @@ pub(crate) fn rfc3339_ms(ms: i64) -> String {
         .unwrap_or_default()
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// The join body: a proof-of-work solution when the event asks for one (else ignored).
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct JoinBody {
+pub struct JoinBody {
     pow: Option<crate::pow::Solution>,
 }
 

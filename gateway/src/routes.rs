@@ -177,6 +177,43 @@ fn is_clean(path: &str) -> bool {
         && path.split('/').skip(1).all(|seg| seg != "." && seg != "..")
 }
 
+/// The methods `path` answers on the public listener, for the `Allow` header of a `405`
+/// (built only then: a `405` is rare and off the hot path).
+pub fn public_allow(path: &str) -> String {
+    allow(|m| {
+        !matches!(
+            public(m, path),
+            Route::MethodNotAllowed | Route::NotFound | Route::UnknownEvent | Route::BadPath
+        )
+    })
+}
+
+/// The methods `path` answers on the admin listener, for the `Allow` header of a `405`.
+pub fn admin_allow(path: &str) -> String {
+    allow(|m| {
+        !matches!(
+            admin(m, path),
+            AdminRoute::MethodNotAllowed | AdminRoute::NotFound | AdminRoute::UnknownEvent
+        )
+    })
+}
+
+fn allow(answers: impl Fn(&Method) -> bool) -> String {
+    [
+        Method::GET,
+        Method::HEAD,
+        Method::POST,
+        Method::PUT,
+        Method::PATCH,
+        Method::DELETE,
+    ]
+    .iter()
+    .filter(|m| answers(m))
+    .map(Method::as_str)
+    .collect::<Vec<_>>()
+    .join(", ")
+}
+
 /// Routes of the admin listener.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AdminRoute<'a> {
@@ -207,13 +244,15 @@ pub enum AdminRoute<'a> {
 }
 
 pub fn admin<'a>(method: &Method, path: &'a str) -> AdminRoute<'a> {
+    let get = method == Method::GET || method == Method::HEAD;
     match path {
+        "/healthz" | "/readyz" | "/metrics" | "/openapi.json" if !get => {
+            return AdminRoute::MethodNotAllowed;
+        }
         "/healthz" => return AdminRoute::Healthz,
         "/readyz" => return AdminRoute::Readyz,
         "/metrics" => return AdminRoute::Metrics,
-        "/openapi.json" if method == Method::GET || method == Method::HEAD => {
-            return AdminRoute::OpenApi;
-        }
+        "/openapi.json" => return AdminRoute::OpenApi,
         _ => {}
     }
     let Some(rest) = path.strip_prefix("/admin/events/") else {
@@ -319,6 +358,25 @@ mod tests {
         assert_eq!(public(&g, "/opsx.js"), Route::Page("/opsx.js"));
         assert_eq!(public(&p, "/queue/demo/register"), Route::Register("demo"));
         assert_eq!(public(&g, "/queue/demo/register"), Route::MethodNotAllowed);
+    }
+
+    #[test]
+    fn a_405_names_the_methods_the_path_answers() {
+        assert_eq!(public_allow("/queue/demo/join"), "POST");
+        assert_eq!(public_allow("/queue/demo/status"), "GET, HEAD");
+        assert_eq!(public_allow("/healthz"), "GET, HEAD");
+        assert_eq!(admin_allow("/admin/events/demo/config"), "GET, PUT");
+        assert_eq!(
+            admin_allow("/admin/events/demo/schedule/c1"),
+            "GET, PUT, DELETE"
+        );
+        assert_eq!(admin_allow("/admin/events/demo/schedule"), "GET, POST");
+        assert_eq!(admin_allow("/openapi.json"), "GET, HEAD");
+        assert_eq!(
+            admin(&Method::POST, "/healthz"),
+            AdminRoute::MethodNotAllowed
+        );
+        assert_eq!(admin(&Method::HEAD, "/healthz"), AdminRoute::Healthz);
     }
 
     #[test]

@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::time::Duration;
+use utoipa::ToSchema;
 
 /// Most changes pending at once per event.
 pub const MAX_PENDING: usize = 100;
@@ -33,15 +34,19 @@ pub const MAX_PENDING: usize = 100;
 pub const MAX_AHEAD_DAYS: i64 = 366;
 
 /// A change as ops send it.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ChangeInput {
+    /// When it applies (Redis time): in the future, at most 366 days ahead.
     pub at: DateTime<Utc>,
+    /// A partial room config laid over the config in force then (top-level fields replace;
+    /// `null` clears an optional one); the merge must validate like a config PUT.
+    #[schema(schema_with = crate::openapi::nonempty_object)]
     pub set: Map<String, Value>,
 }
 
 /// Where a change is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ChangeStatus {
     Pending,
@@ -52,10 +57,11 @@ pub enum ChangeStatus {
 }
 
 /// A stored change (`fg:{event}:sched`, JSON).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Change {
     pub id: String,
     pub at: DateTime<Utc>,
+    #[schema(value_type = Object)]
     pub set: Map<String, Value>,
     pub status: ChangeStatus,
     pub scheduled_by: String,
@@ -96,7 +102,7 @@ impl Change {
 }
 
 /// One reason a change cannot be stored or applied.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Problem {
     /// The change's id (`new` for one not stored yet).
     pub change: String,

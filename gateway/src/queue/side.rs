@@ -56,9 +56,9 @@ async fn draw_from_redis(
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct ReceiptBody {
+pub struct ReceiptBody {
     receipt: String,
 }
 
@@ -96,9 +96,10 @@ pub async fn challenge(shared: &Shared, store: &Store, session: &Session, event:
     )
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct DevLoginBody {
+pub struct DevLoginBody {
+    #[schema(min_length = 1, max_length = 128, pattern = "^[A-Za-z0-9._@-]+$")]
     account: String,
 }
 

@@ -174,13 +174,16 @@ pub struct DueChange {
 }
 
 /// One audit-log entry.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct AuditEntry {
     /// Stream id: the cursor for the next page.
     pub id: String,
+    #[schema(format = DateTime)]
     pub at: String,
     pub actor: String,
+    #[schema(value_type = crate::openapi::AuditAction, inline)]
     pub action: String,
+    /// The state before (a config, a change record, a registration count…), or null.
     pub before: serde_json::Value,
     pub after: serde_json::Value,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -424,6 +427,10 @@ impl Store {
         before: Option<&str>,
         limit: usize,
     ) -> Result<Vec<AuditEntry>, StoreError> {
+        // Nothing is older than `0-0`, and Redis refuses the exclusive bound `(0-0`.
+        if before.is_some_and(|b| b.bytes().all(|c| c == b'0' || c == b'-')) {
+            return Ok(Vec::new());
+        }
         let key = self.key(event, "cfglog");
         let start = before.map_or_else(|| "+".to_owned(), |b| format!("({b}"));
         let reply: redis::streams::StreamRangeReply = self

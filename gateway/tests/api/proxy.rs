@@ -356,6 +356,22 @@ async fn malformed_input_gets_a_clear_4xx() {
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(
+        r.headers().get("allow").and_then(|v| v.to_str().ok()),
+        Some("POST"),
+        "a 405 names the allowed methods (RFC 9110)"
+    );
+    let r = app
+        .http
+        .post(app.admin_url("/healthz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(
+        r.headers().get("allow").and_then(|v| v.to_str().ok()),
+        Some("GET, HEAD")
+    );
     // Garbage dev login.
     let r = app
         .http
