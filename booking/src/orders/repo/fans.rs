@@ -12,6 +12,7 @@
 //! 3. The expiry's own transition ([`end_orders_tx`], `OrderEnd::Cancelled`): one conditional
 //!    `UPDATE ... WHERE status = 'PENDING_PAYMENT'` that returns the stock or the hold.
 
+use utoipa::ToSchema;
 use super::{During, OrderError};
 use crate::orders::cursor::OrderCursor;
 use crate::orders::model::{OrderEnd, OrderSource, OrderStatus};
@@ -21,13 +22,14 @@ use serde::Serialize;
 use sqlx::PgConnection;
 
 /// One line of a fan's order list (the items are in `GET /api/orders/{id}`).
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, ToSchema)]
 pub struct OrderSummary {
     pub id: String,
     pub status: OrderStatus,
     pub source: OrderSource,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub event_id: Option<String>,
+    /// integer minor units
     pub total: i64,
     pub currency: String,
     pub created_at: DateTime<Utc>,

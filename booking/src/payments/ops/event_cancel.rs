@@ -15,6 +15,7 @@ use crate::platform::redis::Redis;
 use async_trait::async_trait;
 use futures::StreamExt;
 use serde::Serialize;
+use utoipa::ToSchema;
 use serde_json::json;
 use sqlx::PgConnection;
 use std::time::Duration;
@@ -234,7 +235,8 @@ async fn reconcile_skus(pool: &sqlx::PgPool, redis: &Redis, skus: Vec<String>) {
 }
 
 /// `GET /admin/events/{event}/cancellation`.
-#[derive(Debug, Serialize, sqlx::FromRow)]
+#[derive(Debug, Serialize, sqlx::FromRow, ToSchema)]
+#[schema(as = CancellationProgress)]
 pub struct Progress {
     pub event: String,
     pub cancelled: bool,
