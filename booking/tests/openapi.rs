@@ -131,8 +131,14 @@ fn every_route_outside_the_document_is_a_non_json_one() {
         .iter()
         .filter(|(p, _)| NOT_JSON.contains(&p.as_str()))
         .collect();
-    assert!(stale.is_empty(), "non-JSON routes in the document: {stale:?}");
-    assert!(doc.len() > 40, "the document names too few operations: {doc:?}");
+    assert!(
+        stale.is_empty(),
+        "non-JSON routes in the document: {stale:?}"
+    );
+    assert!(
+        doc.len() > 40,
+        "the document names too few operations: {doc:?}"
+    );
 }
 
 /// Every `$ref` points at a component that exists, and every operation says what it answers.

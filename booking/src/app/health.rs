@@ -1,8 +1,8 @@
 //! `/healthz` (the process is alive), `/readyz` (Postgres reachable; Redis reported) and
 //! `/metrics` (Prometheus text format), `/openapi.json` (the API's OpenAPI 3.1 document).
 
-use crate::platform::openapi::tags;
 use crate::app::state::AppState;
+use crate::platform::openapi::tags;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;

@@ -4,13 +4,13 @@
 
 use super::bids::{self, BidOutcome, PlaceBid, SELLER_CANNOT_BID};
 use super::error::AuctionError;
+use super::model::AuctionStatus;
 use super::model::{self, CreateAuction};
 use super::{AuctionsState, live};
 use crate::platform::auth::Admitted;
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::idempotency::{self, Begin, Fingerprint, IdempotencyKey};
 use crate::platform::json::ApiJson;
-use super::model::AuctionStatus;
 use crate::platform::openapi::{self as doc, tags};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, Method, StatusCode};
@@ -34,7 +34,10 @@ pub fn router() -> OpenApiRouter<AuctionsState> {
 
 /// An auction as a fan sees it (`Row::view_for`, built with `json!`).
 #[derive(ToSchema)]
-#[expect(dead_code, reason = "a schema only: the answer's shape in the document")]
+#[expect(
+    dead_code,
+    reason = "a schema only: the answer's shape in the document"
+)]
 struct Auction {
     id: String,
     #[schema(required = false)]
@@ -76,7 +79,10 @@ struct Auction {
 
 /// An accepted bid (`AcceptedBid::body`, built with `json!`).
 #[derive(ToSchema)]
-#[expect(dead_code, reason = "a schema only: the answer's shape in the document")]
+#[expect(
+    dead_code,
+    reason = "a schema only: the answer's shape in the document"
+)]
 struct Bid {
     bid_id: String,
     auction_id: String,

@@ -22,8 +22,8 @@ use crate::platform::auth::Admin;
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::idempotency::IdempotencyKey;
 use crate::platform::json::ApiJson;
-use anyhow::Context;
 use crate::platform::openapi::{self as doc, tags};
+use anyhow::Context;
 use axum::extract::{OriginalUri, Path, State};
 use axum::http::{Method, StatusCode};
 use axum::response::Response;
@@ -181,7 +181,10 @@ fn validate(req: &HoldbackRequest) -> ApiResult<()> {
 /// `active` until released (`released`).
 #[derive(ToSchema)]
 #[schema(rename_all = "snake_case")]
-#[expect(dead_code, reason = "a schema only: the values of `ga_holdbacks.status`")]
+#[expect(
+    dead_code,
+    reason = "a schema only: the values of `ga_holdbacks.status`"
+)]
 enum HoldbackStatus {
     Active,
     Released,

@@ -26,8 +26,8 @@ use crate::platform::audit::{self, Operator};
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::idempotency::{self, Begin, Fingerprint, IdempotencyKey, OPS_ACCOUNT};
 use crate::platform::json::ApiJson;
-use anyhow::Context;
 use crate::platform::openapi::{self as doc, tags};
+use anyhow::Context;
 use axum::extract::{OriginalUri, Path, State};
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -94,7 +94,10 @@ pub struct ReleaseRequest {
 /// A seat id in a kill or release: 1..=64 characters (unknown ones are named in the `409`).
 #[derive(ToSchema)]
 #[schema(value_type = String, min_length = 1, max_length = 64)]
-#[expect(dead_code, reason = "a schema only: the seat id's bounds in the document")]
+#[expect(
+    dead_code,
+    reason = "a schema only: the seat id's bounds in the document"
+)]
 struct KillSeatId(String);
 
 #[derive(Debug, Serialize, ToSchema)]

@@ -42,14 +42,20 @@ pub fn router() -> OpenApiRouter<InventoryState> {
 
 /// The bodies as the document describes them (the handlers serve pre-encoded bytes).
 #[derive(ToSchema)]
-#[expect(dead_code, reason = "schemas only: the shape of the pre-encoded answers")]
+#[expect(
+    dead_code,
+    reason = "schemas only: the shape of the pre-encoded answers"
+)]
 struct SeatMapBody {
     event: String,
     seats: Vec<serde_json::Map<String, serde_json::Value>>,
 }
 
 #[derive(ToSchema)]
-#[expect(dead_code, reason = "schemas only: the shape of the pre-encoded answers")]
+#[expect(
+    dead_code,
+    reason = "schemas only: the shape of the pre-encoded answers"
+)]
 struct SeatLayoutBody {
     event: String,
     id: String,
@@ -61,7 +67,10 @@ struct SeatLayoutBody {
 }
 
 #[derive(ToSchema)]
-#[expect(dead_code, reason = "schemas only: the shape of the pre-encoded answers")]
+#[expect(
+    dead_code,
+    reason = "schemas only: the shape of the pre-encoded answers"
+)]
 struct SeatAvailabilityBody {
     event: String,
     layout: String,
@@ -71,7 +80,10 @@ struct SeatAvailabilityBody {
 }
 
 #[derive(ToSchema)]
-#[expect(dead_code, reason = "schemas only: the shape of the pre-encoded answers")]
+#[expect(
+    dead_code,
+    reason = "schemas only: the shape of the pre-encoded answers"
+)]
 enum AvailabilityEncoding {
     #[schema(rename = "2bit-base64")]
     TwoBitBase64,

@@ -7,6 +7,7 @@ use crate::orders::cursor::page_limit;
 use crate::platform::auth::Admin;
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::json::ApiJson;
+use crate::platform::openapi::{self as doc, tags};
 use anyhow::Context;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
@@ -16,7 +17,6 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sqlx::QueryBuilder;
 use utoipa::{IntoParams, ToSchema};
-use crate::platform::openapi::{self as doc, tags};
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]

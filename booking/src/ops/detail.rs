@@ -11,16 +11,19 @@ use crate::orders::load_order;
 use crate::platform::auth::Admin;
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::json::ApiJson;
+use crate::platform::openapi::{self as doc, tags};
 use anyhow::Context;
 use axum::extract::{Path, State};
 use serde_json::{Value, json};
 use shared::error::codes;
 use utoipa::ToSchema;
-use crate::platform::openapi::{self as doc, tags};
 
 /// One order with everything known about it (built by one statement, `json!` at the end).
 #[derive(ToSchema)]
-#[expect(dead_code, reason = "a schema only: the answer's shape in the document")]
+#[expect(
+    dead_code,
+    reason = "a schema only: the answer's shape in the document"
+)]
 struct OrderDetail {
     #[schema(value_type = Object)]
     order: Value,

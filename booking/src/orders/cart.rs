@@ -38,7 +38,10 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-#[expect(deprecated, reason = "the alias paths stay served (and documented as deprecated)")]
+#[expect(
+    deprecated,
+    reason = "the alias paths stay served (and documented as deprecated)"
+)]
 pub fn router() -> OpenApiRouter<OrdersState> {
     OpenApiRouter::new()
         .routes(routes!(get_event_cart))

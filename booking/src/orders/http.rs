@@ -24,8 +24,8 @@ use crate::platform::db::{self, MaybeRetryable};
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::idempotency::{self, Fingerprint, IdempotencyKey, Replay};
 use crate::platform::json::ApiJson;
-use crate::platform::session_until::SessionUntil;
 use crate::platform::openapi::{self as doc, tags};
+use crate::platform::session_until::SessionUntil;
 use axum::extract::{Path, State};
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -51,7 +51,10 @@ pub fn router() -> OpenApiRouter<OrdersState> {
 /// (optionally with `"source": "hold"`); `OrderRequest::source` refuses anything else.
 #[derive(ToSchema)]
 #[serde(untagged)]
-#[expect(dead_code, reason = "a schema only: the request's one-of in the document")]
+#[expect(
+    dead_code,
+    reason = "a schema only: the request's one-of in the document"
+)]
 enum OrderRequestDoc {
     Cart(FromCart),
     Hold(FromHold),
@@ -87,7 +90,6 @@ enum CartSource {
 enum HoldSource {
     Hold,
 }
-
 
 /// How long this request's gate admissions and done marker live.
 fn record_ttl_s(state: &OrdersState) -> u64 {

@@ -431,7 +431,10 @@ async fn get_product(
 }
 
 #[derive(ToSchema)]
-#[expect(dead_code, reason = "a schema only: the reconcile answer (built with `json!`)")]
+#[expect(
+    dead_code,
+    reason = "a schema only: the reconcile answer (built with `json!`)"
+)]
 struct Reconciled {
     sku: String,
     #[schema(required = false)]

@@ -2,6 +2,7 @@
 //! [`crate::payments::flow`]) and the one mapping of [`PaymentError`] to `ApiError`. The
 //! webhook handler ([`crate::payments::webhooks`]) answers through the same mapping.
 
+use crate::orders::OrderView;
 use crate::payments::error::PaymentError;
 use crate::payments::flow::{self, Paid};
 use crate::payments::model::{
@@ -16,9 +17,8 @@ use crate::platform::db::{self, TxError, is_retryable};
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::idempotency::{self, Begin, Claim, Fingerprint, IdempotencyKey, Replay};
 use crate::platform::json::ApiJson;
-use crate::platform::session_until::SessionUntil;
-use crate::orders::OrderView;
 use crate::platform::openapi::{self as doc, tags};
+use crate::platform::session_until::SessionUntil;
 use axum::extract::{Path, State};
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -40,7 +40,10 @@ pub fn router() -> OpenApiRouter<PaymentsState> {
 /// A paid order: the order as `GET /api/orders/{id}` shows it, with its tickets and its
 /// settled payment (`paid::paid_body_of`).
 #[derive(ToSchema)]
-#[expect(dead_code, reason = "a schema only: the answer's shape in the document")]
+#[expect(
+    dead_code,
+    reason = "a schema only: the answer's shape in the document"
+)]
 struct PaidOrder {
     #[serde(flatten)]
     order: OrderView,

@@ -49,7 +49,10 @@ pub fn router() -> OpenApiRouter<PaymentsState> {
 
 /// The acknowledgement (built with `json!`).
 #[derive(ToSchema)]
-#[expect(dead_code, reason = "a schema only: the answer's shape in the document")]
+#[expect(
+    dead_code,
+    reason = "a schema only: the answer's shape in the document"
+)]
 struct Received {
     received: bool,
     #[schema(required = false)]

@@ -7,8 +7,8 @@ use crate::inventory::model::Invalid;
 use crate::platform::audit::{self, Operator};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use utoipa::ToSchema;
 use sqlx::PgPool;
+use utoipa::ToSchema;
 
 type Result<T> = std::result::Result<T, InventoryError>;
 

@@ -7,11 +7,11 @@ use crate::inventory::model::Invalid;
 use crate::platform::audit::{self, Operator};
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::json::ApiJson;
+use crate::platform::openapi::{self as doc, tags};
 use axum::extract::{Path, State};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use crate::platform::openapi::{self as doc, tags};
 use shared::error::codes;
 use utoipa::ToSchema;
 

@@ -18,8 +18,8 @@ use crate::platform::auth::Admitted;
 use crate::platform::db;
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::json::ApiJson;
-use crate::platform::session_until::SessionUntil;
 use crate::platform::openapi::{self as doc, tags};
+use crate::platform::session_until::SessionUntil;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
@@ -37,7 +37,10 @@ pub fn router() -> OpenApiRouter<InventoryState> {
 /// A seat id: 1..=64 of A-Z a-z 0-9 `-` `_` `.` `:` (`model::is_valid_seat_id`).
 #[derive(ToSchema)]
 #[schema(value_type = String, pattern = "^[A-Za-z0-9_.:-]{1,64}$")]
-#[expect(dead_code, reason = "a schema only: the seat id's form in the document")]
+#[expect(
+    dead_code,
+    reason = "a schema only: the seat id's form in the document"
+)]
 pub struct SeatId(String);
 
 /// [`HoldRequest`] as the document states it: exactly one of `seats` and `best_available`
@@ -45,7 +48,10 @@ pub struct SeatId(String);
 #[derive(ToSchema)]
 #[schema(as = HoldRequest)]
 #[serde(untagged)]
-#[expect(dead_code, reason = "a schema only: the request's one-of in the document")]
+#[expect(
+    dead_code,
+    reason = "a schema only: the request's one-of in the document"
+)]
 enum HoldRequestDoc {
     Seats(ExplicitSeats),
     Best(Best),

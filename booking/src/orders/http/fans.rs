@@ -9,12 +9,12 @@ use crate::orders::{OrderView, OrdersState, flash};
 use crate::platform::auth::Admitted;
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::json::ApiJson;
+use crate::platform::openapi::{self as doc, tags};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use serde::{Deserialize, Serialize};
 use shared::error::codes;
 use utoipa::{IntoParams, ToSchema};
-use crate::platform::openapi::{self as doc, tags};
 
 /// `409`: the order is not `PENDING_PAYMENT` (its `status` is in the body).
 pub const ORDER_NOT_CANCELLABLE: &str = "ORDER_NOT_CANCELLABLE";

@@ -12,7 +12,6 @@
 //! 3. The expiry's own transition ([`end_orders_tx`], `OrderEnd::Cancelled`): one conditional
 //!    `UPDATE ... WHERE status = 'PENDING_PAYMENT'` that returns the stock or the hold.
 
-use utoipa::ToSchema;
 use super::{During, OrderError};
 use crate::orders::cursor::OrderCursor;
 use crate::orders::model::{OrderEnd, OrderSource, OrderStatus};
@@ -20,6 +19,7 @@ use crate::orders::transitions::end_orders_tx;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::PgConnection;
+use utoipa::ToSchema;
 
 /// One line of a fan's order list (the items are in `GET /api/orders/{id}`).
 #[derive(Debug, Clone, Serialize, sqlx::FromRow, ToSchema)]

@@ -15,10 +15,10 @@ use crate::platform::redis::Redis;
 use async_trait::async_trait;
 use futures::StreamExt;
 use serde::Serialize;
-use utoipa::ToSchema;
 use serde_json::json;
 use sqlx::PgConnection;
 use std::time::Duration;
+use utoipa::ToSchema;
 
 /// Rows leased per pass of the job, and refunds run at once.
 const BATCH: i64 = 200;

@@ -40,7 +40,10 @@ pub fn router() -> OpenApiRouter<PaymentsState> {
 
 /// The refund or cancel answer (built with `json!`).
 #[derive(ToSchema)]
-#[expect(dead_code, reason = "a schema only: the answer's shape in the document")]
+#[expect(
+    dead_code,
+    reason = "a schema only: the answer's shape in the document"
+)]
 struct Refunded {
     order_id: String,
     status: crate::orders::OrderStatus,
@@ -53,7 +56,10 @@ struct Refunded {
 /// the whole order; `items` is refused with `422`).
 #[derive(ToSchema)]
 #[serde(deny_unknown_fields)]
-#[expect(dead_code, reason = "a schema only: the request's shape in the document")]
+#[expect(
+    dead_code,
+    reason = "a schema only: the request's shape in the document"
+)]
 struct CancelOrderRequest {
     /// default: the event's `refund_stock`
     stock: Option<StockChoice>,
@@ -63,7 +69,10 @@ struct CancelOrderRequest {
 
 /// The event cancellation's answer (built with `json!`).
 #[derive(ToSchema)]
-#[expect(dead_code, reason = "a schema only: the answer's shape in the document")]
+#[expect(
+    dead_code,
+    reason = "a schema only: the answer's shape in the document"
+)]
 struct EventCancelled {
     cancelled_now: bool,
     refunds_queued_now: i64,
@@ -104,7 +113,10 @@ pub struct RefundRequest {
 /// An order line number.
 #[derive(ToSchema)]
 #[schema(value_type = i32, minimum = 1)]
-#[expect(dead_code, reason = "a schema only: the line number's bounds in the document")]
+#[expect(
+    dead_code,
+    reason = "a schema only: the line number's bounds in the document"
+)]
 struct OrderLine(i32);
 
 #[derive(Debug, Deserialize, Serialize, ToSchema)]

@@ -32,10 +32,10 @@ use crate::platform::audit::{self, Operator};
 use crate::platform::db;
 use crate::platform::redis::Redis;
 use serde::Serialize;
-use utoipa::ToSchema;
 use serde_json::json;
 use sqlx::PgConnection;
 use std::time::Duration;
+use utoipa::ToSchema;
 
 /// How long a worker owns a pending row before another may take it over.
 pub const LEASE_S: i64 = 60;
