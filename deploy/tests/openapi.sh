@@ -103,7 +103,19 @@ done
 say "credentials ready (admin secret, identity token, admission token of demo)"
 
 export FG_ADMIN="$FLOODGATE_ADMIN_TOKEN" FG_IDENTITY="$IDENTITY" FG_ADMISSION="$ADMISSION"
+# The data checks' expected answers for booking. A request the document forbids may also be
+# refused `413` (a list over its maxItems is over the body limit). A request the document
+# allows may still be refused `422` by a rule no JSON Schema states: a reference that does not
+# exist (seats, tiers, events, a cursor not ours), a rule across fields (shards <= capacity,
+# created_from < created_to, distinct lines), an empty cart, or an integer written as a float
+# (`76.0`, an integer to JSON Schema, refused by serde); and `400` for a webhook whose
+# signature does not verify (the document cannot sign). A 413/415, a 5xx or an undocumented
+# status still fails.
 cat >"$TMP/booking.toml" <<'TOML'
+[checks.negative_data_rejection]
+expected-statuses = ["400", "401", "403", "404", "405", "406", "409", "413", "415", "422", "428", "429"]
+[checks.positive_data_acceptance]
+expected-statuses = ["2xx", "3xx", "400", "401", "403", "404", "409", "422", "429"]
 [auth.openapi.admin]
 bearer = "${FG_ADMIN}"
 [auth.openapi.admission]
