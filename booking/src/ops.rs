@@ -19,11 +19,11 @@ pub mod search;
 
 use crate::platform::auth::Auth;
 use crate::platform::error::{ApiError, ApiResult};
-use axum::Router;
 use axum::extract::Query;
 use axum::extract::rejection::QueryRejection;
-use axum::routing::get;
 use sqlx::PgPool;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 /// What the ops handlers use.
 #[derive(Clone)]
@@ -38,11 +38,11 @@ impl axum::extract::FromRef<OpsState> for Auth {
     }
 }
 
-pub fn router() -> Router<OpsState> {
-    Router::new()
-        .route("/admin/orders", get(search::search_orders))
-        .route("/admin/orders/{id}", get(detail::order_detail))
-        .route("/admin/audit", get(audit_log::read_audit))
+pub fn router() -> OpenApiRouter<OpsState> {
+    OpenApiRouter::new()
+        .routes(routes!(search::search_orders))
+        .routes(routes!(detail::order_detail))
+        .routes(routes!(audit_log::read_audit))
 }
 
 /// A query string that does not parse (an unknown parameter, a limit that is no number) is a

@@ -10,6 +10,7 @@ pub mod jobs;
 pub mod json;
 pub mod kept;
 pub mod lanes;
+pub mod openapi;
 pub mod redis;
 pub mod revocation;
 pub mod session_until;

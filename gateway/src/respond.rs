@@ -185,7 +185,8 @@ pub fn is_json(session: &Session) -> bool {
         })
 }
 
-/// The public listener's OpenAPI 3.1 document (built by `deploy/openapi/build.py`).
+/// The public listener's OpenAPI 3.1 document, generated from the gateway's types
+/// (`openapi::public_json`; `gateway/tests/openapi.rs` keeps the committed file equal).
 pub const OPENAPI_PUBLIC: &str = include_str!("../../docs/openapi/gateway.json");
 /// The admin listener's OpenAPI 3.1 document.
 pub const OPENAPI_ADMIN: &str = include_str!("../../docs/openapi/gateway-admin.json");

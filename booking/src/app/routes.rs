@@ -19,13 +19,28 @@ use std::any::Any;
 use std::panic::AssertUnwindSafe;
 use std::time::{Duration, Instant};
 use tracing::Instrument;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
 
 /// Longest request id taken from a caller; a longer one is replaced by a fresh id.
 const MAX_REQUEST_ID: usize = 128;
 
 pub fn router(state: AppState) -> Router {
     let body_limit = state.config.booking.body_limit_bytes;
-    let routes = Router::new()
+    let (routes, doc) = api(&state).split_for_parts();
+    // The document describes exactly what was just mounted (app/openapi.rs).
+    crate::app::health::OPENAPI.get_or_init(|| crate::platform::openapi::render(&doc));
+    routes
+        .fallback(fallback)
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(middleware::from_fn_with_state(state.clone(), edge))
+        .with_state(state)
+}
+
+/// Every domain's routes, each with its own state; the documented ones carry their OpenAPI
+/// operations (`routes!`), so the document and the router come from this one list.
+fn api(state: &AppState) -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(crate::platform::openapi::ApiDoc::openapi())
         .merge(crate::app::health::router())
         .merge(crate::inventory::events::router().with_state(state.inventory.clone()))
         .merge(crate::inventory::seats::router().with_state(state.inventory.clone()))
@@ -43,13 +58,8 @@ pub fn router(state: AppState) -> Router {
         .merge(crate::ops::router().with_state(state.ops.clone()))
         .merge(crate::inventory::kills::router().with_state(state.inventory.clone()))
         // The ops page over that API (static, embedded; booking's listener only).
-        .merge(crate::ops::page::router())
+        .merge(OpenApiRouter::from(crate::ops::page::router()))
         .merge(crate::inventory::holdbacks::router().with_state(state.inventory.clone()))
-        .fallback(fallback);
-    routes
-        .layer(DefaultBodyLimit::max(body_limit))
-        .layer(middleware::from_fn_with_state(state.clone(), edge))
-        .with_state(state)
 }
 
 /// Everything a request passes through on its way in and out, in one middleware (one boxed

@@ -20,14 +20,16 @@ use super::model::{AuctionStatus, BidCheck, BidPath, Meta, Refusal, SNIPING_WIND
 use super::{AuctionsState, hot};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
+use utoipa::ToSchema;
 
 /// Stable code for a seller bidding on their own auction (`403`).
 pub const SELLER_CANNOT_BID: &str = "SELLER_CANNOT_BID";
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PlaceBid {
     /// Minor units. A JSON number outside i64 is refused by the extractor (`422`).
+    #[schema(minimum = 1, maximum = 1_000_000_000_000_000_i64)]
     pub amount: i64,
 }
 

@@ -4,27 +4,114 @@
 
 use super::bids::{self, BidOutcome, PlaceBid, SELLER_CANNOT_BID};
 use super::error::AuctionError;
+use super::model::AuctionStatus;
 use super::model::{self, CreateAuction};
 use super::{AuctionsState, live};
 use crate::platform::auth::Admitted;
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::idempotency::{self, Begin, Fingerprint, IdempotencyKey};
 use crate::platform::json::ApiJson;
-use axum::Router;
+use crate::platform::openapi::{self as doc, tags};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
+use chrono::{DateTime, Utc};
 use shared::error::codes;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 pub use crate::platform::idempotency::HEADER as IDEMPOTENCY_KEY;
 
-pub fn router() -> Router<AuctionsState> {
-    Router::new()
-        .route("/api/auctions", post(create))
-        .route("/api/auctions/{id}", get(show))
-        .route("/api/auctions/{id}/bids", post(place))
+pub fn router() -> OpenApiRouter<AuctionsState> {
+    OpenApiRouter::new()
+        .routes(routes!(create))
+        .routes(routes!(show))
+        .routes(routes!(place))
         .route("/ws/auctions/{id}", get(live::ws::upgrade))
+}
+
+/// An auction as a fan sees it (`Row::view_for`, built with `json!`).
+#[derive(ToSchema)]
+#[expect(
+    dead_code,
+    reason = "a schema only: the answer's shape in the document"
+)]
+struct Auction {
+    id: String,
+    #[schema(required = false)]
+    event: Option<String>,
+    #[schema(required = false)]
+    seller: String,
+    #[schema(required = false)]
+    you_sell: bool,
+    title: String,
+    /// integer minor units
+    #[schema(required = false, minimum = 0)]
+    start_price: i64,
+    /// integer minor units
+    #[schema(required = false, minimum = 0)]
+    min_increment: i64,
+    #[schema(required = false)]
+    current_price: Option<i64>,
+    #[schema(required = false)]
+    min_next_bid: i64,
+    #[schema(required = false)]
+    leader: Option<String>,
+    #[schema(required = false)]
+    you_lead: bool,
+    #[schema(required = false)]
+    bid_count: i64,
+    #[schema(required = false)]
+    hot: bool,
+    status: AuctionStatus,
+    end_time: DateTime<Utc>,
+    #[schema(required = false)]
+    extensions: i64,
+    #[schema(required = false)]
+    max_extensions: i64,
+    #[schema(required = false)]
+    created_at: DateTime<Utc>,
+    #[schema(required = false)]
+    closed_at: Option<DateTime<Utc>>,
+}
+
+/// An accepted bid (`AcceptedBid::body`, built with `json!`).
+#[derive(ToSchema)]
+#[expect(
+    dead_code,
+    reason = "a schema only: the answer's shape in the document"
+)]
+struct Bid {
+    bid_id: String,
+    auction_id: String,
+    #[schema(required = false)]
+    bidder: String,
+    /// integer minor units
+    #[schema(minimum = 0)]
+    amount: i64,
+    status: BidStatus,
+    /// integer minor units
+    #[schema(required = false, minimum = 0)]
+    current_price: i64,
+    #[schema(required = false)]
+    leader: String,
+    #[schema(required = false)]
+    you_lead: bool,
+    #[schema(required = false)]
+    placed_at: DateTime<Utc>,
+    #[schema(required = false)]
+    end_time: DateTime<Utc>,
+    #[schema(required = false)]
+    extended: bool,
+}
+
+#[derive(ToSchema)]
+#[schema(rename_all = "UPPERCASE")]
+#[expect(dead_code, reason = "a schema only")]
+enum BidStatus {
+    Accepted,
 }
 
 impl From<AuctionError> for ApiError {
@@ -97,6 +184,23 @@ fn with_context(e: ApiError, context: String) -> ApiError {
 /// `POST /api/auctions` (Idempotency-Key): the seller is the token's account. The key is
 /// handled by the shared layer ([`crate::platform::idempotency`]): the stored `201` body
 /// commits in the same transaction as the auction row, so a retry replays exactly it.
+#[utoipa::path(post, path = "/api/auctions", tag = tags::AUCTIONS,
+    summary = "Create an auction of the token's event", description = "",
+    params(doc::IdempotencyKey),
+    request_body = CreateAuction,
+    responses(
+        (status = 201, description = "Created", body = Auction),
+        (status = 200, description = "Replayed", body = Auction,
+            headers(("Idempotent-Replayed" = String, description = "a replay of the first answer"))),
+        (status = 400, response = doc::BadRequest),
+        (status = 401, response = doc::Unauthorized),
+        (status = 403, response = doc::Forbidden),
+        (status = 409, response = doc::Conflict),
+        (status = 413, response = doc::TooLarge),
+        (status = 415, response = doc::UnsupportedMediaType),
+        (status = 422, response = doc::Invalid),
+        (status = 503, response = doc::Unavailable),
+    ))]
 async fn create(
     State(state): State<AuctionsState>,
     who: Admitted,
@@ -130,6 +234,16 @@ async fn create(
 }
 
 /// `GET /api/auctions/{id}` (an admission of the auction's event).
+#[utoipa::path(get, path = "/api/auctions/{id}", tag = tags::AUCTIONS,
+    summary = "An auction", description = "",
+    params(doc::IdPath),
+    responses(
+        (status = 200, description = "OK", body = Auction),
+        (status = 401, response = doc::Unauthorized),
+        (status = 403, response = doc::Forbidden),
+        (status = 404, response = doc::NotFound),
+        (status = 503, response = doc::Unavailable),
+    ))]
 async fn show(
     State(state): State<AuctionsState>,
     who: Admitted,
@@ -146,6 +260,24 @@ async fn show(
 }
 
 /// `POST /api/auctions/{id}/bids {"amount": n}` with `Idempotency-Key`.
+#[utoipa::path(post, path = "/api/auctions/{id}/bids", tag = tags::AUCTIONS,
+    summary = "Bid (decided at once; anti-sniping extends the end)", description = "",
+    params(doc::IdPath, doc::IdempotencyKey),
+    request_body = PlaceBid,
+    responses(
+        (status = 201, description = "Accepted", body = Bid),
+        (status = 200, description = "Replayed", body = Bid),
+        (status = 400, response = doc::BadRequest),
+        (status = 401, response = doc::Unauthorized),
+        (status = 403, response = doc::Forbidden),
+        (status = 404, response = doc::NotFound),
+        (status = 409, response = doc::Conflict),
+        (status = 413, response = doc::TooLarge),
+        (status = 415, response = doc::UnsupportedMediaType),
+        (status = 422, response = doc::Invalid),
+        (status = 429, response = doc::RateLimited),
+        (status = 503, response = doc::Unavailable),
+    ))]
 async fn place(
     State(state): State<AuctionsState>,
     who: Admitted,

@@ -11,6 +11,7 @@ use super::error::{AuctionError, LeaderView};
 use super::handles::Handles;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 /// Largest amount (minor units) a price, increment or bid may have: 10^15.
 pub const MAX_MONEY: i64 = 1_000_000_000_000_000;
@@ -20,7 +21,7 @@ pub const SNIPING_WINDOW_S: i64 = 120;
 pub const MAX_EXTENSIONS_LIMIT: i32 = 1000;
 
 /// `auctions.status` (`CHECK (status IN ('OPEN', 'CLOSED'))`): `OPEN -> CLOSED`, once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, sqlx::Type)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, sqlx::Type, ToSchema)]
 #[sqlx(type_name = "text", rename_all = "UPPERCASE")]
 #[serde(rename_all = "UPPERCASE")]
 pub enum AuctionStatus {
@@ -260,18 +261,25 @@ pub struct StreamBid {
 }
 
 /// `POST /api/auctions` body.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateAuction {
     /// The event this auction belongs to; the seller's token must be for it.
     pub event: String,
+    #[schema(min_length = 1, max_length = 200, pattern = "\\S")]
     pub title: String,
+    /// integer minor units
+    #[schema(minimum = 1, maximum = 1_000_000_000_000_000_i64)]
     pub start_price: i64,
+    /// integer minor units
+    #[schema(minimum = 1, maximum = 1_000_000_000_000_000_i64)]
     pub min_increment: i64,
     /// RFC 3339; must be in the future (by the database clock).
+    #[schema(format = DateTime)]
     pub end_time: String,
     #[serde(default)]
     pub hot: bool,
+    #[schema(minimum = 0, maximum = 1000)]
     pub max_extensions: Option<i32>,
 }
 

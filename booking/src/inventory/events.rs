@@ -23,20 +23,30 @@ use crate::platform::audit::AdminCaller;
 use crate::platform::auth::Admin;
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::json::ApiJson;
-use axum::Router;
+use crate::platform::openapi::{self as doc, tags};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::routing::{get, post};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-pub fn router() -> Router<InventoryState> {
-    Router::new()
-        .route("/admin/events", post(create_event))
-        .route(
-            "/admin/events/{event}",
-            get(get_event).patch(update::update_event),
-        )
+pub fn router() -> OpenApiRouter<InventoryState> {
+    OpenApiRouter::new()
+        .routes(routes!(create_event))
+        .routes(routes!(get_event, update::update_event))
 }
 
+/// Create an event with its seat map and GA tiers (all or nothing)
+#[utoipa::path(post, path = "/admin/events", tag = tags::INVENTORY, security(("admin" = [])),
+    request_body = CreateEvent,
+    responses(
+        (status = 201, description = "Created", body = EventCreated),
+        (status = 400, response = doc::BadRequest),
+        (status = 401, response = doc::Unauthorized),
+        (status = 409, response = doc::Conflict),
+        (status = 413, response = doc::TooLarge),
+        (status = 415, response = doc::UnsupportedMediaType),
+        (status = 422, response = doc::Invalid),
+    ))]
 async fn create_event(
     State(state): State<InventoryState>,
     admin: Result<AdminCaller, ApiError>,
@@ -53,6 +63,14 @@ async fn create_event(
     Ok((StatusCode::CREATED, ApiJson(created)))
 }
 
+/// An event's seat and GA counts (one snapshot)
+#[utoipa::path(get, path = "/admin/events/{event}", tag = tags::INVENTORY, security(("admin" = [])),
+    params(doc::EventPath),
+    responses(
+        (status = 200, description = "OK", body = EventCounts),
+        (status = 401, response = doc::Unauthorized),
+        (status = 404, response = doc::NotFound),
+    ))]
 async fn get_event(
     State(state): State<InventoryState>,
     admin: Result<Admin, ApiError>,

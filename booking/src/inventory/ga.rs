@@ -30,27 +30,31 @@ use crate::platform::auth::Admitted;
 use crate::platform::db;
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::json::ApiJson;
+use crate::platform::openapi::{self as doc, tags};
 use crate::platform::session_until::SessionUntil;
-use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::routing::post;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-pub fn router() -> Router<InventoryState> {
-    Router::new().route("/api/events/{event}/ga-holds", post(create_ga_hold))
+pub fn router() -> OpenApiRouter<InventoryState> {
+    OpenApiRouter::new().routes(routes!(create_ga_hold))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GaHoldRequest {
+    #[schema(min_length = 1, max_length = 32)]
     pub tier: String,
     /// Signed so that `-1` is a clear validation error rather than a type error.
+    #[schema(minimum = 1, maximum = 100)]
     pub quantity: i64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct GaHoldResponse {
     pub hold_id: String,
     pub event: String,
@@ -62,6 +66,22 @@ pub struct GaHoldResponse {
     pub total: i64,
 }
 
+/// Hold general-admission units of a tier
+#[utoipa::path(post, path = "/api/events/{event}/ga-holds", tag = tags::INVENTORY,
+    params(doc::EventPath),
+    request_body = GaHoldRequest,
+    responses(
+        (status = 201, description = "Held", body = GaHoldResponse),
+        (status = 400, response = doc::BadRequest),
+        (status = 401, response = doc::Unauthorized),
+        (status = 403, response = doc::Forbidden),
+        (status = 404, response = doc::NotFound),
+        (status = 409, response = doc::Conflict),
+        (status = 413, response = doc::TooLarge),
+        (status = 415, response = doc::UnsupportedMediaType),
+        (status = 422, response = doc::Invalid),
+        (status = 429, response = doc::RateLimited),
+    ))]
 async fn create_ga_hold(
     State(state): State<InventoryState>,
     Path(event): Path<String>,

@@ -22,44 +22,43 @@ use crate::platform::auth::Admin;
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::idempotency::IdempotencyKey;
 use crate::platform::json::ApiJson;
+use crate::platform::openapi::{self as doc, tags};
 use anyhow::Context;
-use axum::Router;
 use axum::extract::{OriginalUri, Path, State};
 use axum::http::{Method, StatusCode};
 use axum::response::Response;
-use axum::routing::post;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use shared::error::codes;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 /// `409`: the hold-back was released already.
 pub const HOLDBACK_RELEASED: &str = "HOLDBACK_RELEASED";
 /// Most units in one hold-back.
 pub const MAX_HOLDBACK_UNITS: i32 = 1_000_000;
 
-pub fn router() -> Router<InventoryState> {
-    Router::new()
-        .route(
-            "/admin/events/{event}/ga-holdbacks",
-            post(hold_back).get(list),
-        )
-        .route(
-            "/admin/events/{event}/ga-holdbacks/{id}/release",
-            post(release),
-        )
+pub fn router() -> OpenApiRouter<InventoryState> {
+    OpenApiRouter::new()
+        .routes(routes!(hold_back, list))
+        .routes(routes!(release))
 }
 
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HoldbackRequest {
+    #[schema(min_length = 1, max_length = 64)]
     tier: String,
+    #[schema(minimum = 1, maximum = 1_000_000)]
     quantity: i32,
     reason: KillReason,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 500)]
     note: Option<String>,
 }
 
-#[derive(Debug, Serialize, sqlx::FromRow)]
+#[derive(Debug, Serialize, sqlx::FromRow, ToSchema)]
 pub struct Holdback {
     id: String,
     event_id: String,
@@ -68,6 +67,7 @@ pub struct Holdback {
     reason: String,
     note: Option<String>,
     actor: String,
+    #[schema(value_type = HoldbackStatus)]
     status: String,
     created_at: DateTime<Utc>,
     released_at: Option<DateTime<Utc>>,
@@ -178,6 +178,34 @@ fn validate(req: &HoldbackRequest) -> ApiResult<()> {
     Ok(())
 }
 
+/// `active` until released (`released`).
+#[derive(ToSchema)]
+#[schema(rename_all = "snake_case")]
+#[expect(
+    dead_code,
+    reason = "a schema only: the values of `ga_holdbacks.status`"
+)]
+enum HoldbackStatus {
+    Active,
+    Released,
+}
+
+/// Take units of a GA tier out of sale (all or nothing; `409 SOLD_OUT` when not enough are on sale)
+#[utoipa::path(post, path = "/admin/events/{event}/ga-holdbacks", tag = tags::OPS,
+    security(("admin" = [])),
+    params(doc::EventPath, doc::ActorHeader, doc::OptionalIdempotencyKey),
+    request_body = HoldbackRequest,
+    responses(
+        (status = 201, description = "Held back", body = Holdback),
+        (status = 200, description = "The first answer replayed", body = Holdback),
+        (status = 400, response = doc::BadRequest),
+        (status = 401, response = doc::Unauthorized),
+        (status = 404, response = doc::NotFound),
+        (status = 409, response = doc::Conflict),
+        (status = 413, response = doc::TooLarge),
+        (status = 415, response = doc::UnsupportedMediaType),
+        (status = 422, response = doc::Invalid),
+    ))]
 async fn hold_back(
     State(state): State<InventoryState>,
     op: Operator,
@@ -248,6 +276,18 @@ async fn hold_back(
     Ok(resp)
 }
 
+/// Put all units of a hold-back back on sale, once (`409 HOLDBACK_RELEASED` after)
+#[utoipa::path(post, path = "/admin/events/{event}/ga-holdbacks/{id}/release", tag = tags::OPS,
+    security(("admin" = [])),
+    params(doc::EventPath, ("id" = String, Path), doc::ActorHeader, doc::OptionalIdempotencyKey),
+    responses(
+        (status = 200, description = "OK", body = Holdback),
+        (status = 400, response = doc::BadRequest),
+        (status = 401, response = doc::Unauthorized),
+        (status = 404, response = doc::NotFound),
+        (status = 409, response = doc::Conflict),
+        (status = 422, response = doc::Invalid),
+    ))]
 async fn release(
     State(state): State<InventoryState>,
     op: Operator,
@@ -304,11 +344,20 @@ async fn release(
     Ok(resp)
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 struct Listed {
     holdbacks: Vec<Holdback>,
 }
 
+/// An event's GA hold-backs, newest first
+#[utoipa::path(get, path = "/admin/events/{event}/ga-holdbacks", tag = tags::OPS,
+    security(("admin" = [])),
+    params(doc::EventPath),
+    responses(
+        (status = 200, description = "OK", body = Listed),
+        (status = 401, response = doc::Unauthorized),
+        (status = 404, response = doc::NotFound),
+    ))]
 async fn list(
     State(state): State<InventoryState>,
     _admin: Admin,

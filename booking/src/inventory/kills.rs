@@ -26,14 +26,16 @@ use crate::platform::audit::{self, Operator};
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::idempotency::{self, Begin, Fingerprint, IdempotencyKey, OPS_ACCOUNT};
 use crate::platform::json::ApiJson;
+use crate::platform::openapi::{self as doc, tags};
 use anyhow::Context;
-use axum::Router;
 use axum::extract::{OriginalUri, Path, State};
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
 use serde::{Deserialize, Serialize};
 use shared::error::codes;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 /// `409`: some seats of a kill are held or sold.
 pub const SEATS_NOT_FREE: &str = "SEATS_NOT_FREE";
@@ -42,20 +44,14 @@ pub const SEATS_NOT_HELD_BACK: &str = "SEATS_NOT_HELD_BACK";
 /// Most seats in one kill or release.
 pub const MAX_KILL_SEATS: usize = 2000;
 
-pub fn router() -> Router<InventoryState> {
-    Router::new()
-        .route(
-            "/admin/events/{event}/seat-kills",
-            post(kill_seats).delete(release_seats),
-        )
-        .route(
-            "/admin/events/{event}/seat-kills/release",
-            post(release_seats),
-        )
+pub fn router() -> OpenApiRouter<InventoryState> {
+    OpenApiRouter::new()
+        .routes(routes!(kill_seats, release_seats_delete))
+        .routes(routes!(release_seats))
 }
 
 /// Why ops take seats out of sale.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum KillReason {
     Production,
@@ -77,22 +73,34 @@ impl KillReason {
     }
 }
 
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KillRequest {
+    #[schema(min_items = 1, max_items = 2000, value_type = Vec<KillSeatId>)]
     seats: Vec<String>,
     reason: KillReason,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 500)]
     note: Option<String>,
 }
 
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReleaseRequest {
+    #[schema(min_items = 1, max_items = 2000, value_type = Vec<KillSeatId>)]
     seats: Vec<String>,
 }
 
-#[derive(Debug, Serialize)]
+/// A seat id in a kill or release: 1..=64 characters (unknown ones are named in the `409`).
+#[derive(ToSchema)]
+#[schema(value_type = String, min_length = 1, max_length = 64)]
+#[expect(
+    dead_code,
+    reason = "a schema only: the seat id's bounds in the document"
+)]
+struct KillSeatId(String);
+
+#[derive(Debug, Serialize, ToSchema)]
 pub struct KillAnswer {
     event_id: String,
     /// The seats changed, sorted.
@@ -233,6 +241,21 @@ pub(crate) async fn complete_key(
     Ok(idempotency::respond(status, bytes))
 }
 
+/// Take free seats out of sale (all or nothing; `409 SEATS_NOT_FREE` names the others)
+#[utoipa::path(post, path = "/admin/events/{event}/seat-kills", tag = tags::OPS,
+    security(("admin" = [])),
+    params(doc::EventPath, doc::ActorHeader, doc::OptionalIdempotencyKey),
+    request_body = KillRequest,
+    responses(
+        (status = 200, description = "OK", body = KillAnswer),
+        (status = 400, response = doc::BadRequest),
+        (status = 401, response = doc::Unauthorized),
+        (status = 404, response = doc::NotFound),
+        (status = 409, response = doc::Conflict),
+        (status = 413, response = doc::TooLarge),
+        (status = 415, response = doc::UnsupportedMediaType),
+        (status = 422, response = doc::Invalid),
+    ))]
 async fn kill_seats(
     State(state): State<InventoryState>,
     op: Operator,
@@ -257,6 +280,49 @@ async fn kill_seats(
     change(&state, &op, &event, &seats, how, &detail, &keyed).await
 }
 
+/// Put killed or held-back seats back on sale (all or nothing)
+#[utoipa::path(delete, path = "/admin/events/{event}/seat-kills", tag = tags::OPS,
+    operation_id = "release_seats_delete",
+    security(("admin" = [])),
+    params(doc::EventPath, doc::ActorHeader, doc::OptionalIdempotencyKey),
+    request_body = ReleaseRequest,
+    responses(
+        (status = 200, description = "OK", body = KillAnswer),
+        (status = 400, response = doc::BadRequest),
+        (status = 401, response = doc::Unauthorized),
+        (status = 404, response = doc::NotFound),
+        (status = 409, response = doc::Conflict),
+        (status = 413, response = doc::TooLarge),
+        (status = 415, response = doc::UnsupportedMediaType),
+        (status = 422, response = doc::Invalid),
+    ))]
+async fn release_seats_delete(
+    state: State<InventoryState>,
+    op: Operator,
+    key: Option<IdempotencyKey>,
+    method: Method,
+    uri: OriginalUri,
+    event: Path<String>,
+    req: ApiJson<ReleaseRequest>,
+) -> ApiResult<Response> {
+    release_seats(state, op, key, method, uri, event, req).await
+}
+
+/// Put killed or held-back seats back on sale (all or nothing)
+#[utoipa::path(post, path = "/admin/events/{event}/seat-kills/release", tag = tags::OPS,
+    security(("admin" = [])),
+    params(doc::EventPath, doc::ActorHeader, doc::OptionalIdempotencyKey),
+    request_body = ReleaseRequest,
+    responses(
+        (status = 200, description = "OK", body = KillAnswer),
+        (status = 400, response = doc::BadRequest),
+        (status = 401, response = doc::Unauthorized),
+        (status = 404, response = doc::NotFound),
+        (status = 409, response = doc::Conflict),
+        (status = 413, response = doc::TooLarge),
+        (status = 415, response = doc::UnsupportedMediaType),
+        (status = 422, response = doc::Invalid),
+    ))]
 async fn release_seats(
     State(state): State<InventoryState>,
     op: Operator,

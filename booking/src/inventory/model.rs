@@ -60,7 +60,7 @@ impl HoldStatus {
 }
 
 /// What a hold takes (`holds.kind`): reserved seats, or units of a general-admission tier.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, sqlx::Type)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, sqlx::Type, utoipa::ToSchema)]
 #[sqlx(type_name = "text", rename_all = "lowercase")]
 #[serde(rename_all = "lowercase")]
 pub enum HoldKind {

@@ -22,23 +22,71 @@ use crate::inventory::InventoryState;
 use crate::inventory::http::{admitted_for, counted};
 use crate::platform::auth::Admitted;
 use crate::platform::error::{ApiError, ApiResult};
-use axum::Router;
+use crate::platform::openapi::{self as doc, tags};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use encode::{Encoded, accepts_gzip, not_modified};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-pub fn router() -> Router<InventoryState> {
-    Router::new()
-        .route("/api/events/{event}/seats", get(seat_map))
-        .route("/api/events/{event}/seats/layout", get(seat_layout))
-        .route(
-            "/api/events/{event}/seats/availability",
-            get(seat_availability),
-        )
+pub fn router() -> OpenApiRouter<InventoryState> {
+    OpenApiRouter::new()
+        .routes(routes!(seat_map))
+        .routes(routes!(seat_layout))
+        .routes(routes!(seat_availability))
+}
+
+/// The bodies as the document describes them (the handlers serve pre-encoded bytes).
+#[derive(ToSchema)]
+#[expect(
+    dead_code,
+    reason = "schemas only: the shape of the pre-encoded answers"
+)]
+struct SeatMapBody {
+    event: String,
+    seats: Vec<serde_json::Map<String, serde_json::Value>>,
+}
+
+#[derive(ToSchema)]
+#[expect(
+    dead_code,
+    reason = "schemas only: the shape of the pre-encoded answers"
+)]
+struct SeatLayoutBody {
+    event: String,
+    id: String,
+    format: i64,
+    seats: i64,
+    #[schema(required = false)]
+    tiers: Vec<serde_json::Map<String, serde_json::Value>>,
+    sections: Vec<serde_json::Map<String, serde_json::Value>>,
+}
+
+#[derive(ToSchema)]
+#[expect(
+    dead_code,
+    reason = "schemas only: the shape of the pre-encoded answers"
+)]
+struct SeatAvailabilityBody {
+    event: String,
+    layout: String,
+    seats: i64,
+    encoding: AvailabilityEncoding,
+    data: String,
+}
+
+#[derive(ToSchema)]
+#[expect(
+    dead_code,
+    reason = "schemas only: the shape of the pre-encoded answers"
+)]
+enum AvailabilityEncoding {
+    #[schema(rename = "2bit-base64")]
+    TwoBitBase64,
 }
 
 /// How long a client may keep the layout without asking (it never changes for an event).
@@ -51,6 +99,15 @@ enum Form {
     Availability,
 }
 
+/// The full seat map (large: prefer layout + availability)
+#[utoipa::path(get, path = "/api/events/{event}/seats", tag = tags::INVENTORY, params(doc::EventPath),
+    responses(
+        (status = 200, description = "OK", body = inline(SeatMapBody)),
+        (status = 304, description = "Not modified (If-None-Match)"),
+        (status = 401, response = doc::Unauthorized),
+        (status = 403, response = doc::Forbidden),
+        (status = 404, response = doc::NotFound),
+    ))]
 async fn seat_map(
     State(state): State<InventoryState>,
     Path(event): Path<String>,
@@ -60,6 +117,16 @@ async fn seat_map(
     serve(&state, &event, &headers, admitted, Form::Json).await
 }
 
+/// The compact layout (never changes for an event)
+#[utoipa::path(get, path = "/api/events/{event}/seats/layout", tag = tags::INVENTORY,
+    params(doc::EventPath),
+    responses(
+        (status = 200, description = "OK", body = inline(SeatLayoutBody)),
+        (status = 304, description = "Not modified"),
+        (status = 401, response = doc::Unauthorized),
+        (status = 403, response = doc::Forbidden),
+        (status = 404, response = doc::NotFound),
+    ))]
 async fn seat_layout(
     State(state): State<InventoryState>,
     Path(event): Path<String>,
@@ -69,6 +136,16 @@ async fn seat_layout(
     serve(&state, &event, &headers, admitted, Form::Layout).await
 }
 
+/// The compact availability (2 bits per seat, base64)
+#[utoipa::path(get, path = "/api/events/{event}/seats/availability", tag = tags::INVENTORY,
+    params(doc::EventPath),
+    responses(
+        (status = 200, description = "OK", body = inline(SeatAvailabilityBody)),
+        (status = 304, description = "Not modified"),
+        (status = 401, response = doc::Unauthorized),
+        (status = 403, response = doc::Forbidden),
+        (status = 404, response = doc::NotFound),
+    ))]
 async fn seat_availability(
     State(state): State<InventoryState>,
     Path(event): Path<String>,

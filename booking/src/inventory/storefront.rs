@@ -11,19 +11,21 @@ use crate::inventory::error::{During, InventoryError};
 use crate::inventory::http::{admitted_for, counted};
 use crate::platform::auth::Admitted;
 use crate::platform::error::{ApiError, ApiResult};
-use axum::Router;
+use crate::platform::openapi::{self as doc, tags};
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
 use sqlx::PgPool;
 use sqlx::types::Json;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-pub fn router() -> Router<InventoryState> {
-    Router::new().route("/api/events/{event}", get(event_info))
+pub fn router() -> OpenApiRouter<InventoryState> {
+    OpenApiRouter::new().routes(routes!(event_info))
 }
 
 #[derive(sqlx::FromRow)]
@@ -38,7 +40,7 @@ struct InfoRow {
     ga_tiers: Json<Value>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 struct EventInfo {
     id: String,
     name: String,
@@ -49,11 +51,21 @@ struct EventInfo {
     /// The store currency (`[orders] currency`); prices are in its minor units.
     currency: String,
     /// `[{"tier", "price"}]`, prices in minor units.
+    #[schema(value_type = Vec<Object>)]
     price_tiers: Value,
     /// `[{"tier", "price", "capacity", "available"}]`; `available` sums the tier's shards.
+    #[schema(value_type = Vec<Object>)]
     ga_tiers: Value,
 }
 
+/// The event as the shop shows it
+#[utoipa::path(get, path = "/api/events/{event}", tag = tags::INVENTORY, params(doc::EventPath),
+    responses(
+        (status = 200, description = "OK", body = EventInfo),
+        (status = 401, response = doc::Unauthorized),
+        (status = 403, response = doc::Forbidden),
+        (status = 404, response = doc::NotFound),
+    ))]
 async fn event_info(
     State(state): State<InventoryState>,
     Path(event): Path<String>,

@@ -7,6 +7,7 @@ use crate::orders::cursor::page_limit;
 use crate::platform::auth::Admin;
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::json::ApiJson;
+use crate::platform::openapi::{self as doc, tags};
 use anyhow::Context;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
@@ -15,18 +16,26 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sqlx::QueryBuilder;
+use utoipa::{IntoParams, ToSchema};
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct AuditQuery {
+    #[param(min_length = 1, max_length = 300)]
     event: Option<String>,
+    #[param(min_length = 1, max_length = 300)]
     target: Option<String>,
+    #[param(min_length = 1, max_length = 300)]
     action: Option<String>,
+    #[param(minimum = 1, maximum = 200, default = 50)]
     limit: Option<i64>,
+    /// the `next_cursor` of the previous page (opaque)
+    #[param(min_length = 1, max_length = 300)]
     cursor: Option<String>,
 }
 
-#[derive(Debug, Serialize, sqlx::FromRow)]
+#[derive(Debug, Serialize, sqlx::FromRow, ToSchema)]
 pub struct AuditEntry {
     pub id: i64,
     pub at: DateTime<Utc>,
@@ -35,10 +44,11 @@ pub struct AuditEntry {
     pub target: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub event_id: Option<String>,
+    #[schema(value_type = Object)]
     pub detail: serde_json::Value,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct AuditPage {
     pub entries: Vec<AuditEntry>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -54,6 +64,14 @@ fn decode(raw: &str) -> Option<i64> {
     text.strip_prefix("a1.")?.parse().ok().filter(|n| *n > 0)
 }
 
+/// The ops audit log (newest first): who changed what, when
+#[utoipa::path(get, path = "/admin/audit", tag = tags::OPS, security(("admin" = [])),
+    params(AuditQuery),
+    responses(
+        (status = 200, description = "OK", body = AuditPage),
+        (status = 401, response = doc::Unauthorized),
+        (status = 422, response = doc::Invalid),
+    ))]
 pub async fn read_audit(
     _admin: Admin,
     State(state): State<OpsState>,

@@ -11,10 +11,35 @@ use crate::orders::load_order;
 use crate::platform::auth::Admin;
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::json::ApiJson;
+use crate::platform::openapi::{self as doc, tags};
 use anyhow::Context;
 use axum::extract::{Path, State};
 use serde_json::{Value, json};
 use shared::error::codes;
+use utoipa::ToSchema;
+
+/// One order with everything known about it (built by one statement, `json!` at the end).
+#[derive(ToSchema)]
+#[expect(
+    dead_code,
+    reason = "a schema only: the answer's shape in the document"
+)]
+struct OrderDetail {
+    #[schema(value_type = Object)]
+    order: Value,
+    #[schema(value_type = Vec<Object>)]
+    payments: Value,
+    #[schema(value_type = Vec<Object>)]
+    provider_events: Value,
+    #[schema(value_type = Vec<Object>)]
+    refunds: Value,
+    #[schema(value_type = Vec<Object>)]
+    ops_refunds: Value,
+    #[schema(value_type = Vec<Object>)]
+    tickets: Value,
+    #[schema(value_type = Vec<Object>)]
+    audit: Value,
+}
 
 /// Every part of the detail but the order itself, as JSON built by Postgres (one statement).
 const PARTS: &str = "
@@ -58,6 +83,14 @@ struct Parts {
     extra: Option<Value>,
 }
 
+/// One order with its payment attempts, provider events, refunds, tickets and audit entries
+#[utoipa::path(get, path = "/admin/orders/{id}", tag = tags::OPS, security(("admin" = [])),
+    params(doc::IdPath),
+    responses(
+        (status = 200, description = "OK", body = inline(OrderDetail)),
+        (status = 401, response = doc::Unauthorized),
+        (status = 404, response = doc::NotFound),
+    ))]
 pub async fn order_detail(
     _admin: Admin,
     State(state): State<OpsState>,

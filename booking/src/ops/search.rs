@@ -12,22 +12,33 @@ use crate::orders::cursor::{OrderCursor, page_limit};
 use crate::platform::auth::Admin;
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::json::ApiJson;
+use crate::platform::openapi::{self as doc, tags};
 use anyhow::Context;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sqlx::{Postgres, QueryBuilder};
+use utoipa::{IntoParams, ToSchema};
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct SearchQuery {
+    #[param(min_length = 1, max_length = 300)]
     account: Option<String>,
+    #[param(min_length = 1, max_length = 300)]
     event: Option<String>,
+    #[param(value_type = Option<OrderStatus>)]
     status: Option<String>,
+    #[param(value_type = Option<DateTime<Utc>>)]
     created_from: Option<String>,
+    #[param(value_type = Option<DateTime<Utc>>)]
     created_to: Option<String>,
+    #[param(minimum = 1, maximum = 200, default = 50)]
     limit: Option<i64>,
+    /// the `next_cursor` of the previous page (opaque)
+    #[param(min_length = 1, max_length = 300)]
     cursor: Option<String>,
 }
 
@@ -116,7 +127,8 @@ impl SearchQuery {
 }
 
 /// One order of a search page.
-#[derive(Debug, Serialize, sqlx::FromRow)]
+#[derive(Debug, Serialize, sqlx::FromRow, ToSchema)]
+#[schema(as = OrderSearchLine)]
 pub struct OrderLine {
     pub id: String,
     pub account_id: String,
@@ -124,6 +136,7 @@ pub struct OrderLine {
     pub source: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub event_id: Option<String>,
+    /// integer minor units
     pub total: i64,
     pub currency: String,
     pub created_at: DateTime<Utc>,
@@ -132,7 +145,7 @@ pub struct OrderLine {
     pub paid_at: Option<DateTime<Utc>>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct SearchPage {
     pub orders: Vec<OrderLine>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -173,6 +186,14 @@ pub fn build(s: &Search, fetch: i64) -> QueryBuilder<Postgres> {
     q
 }
 
+/// Search orders (newest first, keyset pages)
+#[utoipa::path(get, path = "/admin/orders", tag = tags::OPS, security(("admin" = [])),
+    params(SearchQuery),
+    responses(
+        (status = 200, description = "OK", body = SearchPage),
+        (status = 401, response = doc::Unauthorized),
+        (status = 422, response = doc::Invalid),
+    ))]
 pub async fn search_orders(
     _admin: Admin,
     State(state): State<OpsState>,

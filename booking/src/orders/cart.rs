@@ -29,32 +29,37 @@ use crate::orders::repo::OrderError;
 use crate::platform::auth::Admitted;
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::json::ApiJson;
-use axum::Router;
+use crate::platform::openapi::{self as doc, tags};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::routing::{get, put};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-pub fn router() -> Router<OrdersState> {
-    Router::new()
-        .route("/api/events/{event}/cart", get(get_event_cart))
-        .route(
-            "/api/events/{event}/cart/items/{sku}",
-            put(put_event_item).delete(delete_event_item),
-        )
+#[expect(
+    deprecated,
+    reason = "the alias paths stay served (and documented as deprecated)"
+)]
+pub fn router() -> OpenApiRouter<OrdersState> {
+    OpenApiRouter::new()
+        .routes(routes!(get_event_cart))
+        .routes(routes!(put_event_item, delete_event_item))
         // Alias kept for clients of the first release: the cart of the token's own event.
-        .route("/api/cart", get(get_cart))
-        .route("/api/cart/items/{sku}", put(put_item).delete(delete_item))
+        .routes(routes!(get_cart))
+        .routes(routes!(put_item, delete_item))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SetQuantity {
+    #[schema(minimum = 0, maximum = 99)]
     pub quantity: i64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = CartItem)]
 pub struct LineSet {
     pub sku: String,
     pub quantity: i64,
@@ -62,23 +67,41 @@ pub struct LineSet {
     pub lines: i64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct CartLine {
     pub sku: String,
     pub name: String,
     pub quantity: i64,
     /// Current unit price (minor units); the order snapshots the price at checkout.
     pub unit_price: i64,
+    /// integer minor units
     pub amount: i64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Cart)]
 pub struct CartView {
     pub lines: Vec<CartLine>,
+    /// integer minor units
     pub total: i64,
     pub currency: String,
 }
 
+/// Set a line's quantity (0 removes)
+#[utoipa::path(put, path = "/api/events/{event}/cart/items/{sku}", tag = tags::CART,
+    params(doc::EventPath, doc::SkuPath),
+    request_body = SetQuantity,
+    responses(
+        (status = 200, description = "OK", body = LineSet),
+        (status = 400, response = doc::BadRequest),
+        (status = 401, response = doc::Unauthorized),
+        (status = 403, response = doc::Forbidden),
+        (status = 404, response = doc::NotFound),
+        (status = 413, response = doc::TooLarge),
+        (status = 415, response = doc::UnsupportedMediaType),
+        (status = 422, response = doc::Invalid),
+        (status = 503, response = doc::Unavailable),
+    ))]
 async fn put_event_item(
     State(state): State<OrdersState>,
     admitted: Admitted,
@@ -89,6 +112,25 @@ async fn put_event_item(
     set_line(&state, &admitted, sku, req).await
 }
 
+/// Set a line's quantity (0 removes)
+///
+/// Alias of the event-scoped path for the token's own event.
+#[utoipa::path(put, path = "/api/cart/items/{sku}", tag = tags::CART,
+    operation_id = "put_item_deprecated",
+    params(doc::SkuPath),
+    request_body = SetQuantity,
+    responses(
+        (status = 200, description = "OK", body = LineSet),
+        (status = 400, response = doc::BadRequest),
+        (status = 401, response = doc::Unauthorized),
+        (status = 403, response = doc::Forbidden),
+        (status = 404, response = doc::NotFound),
+        (status = 413, response = doc::TooLarge),
+        (status = 415, response = doc::UnsupportedMediaType),
+        (status = 422, response = doc::Invalid),
+        (status = 503, response = doc::Unavailable),
+    ))]
+#[deprecated = "the event-scoped path"]
 async fn put_item(
     State(state): State<OrdersState>,
     admitted: Admitted,
@@ -142,6 +184,16 @@ async fn set_line(
     }))
 }
 
+/// Remove a line (also when absent)
+#[utoipa::path(delete, path = "/api/events/{event}/cart/items/{sku}", tag = tags::CART,
+    params(doc::EventPath, doc::SkuPath),
+    responses(
+        (status = 204, description = "Done, no body"),
+        (status = 401, response = doc::Unauthorized),
+        (status = 403, response = doc::Forbidden),
+        (status = 404, response = doc::NotFound),
+        (status = 503, response = doc::Unavailable),
+    ))]
 async fn delete_event_item(
     State(state): State<OrdersState>,
     admitted: Admitted,
@@ -151,6 +203,19 @@ async fn delete_event_item(
     remove_line(&state, &admitted, &sku).await
 }
 
+/// Remove a line (also when absent)
+///
+/// Alias of the event-scoped path for the token's own event.
+#[utoipa::path(delete, path = "/api/cart/items/{sku}", tag = tags::CART,
+    params(doc::SkuPath),
+    responses(
+        (status = 204, description = "Done, no body"),
+        (status = 401, response = doc::Unauthorized),
+        (status = 403, response = doc::Forbidden),
+        (status = 404, response = doc::NotFound),
+        (status = 503, response = doc::Unavailable),
+    ))]
+#[deprecated = "the event-scoped path"]
 async fn delete_item(
     State(state): State<OrdersState>,
     admitted: Admitted,
@@ -166,6 +231,16 @@ async fn remove_line(state: &OrdersState, admitted: &Admitted, sku: &str) -> Api
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// The cart at current prices
+#[utoipa::path(get, path = "/api/events/{event}/cart", tag = tags::CART,
+    params(doc::EventPath),
+    responses(
+        (status = 200, description = "OK", body = CartView),
+        (status = 401, response = doc::Unauthorized),
+        (status = 403, response = doc::Forbidden),
+        (status = 404, response = doc::NotFound),
+        (status = 503, response = doc::Unavailable),
+    ))]
 async fn get_event_cart(
     State(state): State<OrdersState>,
     admitted: Admitted,
@@ -175,6 +250,18 @@ async fn get_event_cart(
     show_cart(&state, &admitted).await
 }
 
+/// The cart at current prices
+///
+/// Alias of the event-scoped path for the token's own event.
+#[utoipa::path(get, path = "/api/cart", tag = tags::CART,
+    responses(
+        (status = 200, description = "OK", body = CartView),
+        (status = 401, response = doc::Unauthorized),
+        (status = 403, response = doc::Forbidden),
+        (status = 404, response = doc::NotFound),
+        (status = 503, response = doc::Unavailable),
+    ))]
+#[deprecated = "the event-scoped path"]
 async fn get_cart(
     State(state): State<OrdersState>,
     admitted: Admitted,

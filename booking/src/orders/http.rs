@@ -24,25 +24,71 @@ use crate::platform::db::{self, MaybeRetryable};
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::idempotency::{self, Fingerprint, IdempotencyKey, Replay};
 use crate::platform::json::ApiJson;
+use crate::platform::openapi::{self as doc, tags};
 use crate::platform::session_until::SessionUntil;
-use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use errors::insufficient;
 use shared::error::codes;
 use std::collections::BTreeMap;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 mod cart_order;
 mod errors;
 mod fans;
 
-pub fn router() -> Router<OrdersState> {
-    Router::new()
-        .route("/api/orders", post(create_order).get(fans::list_orders))
-        .route("/api/orders/{id}", get(get_order))
-        .route("/api/orders/{id}/cancel", post(fans::cancel_order))
+pub fn router() -> OpenApiRouter<OrdersState> {
+    OpenApiRouter::new()
+        .routes(routes!(create_order, fans::list_orders))
+        .routes(routes!(get_order))
+        .routes(routes!(fans::cancel_order))
+}
+
+/// The order request as the document states it: `{"source": "cart"}` or `{"hold_id"}`
+/// (optionally with `"source": "hold"`); `OrderRequest::source` refuses anything else.
+#[derive(ToSchema)]
+#[serde(untagged)]
+#[expect(
+    dead_code,
+    reason = "a schema only: the request's one-of in the document"
+)]
+enum OrderRequestDoc {
+    Cart(FromCart),
+    Hold(FromHold),
+}
+
+#[derive(ToSchema)]
+#[serde(deny_unknown_fields)]
+#[expect(dead_code, reason = "a schema only")]
+struct FromCart {
+    source: CartSource,
+}
+
+#[derive(ToSchema)]
+#[serde(deny_unknown_fields)]
+#[expect(dead_code, reason = "a schema only")]
+struct FromHold {
+    #[schema(required = false)]
+    source: HoldSource,
+    #[schema(min_length = 1, max_length = 64)]
+    hold_id: String,
+}
+
+#[derive(ToSchema)]
+#[schema(rename_all = "lowercase")]
+#[expect(dead_code, reason = "a schema only")]
+enum CartSource {
+    Cart,
+}
+
+#[derive(ToSchema)]
+#[schema(rename_all = "lowercase")]
+#[expect(dead_code, reason = "a schema only")]
+enum HoldSource {
+    Hold,
 }
 
 /// How long this request's gate admissions and done marker live.
@@ -50,6 +96,25 @@ fn record_ttl_s(state: &OrdersState) -> u64 {
     request_record_ttl_s(state.idempotency.settings.retention_h)
 }
 
+/// Order a hold or the cart (reserves inventory; idempotent)
+#[utoipa::path(post, path = "/api/orders", tag = tags::ORDERS,
+    params(doc::IdempotencyKey),
+    request_body = inline(OrderRequestDoc),
+    responses(
+        (status = 201, description = "Created", body = OrderView),
+        (status = 200, description = "The first answer, replayed", body = OrderView,
+            headers(("Idempotent-Replayed" = String, description = "a replay of the first answer"))),
+        (status = 400, response = doc::BadRequest),
+        (status = 401, response = doc::Unauthorized),
+        (status = 403, response = doc::Forbidden),
+        (status = 404, response = doc::NotFound),
+        (status = 409, response = doc::Conflict),
+        (status = 413, response = doc::TooLarge),
+        (status = 415, response = doc::UnsupportedMediaType),
+        (status = 422, response = doc::Invalid),
+        (status = 429, response = doc::RateLimited),
+        (status = 503, response = doc::Unavailable),
+    ))]
 #[tracing::instrument(skip_all, fields(account = %admitted.account()))]
 async fn create_order(
     State(state): State<OrdersState>,
@@ -318,6 +383,14 @@ async fn create_from_hold(
     }
 }
 
+/// One's own order
+#[utoipa::path(get, path = "/api/orders/{id}", tag = tags::ORDERS,
+    params(doc::IdPath),
+    responses(
+        (status = 200, description = "OK", body = OrderView),
+        (status = 401, response = doc::Unauthorized),
+        (status = 404, response = doc::NotFound),
+    ))]
 async fn get_order(
     State(state): State<OrdersState>,
     admitted: Admitted,

@@ -8,9 +8,10 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
+use utoipa::ToSchema;
 
 /// `orders.status` (see the CHECK in `migrations/0007_refunds_disputes.sql`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, sqlx::Type)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, sqlx::Type, ToSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 #[sqlx(type_name = "text", rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum OrderStatus {
@@ -52,7 +53,7 @@ impl fmt::Display for OrderStatus {
 }
 
 /// `orders.source`: where the order's lines came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, sqlx::Type)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, sqlx::Type, ToSchema)]
 #[serde(rename_all = "lowercase")]
 #[sqlx(type_name = "text", rename_all = "lowercase")]
 pub enum OrderSource {
@@ -70,7 +71,7 @@ impl OrderSource {
 }
 
 /// `order_items.kind`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, sqlx::Type)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, sqlx::Type, ToSchema)]
 #[serde(rename_all = "lowercase")]
 #[sqlx(type_name = "text", rename_all = "lowercase")]
 pub enum ItemKind {
@@ -174,7 +175,8 @@ borrowed_id!(
 );
 
 /// One order line as clients see it (and as `order_items` stores it).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, sqlx::FromRow, ToSchema)]
+#[schema(as = OrderItem)]
 pub struct OrderItemView {
     pub kind: ItemKind,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -187,10 +189,12 @@ pub struct OrderItemView {
     pub quantity: i32,
     /// Unit price snapshotted at order time (minor units).
     pub unit_price: i64,
+    /// integer minor units
     pub amount: i64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[schema(as = Order)]
 pub struct OrderView {
     pub id: String,
     pub status: OrderStatus,
@@ -199,6 +203,7 @@ pub struct OrderView {
     pub hold_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub event_id: Option<String>,
+    /// integer minor units
     pub total: i64,
     pub currency: String,
     pub items: Vec<OrderItemView>,

@@ -31,15 +31,17 @@ use crate::platform::auth::Admin;
 use crate::platform::db;
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::json::ApiJson;
-use axum::Router;
+use crate::platform::openapi::{self as doc, tags};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 use shared::error::codes;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::RwLock;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 /// Largest accepted price (minor units) and stock, to keep sums far from overflow.
 pub const MAX_PRICE: i64 = 1_000_000_000_000;
@@ -47,17 +49,11 @@ pub const MAX_STOCK: i64 = 1_000_000_000;
 /// Entries kept in the catalogue cache before it is reset.
 const CATALOG_CACHE_MAX: usize = 200_000;
 
-pub fn router() -> Router<OrdersState> {
-    Router::new()
-        .route("/admin/products", post(create_product))
-        .route(
-            "/admin/products/{sku}",
-            get(get_product).put(update_product),
-        )
-        .route(
-            "/admin/products/{sku}/flash/reconcile",
-            post(reconcile_gate),
-        )
+pub fn router() -> OpenApiRouter<OrdersState> {
+    OpenApiRouter::new()
+        .routes(routes!(create_product))
+        .routes(routes!(get_product, update_product))
+        .routes(routes!(reconcile_gate))
 }
 
 /// SKU syntax (same rule as the `products.sku` CHECK): 1-64 of `[A-Za-z0-9._-]`, starting
@@ -177,20 +173,27 @@ pub fn unknown_sku(sku: &str) -> ApiError {
     ApiError::not_found(codes::UNKNOWN_SKU, "no such product").with("sku", sku)
 }
 
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = CreateProduct)]
 pub struct NewProduct {
+    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
     pub sku: String,
     /// The event this product is sold in (must exist).
     pub event: String,
+    #[schema(min_length = 1, max_length = 200, pattern = "\\S")]
     pub name: String,
+    /// integer minor units
+    #[schema(minimum = 0, maximum = 1_000_000_000_000_i64)]
     pub price: i64,
+    #[schema(minimum = 0, maximum = 1_000_000_000)]
     pub stock: i64,
     #[serde(default)]
     pub hot: bool,
     /// Rows the stock is split over (1 to [`MAX_STOCK_SHARDS`]); more rows let more orders
     /// of a hot SKU commit at once.
     #[serde(default = "one_shard")]
+    #[schema(minimum = 1, maximum = 64, default = 1)]
     pub stock_shards: i32,
 }
 
@@ -199,27 +202,35 @@ fn one_shard() -> i32 {
 }
 
 /// `PUT /admin/products/{sku}`: every field optional, every field absolute.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = UpdateProduct)]
 pub struct ProductUpdate {
+    #[schema(min_length = 1, max_length = 200, pattern = "\\S")]
     pub name: Option<String>,
+    /// integer minor units
+    #[schema(minimum = 0, maximum = 1_000_000_000_000_i64)]
     pub price: Option<i64>,
     /// Total units (available + reserved + sold).
+    #[schema(minimum = 0, maximum = 1_000_000_000)]
     pub stock: Option<i64>,
     pub hot: Option<bool>,
     /// Assigns the event of a product that has none (created before events were required);
     /// the same event again is a no-op, another event `409`.
     pub event: Option<String>,
     /// Rows the stock is split over; the available units are spread over them again.
+    #[schema(minimum = 1, maximum = 64)]
     pub stock_shards: Option<i32>,
 }
 
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, ToSchema)]
+#[schema(as = Product)]
 pub struct ProductView {
     pub sku: String,
     /// `null` only for a product created before events were required.
     pub event: Option<String>,
     pub name: String,
+    /// integer minor units
     pub price: i64,
     pub hot: bool,
     pub stock_shards: i32,
@@ -267,6 +278,18 @@ fn validate_shards(shards: i32) -> ApiResult<()> {
     Ok(())
 }
 
+/// Create a product of an event
+#[utoipa::path(post, path = "/admin/products", tag = tags::PRODUCTS, security(("admin" = [])),
+    request_body = NewProduct,
+    responses(
+        (status = 201, description = "Created", body = ProductView),
+        (status = 400, response = doc::BadRequest),
+        (status = 401, response = doc::Unauthorized),
+        (status = 409, response = doc::Conflict),
+        (status = 413, response = doc::TooLarge),
+        (status = 415, response = doc::UnsupportedMediaType),
+        (status = 422, response = doc::Invalid),
+    ))]
 #[tracing::instrument(skip_all, fields(sku = %req.sku))]
 async fn create_product(
     AdminCaller(actor): AdminCaller,
@@ -311,6 +334,20 @@ async fn create_product(
     Ok((StatusCode::CREATED, ApiJson(view)))
 }
 
+/// Change a product (absolute values)
+#[utoipa::path(put, path = "/admin/products/{sku}", tag = tags::PRODUCTS, security(("admin" = [])),
+    params(doc::SkuPath),
+    request_body = ProductUpdate,
+    responses(
+        (status = 200, description = "OK", body = ProductView),
+        (status = 400, response = doc::BadRequest),
+        (status = 401, response = doc::Unauthorized),
+        (status = 404, response = doc::NotFound),
+        (status = 409, response = doc::Conflict),
+        (status = 413, response = doc::TooLarge),
+        (status = 415, response = doc::UnsupportedMediaType),
+        (status = 422, response = doc::Invalid),
+    ))]
 #[tracing::instrument(skip_all, fields(sku = %sku))]
 async fn update_product(
     AdminCaller(actor): AdminCaller,
@@ -371,6 +408,14 @@ async fn update_product(
     Ok(ApiJson(view))
 }
 
+/// A product with its stock summed over its rows
+#[utoipa::path(get, path = "/admin/products/{sku}", tag = tags::PRODUCTS, security(("admin" = [])),
+    params(doc::SkuPath),
+    responses(
+        (status = 200, description = "OK", body = ProductView),
+        (status = 401, response = doc::Unauthorized),
+        (status = 404, response = doc::NotFound),
+    ))]
 async fn get_product(
     _admin: Admin,
     State(state): State<OrdersState>,
@@ -385,7 +430,29 @@ async fn get_product(
         .ok_or_else(|| unknown_sku(&sku))
 }
 
+#[derive(ToSchema)]
+#[expect(
+    dead_code,
+    reason = "a schema only: the reconcile answer (built with `json!`)"
+)]
+struct Reconciled {
+    sku: String,
+    #[schema(required = false)]
+    gate: Option<i64>,
+}
+
+/// Reset the flash gate from Postgres
+///
 /// Resets the flash gate of `sku` from Postgres (ops and tests).
+#[utoipa::path(post, path = "/admin/products/{sku}/flash/reconcile", tag = tags::PRODUCTS,
+    security(("admin" = [])),
+    params(doc::SkuPath),
+    responses(
+        (status = 200, description = "OK", body = inline(Reconciled)),
+        (status = 401, response = doc::Unauthorized),
+        (status = 404, response = doc::NotFound),
+        (status = 503, response = doc::Unavailable),
+    ))]
 async fn reconcile_gate(
     _admin: Admin,
     State(state): State<OrdersState>,

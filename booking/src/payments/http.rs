@@ -2,6 +2,7 @@
 //! [`crate::payments::flow`]) and the one mapping of [`PaymentError`] to `ApiError`. The
 //! webhook handler ([`crate::payments::webhooks`]) answers through the same mapping.
 
+use crate::orders::OrderView;
 use crate::payments::error::PaymentError;
 use crate::payments::flow::{self, Paid};
 use crate::payments::model::{
@@ -16,22 +17,56 @@ use crate::platform::db::{self, TxError, is_retryable};
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::idempotency::{self, Begin, Claim, Fingerprint, IdempotencyKey, Replay};
 use crate::platform::json::ApiJson;
+use crate::platform::openapi::{self as doc, tags};
 use crate::platform::session_until::SessionUntil;
-use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use shared::error::codes;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 mod paid;
 
 use paid::{paid_body, paid_body_of, paid_body_tx};
 
-pub fn router() -> Router<PaymentsState> {
-    Router::new().route("/api/orders/{id}/pay", post(pay))
+pub fn router() -> OpenApiRouter<PaymentsState> {
+    OpenApiRouter::new().routes(routes!(pay))
+}
+
+/// A paid order: the order as `GET /api/orders/{id}` shows it, with its tickets and its
+/// settled payment (`paid::paid_body_of`).
+#[derive(ToSchema)]
+#[expect(
+    dead_code,
+    reason = "a schema only: the answer's shape in the document"
+)]
+struct PaidOrder {
+    #[serde(flatten)]
+    order: OrderView,
+    tickets: Vec<PaidTicket>,
+    payment: Option<SettledPayment>,
+}
+
+#[derive(ToSchema)]
+#[expect(dead_code, reason = "a schema only")]
+struct PaidTicket {
+    id: String,
+    event_id: String,
+    seat_id: Option<String>,
+    ga_tier: Option<String>,
+}
+
+#[derive(ToSchema)]
+#[expect(dead_code, reason = "a schema only")]
+struct SettledPayment {
+    id: String,
+    attempt: i64,
+    status: String,
+    provider_payment_id: Option<String>,
 }
 
 impl From<PaymentError> for ApiError {
@@ -118,13 +153,34 @@ impl From<PaymentError> for TxError {
     }
 }
 
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PayRequest {
     /// A provider payment method id (`pm_...`).
+    #[schema(pattern = "^pm_[A-Za-z0-9_]{1,97}$")]
     pub payment_method: String,
 }
 
+/// Pay an order (never charges twice)
+#[utoipa::path(post, path = "/api/orders/{id}/pay", tag = tags::PAYMENTS,
+    params(doc::IdPath, doc::IdempotencyKey),
+    request_body = PayRequest,
+    responses(
+        (status = 200, description = "Paid (or already paid)", body = PaidOrder),
+        (status = 400, response = doc::BadRequest),
+        (status = 401, response = doc::Unauthorized),
+        (status = 402, description = "Card declined (`CARD_DECLINED`)", body = doc::Error),
+        (status = 403, response = doc::Forbidden),
+        (status = 404, response = doc::NotFound),
+        (status = 409, response = doc::Conflict),
+        (status = 413, response = doc::TooLarge),
+        (status = 415, response = doc::UnsupportedMediaType),
+        (status = 422, response = doc::Invalid),
+        (status = 429, response = doc::RateLimited),
+        (status = 502, description = "Provider error, outcome unknown", body = doc::Error),
+        (status = 503, response = doc::Unavailable),
+        (status = 504, description = "Provider timeout, outcome unknown", body = doc::Error),
+    ))]
 async fn pay(
     State(state): State<PaymentsState>,
     admitted: Admitted,

@@ -28,21 +28,35 @@ use crate::payments::reversal::{self, Reversed};
 use crate::payments::{PaymentsState, flow, transitions};
 use crate::platform::db;
 use crate::platform::error::ApiResult;
-use axum::Router;
+use crate::platform::openapi::{self as doc, tags};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::HeaderMap;
-use axum::routing::post;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::time::{SystemTime, UNIX_EPOCH};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 pub use signature::{SignatureError, verify_signature};
 
 pub const SIGNATURE_HEADER: &str = "stripe-signature";
 
-pub fn router() -> Router<PaymentsState> {
-    Router::new().route("/webhooks/payments", post(receive))
+pub fn router() -> OpenApiRouter<PaymentsState> {
+    OpenApiRouter::new().routes(routes!(receive))
+}
+
+/// The acknowledgement (built with `json!`).
+#[derive(ToSchema)]
+#[expect(
+    dead_code,
+    reason = "a schema only: the answer's shape in the document"
+)]
+struct Received {
+    received: bool,
+    #[schema(required = false)]
+    duplicate: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -177,6 +191,16 @@ fn count(state: &PaymentsState, result: &str) {
     state.metrics.webhooks.with_label_values(&[result]).inc();
 }
 
+/// A signed payment-provider event (`Stripe-Signature`)
+#[utoipa::path(post, path = "/webhooks/payments", tag = tags::PAYMENTS, security(),
+    params(("Stripe-Signature" = String, Header)),
+    request_body = Object,
+    responses(
+        (status = 200, description = "OK", body = inline(Received)),
+        (status = 400, response = doc::BadRequest),
+        (status = 413, response = doc::TooLarge),
+        (status = 503, response = doc::Unavailable),
+    ))]
 async fn receive(
     State(state): State<PaymentsState>,
     headers: HeaderMap,

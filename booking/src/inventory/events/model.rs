@@ -6,6 +6,7 @@ use crate::inventory::model::{Invalid, is_valid_seat_id};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
+use utoipa::ToSchema;
 
 /// Most seats one event may have.
 pub const MAX_SEATS: u64 = 200_000;
@@ -20,23 +21,31 @@ pub const MAX_RANK: i32 = 1_000_000_000;
 /// Most entries of `seat_map.ranks`.
 const MAX_RANKS: usize = 200_000;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateEvent {
+    /// The event's id (a slug); generated when absent.
+    #[schema(pattern = "^[a-z0-9_-]{1,64}$")]
     pub id: Option<String>,
+    #[schema(min_length = 1, max_length = 200, pattern = "\\S")]
     pub name: String,
     #[serde(default)]
+    #[schema(max_length = 200)]
     pub venue: String,
     pub sale_start: DateTime<Utc>,
     #[serde(default = "default_ttl")]
+    #[schema(minimum = 10, maximum = 86400, default = 600)]
     pub hold_ttl_s: i32,
     #[serde(default = "default_limit")]
+    #[schema(minimum = 1, maximum = 100, default = 4)]
     pub max_tickets_per_account: i32,
     #[serde(default)]
+    #[schema(max_items = 50)]
     pub price_tiers: Vec<PriceTier>,
     #[serde(default)]
     pub seat_map: SeatMap,
     #[serde(default)]
+    #[schema(max_items = 20)]
     pub ga_tiers: Vec<GaTierSpec>,
     /// What a refund or dispute of a paid order does with its seats/units.
     #[serde(default)]
@@ -48,7 +57,9 @@ pub struct CreateEvent {
 
 /// `refund_stock`: units of an order refunded or disputed at the provider go back on sale
 /// (`release`, the default) or are held back, neither sold nor on sale (`hold_back`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, sqlx::Type)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, sqlx::Type, ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
 #[sqlx(type_name = "text", rename_all = "snake_case")]
 pub enum RefundStock {
@@ -73,56 +84,83 @@ fn default_limit() -> i32 {
     4
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PriceTier {
+    #[schema(pattern = "^[A-Za-z0-9_-]{1,32}$")]
     pub tier: String,
+    /// integer minor units
+    #[schema(minimum = 0, maximum = 1_000_000_000_000_i64)]
     pub price: i64,
 }
 
-/// Sections (rows × seats per row, ids `"{section}-R{row}-{n}"`) and/or explicit seats.
-#[derive(Debug, Default, Deserialize)]
+/// Sections (rows × seats per row, ids `"{section}-R{row}-{n}"`) and/or explicit seats; at
+/// most 200,000 seats (the document bounds the sizes it lets a generator draw).
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SeatMap {
     #[serde(default)]
+    #[schema(max_items = 20)]
     pub sections: Vec<Section>,
     #[serde(default)]
+    #[schema(max_items = 200)]
     pub seats: Vec<ExplicitSeat>,
     /// Per-seat rank for best available (lower is better), for any seat of the map; seats
     /// not named keep their own or the default (row ascending, then distance from centre).
     #[serde(default)]
+    /// seat id → rank (lower is better)
+    #[schema(value_type = BTreeMap<String, SeatRank>)]
     pub ranks: BTreeMap<String, i32>,
 }
 
-#[derive(Debug, Deserialize)]
+/// A seat's best-available rank (lower is better).
+#[derive(ToSchema)]
+#[schema(value_type = i32, minimum = 0, maximum = 1_000_000_000)]
+#[expect(dead_code, reason = "a schema only: the rank's bounds in the document")]
+pub struct SeatRank(i32);
+
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Section {
+    #[schema(pattern = "^[A-Za-z0-9_-]{1,32}$")]
     pub name: String,
+    #[schema(minimum = 1, maximum = 100)]
     pub rows: i32,
+    #[schema(minimum = 1, maximum = 100)]
     pub seats_per_row: i32,
     pub price_tier: String,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExplicitSeat {
+    #[schema(pattern = "^[A-Za-z0-9_.:-]{1,64}$")]
     pub seat_id: String,
+    #[schema(pattern = "^[A-Za-z0-9_-]{1,32}$")]
     pub section: String,
+    #[schema(minimum = 1)]
     pub row: i32,
+    #[schema(minimum = 1)]
     pub number: i32,
     pub price_tier: String,
     /// Best-available rank (lower is better); default: row ascending, then centre first.
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 1_000_000_000)]
     pub rank: Option<i32>,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GaTierSpec {
+    #[schema(pattern = "^[A-Za-z0-9_-]{1,32}$")]
     pub tier: String,
+    /// integer minor units
+    #[schema(minimum = 0, maximum = 1_000_000_000_000_i64)]
     pub price: i64,
+    #[schema(minimum = 0, maximum = 10_000_000)]
     pub capacity: i32,
     #[serde(default = "one")]
+    #[schema(minimum = 1, maximum = 64, default = 1)]
     pub shards: i32,
 }
 
@@ -130,7 +168,7 @@ fn one() -> i32 {
     1
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct EventCreated {
     pub id: String,
     pub name: String,

@@ -8,6 +8,7 @@ use crate::platform::audit::{self, Operator};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::PgPool;
+use utoipa::ToSchema;
 
 type Result<T> = std::result::Result<T, InventoryError>;
 
@@ -274,9 +275,10 @@ async fn insert_tx(
     Ok(true)
 }
 
-#[derive(Debug, Serialize, sqlx::FromRow)]
+#[derive(Debug, Serialize, sqlx::FromRow, ToSchema)]
 pub struct GaCounts {
     pub tier: String,
+    /// integer minor units
     pub price: i64,
     pub capacity: i32,
     pub shards: i32,
@@ -287,7 +289,7 @@ pub struct GaCounts {
     pub held_back: i64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct EventCounts {
     pub id: String,
     pub name: String,

@@ -7,22 +7,29 @@ use crate::inventory::model::Invalid;
 use crate::platform::audit::{self, Operator};
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::json::ApiJson;
+use crate::platform::openapi::{self as doc, tags};
 use axum::extract::{Path, State};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use shared::error::codes;
+use utoipa::ToSchema;
 
-#[derive(Debug, Deserialize, Serialize)]
+/// At least one field to change.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(min_properties = 1)]
 pub struct UpdateEvent {
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1, max_length = 200, pattern = "\\S")]
     pub name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sale_start: Option<DateTime<Utc>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 10, maximum = 86400)]
     pub hold_ttl_s: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 100)]
     pub max_tickets_per_account: Option<i32>,
 }
 
@@ -59,7 +66,7 @@ pub fn validate(req: &UpdateEvent) -> Result<(), Invalid> {
     Ok(())
 }
 
-#[derive(Debug, Serialize, sqlx::FromRow)]
+#[derive(Debug, Serialize, sqlx::FromRow, ToSchema)]
 pub struct EventSettings {
     pub id: String,
     pub name: String,
@@ -68,6 +75,20 @@ pub struct EventSettings {
     pub max_tickets_per_account: i32,
 }
 
+/// Change an event's name, sale start or limits (audited with before/after)
+#[utoipa::path(patch, path = "/admin/events/{event}", tag = tags::OPS, security(("admin" = [])),
+    params(doc::EventPath, doc::ActorHeader),
+    request_body = UpdateEvent,
+    responses(
+        (status = 200, description = "OK", body = EventSettings),
+        (status = 400, response = doc::BadRequest),
+        (status = 401, response = doc::Unauthorized),
+        (status = 404, response = doc::NotFound),
+        (status = 409, response = doc::Conflict),
+        (status = 413, response = doc::TooLarge),
+        (status = 415, response = doc::UnsupportedMediaType),
+        (status = 422, response = doc::Invalid),
+    ))]
 pub async fn update_event(
     State(state): State<InventoryState>,
     op: Operator,

@@ -18,18 +18,59 @@ use crate::platform::auth::Admitted;
 use crate::platform::db;
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::json::ApiJson;
+use crate::platform::openapi::{self as doc, tags};
 use crate::platform::session_until::SessionUntil;
-use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::routing::{delete, post};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-pub fn router() -> Router<InventoryState> {
-    Router::new()
-        .route("/api/events/{event}/holds", post(create_hold))
-        .route("/api/holds/{hold}", delete(delete_hold))
+pub fn router() -> OpenApiRouter<InventoryState> {
+    OpenApiRouter::new()
+        .routes(routes!(create_hold))
+        .routes(routes!(delete_hold))
+}
+
+/// A seat id: 1..=64 of A-Z a-z 0-9 `-` `_` `.` `:` (`model::is_valid_seat_id`).
+#[derive(ToSchema)]
+#[schema(value_type = String, pattern = "^[A-Za-z0-9_.:-]{1,64}$")]
+#[expect(
+    dead_code,
+    reason = "a schema only: the seat id's form in the document"
+)]
+pub struct SeatId(String);
+
+/// [`HoldRequest`] as the document states it: exactly one of `seats` and `best_available`
+/// (the struct takes both as optional and refuses anything else with `422`).
+#[derive(ToSchema)]
+#[schema(as = HoldRequest)]
+#[serde(untagged)]
+#[expect(
+    dead_code,
+    reason = "a schema only: the request's one-of in the document"
+)]
+enum HoldRequestDoc {
+    Seats(ExplicitSeats),
+    Best(Best),
+}
+
+#[derive(ToSchema)]
+#[serde(deny_unknown_fields)]
+#[expect(dead_code, reason = "a schema only")]
+struct ExplicitSeats {
+    /// Explicit seats (distinct; at most `max_seats_per_hold`, 10 by default).
+    #[schema(min_items = 1, max_items = 10)]
+    seats: Vec<SeatId>,
+}
+
+#[derive(ToSchema)]
+#[serde(deny_unknown_fields)]
+#[expect(dead_code, reason = "a schema only")]
+struct Best {
+    best_available: BestAvailable,
 }
 
 #[derive(Debug, Deserialize)]
@@ -43,7 +84,8 @@ pub struct HoldRequest {
     pub best_available: Option<BestAvailable>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Hold)]
 pub struct HoldResponse {
     pub hold_id: String,
     pub event: String,
@@ -54,6 +96,26 @@ pub struct HoldResponse {
     pub total: i64,
 }
 
+/// Hold seats (one conditional statement: all or nothing)
+///
+/// `409` codes: `SEAT_TAKEN`, `ORPHAN_SEAT {seats}` (events with `no_orphans`),
+/// `NO_SEATS_TOGETHER`, `SOLD_OUT`, `LIMIT_EXCEEDED`, `SALE_NOT_STARTED`.
+#[utoipa::path(post, path = "/api/events/{event}/holds", tag = tags::INVENTORY,
+    params(doc::EventPath),
+    request_body = HoldRequestDoc,
+    responses(
+        (status = 201, description = "Held", body = HoldResponse),
+        (status = 400, response = doc::BadRequest),
+        (status = 401, response = doc::Unauthorized),
+        (status = 403, response = doc::Forbidden),
+        (status = 404, response = doc::NotFound),
+        (status = 409, response = doc::Conflict),
+        (status = 413, response = doc::TooLarge),
+        (status = 415, response = doc::UnsupportedMediaType),
+        (status = 422, response = doc::Invalid),
+        (status = 429, response = doc::RateLimited),
+        (status = 503, response = doc::Unavailable),
+    ))]
 async fn create_hold(
     State(state): State<InventoryState>,
     Path(event): Path<String>,
@@ -169,6 +231,15 @@ pub(crate) fn taken_response(
     (resp, taken.live_until_ms)
 }
 
+/// Release one's own hold (also when already released or expired)
+#[utoipa::path(delete, path = "/api/holds/{hold}", tag = tags::INVENTORY,
+    params(("hold" = String, Path)),
+    responses(
+        (status = 204, description = "Done, no body"),
+        (status = 401, response = doc::Unauthorized),
+        (status = 404, response = doc::NotFound),
+        (status = 409, response = doc::Conflict),
+    ))]
 async fn delete_hold(
     State(state): State<InventoryState>,
     Path(hold): Path<String>,

@@ -25,17 +25,28 @@ pub const MAX_BEST_QUANTITY: i64 = 10;
 /// them are all rows read.
 pub(crate) const WINDOW: i64 = 200;
 
-#[derive(Debug, Clone, Deserialize)]
+/// booking picks the best free seats (lowest rank: front rows, centre), never stranding one
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BestAvailable {
+    #[schema(minimum = 1, maximum = 10)]
     pub quantity: i64,
     #[serde(default)]
+    #[schema(pattern = "^[A-Za-z0-9_-]{1,32}$")]
     pub section: Option<String>,
     #[serde(default)]
+    #[schema(min_items = 1, max_items = 32, value_type = Option<Vec<TierName>>)]
     pub tiers: Option<Vec<String>>,
     #[serde(default = "yes")]
+    #[schema(default = true)]
     pub adjacent: bool,
 }
+
+/// A tier or section name: 1..=32 of A-Z a-z 0-9 `-` `_`.
+#[derive(utoipa::ToSchema)]
+#[schema(value_type = String, pattern = "^[A-Za-z0-9_-]{1,32}$")]
+#[expect(dead_code, reason = "a schema only: the name's form in the document")]
+pub struct TierName(String);
 
 fn yes() -> bool {
     true

@@ -9,23 +9,29 @@ use crate::orders::{OrderView, OrdersState, flash};
 use crate::platform::auth::Admitted;
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::json::ApiJson;
+use crate::platform::openapi::{self as doc, tags};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use serde::{Deserialize, Serialize};
 use shared::error::codes;
+use utoipa::{IntoParams, ToSchema};
 
 /// `409`: the order is not `PENDING_PAYMENT` (its `status` is in the body).
 pub const ORDER_NOT_CANCELLABLE: &str = "ORDER_NOT_CANCELLABLE";
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
+    /// Only orders of this event.
     event: Option<String>,
+    #[param(minimum = 1, maximum = 200, default = 50)]
     limit: Option<i64>,
+    /// the `next_cursor` of the previous page (opaque)
     cursor: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct OrderPage {
     orders: Vec<OrderSummary>,
     /// Pass as `cursor` for the next page; absent on the last page.
@@ -51,6 +57,15 @@ pub fn cursor(raw: Option<&str>) -> ApiResult<Option<OrderCursor>> {
     .transpose()
 }
 
+/// One's own orders (newest first, keyset pages)
+#[utoipa::path(get, path = "/api/orders", tag = tags::ORDERS,
+    params(ListQuery),
+    responses(
+        (status = 200, description = "OK", body = OrderPage),
+        (status = 401, response = doc::Unauthorized),
+        (status = 403, response = doc::Forbidden),
+        (status = 422, response = doc::Invalid),
+    ))]
 pub async fn list_orders(
     State(state): State<OrdersState>,
     admitted: Admitted,
@@ -85,6 +100,20 @@ pub async fn list_orders(
     }))
 }
 
+/// Cancel one's own pending order (never one whose payment may be under way)
+///
+/// `409 ORDER_NOT_CANCELLABLE {status}` or `409 PAYMENT_IN_PROGRESS`.
+#[utoipa::path(post, path = "/api/orders/{id}/cancel", tag = tags::ORDERS,
+    operation_id = "cancel_own_order",
+    params(doc::IdPath),
+    responses(
+        (status = 200, description = "OK", body = OrderView),
+        (status = 401, response = doc::Unauthorized),
+        (status = 403, response = doc::Forbidden),
+        (status = 404, response = doc::NotFound),
+        (status = 409, response = doc::Conflict),
+        (status = 503, response = doc::Unavailable),
+    ))]
 #[tracing::instrument(skip_all, fields(account = %admitted.account(), order = %id))]
 pub async fn cancel_order(
     State(state): State<OrdersState>,

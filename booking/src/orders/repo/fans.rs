@@ -19,15 +19,17 @@ use crate::orders::transitions::end_orders_tx;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::PgConnection;
+use utoipa::ToSchema;
 
 /// One line of a fan's order list (the items are in `GET /api/orders/{id}`).
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, ToSchema)]
 pub struct OrderSummary {
     pub id: String,
     pub status: OrderStatus,
     pub source: OrderSource,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub event_id: Option<String>,
+    /// integer minor units
     pub total: i64,
     pub currency: String,
     pub created_at: DateTime<Utc>,

@@ -18,6 +18,7 @@ use serde::Serialize;
 use serde_json::json;
 use sqlx::PgConnection;
 use std::time::Duration;
+use utoipa::ToSchema;
 
 /// Rows leased per pass of the job, and refunds run at once.
 const BATCH: i64 = 200;
@@ -234,7 +235,8 @@ async fn reconcile_skus(pool: &sqlx::PgPool, redis: &Redis, skus: Vec<String>) {
 }
 
 /// `GET /admin/events/{event}/cancellation`.
-#[derive(Debug, Serialize, sqlx::FromRow)]
+#[derive(Debug, Serialize, sqlx::FromRow, ToSchema)]
+#[schema(as = CancellationProgress)]
 pub struct Progress {
     pub event: String,
     pub cancelled: bool,

@@ -15,28 +15,71 @@ use crate::platform::auth::Admin;
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::idempotency::{self, Begin, Fingerprint, IdempotencyKey, OPS_ACCOUNT};
 use crate::platform::json::ApiJson;
-use axum::Router;
+use crate::platform::openapi::{self as doc, tags};
 use axum::extract::{Path, State};
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use shared::error::codes;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 pub const ORDER_NOT_REFUNDABLE: &str = "ORDER_NOT_REFUNDABLE";
 pub const REFUND_REFUSED: &str = "REFUND_REFUSED";
 const MAX_REASON: usize = 1000;
 
-pub fn router() -> Router<PaymentsState> {
-    Router::new()
-        .route("/admin/orders/{id}/refund", post(refund_order))
-        .route("/admin/orders/{id}/cancel", post(cancel_order))
-        .route("/admin/events/{event}/cancel", post(cancel_event))
-        .route("/admin/events/{event}/cancellation", get(cancellation))
+pub fn router() -> OpenApiRouter<PaymentsState> {
+    OpenApiRouter::new()
+        .routes(routes!(refund_order))
+        .routes(routes!(cancel_order))
+        .routes(routes!(cancel_event))
+        .routes(routes!(cancellation))
 }
 
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+/// The refund or cancel answer (built with `json!`).
+#[derive(ToSchema)]
+#[expect(
+    dead_code,
+    reason = "a schema only: the answer's shape in the document"
+)]
+struct Refunded {
+    order_id: String,
+    status: crate::orders::OrderStatus,
+    /// `null` for a pending order cancelled (nothing was paid).
+    #[schema(required = false)]
+    refund: Option<RefundRow>,
+}
+
+/// `POST /admin/orders/{id}/cancel`'s body: [`RefundRequest`] without `items` (a cancel takes
+/// the whole order; `items` is refused with `422`).
+#[derive(ToSchema)]
+#[serde(deny_unknown_fields)]
+#[expect(
+    dead_code,
+    reason = "a schema only: the request's shape in the document"
+)]
+struct CancelOrderRequest {
+    /// default: the event's `refund_stock`
+    stock: Option<StockChoice>,
+    #[schema(min_length = 1, max_length = 1000, pattern = "\\S")]
+    reason: Option<String>,
+}
+
+/// The event cancellation's answer (built with `json!`).
+#[derive(ToSchema)]
+#[expect(
+    dead_code,
+    reason = "a schema only: the answer's shape in the document"
+)]
+struct EventCancelled {
+    cancelled_now: bool,
+    refunds_queued_now: i64,
+    progress: event_cancel::Progress,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum StockChoice {
     Release,
@@ -52,22 +95,35 @@ impl StockChoice {
     }
 }
 
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RefundRequest {
-    /// Order item lines; absent = the whole order.
+    /// Order line numbers to refund (each once); absent: every line not refunded yet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_items = 1, max_items = 1000, value_type = Option<Vec<OrderLine>>)]
     pub items: Option<Vec<i32>>,
+    /// default: the event's `refund_stock`
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stock: Option<StockChoice>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1, max_length = 1000, pattern = "\\S")]
     pub reason: Option<String>,
 }
 
-#[derive(Debug, Deserialize, Serialize)]
+/// An order line number.
+#[derive(ToSchema)]
+#[schema(value_type = i32, minimum = 1)]
+#[expect(
+    dead_code,
+    reason = "a schema only: the line number's bounds in the document"
+)]
+struct OrderLine(i32);
+
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CancelEventRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1, max_length = 1000, pattern = "\\S")]
     pub reason: Option<String>,
 }
 
@@ -108,6 +164,22 @@ fn validate(req: &RefundRequest) -> ApiResult<()> {
     Ok(())
 }
 
+/// Refund a paid order, in full or some of its lines (each line exactly once, whatever races it)
+#[utoipa::path(post, path = "/admin/orders/{id}/refund", tag = tags::OPS, security(("admin" = [])),
+    params(doc::IdPath, doc::ActorHeader, doc::IdempotencyKey),
+    request_body = RefundRequest,
+    responses(
+        (status = 200, description = "Refunded (or the first answer replayed)", body = inline(Refunded)),
+        (status = 400, response = doc::BadRequest),
+        (status = 401, response = doc::Unauthorized),
+        (status = 404, response = doc::NotFound),
+        (status = 409, response = doc::Conflict),
+        (status = 413, response = doc::TooLarge),
+        (status = 415, response = doc::UnsupportedMediaType),
+        (status = 422, response = doc::Invalid),
+        (status = 502, description = "The provider failed or refused the refund", body = doc::Error),
+        (status = 503, response = doc::Unavailable),
+    ))]
 async fn refund_order(
     State(state): State<PaymentsState>,
     op: Operator,
@@ -136,6 +208,22 @@ async fn refund_order(
     .await
 }
 
+/// Cancel an order: a pending one ends like an expiry, a paid one is refunded
+#[utoipa::path(post, path = "/admin/orders/{id}/cancel", tag = tags::OPS, security(("admin" = [])),
+    params(doc::IdPath, doc::ActorHeader, doc::IdempotencyKey),
+    request_body = inline(CancelOrderRequest),
+    responses(
+        (status = 200, description = "OK", body = inline(Refunded)),
+        (status = 400, response = doc::BadRequest),
+        (status = 401, response = doc::Unauthorized),
+        (status = 404, response = doc::NotFound),
+        (status = 409, response = doc::Conflict),
+        (status = 413, response = doc::TooLarge),
+        (status = 415, response = doc::UnsupportedMediaType),
+        (status = 422, response = doc::Invalid),
+        (status = 502, description = "The provider failed or refused the refund", body = doc::Error),
+        (status = 503, response = doc::Unavailable),
+    ))]
 async fn cancel_order(
     State(state): State<PaymentsState>,
     op: Operator,
@@ -308,6 +396,21 @@ where
     }
 }
 
+/// Cancel an event: pending orders end, every paid order is refunded once by a resumable job
+#[utoipa::path(post, path = "/admin/events/{event}/cancel", tag = tags::OPS, security(("admin" = [])),
+    params(doc::EventPath, doc::ActorHeader),
+    request_body = CancelEventRequest,
+    responses(
+        (status = 200, description = "Cancelled before: nothing new queued", body = inline(EventCancelled)),
+        (status = 202, description = "Cancelled now: refunds queued", body = inline(EventCancelled)),
+        (status = 400, response = doc::BadRequest),
+        (status = 401, response = doc::Unauthorized),
+        (status = 404, response = doc::NotFound),
+        (status = 409, response = doc::Conflict),
+        (status = 413, response = doc::TooLarge),
+        (status = 415, response = doc::UnsupportedMediaType),
+        (status = 422, response = doc::Invalid),
+    ))]
 async fn cancel_event(
     State(state): State<PaymentsState>,
     op: Operator,
@@ -337,6 +440,15 @@ async fn cancel_event(
         .into_response())
 }
 
+/// The progress of an event's cancellation
+#[utoipa::path(get, path = "/admin/events/{event}/cancellation", tag = tags::OPS,
+    security(("admin" = [])),
+    params(doc::EventPath),
+    responses(
+        (status = 200, description = "OK", body = event_cancel::Progress),
+        (status = 401, response = doc::Unauthorized),
+        (status = 404, response = doc::NotFound),
+    ))]
 async fn cancellation(
     State(state): State<PaymentsState>,
     _admin: Admin,

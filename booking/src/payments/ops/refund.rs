@@ -35,6 +35,7 @@ use serde::Serialize;
 use serde_json::json;
 use sqlx::PgConnection;
 use std::time::Duration;
+use utoipa::ToSchema;
 
 /// How long a worker owns a pending row before another may take it over.
 pub const LEASE_S: i64 = 60;
@@ -58,7 +59,8 @@ impl Origin {
 }
 
 /// A refund row as the workers and answers see it.
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, ToSchema)]
+#[schema(as = Refund)]
 pub struct RefundRow {
     pub id: String,
     pub order_id: String,
@@ -67,9 +69,14 @@ pub struct RefundRow {
     pub payment_id: String,
     #[serde(skip)]
     pub provider_payment_id: String,
+    /// integer minor units
+    #[schema(minimum = 0)]
     pub amount: i64,
+    #[schema(value_type = RefundStockWay)]
     pub stock: String,
+    #[schema(value_type = RefundOrigin)]
     pub origin: String,
+    #[schema(value_type = RefundStatus)]
     pub status: String,
     pub provider_refund_id: Option<String>,
     pub actor: String,
@@ -82,6 +89,34 @@ pub struct RefundRow {
     pub whole_payment: bool,
     /// The order lines it refunds.
     pub lines: Vec<i32>,
+}
+
+/// `order_refunds.stock`: what the refund does with the seats/units.
+#[derive(ToSchema)]
+#[schema(rename_all = "snake_case")]
+#[expect(dead_code, reason = "a schema only: the column's values")]
+enum RefundStockWay {
+    Release,
+    Kill,
+}
+
+/// `order_refunds.origin`.
+#[derive(ToSchema)]
+#[schema(rename_all = "snake_case")]
+#[expect(dead_code, reason = "a schema only: the column's values")]
+enum RefundOrigin {
+    Ops,
+    EventCancel,
+}
+
+/// `order_refunds.status`.
+#[derive(ToSchema)]
+#[schema(rename_all = "snake_case")]
+#[expect(dead_code, reason = "a schema only: the column's values")]
+enum RefundStatus {
+    Pending,
+    Succeeded,
+    Failed,
 }
 
 pub const ROW_COLUMNS: &str = "id, order_id, event_id, payment_id, provider_payment_id, amount, \
