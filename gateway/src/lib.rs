@@ -40,6 +40,7 @@ pub mod session;
 pub mod signing;
 pub mod sim;
 pub mod size;
+pub mod slots;
 pub mod state;
 pub mod store;
 pub mod upstream;

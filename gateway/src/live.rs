@@ -9,6 +9,7 @@ use crate::auto::UpstreamWindow;
 use crate::limits::Limits;
 use crate::metrics::Metrics;
 use crate::progress::{DrawHistogram, Progress};
+use crate::slots::Freed;
 use crate::store::{EventSnapshot, Store};
 use async_trait::async_trait;
 use pingora_core::server::ShutdownWatch;
@@ -21,6 +22,8 @@ use std::time::{Duration, Instant};
 #[derive(Default)]
 pub struct Live {
     events: RwLock<HashMap<String, Arc<EventSnapshot>>>,
+    /// Fans whose `max_active` slot was freed (`slots.rs`).
+    pub freed: Freed,
 }
 
 impl Live {
@@ -84,6 +87,20 @@ impl Live {
     }
 }
 
+/// How long a freed mark of `event` can matter (ms): a token lasts at most `max_session_s`
+/// from its admission (or its first lifetime, if longer), plus a minute of clock slack.
+/// `None`: an event no longer configured.
+pub fn freed_keep_ms(live: &Live, event: &str) -> Option<i64> {
+    let snap = live.get(event)?;
+    let c = snap.config.as_ref()?;
+    let s = c.max_session_s.max(c.token_ttl_s).saturating_add(60);
+    Some(
+        i64::try_from(s)
+            .unwrap_or(i64::MAX / 1000)
+            .saturating_mul(1000),
+    )
+}
+
 fn carry_progress(snap: &mut EventSnapshot, old: &Arc<Progress>) {
     if !snap.progress.known {
         snap.progress = old.clone();
@@ -119,7 +136,28 @@ const MEMBER_MAX_AGE_S: u64 = 3;
 /// How often the refresher reads queue progress.
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
+/// How often the refresher forgets freed marks no token can use any more.
+const FREED_PRUNE_EVERY: Duration = Duration::from_secs(10);
+
 impl Refresher {
+    /// Reads the freed marks written since the last read of each event (`slots.rs`).
+    async fn refresh_freed(&self) -> Result<(), crate::store::StoreError> {
+        let from: Vec<(String, i64)> = self
+            .live
+            .event_ids()
+            .into_iter()
+            .map(|e| {
+                let ms = self.live.freed.read_from(&e);
+                (e, ms)
+            })
+            .collect();
+        let read = self.store.load_freed(&from).await?;
+        for ((event, _), marks) in from.into_iter().zip(read) {
+            self.live.freed.merge(&event, marks);
+        }
+        Ok(())
+    }
+
     /// Adds the draw histogram to each fresh progress: re-read only for events whose draw
     /// count moved since the last read (so once the sale starts, never again). A split queue:
     /// each sub-queue's draw and FIFO histograms, re-read only where its counts moved.
@@ -233,6 +271,7 @@ impl BackgroundService for Refresher {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_publish = Instant::now();
         let mut last_prune = Instant::now();
+        let mut last_freed_prune = Instant::now();
         let mut last_progress = Instant::now() - PROGRESS_EVERY;
         let mut pruning: Option<tokio::task::JoinHandle<()>> = None;
         let mut redis_ok = true;
@@ -256,6 +295,16 @@ impl BackgroundService for Refresher {
                     }
                     redis_ok = true;
                     self.live.replace(all);
+                    if let Err(e) = self.refresh_freed().await {
+                        self.metrics.redis_errors.inc();
+                        tracing::debug!(error = %e, "reading freed admission slots failed");
+                    }
+                    if last_freed_prune.elapsed() >= FREED_PRUNE_EVERY {
+                        last_freed_prune = Instant::now();
+                        let now_ms = chrono::Utc::now().timestamp_millis();
+                        let live = &self.live;
+                        live.freed.prune(now_ms, |e| freed_keep_ms(live, e));
+                    }
                 }
                 Err(e) => {
                     self.metrics.redis_errors.inc();

@@ -34,6 +34,17 @@ pub struct Metrics {
     pub redis_errors: IntCounter,
     pub proxied: IntCounter,
     pub session_refreshed: IntCounter,
+    /// Checkout writes of fans whose `max_active` slot was freed, by outcome (`slots.rs`):
+    /// `taken` (a slot again), `full` (`409 ROOM_FULL`), `failed_open` (Redis failed: forwarded).
+    slot_retakes: [IntCounter; 3],
+}
+
+/// What became of a freed fan's checkout write (`fg_slot_retakes_total{outcome}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retake {
+    Taken = 0,
+    Full = 1,
+    FailedOpen = 2,
 }
 
 impl Metrics {
@@ -130,6 +141,18 @@ impl Metrics {
                 "fg_admission_refreshed_total",
                 "Admission tokens re-minted because the fan's checkout lasts longer",
             )?,
+            slot_retakes: {
+                let v = IntCounterVec::new(
+                    Opts::new(
+                        "fg_slot_retakes_total",
+                        "Checkout writes of fans whose max_active slot was freed: slot taken \
+                         again, refused (room full), or forwarded with Redis failing",
+                    ),
+                    &["outcome"],
+                )?;
+                registry.register(Box::new(v.clone()))?;
+                ["taken", "full", "failed_open"].map(|o| v.with_label_values(&[o]))
+            },
             registry,
         };
         m.registry.register(Box::new(m.joins.clone()))?;
@@ -169,6 +192,10 @@ impl Metrics {
         if let Some(c) = self.upstream_by_class.get(i) {
             c.inc();
         }
+    }
+
+    pub fn slot_retake(&self, outcome: Retake) {
+        self.slot_retakes[outcome as usize].inc();
     }
 
     pub fn token_rejected(&self, e: &TokenError) {

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 mod gate;
 mod steps;
 use gate::wants_html;
-pub use gate::{admission_token, check_admission, is_pay, refusal};
+pub use gate::{admission_token, check_admission, is_pay, refusal, room_full};
 
 pub struct PublicProxy {
     pub shared: Arc<Shared>,
@@ -85,6 +85,14 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.dec();
     }
+}
+
+/// How long `event`'s freed marks are kept (`live::freed_keep_ms`; the defaults for an event
+/// this instance does not know yet).
+fn freed_keep_ms(live: &crate::live::Live, event: &str) -> i64 {
+    crate::live::freed_keep_ms(live, event).unwrap_or(
+        i64::try_from(crate::event_config::DEFAULT_MAX_SESSION_S + 60).unwrap_or(1860) * 1000,
+    )
 }
 
 fn unix_now() -> i64 {
@@ -356,7 +364,7 @@ impl ProxyHttp for PublicProxy {
     ) -> Result<()> {
         ctx.status = resp.status.as_u16();
         ctx.latency = ctx.sent_at.map(|t| t.elapsed());
-        self.checkout_session(resp, ctx);
+        self.checkout_session(resp, ctx).await;
         Ok(())
     }
 
@@ -423,9 +431,13 @@ impl ProxyHttp for PublicProxy {
             // token expires (the token itself stays valid: receipts,
             // order pages). Off the request path; a failure only delays the slot.
             let store = self.store.clone();
-            let shards = self.shared.live.queue_shards(&c.evt);
+            let live = &self.shared.live;
+            let shards = live.queue_shards(&c.evt);
+            let keep_ms = freed_keep_ms(live, &c.evt);
+            live.freed
+                .freed(&c.evt, &c.sub, chrono::Utc::now().timestamp_millis());
             tokio::spawn(async move {
-                if let Err(e) = store.release_active(&c.evt, shards, &c.sub).await {
+                if let Err(e) = store.release_active(&c.evt, shards, &c.sub, keep_ms).await {
                     tracing::debug!(error = %e, "releasing a paid fan's admission slot failed");
                 }
             });

@@ -53,6 +53,9 @@ pub mod codes {
     /// A config write that would change `queue_shards` after the room was created (`409`).
     pub const QUEUE_SHARDS_FIXED: &str = "QUEUE_SHARDS_FIXED";
     pub const NOT_IN_QUEUE: &str = "NOT_IN_QUEUE";
+    /// A checkout write by a fan whose `max_active` slot was freed, with every slot taken
+    /// (`409`, with `waiting_room_url`): nothing was held.
+    pub const ROOM_FULL: &str = "ROOM_FULL";
     pub const POW_REQUIRED: &str = "POW_REQUIRED";
     pub const POW_INVALID: &str = "POW_INVALID";
     pub const METHOD_NOT_ALLOWED: &str = "METHOD_NOT_ALLOWED";

@@ -20,13 +20,24 @@ use axum::middleware::Next;
 use axum::response::Response;
 use shared::headers::SESSION_UNTIL;
 
+/// The checkout writes (method, route template): an explicit list, not a pattern, so a new
+/// route is a checkout write only when it is added here. The gateway's twin is
+/// `gateway/src/slots.rs::checkout` (same routes).
+const CHECKOUT_WRITES: [(Method, &str); 6] = [
+    (Method::POST, "/api/events/{event}/holds"),
+    (Method::POST, "/api/events/{event}/ga-holds"),
+    (Method::DELETE, "/api/holds/{hold}"),
+    (Method::POST, "/api/orders"),
+    (Method::POST, "/api/orders/{id}/pay"),
+    (Method::POST, "/api/orders/{id}/cancel"),
+];
+
 /// Whether a request (method, matched route template) is a checkout write: holds, GA holds,
-/// orders and payments.
+/// a hold's release, orders, their payment and cancellation.
 pub fn is_checkout_write(method: &Method, route: &str) -> bool {
-    if matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
-        return false;
-    }
-    route.starts_with("/api/") && (route.contains("holds") || route.contains("/orders"))
+    CHECKOUT_WRITES
+        .iter()
+        .any(|(m, r)| m == method && *r == route)
 }
 
 /// Middleware: adds `x-floodgate-session-until` to successful checkout writes.
@@ -116,6 +127,7 @@ mod tests {
             (Method::DELETE, "/api/holds/{hold}"),
             (Method::POST, "/api/orders"),
             (Method::POST, "/api/orders/{id}/pay"),
+            (Method::POST, "/api/orders/{id}/cancel"),
         ] {
             assert!(is_checkout_write(&m, r), "{m} {r}");
         }
@@ -125,6 +137,12 @@ mod tests {
             (Method::PUT, "/api/cart/items/{sku}"),
             (Method::POST, "/api/auctions/{id}/bids"),
             (Method::POST, "/admin/orders"),
+            // Routes that merely contain a checkout word are not checkout writes.
+            (Method::POST, "/api/events/{event}/orders"),
+            (Method::POST, "/api/orders/{id}/notes"),
+            (Method::PATCH, "/api/orders/{id}"),
+            (Method::GET, "/api/orders"),
+            (Method::POST, "/api/holds/{hold}"),
         ] {
             assert!(!is_checkout_write(&m, r), "{m} {r}");
         }

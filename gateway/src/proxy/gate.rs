@@ -9,13 +9,23 @@ use shared::error::{ErrorBody, codes};
 use shared::headers;
 use shared::token::{AdmissionClaims, TokenError};
 use std::sync::Arc;
+
 /// `POST /api/orders/{id}/pay` (one path segment for the id).
 pub fn is_pay(method: &http::Method, path: &str) -> bool {
-    method == http::Method::POST
-        && path
-            .strip_prefix("/api/orders/")
-            .and_then(|rest| rest.strip_suffix("/pay"))
-            .is_some_and(|id| !id.is_empty() && !id.contains('/'))
+    crate::slots::checkout(method, path) == Some(crate::slots::Checkout::Pay)
+}
+
+/// `409 ROOM_FULL`: a fan whose `max_active` slot was freed found every slot taken; nothing
+/// was forwarded. The waiting room is where they get one again.
+pub fn room_full(event: &str) -> Reply {
+    Reply::from_error(
+        409,
+        ErrorBody::new(
+            codes::ROOM_FULL,
+            "every shopping slot of this room is taken; join the waiting room again",
+        )
+        .with("waiting_room_url", format!("/e/{event}")),
+    )
 }
 
 /// The admission token of a request: `Authorization: Bearer` first, then the cookie.

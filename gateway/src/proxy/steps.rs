@@ -3,6 +3,7 @@
 //! the admission of an API call.
 
 use super::*;
+use crate::metrics::Retake;
 
 impl PublicProxy {
     /// `<instance>-<counter>`: unique across instances (the instance id is a UUIDv7) without
@@ -62,7 +63,7 @@ impl PublicProxy {
         };
         ctx.status = answer.head.status.as_u16();
         let mut head = answer.head;
-        self.checkout_session(&mut head, ctx);
+        self.checkout_session(&mut head, ctx).await;
         let empty = answer.body.is_empty();
         if !head_only && ctx.status != 204 && ctx.status != 304 {
             head.insert_header(http::header::CONTENT_LENGTH, answer.body.len())?;
@@ -106,9 +107,11 @@ impl PublicProxy {
     }
 
     /// Applies booking's `x-floodgate-session-until` to the caller's admission (see
-    /// `session.rs`) and takes the header off the answer, on either proxy path. Redis work is
-    /// spawned off the request path; a failure only shortens the slot, never the token.
-    pub(super) fn checkout_session(&self, head: &mut ResponseHeader, ctx: &mut Ctx) {
+    /// `session.rs`) and takes the header off the answer, on either proxy path. A slot's
+    /// release is marked (`slots.rs`) before the answer goes out, so the fan's next checkout
+    /// write finds it; the Redis work of an extension is spawned off the request path (a
+    /// failure only shortens the slot, never the token).
+    pub(super) async fn checkout_session(&self, head: &mut ResponseHeader, ctx: &mut Ctx) {
         let Some(v) = head.headers.get(headers::SESSION_UNTIL) else {
             return;
         };
@@ -132,11 +135,16 @@ impl PublicProxy {
         match session::decide(&c, until, now, as_i64(slack_s), as_i64(max_session_s)) {
             Decision::Keep => {}
             Decision::Release => {
-                tokio::spawn(async move {
-                    if let Err(e) = store.release_active(&c.evt, shards, &c.sub).await {
-                        tracing::debug!(error = %e, "releasing a finished fan's admission slot failed");
-                    }
-                });
+                // Once per finished checkout: awaited, so the release has landed (mark and
+                // slot) before the fan can send another write.
+                s.live
+                    .freed
+                    .freed(&c.evt, &c.sub, chrono::Utc::now().timestamp_millis());
+                let keep_ms = freed_keep_ms(&s.live, &c.evt);
+                if let Err(e) = store.release_active(&c.evt, shards, &c.sub, keep_ms).await {
+                    s.metrics.redis_errors.inc();
+                    tracing::debug!(error = %e, "releasing a finished fan's admission slot failed");
+                }
             }
             Decision::Extend { exp } => {
                 let minted =
@@ -234,9 +242,41 @@ impl PublicProxy {
             .settle(&self.store, v)
             .await
             .map_err(|w| rate_limited(s, w))?;
-        ctx.claims = Some(claims);
         let req = session.req_header();
-        ctx.pays = is_pay(&req.method, req.uri.path());
+        let write = crate::slots::checkout(&req.method, req.uri.path());
+        ctx.pays = write == Some(crate::slots::Checkout::Pay);
+        if write.is_some_and(crate::slots::Checkout::takes_slot)
+            && s.live.freed.must_retake(&claims)
+        {
+            self.retake_slot(&claims).await?;
+        }
+        ctx.claims = Some(claims);
         Ok(())
+    }
+
+    /// A fan whose `max_active` slot was freed takes one again before this write is forwarded
+    /// (`slots.rs`): `409 ROOM_FULL` when every slot is taken. Redis failing: forwarded, as
+    /// admitted fans' requests are, and counted.
+    async fn retake_slot(&self, c: &AdmissionClaims) -> std::result::Result<(), Reply> {
+        let s = &self.shared;
+        let shards = s.live.queue_shards(&c.evt);
+        let until_ms = c.exp.saturating_mul(1000);
+        match self.store.take_slot(&c.evt, shards, &c.sub, until_ms).await {
+            Ok(Some(at)) => {
+                s.live.freed.taken(&c.evt, &c.sub, at);
+                s.metrics.slot_retake(Retake::Taken);
+                Ok(())
+            }
+            Ok(None) => {
+                s.metrics.slot_retake(Retake::Full);
+                Err(room_full(&c.evt))
+            }
+            Err(e) => {
+                s.metrics.redis_errors.inc();
+                s.metrics.slot_retake(Retake::FailedOpen);
+                tracing::warn!(error = %e, "taking an admission slot again failed; letting the write through");
+                Ok(())
+            }
+        }
     }
 }

@@ -3,6 +3,45 @@
 
 use super::scripts::SCRIPTS;
 use super::{AUDIT_MAX_LEN, Store, StoreError, shard_of};
+use shared::redis_conn::{LuaScript as Script, query_per_slot};
+use std::sync::LazyLock;
+
+/// KEYS: the freed marks, and the fan's active set when it shares their slot (else the caller
+/// frees the slot after). ARGV: account, how long marks are kept (ms). Returns the time (ms).
+const FREE_LUA: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[1], now, ARGV[1])
+-- Marks older than the longest admission apply to no token still valid.
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%d', now - tonumber(ARGV[2])))
+if KEYS[2] then redis.call('ZREM', KEYS[2], ARGV[1]) end
+return now
+"#;
+
+/// KEYS: the fan's sub-queue's config, admitted and active sets, and the freed marks when they
+/// share its slot. ARGV: account, the slot's end (ms), the other sub-queues' admitted and
+/// active fans. Counts only admissions still running (the tick drops lapsed ones the same way
+/// before it counts). Returns the time (ms) when the fan holds a slot, -1 when the room is full.
+const TAKE_LUA: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local held = redis.call('ZSCORE', KEYS[3], ARGV[1])
+if not (held and tonumber(held) > now) then
+  local maxa = tonumber(redis.call('HGET', KEYS[1], 'max_active')) or 0
+  if maxa > 0 then
+    local live = '(' .. string.format('%d', now)
+    local used = redis.call('ZCOUNT', KEYS[2], live, '+inf') + redis.call('ZCOUNT', KEYS[3], live, '+inf')
+      + (tonumber(ARGV[3]) or 0)
+    if used >= maxa then return -1 end
+  end
+end
+redis.call('ZADD', KEYS[3], 'GT', ARGV[2], ARGV[1])
+if KEYS[4] then redis.call('ZREM', KEYS[4], ARGV[1]) end
+return now
+"#;
+
+static FREE: LazyLock<Script> = LazyLock::new(|| Script::new(FREE_LUA));
+static TAKE: LazyLock<Script> = LazyLock::new(|| Script::new(TAKE_LUA));
 
 impl Store {
     /// Revokes an account's (field `a:<account>`) or a session's (`s:<session>`) admission.
@@ -78,14 +117,30 @@ impl Store {
         Ok(at)
     }
 
-    /// Returns an admitted fan's slot to the `max_active` budget (after a paid order).
+    /// Returns an admitted fan's slot to the `max_active` budget (their checkout ended, or they
+    /// paid) and marks it freed (`slots.rs`), the mark first: there is no moment where the slot
+    /// is free and the fan unmarked. Marks older than `keep_ms` are dropped on the way.
+    /// In a split queue the mark lives on the home, the slot on the fan's sub-queue.
     pub async fn release_active(
         &self,
         event: &str,
         shards: u32,
         account: &str,
+        keep_ms: i64,
     ) -> Result<(), StoreError> {
-        let key = self.shard_key(event, shard_of(account, shards), "active");
+        let k = shard_of(account, shards);
+        let mut inv = FREE.prepare_invoke();
+        inv.key(self.key(event, "freed"));
+        if k == 0 {
+            inv.key(self.key(event, "active"));
+        }
+        inv.arg(account).arg(keep_ms);
+        self.with(|mut c| async move { inv.invoke_async::<i64>(&mut c).await })
+            .await?;
+        if k == 0 {
+            return Ok(());
+        }
+        let key = self.shard_key(event, k, "active");
         let account = account.to_owned();
         self.with(|mut c| async move {
             redis::cmd("ZREM")
@@ -96,6 +151,108 @@ impl Store {
         })
         .await
         .map(|_| ())
+    }
+
+    /// A freed fan takes a `max_active` slot again, until `until_ms` (their token's expiry):
+    /// atomically under the cap of admitted and active fans (the tick's count; in a split
+    /// queue the other sub-queues' sets as read just before). Returns the Redis time (ms) of
+    /// a slot taken (or already held), `None` when the room is full.
+    pub async fn take_slot(
+        &self,
+        event: &str,
+        shards: u32,
+        account: &str,
+        until_ms: i64,
+    ) -> Result<Option<i64>, StoreError> {
+        let k = shard_of(account, shards);
+        let others = if shards > 1 {
+            self.other_counts_except(event, shards, k).await?
+        } else {
+            0
+        };
+        let mut inv = TAKE.prepare_invoke();
+        self.shard_keys(&mut inv, event, k, &["cfg", "adm", "active"]);
+        if k == 0 {
+            inv.key(self.key(event, "freed"));
+        }
+        inv.arg(account).arg(until_ms).arg(others);
+        let at: i64 = self
+            .with(|mut c| async move { inv.invoke_async(&mut c).await })
+            .await?;
+        if at < 0 {
+            return Ok(None);
+        }
+        if k > 0 {
+            // The mark on the home: gone now, or one more (harmless) take on the next write.
+            let key = self.key(event, "freed");
+            let account = account.to_owned();
+            self.with(|mut c| async move {
+                redis::cmd("ZREM")
+                    .arg(key)
+                    .arg(account)
+                    .query_async::<i64>(&mut c)
+                    .await
+            })
+            .await?;
+        }
+        Ok(Some(at))
+    }
+
+    /// Admitted and active fans of every sub-queue but `k` (a take in sub-queue `k`).
+    async fn other_counts_except(
+        &self,
+        event: &str,
+        shards: u32,
+        k: u32,
+    ) -> Result<i64, StoreError> {
+        let pipes: Vec<redis::Pipeline> = (0..shards)
+            .filter(|j| *j != k)
+            .map(|j| {
+                let mut p = redis::pipe();
+                p.cmd("ZCARD").arg(self.shard_key(event, j, "adm"));
+                p.cmd("ZCARD").arg(self.shard_key(event, j, "active"));
+                p
+            })
+            .collect();
+        let counts: Vec<i64> = self
+            .with(|mut c| async move {
+                let v = query_per_slot(&mut c, &pipes).await?;
+                v.into_iter()
+                    .map(|x| redis::from_redis_value::<i64>(x).map_err(Into::into))
+                    .collect()
+            })
+            .await?;
+        Ok(counts.iter().sum())
+    }
+
+    /// Freed marks of each event from its given time on (account, unix ms), one pipelined
+    /// round trip per slot (the refresher's incremental read, `slots.rs`).
+    pub async fn load_freed(
+        &self,
+        from: &[(String, i64)],
+    ) -> Result<Vec<Vec<(String, i64)>>, StoreError> {
+        if from.is_empty() {
+            return Ok(Vec::new());
+        }
+        let pipes: Vec<redis::Pipeline> = from
+            .iter()
+            .map(|(event, ms)| {
+                let mut p = redis::pipe();
+                p.cmd("ZRANGEBYSCORE")
+                    .arg(self.key(event, "freed"))
+                    .arg(*ms)
+                    .arg("+inf")
+                    .arg("WITHSCORES");
+                p
+            })
+            .collect();
+        self.with(|mut c| async move {
+            let v = query_per_slot(&mut c, &pipes).await?;
+            v.into_iter()
+                .map(|x| redis::from_redis_value::<Vec<(String, i64)>>(x).map_err(Into::into))
+                .collect()
+        })
+        .await
     }
 
     /// Keeps an admitted fan's `max_active` slot until `until_ms` (a refreshed token's

@@ -27,6 +27,7 @@ mod registered_draw;
 mod safety_net;
 mod schedule;
 mod slots;
+mod slots_retake;
 mod split_queue;
 mod split_registered;
 mod split_safety_net;

@@ -208,7 +208,7 @@ async fn the_cap_holds_nobody_is_admitted_twice_and_the_room_passes_again_once_d
                 .query_async(&mut conn)
                 .await
                 .unwrap();
-            store.release_active("cap", 1, f).await.unwrap();
+            store.release_active("cap", 1, f, 60_000).await.unwrap();
         }
         if card(&mut conn, &key("q")).await == 0 && state(&http, &a, "cap").await == "pass" {
             break;

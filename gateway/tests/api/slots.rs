@@ -123,8 +123,19 @@ async fn a_paid_order_returns_the_fans_slot_to_the_budget() {
         .wait_admitted("paid", &f.b, Duration::from_secs(5))
         .await;
     assert_eq!(v["state"], "admitted");
-    // A keeps a working admission (order pages, receipts) until the token expires.
-    assert_eq!(post("/api/orders").await.unwrap().status(), StatusCode::OK);
+    // A keeps a working admission (order pages, receipts) until the token expires...
+    let page = app
+        .http
+        .get(app.url("/api/orders/ord_1"))
+        .bearer_auth(&f.a_admission)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    // ...but no new order without a slot, and B holds the only one (`slots_retake.rs`).
+    let r = post("/api/orders").await.unwrap();
+    assert_eq!(r.status(), StatusCode::CONFLICT);
+    assert_eq!(json(r).await["code"], "ROOM_FULL");
 }
 
 #[tokio::test]

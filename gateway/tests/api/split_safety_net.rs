@@ -194,7 +194,10 @@ async fn the_cap_holds_over_every_sub_queue_and_the_split_room_passes_again_once
                 .query_async(&mut conn)
                 .await
                 .unwrap();
-            store.release_active("scap", SHARDS, f).await.unwrap();
+            store
+                .release_active("scap", SHARDS, f, 60_000)
+                .await
+                .unwrap();
         }
         let mut waiting = 0;
         for k in 0..SHARDS {
