@@ -370,7 +370,8 @@ async fn apply_tx(
             full: true,
         };
         let reversed =
-            reversal::apply_tx(conn, &row.payment_id, &row.provider_payment_id, &reversal).await?;
+            reversal::apply_tx(conn, &row.payment_id, &row.provider_payment_id, None, &reversal)
+                .await?;
         match reversed {
             Reversed::Order { released_skus, .. } => (true, released_skus),
             _ => (false, Vec::new()),
