@@ -194,8 +194,12 @@ pub async fn refund_mismatch(
     intent_id: &str,
     path: &'static str,
 ) -> bool {
-    tracing::warn!(payment_id, intent_id, path,
-        "a success that is not its attempt's own intent, amount or currency: refunding it");
+    tracing::warn!(
+        payment_id,
+        intent_id,
+        path,
+        "a success that is not its attempt's own intent, amount or currency: refunding it"
+    );
     let refund_id = match c
         .provider
         .refund(&mismatch_refund_key(intent_id), intent_id, None)

@@ -14,9 +14,10 @@
 //!   that arrives before its payment's success (the `succeeded` webhook or the pay answer still
 //!   on its way) first applies that success — a refund or dispute proves the money was taken —
 //!   and then reverses it, and the late success finds nothing left to do.
-//! - Only the payment that paid the order reverses it. A refund of money the order could not
-//!   take (a second attempt, an expired order: `refund_pending`) is recorded as such
-//!   ([`super::flow::apply_refunded_tx`]) and leaves the order alone.
+//! - Only the payment that paid the order reverses it. A full refund of money the order could
+//!   not take (a second attempt, an expired order: `refund_pending`) is recorded as such
+//!   ([`super::transitions::apply_refunded_tx`]) and leaves the order alone; a partial one
+//!   closes nothing (the attempt stays `refund_pending` and reconciliation refunds the rest).
 //! - A partial refund is recorded by the provider but changes no order here (per-line
 //!   refunds are an ops feature); only a full refund reverses the order.
 

@@ -76,13 +76,12 @@ async fn matches_attempt_tx(
     payment_id: &str,
     charge: &Charge,
 ) -> PaymentResult<bool> {
-    let row: Option<(i64, String, Option<String>)> = sqlx::query_as(
-        "SELECT amount, currency, provider_payment_id FROM payments WHERE id = $1",
-    )
-    .bind(payment_id)
-    .fetch_optional(&mut *conn)
-    .await
-    .statement("read the attempt's terms")?;
+    let row: Option<(i64, String, Option<String>)> =
+        sqlx::query_as("SELECT amount, currency, provider_payment_id FROM payments WHERE id = $1")
+            .bind(payment_id)
+            .fetch_optional(&mut *conn)
+            .await
+            .statement("read the attempt's terms")?;
     Ok(row.is_some_and(|(amount, currency, recorded)| {
         charge_matches(amount, &currency, recorded.as_deref(), charge)
     }))
