@@ -66,6 +66,9 @@ pub struct PaymentsState {
     pub provider: Arc<dyn PaymentProvider>,
     pub settings: Arc<PaymentSettings>,
     pub metrics: PaymentMetrics,
+    /// `[orders] ttl_s`: with `pay_grace_s`, how long after its creation an order's
+    /// inventory may stay reserved by pay calls.
+    pub order_ttl_s: u64,
 }
 
 impl FromRef<PaymentsState> for Auth {
@@ -82,6 +85,7 @@ impl PaymentsState {
             provider: self.provider.clone(),
             settings: self.settings.clone(),
             metrics: self.metrics.clone(),
+            order_ttl_s: self.order_ttl_s,
         }
     }
 }
@@ -94,6 +98,16 @@ pub struct PaymentClients {
     pub provider: Arc<dyn PaymentProvider>,
     pub settings: Arc<PaymentSettings>,
     pub metrics: PaymentMetrics,
+    /// `[orders] ttl_s` (see [`PaymentClients::reserve_bound_s`]).
+    pub order_ttl_s: u64,
+}
+
+impl PaymentClients {
+    /// Seconds after an order's `created_at` past which no pay call reserves its inventory:
+    /// `[orders] ttl_s + [payments] pay_grace_s`.
+    pub fn reserve_bound_s(&self) -> f64 {
+        (self.order_ttl_s + self.settings.pay_grace_s) as f64
+    }
 }
 
 /// The background jobs of payments: reconciliation and the ops refunds (event cancellation),
@@ -128,6 +142,12 @@ pub struct PaymentSettings {
     /// `pay` pins the hold and the order this far into the future (never shortens them), so
     /// neither can expire under a running payment. Must exceed `request_timeout_ms`.
     pub pay_pin_s: u64,
+    /// ...but never past the order's `created_at + [orders] ttl_s + pay_grace_s`, however
+    /// many pay calls: a fan looping pay (an unauthenticated 3-D Secure card) cannot keep
+    /// inventory off sale.
+    pub pay_grace_s: u64,
+    /// Payment attempts one order may have; then `409 PAYMENT_ATTEMPTS_EXHAUSTED`.
+    pub max_attempts: u32,
     /// An attempt nobody heard back about is reconciled this long after it started.
     pub reconcile_after_s: u64,
     /// How long after an attempt started the provider's search is trusted to list it
@@ -150,6 +170,8 @@ impl Default for PaymentSettings {
             request_timeout_ms: 10_000,
             in_progress_wait_ms: 5_000,
             pay_pin_s: 120,
+            pay_grace_s: 120,
+            max_attempts: 5,
             reconcile_after_s: 60,
             search_horizon_s: 3_600,
             reconcile_interval_ms: 15_000,
@@ -171,6 +193,10 @@ pub struct PaymentMetrics {
     pub reversals: prometheus::IntCounterVec,
     /// Attempts the reconciliation job resolved, by outcome.
     pub reconciled: prometheus::IntCounterVec,
+    /// Successes that named an attempt of ours but were not its own intent, amount or
+    /// currency, by the path that saw them (`pay`, `webhook`, `reversal`) and what became
+    /// of their money (`refunded`, `refund_failed`).
+    pub mismatches: prometheus::IntCounterVec,
 }
 
 impl PaymentMetrics {
@@ -200,7 +226,15 @@ impl PaymentMetrics {
                 ),
                 &["outcome"],
             )?,
+            mismatches: IntCounterVec::new(
+                Opts::new(
+                    "payment_mismatches_total",
+                    "Successes refused because they were not their attempt's own intent, amount or currency",
+                ),
+                &["path", "result"],
+            )?,
         };
+        registry.register(Box::new(m.mismatches.clone()))?;
         registry.register(Box::new(m.attempts.clone()))?;
         registry.register(Box::new(m.webhooks.clone()))?;
         registry.register(Box::new(m.refunds.clone()))?;

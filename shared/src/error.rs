@@ -88,6 +88,8 @@ pub mod codes {
     // Payments and webhooks.
     pub const ORDER_NOT_PAYABLE: &str = "ORDER_NOT_PAYABLE";
     pub const PAYMENT_IN_PROGRESS: &str = "PAYMENT_IN_PROGRESS";
+    /// `[payments] max_attempts` attempts of this order were made: no more.
+    pub const PAYMENT_ATTEMPTS_EXHAUSTED: &str = "PAYMENT_ATTEMPTS_EXHAUSTED";
     pub const PAYMENT_REFUNDED: &str = "PAYMENT_REFUNDED";
     pub const INVALID_SIGNATURE: &str = "INVALID_SIGNATURE";
     // Ops refunds.

@@ -145,6 +145,7 @@ impl AppState {
             settings: Arc::new(config.payments.clone()),
             metrics: crate::payments::PaymentMetrics::register(&metrics.registry)
                 .context("failed to register payment metrics")?,
+            order_ttl_s: u64::from(config.orders.ttl_s),
         };
 
         let auctions = crate::auctions::AuctionsState::new(

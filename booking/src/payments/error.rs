@@ -16,6 +16,9 @@ pub enum PaymentError {
     OrderNotFound,
     #[error("the order can no longer be paid ({why:?}, open attempt {open:?})")]
     NotPayable { why: Unpayable, open: OpenAttempt },
+    /// `[payments] max_attempts` attempts of this order were made (nothing changed).
+    #[error("the order's payment attempts are exhausted")]
+    AttemptsExhausted { max: u32 },
     /// Another request for the same attempt (or another attempt) is still running.
     #[error("a payment for this order is still being processed")]
     InProgress { attempt: Option<i32> },

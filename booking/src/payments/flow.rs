@@ -33,7 +33,8 @@
 use crate::payments::PaymentClients;
 use crate::payments::error::{PaymentError, Statement};
 use crate::payments::model::{
-    self, Attempt, OpenAttempt, Reconciled, Unpayable, already_refunded_id, refund_key,
+    self, Attempt, OpenAttempt, Reconciled, Unpayable, already_refunded_id, mismatch_refund_key,
+    refund_key,
 };
 use crate::payments::provider::{ProviderError, ProviderPayment};
 use crate::payments::{reconcile, repo, transitions};
@@ -180,6 +181,69 @@ pub async fn refund(c: &PaymentClients, payment_id: &str, provider_payment_id: &
             false
         }
     }
+}
+
+/// Refunds a success that named attempt `payment_id` but was not its own intent, amount or
+/// currency ([`crate::payments::model::Success::Mismatch`]): the whole intent, with the key
+/// `refund-mismatch-<intent>` (every path and retry is the same refund), counted in
+/// `payment_mismatches_total{path}` and written to the audit log (actor `payments`). True
+/// when the money is back (now or before).
+pub async fn refund_mismatch(
+    c: &PaymentClients,
+    payment_id: &str,
+    intent_id: &str,
+    path: &'static str,
+) -> bool {
+    tracing::warn!(
+        payment_id,
+        intent_id,
+        path,
+        "a success that is not its attempt's own intent, amount or currency: refunding it"
+    );
+    let refund_id = match c
+        .provider
+        .refund(&mismatch_refund_key(intent_id), intent_id, None)
+        .await
+    {
+        Ok(r) => r.id,
+        Err(ProviderError::Rejected { code, .. }) if code == "charge_already_refunded" => {
+            already_refunded_id(intent_id)
+        }
+        Err(e) => {
+            tracing::error!(payment_id, intent_id, error = %e, "refund of a mismatching success failed");
+            c.metrics
+                .mismatches
+                .with_label_values(&[path, "refund_failed"])
+                .inc();
+            return false;
+        }
+    };
+    c.metrics
+        .mismatches
+        .with_label_values(&[path, "refunded"])
+        .inc();
+    let detail = serde_json::json!({
+        "intent_id": intent_id,
+        "refund_id": refund_id,
+        "path": path,
+    });
+    let recorded = async {
+        let mut tx = c.pool.begin().await?;
+        crate::platform::audit::insert_tx(
+            &mut tx,
+            &crate::platform::audit::Operator("payments".to_owned()),
+            "payment.mismatch_refunded",
+            &format!("payment:{payment_id}"),
+            None,
+            &detail,
+        )
+        .await?;
+        tx.commit().await
+    };
+    if let Err(e) = recorded.await {
+        tracing::warn!(payment_id, intent_id, error = ?e, "could not audit a mismatch refund");
+    }
+    true
 }
 
 #[cfg(test)]

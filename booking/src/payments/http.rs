@@ -6,11 +6,11 @@ use crate::orders::OrderView;
 use crate::payments::error::PaymentError;
 use crate::payments::flow::{self, Paid};
 use crate::payments::model::{
-    Attempt, OpenAttempt, Success, Unpayable, outcome_label, plausible_order_id,
+    Attempt, Charge, OpenAttempt, Success, Unpayable, outcome_label, plausible_order_id,
     valid_payment_method,
 };
 use crate::payments::provider::{PaymentStatus, ProviderPayment};
-use crate::payments::repo::{self, KeyClaim, Start};
+use crate::payments::repo::{self, KeyClaim, PinLimits, Start};
 use crate::payments::{PaymentClients, PaymentsState, transitions};
 use crate::platform::auth::Admitted;
 use crate::platform::db::{self, TxError, is_retryable};
@@ -94,6 +94,11 @@ impl From<PaymentError> for ApiError {
                     OpenAttempt::RefundPending => e.with("refund_pending", true),
                 }
             }
+            PaymentError::AttemptsExhausted { max } => ApiError::conflict(
+                codes::PAYMENT_ATTEMPTS_EXHAUSTED,
+                "this order had all the payment attempts it may have",
+            )
+            .with("max_attempts", max),
             PaymentError::InProgress { attempt } => {
                 let e = ApiError::conflict(
                     codes::PAYMENT_IN_PROGRESS,
@@ -279,7 +284,11 @@ async fn pay_claimed(
     order_id: &str,
     method: &str,
 ) -> ApiResult<Done> {
-    let pin_s = c.settings.pay_pin_s.max(1) as f64;
+    let limits = PinLimits {
+        pin_s: c.settings.pay_pin_s.max(1) as f64,
+        bound_s: c.reserve_bound_s(),
+        max_attempts: c.settings.max_attempts.max(1),
+    };
     let reconcile_s = c.settings.reconcile_after_s as f64;
     let account = key.account;
     let (started, claim) = repo::start_attempt(
@@ -288,7 +297,7 @@ async fn pay_claimed(
         admission,
         order_id,
         method,
-        pin_s,
+        limits,
         reconcile_s,
     )
     .await?;
@@ -297,6 +306,14 @@ async fn pay_claimed(
         (Start::Replay(stored), _) => return Ok(Done::Replay(stored)),
         (Start::NotFound, _) => return Ok(Done::Released(PaymentError::OrderNotFound.into())),
         (Start::WrongEvent, _) => return Ok(Done::Released(ApiError::wrong_event())),
+        (Start::Exhausted, _) => {
+            return Ok(Done::Released(
+                PaymentError::AttemptsExhausted {
+                    max: limits.max_attempts,
+                }
+                .into(),
+            ));
+        }
         (Start::OtherAttemptPending { attempt }, _) => {
             return Ok(Done::Released(
                 PaymentError::InProgress {
@@ -345,6 +362,11 @@ async fn charge(c: &PaymentClients, claim: &Claim, attempt: &Attempt) -> ApiResu
             }
             PaymentStatus::Other(s) => {
                 tracing::warn!(payment_id = %attempt.id, provider_status = %s, "payment not final");
+                // Only this intent may complete the attempt now (and it is the one canceled
+                // if the order ends first).
+                if let Err(e) = repo::record_intent(&c.pool, &attempt.id, &p.id).await {
+                    tracing::warn!(error = ?e, payment_id = %attempt.id, "could not record the attempt's intent");
+                }
                 Ok(Done::Released(
                     PaymentError::InProgress { attempt: None }.into(),
                 ))
@@ -382,12 +404,14 @@ async fn finish_success(
     a: &Attempt,
     p: &ProviderPayment,
 ) -> ApiResult<Done> {
+    let charge = Charge::of(p);
+    let charge = &charge;
     let outcome = db::retry(3, || async {
         let mut tx = c.pool.begin().await?;
         // The common case in one statement that also returns the answer; anything else (a
         // cart order, a lost race, a lost seat) changed nothing and takes the general path.
         if let Some(paid) =
-            transitions::settle_hold_order_tx(&mut tx, &a.id, &a.order_id, &a.account_id, &p.id)
+            transitions::settle_hold_order_tx(&mut tx, &a.id, &a.order_id, &a.account_id, charge)
                 .await?
         {
             let tickets = paid.tickets.0.len();
@@ -402,14 +426,20 @@ async fn finish_success(
             return Ok::<_, TxError>((outcome, StatusCode::OK, bytes, until));
         }
         let outcome =
-            transitions::apply_success_of_tx(&mut tx, &a.id, &a.order_id, &a.account_id, &p.id)
+            transitions::apply_success_of_tx(&mut tx, &a.id, &a.order_id, &a.account_id, charge)
                 .await?;
+        if let Success::Mismatch { .. } = &outcome {
+            // The provider answered the attempt's own key with another payment (amount,
+            // currency): nothing was written; it is refunded below and the fan told the
+            // provider failed.
+            return Ok::<_, TxError>((outcome, StatusCode::BAD_GATEWAY, Vec::new(), None));
+        }
         let (status, (body, until)) = match &outcome {
             Success::Paid { .. } | Success::AlreadyPaid => (
                 StatusCode::OK,
                 paid_body_tx(&mut tx, &a.order_id, &a.account_id).await?,
             ),
-            Success::RefundNeeded { .. } | Success::Unknown => (
+            Success::RefundNeeded { .. } | Success::Unknown | Success::Mismatch { .. } => (
                 StatusCode::CONFLICT,
                 (
                     serde_json::to_value(
@@ -433,7 +463,14 @@ async fn finish_success(
     })
     .await;
     let (outcome, status, bytes, until) = outcome?;
+    if let Success::Mismatch { intent_id } = &outcome {
+        flow::refund_mismatch(c, &a.id, intent_id, "pay").await;
+        return Ok(Done::Released(
+            PaymentError::ProviderFailed { attempt: a.attempt }.into(),
+        ));
+    }
     match outcome {
+        Success::Mismatch { .. } => {}
         Success::Paid { .. } => record(c, "paid"),
         Success::AlreadyPaid => record(c, "already_paid"),
         Success::RefundNeeded { .. } | Success::Unknown => record(c, "refunded"),

@@ -101,6 +101,34 @@ pub fn is_attempt_of(p: &ProviderPayment, payment_id: &str, attempt: i32) -> boo
     p.meta("payment_id") == Some(payment_id) || p.meta("attempt") == Some(attempt.as_str())
 }
 
+/// A provider success as every success path compares it with its attempt: the intent that
+/// took the money, how much and in which currency.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Charge {
+    pub intent_id: String,
+    pub amount: i64,
+    pub currency: String,
+}
+
+impl Charge {
+    pub fn of(p: &ProviderPayment) -> Self {
+        Self {
+            intent_id: p.id.clone(),
+            amount: p.amount,
+            currency: p.currency.clone(),
+        }
+    }
+}
+
+/// A success pays attempt (`amount`, `currency`, `recorded` intent id) only if it is the
+/// attempt's own intent (or none is recorded yet) for exactly its amount and currency;
+/// metadata alone proves nothing (anyone holding the API key can write any metadata).
+pub fn charge_matches(amount: i64, currency: &str, recorded: Option<&str>, c: &Charge) -> bool {
+    amount == c.amount
+        && currency.eq_ignore_ascii_case(&c.currency)
+        && recorded.is_none_or(|r| r == c.intent_id)
+}
+
 /// What applying a provider success did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Success {
@@ -115,6 +143,14 @@ pub enum Success {
     },
     /// Not one of our payments.
     Unknown,
+    /// Names an attempt of ours but is not its own intent, amount or currency: it pays
+    /// nothing, and its money is refunded (refund key [`mismatch_refund_key`]).
+    Mismatch { intent_id: String },
+}
+
+/// The provider idempotency key of the refund of a success that did not match its attempt.
+pub fn mismatch_refund_key(intent_id: &str) -> String {
+    format!("refund-mismatch-{intent_id}")
 }
 
 /// Why an order cannot be paid now.
@@ -198,6 +234,7 @@ pub fn outcome_label(code: &str) -> &'static str {
         c if c == codes::PAYMENT_PROVIDER_ERROR => "provider_error",
         c if c == codes::PAYMENT_IN_PROGRESS => "in_progress",
         c if c == codes::ORDER_NOT_PAYABLE => "not_payable",
+        c if c == codes::PAYMENT_ATTEMPTS_EXHAUSTED => "attempts_exhausted",
         _ => "refused",
     }
 }
@@ -225,6 +262,9 @@ pub enum Reconciled {
     Abandoned,
     /// Still unknown after asking; asked again later.
     Unknown,
+    /// Still open at the provider when its order could no longer be paid: canceled there
+    /// (it can no longer be completed) and closed as `failed`.
+    Canceled,
 }
 
 impl Reconciled {
@@ -240,6 +280,7 @@ impl Reconciled {
             Reconciled::ProviderUnreachable => "provider_unreachable",
             Reconciled::Abandoned => "abandoned",
             Reconciled::Unknown => "unknown",
+            Reconciled::Canceled => "canceled",
         }
     }
 
@@ -355,12 +396,24 @@ mod tests {
             id: "pi_1".into(),
             status: PaymentStatus::Succeeded,
             amount: 9000,
+            currency: "jpy".into(),
             amount_refunded: 0,
             metadata: meta
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect(),
         }
+    }
+
+    #[test]
+    fn a_success_pays_only_its_own_intent_amount_and_currency() {
+        let c = Charge::of(&provider_payment(&[("payment_id", "pay_1")]));
+        assert!(charge_matches(9000, "JPY", None, &c));
+        assert!(charge_matches(9000, "JPY", Some("pi_1"), &c));
+        assert!(!charge_matches(9000, "JPY", Some("pi_other"), &c));
+        assert!(!charge_matches(100, "JPY", None, &c));
+        assert!(!charge_matches(9000, "USD", None, &c));
+        assert_eq!(mismatch_refund_key("pi_1"), "refund-mismatch-pi_1");
     }
 
     #[test]

@@ -36,6 +36,8 @@ pub struct ProviderPayment {
     pub id: String,
     pub status: PaymentStatus,
     pub amount: i64,
+    /// ISO 4217 as the provider spells it (lower case).
+    pub currency: String,
     pub amount_refunded: i64,
     pub metadata: BTreeMap<String, String>,
 }
@@ -105,6 +107,11 @@ pub trait PaymentProvider: Send + Sync + 'static {
 
     async fn retrieve(&self, payment_id: &str) -> Result<ProviderPayment, ProviderError>;
 
+    /// Cancels a payment that has not taken money (`requires_action`, `processing`, ...), so
+    /// it can never be completed; the answer is the payment as it is now. One that already
+    /// succeeded is refused ([`ProviderError::Rejected`], `payment_intent_unexpected_state`).
+    async fn cancel(&self, payment_id: &str) -> Result<ProviderPayment, ProviderError>;
+
     /// Every payment the provider holds for a merchant order id (metadata `order_id`).
     async fn find_by_order(&self, order_id: &str) -> Result<Vec<ProviderPayment>, ProviderError>;
 
@@ -164,6 +171,7 @@ mod tests {
             id: "pi_1".into(),
             status: PaymentStatus::Succeeded,
             amount: 1,
+            currency: "jpy".into(),
             amount_refunded: 0,
             metadata: BTreeMap::from([("order_id".to_owned(), "ord_1".to_owned())]),
         };

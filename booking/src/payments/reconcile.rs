@@ -14,13 +14,21 @@
 //! other attempt of its order can start (`payments_one_pending_per_order`): the fan's next
 //! pay reuses it, so a lagging search can no longer let a second charge through.
 //!
+//! An attempt whose intent is recorded (the provider answered it as not final: 3-D Secure,
+//! processing) is asked about by that id, and only that intent, for the attempt's amount and
+//! currency, settles it. When its order can no longer be paid while it is still open, it is
+//! canceled at the provider, so the customer can no longer complete it, and closed as
+//! `failed`; one that succeeded meanwhile is applied (and, its order being over, refunded).
+//!
 //! Safe on many instances: due attempts are claimed by one statement (`FOR UPDATE SKIP
 //! LOCKED` inside an `UPDATE` that pushes `next_check_at` forward, a lease), and the provider
 //! is called after that commit, never inside a transaction.
 
 use crate::payments::PaymentClients;
 use crate::payments::error::{PaymentError, Statement};
-use crate::payments::model::{AttemptStatus, Reconciled, Success, is_attempt_of};
+use crate::payments::model::{
+    AttemptStatus, Charge, Reconciled, Success, charge_matches, is_attempt_of,
+};
 use crate::payments::provider::{PaymentStatus, ProviderError, ProviderPayment};
 use crate::payments::repo::{self, Due};
 use crate::payments::{flow, transitions};
@@ -107,6 +115,15 @@ async fn reconcile_one(c: &PaymentClients, d: &Due, unseen: Unseen) -> anyhow::R
             flow::refund(c, &d.id, provider_id).await,
         ));
     }
+    if let Some(intent) = &d.provider_payment_id {
+        // Its intent is known: ask about that one.
+        let p = c
+            .provider
+            .retrieve(intent)
+            .await
+            .context("failed to retrieve the attempt's intent")?;
+        return apply_found(c, d, p, true).await;
+    }
     // Search is only a shortcut: when it fails, the attempt's key still settles it.
     let found = match c.provider.find_by_order(&d.order_id).await {
         Ok(found) => found,
@@ -115,9 +132,12 @@ async fn reconcile_one(c: &PaymentClients, d: &Due, unseen: Unseen) -> anyhow::R
             Vec::new()
         }
     };
-    let mine = found
-        .into_iter()
-        .find(|p| is_attempt_of(p, &d.id, d.attempt));
+    // Metadata alone proves nothing: only an intent for the attempt's amount and currency
+    // is its own (another one naming it is refunded when its success event arrives).
+    let mine = found.into_iter().find(|p| {
+        is_attempt_of(p, &d.id, d.attempt)
+            && charge_matches(d.amount, &d.currency, None, &Charge::of(p))
+    });
     let p = match mine {
         Some(p) => p,
         None if unseen == Unseen::Keep => return Ok(Reconciled::UnknownToProvider),
@@ -126,7 +146,36 @@ async fn reconcile_one(c: &PaymentClients, d: &Due, unseen: Unseen) -> anyhow::R
             Settled::Outcome(outcome) => return Ok(outcome),
         },
     };
+    apply_found(c, d, p, true).await
+}
+
+/// Applies what the provider says of attempt `d`'s payment `p`; an open one of an order that
+/// can no longer be paid is canceled first (`cancel_open`, once).
+async fn apply_found(
+    c: &PaymentClients,
+    d: &Due,
+    p: ProviderPayment,
+    cancel_open: bool,
+) -> anyhow::Result<Reconciled> {
     match &p.status {
+        PaymentStatus::Other(s) if s == "canceled" => close_canceled(c, &d.id).await,
+        PaymentStatus::Other(_) if cancel_open => {
+            if repo::attempt_payable(&c.pool, &d.id).await? {
+                return Ok(Reconciled::StillProcessing);
+            }
+            let now = match c.provider.cancel(&p.id).await {
+                Ok(now) => now,
+                // Not cancelable any more (it succeeded or failed meanwhile): see what it is.
+                Err(ProviderError::Rejected { .. }) => c
+                    .provider
+                    .retrieve(&p.id)
+                    .await
+                    .context("failed to retrieve an intent that refused its cancel")?,
+                Err(e) => return Err(e).context("failed to cancel an open attempt"),
+            };
+            tracing::info!(payment_id = %d.id, intent = %p.id, "open attempt of an ended order canceled at the provider");
+            Box::pin(apply_found(c, d, now, false)).await
+        }
         PaymentStatus::Succeeded => {
             let outcome = db::retry(3, || async {
                 let mut tx = c
@@ -134,7 +183,7 @@ async fn reconcile_one(c: &PaymentClients, d: &Due, unseen: Unseen) -> anyhow::R
                     .begin()
                     .await
                     .statement("begin the reconcile transaction")?;
-                let o = transitions::apply_success_tx(&mut tx, &d.id, &p.id).await?;
+                let o = transitions::apply_success_tx(&mut tx, &d.id, &Charge::of(&p)).await?;
                 tx.commit()
                     .await
                     .statement("commit the reconcile transaction")?;
@@ -144,6 +193,13 @@ async fn reconcile_one(c: &PaymentClients, d: &Due, unseen: Unseen) -> anyhow::R
             Ok(match outcome {
                 Success::Paid { .. } => Reconciled::Completed,
                 Success::AlreadyPaid | Success::Unknown => Reconciled::Unchanged,
+                // Not the attempt's own payment: it pays nothing here; its success event
+                // refunds it.
+                Success::Mismatch { intent_id } => {
+                    tracing::warn!(payment_id = %d.id, intent = %intent_id,
+                        "reconciliation found a success that is not the attempt's own");
+                    Reconciled::Unchanged
+                }
                 Success::RefundNeeded {
                     payment_id,
                     provider_payment_id,
@@ -197,6 +253,16 @@ async fn settle_unseen(c: &PaymentClients, d: &Due) -> anyhow::Result<Settled> {
         return Ok(Settled::Outcome(Reconciled::Unknown));
     }
     Ok(Settled::Outcome(close_failed(c, &d.id).await?))
+}
+
+/// The attempt's intent is canceled at the provider (never charged, never chargeable):
+/// `pending → failed`.
+async fn close_canceled(c: &PaymentClients, payment_id: &str) -> anyhow::Result<Reconciled> {
+    Ok(if repo::close_failed(&c.pool, payment_id).await? {
+        Reconciled::Canceled
+    } else {
+        Reconciled::Unchanged
+    })
 }
 
 /// `pending → failed`: the provider provably never charged this attempt.

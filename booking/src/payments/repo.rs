@@ -53,6 +53,21 @@ pub enum Start {
     Replay(Replay),
     /// The order belongs to another event than the admission's (nothing was done).
     WrongEvent,
+    /// `[payments] max_attempts` attempts of the order were made (nothing was done).
+    Exhausted,
+}
+
+/// How far a pay request may reserve an order's inventory.
+#[derive(Debug, Clone, Copy)]
+pub struct PinLimits {
+    /// The pin: at least this many seconds from now (`pay_pin_s`)...
+    pub pin_s: f64,
+    /// ...but never past the order's `created_at` plus this (`[orders] ttl_s +
+    /// [payments] pay_grace_s`), however many pay calls.
+    pub bound_s: f64,
+    /// Attempts an order may have (`max_attempts`); a pending one is reused, not counted
+    /// again.
+    pub max_attempts: u32,
 }
 
 /// One admission, one event: does an admission of event `admission` open an order of
@@ -105,7 +120,7 @@ pub async fn start_attempt(
     admission: &str,
     order_id: &str,
     method: &str,
-    pin_s: f64,
+    limits: PinLimits,
     reconcile_after_s: f64,
 ) -> PaymentResult<(Start, Option<Claim>)> {
     let account = claim.account;
@@ -117,7 +132,7 @@ pub async fn start_attempt(
             sqlx::query_as::<_, Started>(START_ATTEMPT)
                 .bind(order_id)
                 .bind(account)
-                .bind(pin_s)
+                .bind(limits.pin_s)
                 .bind(admission)
                 .bind(claim.key.as_str())
                 .bind(claim.fingerprint.as_bytes())
@@ -126,6 +141,8 @@ pub async fn start_attempt(
                 .bind(shared::ids::new_id())
                 .bind(method)
                 .bind(reconcile_after_s)
+                .bind(limits.bound_s)
+                .bind(i64::from(limits.max_attempts))
                 .fetch_one(pool)
                 .await
                 .statement("claim the key, pin the order and its hold, record the attempt")
@@ -153,7 +170,8 @@ pub async fn start_attempt(
         let key = Claim::claimed(account, claim.key, claim_id);
         if !started.pinned {
             key.release(pool).await;
-            return Ok((not_payable(pool, order_id, account, admission).await?, None));
+            let why = not_payable(pool, order_id, account, admission, limits.max_attempts).await?;
+            return Ok((why, None));
         }
         if !started.hold_kept {
             // The pins were written (they only move expiries forward, on an order that can
@@ -209,11 +227,14 @@ struct Started {
 /// [`start_attempt`]'s statement. `$1` order, `$2` account, `$3` pin seconds, `$4` the
 /// admission's event, `$5`..`$8` the key, fingerprint, claim id and `stale_after_s`
 /// ([`crate::claim_key_sql!`]), `$9` the new attempt's id, `$10` payment method, `$11`
-/// seconds until reconciliation asks about the attempt.
+/// seconds until reconciliation asks about the attempt, `$12` the reservation bound after the
+/// order's `created_at` (seconds), `$13` `max_attempts`.
 ///
 /// Each step runs only if the one before it did: the claim; the order's pin (only while
-/// `PENDING_PAYMENT`, unexpired and of the admission's event; its row lock serialises pay
-/// requests of one order); its `ordered` hold and the hold's seats (locked in `seat_id`
+/// `PENDING_PAYMENT`, unexpired, of the admission's event and with an attempt left — a
+/// pending one, or fewer than `$13` made; its row lock serialises pay requests of one order;
+/// the pin is at least `$3` from now but never past `created_at + $12`, and never shortens
+/// anything); its `ordered` hold and the hold's seats (locked in `seat_id`
 /// order, like every other seat path); the attempt (only if the hold kept all its seats;
 /// none while another of the order's is pending). A refused key writes nothing.
 const START_ATTEMPT: &str = concat!(
@@ -223,16 +244,22 @@ WITH k AS (",
     "),
 o AS (
     UPDATE orders
-       SET expires_at = GREATEST(expires_at, clock_timestamp() + make_interval(secs => $3)),
+       SET expires_at = GREATEST(expires_at,
+                                 LEAST(clock_timestamp() + make_interval(secs => $3),
+                                       created_at + make_interval(secs => $12))),
            updated_at = clock_timestamp()
      WHERE id = $1 AND account_id = $2 AND status = 'PENDING_PAYMENT'
        AND expires_at > clock_timestamp()
        AND (event_id IS NULL OR event_id = $4)
+       AND (EXISTS (SELECT 1 FROM payments WHERE order_id = $1 AND status = 'pending')
+            OR (SELECT count(*) FROM payments WHERE order_id = $1) < $13)
        AND EXISTS (SELECT 1 FROM k)
-    RETURNING hold_id, total, currency),
+    RETURNING hold_id, total, currency,
+              LEAST(clock_timestamp() + make_interval(secs => $3),
+                    created_at + make_interval(secs => $12)) AS pin_until),
 h AS (
     UPDATE holds
-       SET expires_at = GREATEST(expires_at, clock_timestamp() + make_interval(secs => $3))
+       SET expires_at = GREATEST(expires_at, (SELECT pin_until FROM o))
      WHERE id = (SELECT hold_id FROM o) AND status = 'ordered'
     RETURNING id, event_id, kind, quantity, expires_at, seat_ids),",
     crate::hold_seats_locked_sql!(),
@@ -269,21 +296,28 @@ async fn not_payable(
     order_id: &str,
     account: &str,
     admission: &str,
+    max_attempts: u32,
 ) -> PaymentResult<Start> {
-    let row: Option<(String, bool, Option<String>)> = sqlx::query_as(
-        "SELECT status, expires_at <= clock_timestamp(), event_id FROM orders
+    let row: Option<(String, bool, Option<String>, bool)> = sqlx::query_as(
+        "SELECT status, expires_at <= clock_timestamp(), event_id,
+                NOT EXISTS (SELECT 1 FROM payments p
+                             WHERE p.order_id = o.id AND p.status = 'pending')
+                AND (SELECT count(*) FROM payments p WHERE p.order_id = o.id) >= $3
+           FROM orders o
           WHERE id = $1 AND account_id = $2",
     )
     .bind(order_id)
     .bind(account)
+    .bind(i64::from(max_attempts))
     .fetch_optional(pool)
     .await
     .statement("read why the order is not payable")?;
     Ok(match row {
         // Someone else's order looks exactly like a missing one.
         None => Start::NotFound,
-        Some((_, _, event)) if !opens(event.as_deref(), admission) => Start::WrongEvent,
-        Some((status, expired, _)) => match payability(&status, expired) {
+        Some((_, _, event, _)) if !opens(event.as_deref(), admission) => Start::WrongEvent,
+        Some((status, false, _, true)) if status == "PENDING_PAYMENT" => Start::Exhausted,
+        Some((status, expired, _, _)) => match payability(&status, expired) {
             Payability::AlreadyPaid => Start::AlreadyPaid,
             Payability::Unpayable(why) => Start::Unpayable(why),
         },
@@ -304,6 +338,39 @@ pub async fn open_attempt(
     .fetch_optional(pool)
     .await
     .statement("look for the order's open attempt")
+}
+
+/// Records the provider's intent of a pending attempt that is not final yet (3-D Secure,
+/// processing): from now on only that intent's success pays the attempt, and it is the one
+/// canceled if the order ends first.
+pub async fn record_intent(
+    pool: &PgPool,
+    payment_id: &str,
+    provider_payment_id: &str,
+) -> PaymentResult<()> {
+    sqlx::query(
+        "UPDATE payments SET provider_payment_id = $2, updated_at = clock_timestamp()
+          WHERE id = $1 AND status = 'pending' AND provider_payment_id IS NULL",
+    )
+    .bind(payment_id)
+    .bind(provider_payment_id)
+    .execute(pool)
+    .await
+    .statement("record the attempt's intent")?;
+    Ok(())
+}
+
+/// Can attempt `payment_id`'s order still take money?
+pub async fn attempt_payable(pool: &PgPool, payment_id: &str) -> PaymentResult<bool> {
+    let payable: Option<bool> = sqlx::query_scalar(
+        "SELECT o.status = 'PENDING_PAYMENT' AND o.expires_at > clock_timestamp()
+           FROM payments p JOIN orders o ON o.id = p.order_id WHERE p.id = $1",
+    )
+    .bind(payment_id)
+    .fetch_optional(pool)
+    .await
+    .statement("read whether the attempt's order is payable")?;
+    Ok(payable.unwrap_or(false))
 }
 
 /// `pending → failed`: the provider provably never charged this attempt. False when it was
@@ -399,6 +466,8 @@ pub struct Due {
     pub attempt: i32,
     pub status: AttemptStatus,
     pub provider_payment_id: Option<String>,
+    pub amount: i64,
+    pub currency: String,
 }
 
 /// Claims up to `$1` attempts due for reconciliation, leased for `$2` seconds:
@@ -415,7 +484,8 @@ pub const CLAIM_DUE: &str = "UPDATE payments p
                  ORDER BY next_check_at
                  LIMIT $1
                  FOR UPDATE SKIP LOCKED))
-         RETURNING p.id, p.order_id, p.attempt, p.status, p.provider_payment_id";
+         RETURNING p.id, p.order_id, p.attempt, p.status, p.provider_payment_id, p.amount,
+                   p.currency";
 
 /// Claims up to `batch` attempts due for reconciliation: one statement (`FOR UPDATE SKIP
 /// LOCKED` inside an `UPDATE` that pushes `next_check_at` forward by `lease_s`, a lease), so
@@ -432,8 +502,8 @@ pub async fn claim_due(pool: &PgPool, batch: i64, lease_s: f64) -> PaymentResult
 /// Attempt `payment_id` if it is still pending.
 pub async fn pending_due(pool: &PgPool, payment_id: &str) -> PaymentResult<Option<Due>> {
     sqlx::query_as(
-        "SELECT id, order_id, attempt, status, provider_payment_id FROM payments
-          WHERE id = $1 AND status = 'pending'",
+        "SELECT id, order_id, attempt, status, provider_payment_id, amount, currency
+           FROM payments WHERE id = $1 AND status = 'pending'",
     )
     .bind(payment_id)
     .fetch_optional(pool)

@@ -14,9 +14,10 @@
 //!   that arrives before its payment's success (the `succeeded` webhook or the pay answer still
 //!   on its way) first applies that success — a refund or dispute proves the money was taken —
 //!   and then reverses it, and the late success finds nothing left to do.
-//! - Only the payment that paid the order reverses it. A refund of money the order could not
-//!   take (a second attempt, an expired order: `refund_pending`) is recorded as such
-//!   ([`super::flow::apply_refunded_tx`]) and leaves the order alone.
+//! - Only the payment that paid the order reverses it. A full refund of money the order could
+//!   not take (a second attempt, an expired order: `refund_pending`) is recorded as such
+//!   ([`super::transitions::apply_refunded_tx`]) and leaves the order alone; a partial one
+//!   closes nothing (the attempt stays `refund_pending` and reconciliation refunds the rest).
 //! - A partial refund is recorded by the provider but changes no order here (per-line
 //!   refunds are an ops feature); only a full refund reverses the order.
 
@@ -27,7 +28,7 @@ use crate::orders::stock::{self, StockMove};
 use crate::outbox;
 use crate::payments::error::{PaymentResult, Statement};
 pub use crate::payments::model::Reversal;
-use crate::payments::model::{ReversalStep, Success, reversal_step};
+use crate::payments::model::{Charge, ReversalStep, Success, reversal_step};
 use crate::payments::transitions::{self, attempt_status_tx};
 use serde_json::json;
 use sqlx::PgConnection;
@@ -54,11 +55,15 @@ pub enum Reversed {
 }
 
 /// Applies a provider-side refund/dispute of attempt `payment_id` inside the caller's
-/// transaction (see the module docs).
+/// transaction (see the module docs). `charge`: the reversed charge (its intent, amount and
+/// currency), which must match the attempt for a reversal that overtook its success to apply
+/// that success; `None` where the caller knows the success was applied (ops refunds of paid
+/// orders).
 pub async fn apply_tx(
     conn: &mut PgConnection,
     payment_id: &str,
     provider_payment_id: &str,
+    charge: Option<&Charge>,
     reversal: &Reversal,
 ) -> PaymentResult<Reversed> {
     // order_id never changes: reading it unlocked is safe.
@@ -80,9 +85,13 @@ pub async fn apply_tx(
         .statement("lock the reversed order")?;
     let mut status = attempt_status_tx(conn, payment_id).await?;
     if status.success_unapplied() {
-        // The reversal overtook the success: the money was taken, apply that first.
-        if let Success::Unknown =
-            transitions::apply_success_tx(conn, payment_id, provider_payment_id).await?
+        // The reversal overtook the success: the money was taken, apply that first — if it
+        // is this attempt's own charge (a reversal of another intent pays nothing).
+        let Some(charge) = charge else {
+            return Ok(Reversed::Unknown);
+        };
+        if let Success::Unknown | Success::Mismatch { .. } =
+            transitions::apply_success_tx(conn, payment_id, charge).await?
         {
             return Ok(Reversed::Unknown);
         }

@@ -100,6 +100,8 @@ struct Intent {
     status: String,
     amount: i64,
     #[serde(default)]
+    currency: String,
+    #[serde(default)]
     amount_refunded: i64,
     #[serde(default)]
     metadata: BTreeMap<String, String>,
@@ -122,6 +124,7 @@ impl Intent {
             id: self.id,
             status,
             amount: self.amount,
+            currency: self.currency,
             amount_refunded: self.amount_refunded,
             metadata: self.metadata,
         }
@@ -223,6 +226,24 @@ impl PaymentProvider for HttpProvider {
     async fn retrieve(&self, payment_id: &str) -> Result<ProviderPayment, ProviderError> {
         let path = format!("/v1/payment_intents/{payment_id}");
         let (status, value) = self.send(self.client.get(self.url(&path))).await?;
+        if status.is_success() {
+            Ok(parse::<Intent>(value)?.into_payment())
+        } else {
+            Err(refusal(status, &value))
+        }
+    }
+
+    async fn cancel(&self, payment_id: &str) -> Result<ProviderPayment, ProviderError> {
+        let path = format!("/v1/payment_intents/{payment_id}/cancel");
+        let (status, value) = self
+            .send(
+                self.client
+                    .post(self.url(&path))
+                    // One cancel per intent: a retry replays the first answer.
+                    .header("Idempotency-Key", format!("cancel-{payment_id}"))
+                    .form(&[("cancellation_reason", "abandoned")]),
+            )
+            .await?;
         if status.is_success() {
             Ok(parse::<Intent>(value)?.into_payment())
         } else {

@@ -6,7 +6,9 @@
 //! - success ([`apply_success_tx`]): the order `PENDING_PAYMENT → PAID`, seats sold and
 //!   tickets issued (or reserved stock sold), the attempt `succeeded`, `order.paid` in the
 //!   outbox. Money for an order that can no longer take it makes the attempt
-//!   `refund_pending` instead; the order is never resurrected.
+//!   `refund_pending` instead; the order is never resurrected. A success that is not the
+//!   attempt's own intent (once one is recorded), amount and currency changes nothing
+//!   ([`Success::Mismatch`]): the caller refunds it.
 //! - decline ([`apply_decline_tx`]): a pending attempt becomes `declined`.
 //! - refund confirmed ([`apply_refunded_tx`]): `refund_pending → refunded` and
 //!   `order.refunded`, once.
@@ -16,7 +18,7 @@ use crate::orders;
 use crate::orders::model::{EndedOrder, OrderSource};
 use crate::outbox;
 use crate::payments::error::{PaymentResult, Statement};
-use crate::payments::model::{AttemptStatus, Success};
+use crate::payments::model::{AttemptStatus, Charge, Success, charge_matches};
 use crate::payments::repo::PaidOrder;
 use serde_json::{Value, json};
 use sqlx::PgConnection;
@@ -28,7 +30,7 @@ use sqlx::PgConnection;
 pub async fn apply_success_tx(
     conn: &mut PgConnection,
     payment_id: &str,
-    provider_payment_id: &str,
+    charge: &Charge,
 ) -> PaymentResult<Success> {
     // order_id/account_id never change, so reading them unlocked is safe.
     let payment: Option<(String, String, AttemptStatus)> =
@@ -37,7 +39,7 @@ pub async fn apply_success_tx(
             .fetch_optional(&mut *conn)
             .await
             .statement("read the paid attempt")?;
-    apply_success_seen_tx(conn, payment_id, payment, provider_payment_id).await
+    apply_success_seen_tx(conn, payment_id, payment, charge).await
 }
 
 /// [`apply_success_tx`] with the attempt already read (`None`: no such attempt), by the
@@ -46,11 +48,16 @@ pub async fn apply_success_seen_tx(
     conn: &mut PgConnection,
     payment_id: &str,
     attempt: Option<(String, String, AttemptStatus)>,
-    provider_payment_id: &str,
+    charge: &Charge,
 ) -> PaymentResult<Success> {
     let Some((order_id, account_id, status)) = attempt else {
         return Ok(Success::Unknown);
     };
+    if !matches_attempt_tx(conn, payment_id, charge).await? {
+        return Ok(Success::Mismatch {
+            intent_id: charge.intent_id.clone(),
+        });
+    }
     if status == AttemptStatus::Succeeded {
         // This attempt paid its order already (`succeeded` is only ever set together with
         // the order's PAID): the other path won, exactly what the order update below would
@@ -58,14 +65,26 @@ pub async fn apply_success_seen_tx(
         // that follows a pay answer, decided without a savepoint or touching the order.
         return Ok(Success::AlreadyPaid);
     }
-    apply_success_of_tx(
-        conn,
-        payment_id,
-        &order_id,
-        &account_id,
-        provider_payment_id,
-    )
-    .await
+    apply_success_of_tx(conn, payment_id, &order_id, &account_id, charge).await
+}
+
+/// Is `charge` attempt `payment_id`'s own intent (or is none recorded yet), for its amount
+/// and currency ([`charge_matches`])? Amount and currency never change; the recorded intent
+/// only goes from none to one, and the statements that act on it repeat the condition.
+async fn matches_attempt_tx(
+    conn: &mut PgConnection,
+    payment_id: &str,
+    charge: &Charge,
+) -> PaymentResult<bool> {
+    let row: Option<(i64, String, Option<String>)> =
+        sqlx::query_as("SELECT amount, currency, provider_payment_id FROM payments WHERE id = $1")
+            .bind(payment_id)
+            .fetch_optional(&mut *conn)
+            .await
+            .statement("read the attempt's terms")?;
+    Ok(row.is_some_and(|(amount, currency, recorded)| {
+        charge_matches(amount, &currency, recorded.as_deref(), charge)
+    }))
 }
 
 /// [`apply_success_tx`] for a caller that knows the attempt's order and account (they never
@@ -77,8 +96,14 @@ pub async fn apply_success_of_tx(
     payment_id: &str,
     order_id: &str,
     account_id: &str,
-    provider_payment_id: &str,
+    charge: &Charge,
 ) -> PaymentResult<Success> {
+    if !matches_attempt_tx(conn, payment_id, charge).await? {
+        return Ok(Success::Mismatch {
+            intent_id: charge.intent_id.clone(),
+        });
+    }
+    let provider_payment_id = charge.intent_id.as_str();
     let (order_id, account_id) = (order_id.to_owned(), account_id.to_owned());
     // No savepoint: the one write that can be followed by a refusal (the order's PAID, when
     // the hold turns out lost) is undone by hand below; everything else is decided by the
@@ -86,6 +111,7 @@ pub async fn apply_success_of_tx(
     let won: Option<EndedOrder> = sqlx::query_as(MARK_PAID_BY_OPEN_ATTEMPT)
         .bind(&order_id)
         .bind(payment_id)
+        .bind(provider_payment_id)
         .fetch_optional(&mut *conn)
         .await
         .statement("mark the order paid by its open attempt")?;
@@ -202,7 +228,7 @@ pub async fn settle_hold_order_tx(
     payment_id: &str,
     order_id: &str,
     account_id: &str,
-    provider_payment_id: &str,
+    charge: &Charge,
 ) -> PaymentResult<Option<PaidOrder>> {
     let ticket_ids: Vec<String> = (0..SETTLE_TICKET_IDS)
         .map(|_| shared::ids::new_id())
@@ -210,18 +236,22 @@ pub async fn settle_hold_order_tx(
     sqlx::query_as(SETTLE_HOLD_ORDER)
         .bind(order_id)
         .bind(payment_id)
-        .bind(provider_payment_id)
+        .bind(&charge.intent_id)
         .bind(shared::ids::new_id())
         .bind(&ticket_ids)
         .bind(account_id)
+        .bind(charge.amount)
+        .bind(&charge.currency)
         .fetch_optional(conn)
         .await
         .statement("settle the paid hold order")
 }
 
 /// [`settle_hold_order_tx`]'s statement: `$1` order, `$2` attempt, `$3` the provider's
-/// payment id, `$4` the outbox event id, `$5` ticket ids, `$6` the account. Locks in the order
-/// every path takes them: the order (pending, from a hold), the attempt (open), the hold
+/// payment id, `$4` the outbox event id, `$5` ticket ids, `$6` the account, `$7`/`$8` the
+/// charge's amount and currency. Locks in the order every path takes them: the order
+/// (pending, from a hold), the attempt (open, and `$3` its own intent for its amount and
+/// currency: anything else is left to [`apply_success_of_tx`]), the hold
 /// (`ordered`), its seats in `seat_id` order or its GA shards in shard order. Writes only if
 /// all of them passed and the hold still holds every seat: the order `PAID`, the hold and its
 /// seats sold (or the GA shards' `sold`), the tickets, the attempt `succeeded`, `order.paid`
@@ -237,6 +267,8 @@ WITH o AS (
 a AS (
     SELECT id FROM payments
      WHERE id = $2 AND status IN ('pending', 'failed') AND EXISTS (SELECT 1 FROM o)
+       AND amount = $7 AND lower(currency) = lower($8)
+       AND (provider_payment_id IS NULL OR provider_payment_id = $3)
      FOR UPDATE),
 h AS (
     SELECT id, event_id, kind, ga_tier, quantity, seat_ids FROM holds
@@ -323,7 +355,7 @@ SELECT paid.id, paid.account_id, paid.status, paid.source, paid.hold_id, paid.ev
 );
 
 /// `PENDING_PAYMENT → PAID` by attempt `$2`, only while that attempt is still open
-/// (`pending` or `failed`): the order's row is locked first, then the attempt's (the order
+/// (`pending` or `failed`) and `$3` is its own intent (or none is recorded): the order's row is locked first, then the attempt's (the order
 /// every path locks them in), and the update happens only if both passed, so no later step of
 /// the success can find either changed. No row: nothing was written.
 const MARK_PAID_BY_OPEN_ATTEMPT: &str = "
@@ -332,6 +364,7 @@ WITH o AS (
 a AS (
     SELECT id FROM payments
      WHERE id = $2 AND status IN ('pending', 'failed') AND EXISTS (SELECT 1 FROM o)
+       AND (provider_payment_id IS NULL OR provider_payment_id = $3)
      FOR UPDATE)
 UPDATE orders SET status = 'PAID', paid_at = clock_timestamp(), updated_at = clock_timestamp()
  WHERE id = $1 AND status = 'PENDING_PAYMENT' AND EXISTS (SELECT 1 FROM a)
@@ -361,6 +394,7 @@ async fn mark_refund_pending_tx(
                 next_check_at = clock_timestamp() + interval '30 seconds',
                 updated_at = clock_timestamp()
           WHERE id = $1 AND status IN ('pending', 'failed', 'declined', 'refund_pending')
+            AND (provider_payment_id IS NULL OR provider_payment_id = $2)
          RETURNING status",
     )
     .bind(payment_id)

@@ -22,7 +22,7 @@ mod repo;
 pub mod signature;
 
 use crate::payments::error::{PaymentError, PaymentResult, Statement};
-use crate::payments::model::{Reversal, Success};
+use crate::payments::model::{Charge, Reversal, Success};
 use crate::payments::provider::ProviderError;
 use crate::payments::reversal::{self, Reversed};
 use crate::payments::{PaymentsState, flow, transitions};
@@ -89,6 +89,17 @@ enum Incoming {
     },
     /// Another event type, or one that names no payment of ours.
     Ignored,
+}
+
+/// The money an event's object (an intent, a charge or a dispute) says moved: compared with
+/// the attempt before it pays anything ([`crate::payments::model::charge_matches`]). A missing
+/// amount or currency matches no attempt.
+fn charge_of(object: &Value, intent_id: &str) -> Charge {
+    Charge {
+        intent_id: intent_id.to_owned(),
+        amount: object.get("amount").and_then(Value::as_i64).unwrap_or(-1),
+        currency: str_field(object, "currency").to_owned(),
+    }
 }
 
 fn meta<'a>(object: &'a Value, key: &str) -> Option<&'a str> {
@@ -249,9 +260,19 @@ async fn apply_outcome(
     intent_id: &str,
     declined: Option<&str>,
 ) -> PaymentResult<Answer> {
+    let charge = charge_of(&event.data.object, intent_id);
+    let charge = &charge;
     if declined.is_none() {
         // One statement instead of a transaction for the success that follows a pay answer.
-        match repo::record_settled_success(&state.pool, &event.id, &event.kind, payment_id).await? {
+        match repo::record_settled_success(
+            &state.pool,
+            &event.id,
+            &event.kind,
+            payment_id,
+            intent_id,
+        )
+        .await?
+        {
             repo::Settled::Recorded => return Ok(Answer::Applied),
             repo::Settled::Duplicate => return Ok(Answer::Duplicate),
             repo::Settled::Open => {}
@@ -270,7 +291,15 @@ async fn apply_outcome(
         };
         let outcome = match declined {
             None => {
-                transitions::apply_success_seen_tx(&mut tx, payment_id, attempt, intent_id).await?
+                let outcome =
+                    transitions::apply_success_seen_tx(&mut tx, payment_id, attempt, charge)
+                        .await?;
+                if let Success::Mismatch { .. } = outcome {
+                    // Nothing is kept, not even the event's id: it is recorded only once its
+                    // money is back, so a failed refund is retried with the event.
+                    return Ok(Some(outcome));
+                }
+                outcome
             }
             Some(code) => {
                 transitions::apply_decline_tx(&mut tx, payment_id, intent_id, code).await?;
@@ -286,6 +315,22 @@ async fn apply_outcome(
     let Some(outcome) = applied else {
         return Ok(Answer::Duplicate);
     };
+    if let Success::Mismatch { intent_id } = &outcome {
+        if !flow::refund_mismatch(&state.clients(), payment_id, intent_id, "webhook").await {
+            // Answer non-2xx: the provider retries the event (the refund's key makes every
+            // retry the same refund).
+            return Err(PaymentError::ProviderLookup(ProviderError::Unavailable {
+                status: None,
+            }));
+        }
+        let mut conn = state
+            .pool
+            .acquire()
+            .await
+            .statement("acquire a connection")?;
+        repo::record_event_tx(&mut conn, &event.id, &event.kind, payment_id).await?;
+        return Ok(Answer::Applied);
+    }
     if let Success::RefundNeeded {
         payment_id,
         provider_payment_id,
@@ -319,7 +364,9 @@ async fn apply_reversal(
         if !repo::record_event_tx(&mut tx, &event.id, &event.kind, &payment_id).await? {
             return Ok::<_, PaymentError>(None);
         }
-        let outcome = reversal::apply_tx(&mut tx, &payment_id, intent_id, reversal).await?;
+        let charge = charge_of(&event.data.object, intent_id);
+        let outcome =
+            reversal::apply_tx(&mut tx, &payment_id, intent_id, Some(&charge), reversal).await?;
         tx.commit()
             .await
             .statement("commit the webhook transaction")?;

@@ -40,6 +40,7 @@ mod ops_refunds;
 mod order_batches;
 mod orders;
 mod outbox;
+mod pay_bounds;
 mod payments;
 mod plans;
 mod products;

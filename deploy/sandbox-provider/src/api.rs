@@ -1,5 +1,6 @@
 //! Stripe's HTTP API as the sandbox speaks it — form-encoded bodies ([`crate::form`]), the
-//! `Stripe-Version` header, PaymentIntents ([`intents`]), Refunds ([`refunds`]), idempotency
+//! `Stripe-Version` header, PaymentIntents ([`intents`]: create, confirm, cancel, retrieve,
+//! search), Refunds ([`refunds`]), idempotency
 //! keys and Stripe's error objects — and the `/_sandbox/*` test/operator endpoints
 //! ([`dashboard`], JSON bodies: they are not Stripe's).
 //!
@@ -39,6 +40,7 @@ pub fn router(inner: Arc<SandboxInner>) -> Router {
         .route("/v1/payment_intents/search", get(intents::search))
         .route("/v1/payment_intents/{id}", get(intents::retrieve))
         .route("/v1/payment_intents/{id}/confirm", post(intents::confirm))
+        .route("/v1/payment_intents/{id}/cancel", post(intents::cancel))
         .route("/v1/refunds", post(refunds::create))
         .route("/_sandbox/orders/{order_id}", get(dashboard::order_summary))
         .route(

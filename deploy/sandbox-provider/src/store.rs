@@ -22,7 +22,7 @@ pub struct Intent {
     pub currency: String,
     /// Stripe's statuses: `requires_payment_method` (new, or declined: then
     /// `last_payment_error` is set), `requires_confirmation`, `requires_action`,
-    /// `processing`, `succeeded`.
+    /// `processing`, `succeeded`, `canceled`.
     pub status: String,
     pub payment_method: Option<String>,
     pub payment_method_types: Vec<String>,
@@ -34,6 +34,10 @@ pub struct Intent {
     pub latest_charge: Option<String>,
     pub last_payment_error: Option<Value>,
     pub next_action: Option<Value>,
+    /// Set by a cancel (unix seconds), as Stripe's `canceled_at`.
+    pub canceled_at: Option<i64>,
+    /// `duplicate`, `fraudulent`, `requested_by_customer` or `abandoned`.
+    pub cancellation_reason: Option<String>,
 }
 
 impl Intent {

@@ -70,12 +70,15 @@ pub fn is_full_refund(
 /// What a reversal does to an attempt in `status` (after any overtaken success was applied).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReversalStep {
-    /// Money the order never kept came back: record the refund (`refund_pending → refunded`).
+    /// Money the order never kept came back in full: record the refund (`refund_pending →
+    /// refunded`). Only part of it (an operator's partial refund in the dashboard) closes
+    /// nothing: the attempt stays `refund_pending` and booking's own refund gives back the rest
+    /// ([`ReversalStep::Partial`]).
     RecordRefund,
     /// Money the order never kept is disputed: the bank takes it back itself, so our own
     /// refund is stopped (reconciliation skips disputed `refund_pending` attempts).
     StopRefund,
-    /// A partial refund of the paying attempt: nothing changes here.
+    /// A partial refund of the paying attempt, or of money owed back: nothing changes here.
     Partial,
     /// The paying attempt's money is reversed: the order is reversed once.
     ReverseOrder,
@@ -85,6 +88,9 @@ pub enum ReversalStep {
 
 pub fn reversal_step(status: AttemptStatus, reversal: &Reversal) -> ReversalStep {
     match (status, reversal) {
+        (AttemptStatus::RefundPending, Reversal::Refund { full: false, .. }) => {
+            ReversalStep::Partial
+        }
         (AttemptStatus::RefundPending, Reversal::Refund { .. }) => ReversalStep::RecordRefund,
         (AttemptStatus::RefundPending, Reversal::Dispute { .. }) => ReversalStep::StopRefund,
         (AttemptStatus::Succeeded, Reversal::Refund { full: false, .. }) => ReversalStep::Partial,
@@ -155,7 +161,8 @@ mod tests {
         use AttemptStatus as S;
         use ReversalStep as R;
         assert_eq!(reversal_step(S::RefundPending, &full), R::RecordRefund);
-        assert_eq!(reversal_step(S::RefundPending, &partial), R::RecordRefund);
+        // Part of money owed back: the rest is still owed (booking refunds it).
+        assert_eq!(reversal_step(S::RefundPending, &partial), R::Partial);
         assert_eq!(reversal_step(S::RefundPending, &dispute), R::StopRefund);
         assert_eq!(reversal_step(S::Succeeded, &full), R::ReverseOrder);
         assert_eq!(reversal_step(S::Succeeded, &dispute), R::ReverseOrder);

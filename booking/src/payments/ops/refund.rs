@@ -404,8 +404,14 @@ async fn apply_tx(
             reference: format!("refund:{refund_id}"),
             full: true,
         };
-        let reversed =
-            reversal::apply_tx(conn, &row.payment_id, &row.provider_payment_id, &reversal).await?;
+        let reversed = reversal::apply_tx(
+            conn,
+            &row.payment_id,
+            &row.provider_payment_id,
+            None,
+            &reversal,
+        )
+        .await?;
         match reversed {
             Reversed::Order { released_skus, .. } => (true, released_skus),
             _ => (false, Vec::new()),

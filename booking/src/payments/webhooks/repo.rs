@@ -63,20 +63,25 @@ pub async fn record_settled_success(
     event_id: &str,
     kind: &str,
     payment_id: &str,
+    intent_id: &str,
 ) -> PaymentResult<Settled> {
+    // Only the success of the intent that paid the attempt: any other intent naming it is
+    // money to give back (the full transaction finds it a mismatch).
     let (inserted, succeeded): (bool, bool) = sqlx::query_as(
-        "WITH a AS (SELECT status FROM payments WHERE id = $3),
+        "WITH a AS (SELECT status = 'succeeded' AND provider_payment_id = $4 AS settled
+                      FROM payments WHERE id = $3),
          ins AS (
              INSERT INTO payment_webhook_events (provider_event_id, event_type, payment_id)
-             SELECT $1, $2, $3 FROM a WHERE a.status = 'succeeded'
+             SELECT $1, $2, $3 FROM a WHERE a.settled
              ON CONFLICT (provider_event_id) DO NOTHING
              RETURNING 1)
          SELECT EXISTS (SELECT 1 FROM ins),
-                COALESCE((SELECT status = 'succeeded' FROM a), false)",
+                COALESCE((SELECT settled FROM a), false)",
     )
     .bind(event_id)
     .bind(kind)
     .bind(payment_id)
+    .bind(intent_id)
     .fetch_one(pool)
     .await
     .statement("record the event of a settled payment")?;

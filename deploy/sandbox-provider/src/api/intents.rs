@@ -1,4 +1,5 @@
-//! `/v1/payment_intents`: create (optionally with `confirm=true`), confirm, retrieve, search.
+//! `/v1/payment_intents`: create (optionally with `confirm=true`), confirm, cancel, retrieve,
+//! search.
 //!
 //! Test payment methods (Stripe's names where Stripe has one):
 //! - `pm_card_visa`, `pm_card_mastercard`, `pm_card_amex`: succeed (subject to the configured
@@ -293,6 +294,8 @@ async fn create_inner(
         latest_charge: None,
         last_payment_error: None,
         next_action: None,
+        canceled_at: None,
+        cancellation_reason: None,
     };
     let request = request_id();
     if !confirm {
@@ -381,6 +384,108 @@ async fn confirm_inner(
         }
         Some(Err(e)) => return Err(abandon(inner, key.as_deref(), e)),
         Some(Ok(c)) => c,
+    };
+    Ok(finish(inner, key.as_deref(), &request_id(), charged).await)
+}
+
+pub async fn cancel(
+    State(inner): Shared,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    detached(async move { cancel_inner(&inner, &headers, &id, &body).await }).await
+}
+
+/// The statuses Stripe lets a PaymentIntent be canceled from.
+const CANCELABLE: [&str; 5] = [
+    "requires_payment_method",
+    "requires_capture",
+    "requires_confirmation",
+    "requires_action",
+    "processing",
+];
+
+const CANCELLATION_REASONS: [&str; 4] = [
+    "duplicate",
+    "fraudulent",
+    "requested_by_customer",
+    "abandoned",
+];
+
+/// `POST /v1/payment_intents/{id}/cancel` (optional `cancellation_reason`): as Stripe, only
+/// an intent that has not taken money can be canceled (`canceled`, `canceled_at`, event
+/// `payment_intent.canceled`); any other status is `400 payment_intent_unexpected_state`
+/// carrying the intent. A canceled intent can no longer be confirmed or completed.
+async fn cancel_inner(
+    inner: &Arc<SandboxInner>,
+    headers: &HeaderMap,
+    id: &str,
+    body: &Bytes,
+) -> Result<Response, Halt> {
+    authorize(inner, headers).map_err(halt)?;
+    simulate_latency(inner).await;
+    let mut form = Form::parse(content_type(headers), body).map_err(halt)?;
+    let fp = format!("{id}?{}", form.fingerprint());
+    let parsed = (|| {
+        let reason = form.take("cancellation_reason")?;
+        std::mem::take(&mut form).finish()?;
+        Ok::<_, ApiErr>(reason)
+    })();
+    let reason = parsed.map_err(halt)?;
+    if let Some(r) = &reason
+        && !CANCELLATION_REASONS.contains(&r.as_str())
+    {
+        return Err(halt(ApiErr::invalid(
+            "parameter_invalid",
+            Some("cancellation_reason"),
+            &format!(
+                "Invalid cancellation_reason: must be one of {}",
+                CANCELLATION_REASONS.join(", ")
+            ),
+        )));
+    }
+    let key = idempotency_key(headers).map_err(halt)?;
+    begin(inner, key.as_deref(), "payment_intents.cancel", &fp)?;
+    // The status check and the change are one step under the store's lock: a cancel and a
+    // completion of one intent cannot both happen.
+    let result = inner.store.update_intent(id, |intent| {
+        if !CANCELABLE.contains(&intent.status.as_str()) {
+            let mut e = ApiErr::invalid(
+                "payment_intent_unexpected_state",
+                None,
+                &format!(
+                    "You cannot cancel this PaymentIntent because it has a status of {}. Only a \
+                     PaymentIntent with one of the following statuses may be canceled: {}.",
+                    intent.status,
+                    CANCELABLE.join(", ")
+                ),
+            );
+            e.body["error"]["payment_intent"] = serde_json::to_value(&*intent).unwrap_or_default();
+            return Err(e);
+        }
+        intent.status = "canceled".into();
+        intent.next_action = None;
+        intent.canceled_at = Some(webhooks::unix_now());
+        intent.cancellation_reason = reason.clone();
+        Ok(serde_json::to_value(&*intent).unwrap_or(Value::Null))
+    });
+    let body = match result {
+        None => {
+            return Err(abandon(
+                inner,
+                key.as_deref(),
+                ApiErr::missing("payment_intent", id),
+            ));
+        }
+        Some(Err(e)) => return Err(abandon(inner, key.as_deref(), e)),
+        Some(Ok(b)) => b,
+    };
+    let charged = Charged {
+        status: StatusCode::OK,
+        body: body.clone(),
+        event: ("payment_intent.canceled", body),
+        delayed: false,
     };
     Ok(finish(inner, key.as_deref(), &request_id(), charged).await)
 }
