@@ -524,6 +524,9 @@ mod tests {
             "UTC"
         );
         let phone = browser.new_page(390, 844).await;
+        phone
+            .navigate("data:text/html,<meta name=viewport content='width=device-width'>")
+            .await;
         assert_eq!(phone.eval("window.innerWidth").await, 390);
         page.assert_no_js_errors();
     }
