@@ -280,16 +280,24 @@ impl Page<'_> {
 
     /// Evaluates an expression (promises awaited) and returns its JSON value.
     pub async fn eval(&self, expression: &str) -> Value {
+        match self.try_eval(expression).await {
+            Ok(v) => v,
+            Err(ex) => panic!("evaluating `{expression}` threw: {ex}"),
+        }
+    }
+
+    /// Evaluates an expression (promises awaited): its JSON value, or the exception it threw.
+    async fn try_eval(&self, expression: &str) -> Result<Value, Value> {
         let r = self
             .call(
                 "Runtime.evaluate",
                 json!({"expression": expression, "awaitPromise": true, "returnByValue": true}),
             )
             .await;
-        if let Some(ex) = r.get("exceptionDetails") {
-            panic!("evaluating `{expression}` threw: {ex}");
+        match r.get("exceptionDetails") {
+            Some(ex) => Err(ex.clone()),
+            None => Ok(r["result"]["value"].clone()),
         }
-        r["result"]["value"].clone()
     }
 
     /// Polls `expression` until it is truthy (not false/null/undefined/""/0); returns it.
@@ -297,8 +305,10 @@ impl Page<'_> {
         self.wait_until(expression, timeout, truthy).await
     }
 
-    /// Polls `expression` every 100 ms until `done` holds for its value; returns it. After
-    /// `timeout`, panics with the expression, its last value and the page's text.
+    /// Polls `expression` every 100 ms until `done` holds for its value; returns it. An
+    /// expression that throws counts as not done yet (while a page loads, `document.body` can
+    /// be null). After `timeout`, panics with the expression, its last value (or exception)
+    /// and the page's text.
     pub async fn wait_until(
         &self,
         expression: &str,
@@ -307,13 +317,14 @@ impl Page<'_> {
     ) -> Value {
         let deadline = Instant::now() + timeout;
         loop {
-            let v = self.eval(expression).await;
-            if done(&v) {
-                return v;
-            }
+            let last = match self.try_eval(expression).await {
+                Ok(v) if done(&v) => return v,
+                Ok(v) => format!("last value {v}"),
+                Err(ex) => format!("it threw {ex}"),
+            };
             if Instant::now() > deadline {
                 let body = self.text("body").await;
-                panic!("timed out waiting for `{expression}`; last value {v}; page text:\n{body}");
+                panic!("timed out waiting for `{expression}`; {last}; page text:\n{body}");
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
