@@ -5,11 +5,11 @@
 //! paid order ends refunded exactly once, at the provider (its own per-order counts) and in
 //! Postgres.
 
-use crate::child::{Service, binary};
 use crate::helpers::{ADMIN_TOKEN, free_port, fresh_database, json, redis_url};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::time::{Duration, Instant};
+use testkit::child::{Service, binary_beside};
 use tokio::process::Command;
 
 const ORDERS: usize = 2000;
@@ -17,7 +17,7 @@ const API_KEY: &str = "sk_test_kill_suite";
 
 /// A service as `deploy/stack up` runs it: its one config file.
 fn start(name: &'static str, config: &Path) -> Service {
-    let mut cmd = Command::new(binary(name));
+    let mut cmd = Command::new(binary_beside(env!("CARGO_BIN_EXE_booking"), name));
     cmd.env("FLOODGATE_CONFIG", config);
     Service::spawn(name, cmd)
 }

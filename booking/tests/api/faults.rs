@@ -20,11 +20,14 @@ use booking::app::config::BookingConfig;
 use reqwest::RequestBuilder;
 use serde_json::{Value, json};
 use shared::error::codes;
-use std::future::Future;
 use std::time::{Duration, Instant};
+use testkit::wait::until;
 
 /// Far above booking's own bounds (below), so a request that has not answered by then hangs.
 const ANSWER_WITHIN: Duration = Duration::from_secs(20);
+/// How long, and how tightly, the tests poll Postgres for what booking's backends do.
+const POLL_WITHIN: Duration = Duration::from_secs(20);
+const POLL_EVERY: Duration = Duration::from_millis(20);
 
 fn fault_settings(c: &mut BookingConfig) {
     // A pool that cannot get a connection gives up after 2 s, a Redis command after 1 s.
@@ -77,19 +80,6 @@ fn assert_unavailable(a: &Answer) {
     assert!(a.retry_after.is_some(), "503 without Retry-After: {a:?}");
 }
 
-/// Polls `check` until it holds; fails after 20 s with `what`.
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !check().await {
-        assert!(Instant::now() < deadline, "{what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// Booking's backends on the test database (the test's own connections excluded) matching
 /// `condition`.
 async fn booking_backends(app: &TestApp, condition: &'static str) -> i64 {
@@ -107,18 +97,24 @@ async fn booking_backends(app: &TestApp, condition: &'static str) -> i64 {
 
 /// Waits until a booking statement waits for a lock (the test's [`Blocker`]).
 async fn booking_waits_on_lock(app: &TestApp) {
-    eventually("booking never waited for the test's lock", || async {
-        booking_backends(app, "wait_event_type = 'Lock'").await > 0
-    })
+    until(
+        POLL_WITHIN,
+        POLL_EVERY,
+        "booking never waited for the test's lock",
+        || async { booking_backends(app, "wait_event_type = 'Lock'").await > 0 },
+    )
     .await;
 }
 
 /// Waits until Postgres has ended every backend of booking's (after a cut): from then on
 /// whatever its transactions did is rolled back.
 async fn booking_disconnected(app: &TestApp) {
-    eventually("booking's backends outlived the cut", || async {
-        booking_backends(app, "true").await == 0
-    })
+    until(
+        POLL_WITHIN,
+        POLL_EVERY,
+        "booking's backends outlived the cut",
+        || async { booking_backends(app, "true").await == 0 },
+    )
     .await;
 }
 

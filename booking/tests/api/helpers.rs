@@ -276,19 +276,22 @@ impl TestApp {
     /// expects to queue behind a row it holds open has reached that row (decided by Postgres,
     /// not by a clock).
     pub async fn until_a_request_waits_for_a_lock(&self) {
-        loop {
-            let waiting: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM pg_stat_activity
-                  WHERE datname = current_database() AND wait_event_type = 'Lock'",
-            )
-            .fetch_one(&self.pool)
-            .await
-            .expect("read pg_stat_activity");
-            if waiting > 0 {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        testkit::wait::until(
+            Duration::from_secs(60),
+            Duration::from_millis(10),
+            "no request ever waited for the test's lock",
+            || async {
+                let waiting: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM pg_stat_activity
+                      WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                )
+                .fetch_one(&self.pool)
+                .await
+                .expect("read pg_stat_activity");
+                waiting > 0
+            },
+        )
+        .await;
     }
 
     /// Booking's `/metrics` text.
@@ -560,6 +563,4 @@ pub async fn order_cart(
 /// A port for a child process to listen on: below the ephemeral range, so no outgoing
 /// connection can be sitting on it between this pick and the child's bind (a `:0` port let go
 /// of can be).
-pub fn free_port() -> u16 {
-    shared::net::free_port_outside_ephemeral_range().expect("a free port")
-}
+pub use testkit::free_port;

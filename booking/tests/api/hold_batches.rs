@@ -11,6 +11,7 @@ use booking::inventory::holds::{HOLD_SEATS, SeatRow};
 use futures::future::join_all;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::Duration;
+use testkit::wait::until;
 
 fn request(account: &str, seats: &[&str]) -> SeatRequest {
     SeatRequest {
@@ -160,7 +161,13 @@ async fn hundreds_of_holds_queued_behind_a_locked_seat_go_in_batches_and_never_s
                 async move { hold(app, "hot", account, seats).await }
             }));
             let release = async {
-                wait_for("all 300 holds queued", || queued.get() == 300).await;
+                until(
+                    Duration::from_secs(60),
+                    Duration::from_millis(10),
+                    "never: all 300 holds queued",
+                    || std::future::ready(queued.get() == 300),
+                )
+                .await;
                 lock.rollback().await.expect("let the seat go");
             };
             tokio::join!(holds, release).0
@@ -225,13 +232,4 @@ async fn hundreds_of_holds_queued_behind_a_locked_seat_go_in_batches_and_never_s
         0,
         "deadlocks among seat holds"
     );
-}
-
-/// Polls `done` every 10 ms until it is true; fails after 60 s naming `what`.
-async fn wait_for(what: &str, done: impl Fn() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while !done() {
-        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }

@@ -11,7 +11,6 @@ mod best;
 mod best_race;
 mod cancelled_orders;
 mod cart;
-mod child;
 mod deadlines;
 mod event_cancel;
 mod event_cancel_kill;

@@ -2,11 +2,9 @@
 //! missing or built-in secrets and on unknown keys, with one line naming the setting
 //! (DESIGN.md section 8, "Secrets fail closed"); in dev mode, or with real secrets, it starts.
 
-use crate::child::Service;
 use crate::helpers::{free_port, fresh_database, redis_url};
-use std::io::Read;
-use std::process::{Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, ExitStatus};
+use testkit::child::Service;
 
 const BIN: &str = env!("CARGO_BIN_EXE_booking");
 const REAL_KEYS: &str = r#"[{kid="k1", secret="booking-startup-test-key-0123456789abcdef"}]"#;
@@ -56,31 +54,7 @@ fn run_to_exit(env: &[(&str, String)]) -> (ExitStatus, String) {
         .filter(|(k, _)| !env.iter().any(|(e, _)| e == k))
         .collect();
     all.extend(env.iter().cloned());
-    let mut child = command(&all)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start booking");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for booking") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("booking did not exit within 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .expect("stderr piped")
-        .read_to_string(&mut stderr)
-        .expect("read stderr");
-    (status, stderr)
+    testkit::child::run_to_exit("booking", command(&all))
 }
 
 fn assert_refused(env: &[(&str, String)], expected: &[&str]) {

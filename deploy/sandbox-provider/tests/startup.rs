@@ -3,9 +3,9 @@
 //! forge payments), and unknown keys, with one line naming the setting (DESIGN.md section 8);
 //! in dev mode, or with real secrets, it starts.
 
-use std::io::Read;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, ExitStatus};
+use testkit::child::Service;
+use testkit::free_port;
 
 const BIN: &str = env!("CARGO_BIN_EXE_sandbox-provider");
 
@@ -24,10 +24,6 @@ fn command(env: &[(&str, String)]) -> Command {
     let mut cmd = Command::new(BIN);
     cmd.env_clear().envs(env.iter().map(|(k, v)| (k, v)));
     cmd
-}
-
-fn free_port() -> u16 {
-    shared::net::free_port_outside_ephemeral_range().expect("a free port")
 }
 
 /// Addresses that keep a binary which wrongly gets past its config away from every real
@@ -53,31 +49,7 @@ fn run_to_exit(env: &[(&str, String)]) -> (ExitStatus, String) {
         .filter(|(k, _)| !env.iter().any(|(e, _)| e == k))
         .collect();
     all.extend(env.iter().cloned());
-    let mut child = command(&all)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start sandbox");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for sandbox") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("sandbox did not exit within 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .expect("stderr piped")
-        .read_to_string(&mut stderr)
-        .expect("read stderr");
-    (status, stderr)
+    testkit::child::run_to_exit("sandbox", command(&all))
 }
 
 fn assert_refused(env: &[(&str, String)], expected: &[&str]) {
@@ -139,34 +111,15 @@ fn misspelt_keys_are_refused_in_the_environment_and_the_file() {
 async fn assert_starts(mut env: Vec<(&'static str, String)>) {
     let port = free_port();
     env.push(("FLOODGATE_SANDBOX__LISTEN", format!("127.0.0.1:{port}")));
-    let mut child = command(&env)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start sandbox");
-    let result = wait_healthy(&mut child, &format!("http://127.0.0.1:{port}/healthz")).await;
-    let _ = child.kill();
-    let _ = child.wait();
-    if let Err(e) = result {
-        panic!("sandbox did not start: {e}");
-    }
-}
-
-async fn wait_healthy(child: &mut Child, url: &str) -> Result<(), String> {
-    let client = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
-        if let Ok(Some(status)) = child.try_wait() {
-            return Err(format!("exited with {status}"));
-        }
-        if let Ok(r) = client.get(url).send().await
-            && r.status() == 200
-        {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Err("not healthy within 60 s".into())
+    let mut sandbox = Service::spawn("sandbox", command(&env).into());
+    sandbox
+        .wait_up(
+            &reqwest::Client::new(),
+            &format!("http://127.0.0.1:{port}/healthz"),
+            None,
+        )
+        .await;
+    sandbox.stop().await;
 }
 
 #[tokio::test]

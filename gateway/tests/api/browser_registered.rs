@@ -2,20 +2,15 @@
 //! is told so in English and Japanese, with the closing time in their locale, and can register
 //! from the page while registration is open, after which they are queued.
 
-use crate::browser::{Page, chromium_binary, launch};
 use crate::helpers::*;
 use crate::registered::rfc3339;
 use serde_json::json;
 use std::time::Duration;
+use testkit::browser::{Browser, chromium_or_skip};
 
 #[tokio::test]
 async fn the_waiting_page_says_not_registered_in_english_and_japanese_then_registers() {
-    let Some(bin) = chromium_binary() else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "chromium is required in CI (deploy/stack test installs it)"
-        );
-        eprintln!("skipping the browser test: chromium is not installed");
+    let Some(bin) = chromium_or_skip("the browser test") else {
         return;
     };
     let app = TestApp::spawn().await;
@@ -31,11 +26,11 @@ async fn the_waiting_page_says_not_registered_in_english_and_japanese_then_regis
     assert!(app.put_config("brr", cfg).await.status().is_success());
     let year = closes.format("%Y").to_string();
 
-    let chrome = launch(bin);
-    let mut page = Page::open(&chrome).await;
+    let chrome = Browser::launch(&bin).await;
+    let page = chrome.open_page().await;
     page.call("Page.navigate", json!({"url": app.url("/e/brr")}))
         .await;
-    page.wait_for(
+    page.wait_until(
         "document.body.getAttribute('data-state')",
         Duration::from_secs(15),
         |v| v == "not_registered",
@@ -80,7 +75,7 @@ async fn the_waiting_page_says_not_registered_in_english_and_japanese_then_regis
 
     // Registering from the page queues the fan (first in the room), with the room's note.
     page.eval("document.getElementById('action').click()").await;
-    page.wait_for(
+    page.wait_until(
         "document.getElementById('position') && document.getElementById('position').textContent",
         Duration::from_secs(15),
         |v| v == "1",

@@ -2,28 +2,28 @@
 //! scheduled opening ("the sale opens at HH:MM", the fan's local time: UTC in the test
 //! browser), in English and in Japanese.
 
-use crate::browser::{Page, chromium_binary, launch};
 use crate::helpers::*;
 use serde_json::json;
 use std::time::Duration;
+use testkit::browser::{Browser, Page, chromium_or_skip};
 
 const NOTE: &str = "(() => { const n = document.getElementById('note'); \
                     return n && !n.hidden ? n.textContent : ''; })()";
 
 /// Shows `event`'s waiting page, waits for the note to contain `en`, switches to Japanese
 /// and waits for it to contain `ja`.
-async fn note_in_both_languages(page: &mut Page, app: &TestApp, event: &str, en: &str, ja: &str) {
+async fn note_in_both_languages(page: &Page<'_>, app: &TestApp, event: &str, en: &str, ja: &str) {
     page.call(
         "Page.navigate",
         json!({"url": app.url(&format!("/e/{event}"))}),
     )
     .await;
-    page.wait_for(NOTE, Duration::from_secs(20), |v| {
+    page.wait_until(NOTE, Duration::from_secs(20), |v| {
         v.as_str().is_some_and(|s| s.contains(en))
     })
     .await;
     page.eval("document.getElementById('lang').click()").await;
-    page.wait_for(NOTE, Duration::from_secs(10), |v| {
+    page.wait_until(NOTE, Duration::from_secs(10), |v| {
         v.as_str().is_some_and(|s| s.contains(ja))
     })
     .await;
@@ -33,12 +33,7 @@ async fn note_in_both_languages(page: &mut Page, app: &TestApp, event: &str, en:
 
 #[tokio::test]
 async fn waiting_page_explains_the_safety_net_and_a_scheduled_opening() {
-    let Some(bin) = chromium_binary() else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "chromium is required in CI (deploy/stack test installs it)"
-        );
-        eprintln!("skipping the browser test: chromium is not installed");
+    let Some(bin) = chromium_or_skip("the browser test") else {
         return;
     };
     let app = TestApp::spawn().await;
@@ -61,13 +56,13 @@ async fn waiting_page_explains_the_safety_net_and_a_scheduled_opening() {
     assert!(app.put_config("opb", paused).await.status().is_success());
     let hhmm = opens.format("%H:%M").to_string();
 
-    let chrome = launch(bin);
-    let mut page = Page::open(&chrome).await;
-    note_in_both_languages(&mut page, &app, "snb", "High demand", "アクセスが集中").await;
+    let chrome = Browser::launch(&bin).await;
+    let page = chrome.open_page().await;
+    note_in_both_languages(&page, &app, "snb", "High demand", "アクセスが集中").await;
     let state = page.eval("document.body.getAttribute('data-state')").await;
     assert_eq!(state, "waiting");
     note_in_both_languages(
-        &mut page,
+        &page,
         &app,
         "opb",
         &format!("The sale opens at {hhmm}."),

@@ -38,9 +38,7 @@ pub fn standalone_redis_url() -> String {
 /// A port for a gateway listener: pingora binds an address, not a socket we hand it, so
 /// the port is drawn below the ephemeral range where no `bind(:0)` or outgoing connection
 /// can take it before the gateway binds.
-pub fn free_port() -> u16 {
-    shared::net::free_port_outside_ephemeral_range().expect("a free test port")
-}
+pub use testkit::free_port;
 
 pub fn key(kid: &str) -> KeySettings {
     KeySettings {

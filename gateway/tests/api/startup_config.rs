@@ -4,9 +4,8 @@
 //! it starts.
 
 use crate::helpers::{free_port, redis_url, unique_prefix};
-use std::io::Read;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, ExitStatus};
+use testkit::child::Service;
 
 const BIN: &str = env!("CARGO_BIN_EXE_gateway");
 const REAL_KEYS: &str = r#"[{kid="k1", secret="gateway-startup-test-key-0123456789abcdef"}]"#;
@@ -59,31 +58,7 @@ fn run_to_exit(env: &[(&str, String)]) -> (ExitStatus, String) {
         .filter(|(k, _)| !env.iter().any(|(e, _)| e == k))
         .collect();
     all.extend(env.iter().cloned());
-    let mut child = command(&all)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start gateway");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for gateway") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("gateway did not exit within 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .expect("stderr piped")
-        .read_to_string(&mut stderr)
-        .expect("read stderr");
-    (status, stderr)
+    testkit::child::run_to_exit("gateway", command(&all))
 }
 
 fn assert_refused(env: &[(&str, String)], expected: &[&str]) {
@@ -198,41 +173,15 @@ async fn assert_starts(mut env: Vec<(&'static str, String)>) {
         ),
         ("FLOODGATE_GATEWAY__GRACE_PERIOD_S", "0".into()),
     ]);
-    let log = std::env::temp_dir().join(format!("fg-startup-{}.log", shared::ids::new_id()));
-    let mut child = command(&env)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("log file"))
-        .spawn()
-        .expect("start gateway");
-    let result = wait_healthy(
-        &mut child,
-        &format!("http://127.0.0.1:{admin_port}/healthz"),
-    )
-    .await;
-    let _ = child.kill();
-    let _ = child.wait();
-    let output = std::fs::read_to_string(&log).unwrap_or_default();
-    let _ = std::fs::remove_file(&log);
-    if let Err(e) = result {
-        panic!("gateway did not start: {e}; stderr: {output}");
-    }
-}
-
-async fn wait_healthy(child: &mut Child, url: &str) -> Result<(), String> {
-    let client = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
-        if let Ok(Some(status)) = child.try_wait() {
-            return Err(format!("exited with {status}"));
-        }
-        if let Ok(r) = client.get(url).send().await
-            && r.status() == 200
-        {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Err("not healthy within 60 s".into())
+    let mut gateway = Service::spawn("gateway", command(&env).into());
+    gateway
+        .wait_up(
+            &reqwest::Client::new(),
+            &format!("http://127.0.0.1:{admin_port}/healthz"),
+            None,
+        )
+        .await;
+    gateway.stop().await;
 }
 
 #[tokio::test]

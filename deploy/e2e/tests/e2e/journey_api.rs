@@ -2,9 +2,10 @@
 //! until admitted → admission cookie → seat map → hold → order → pay → ticket, then the
 //! invariants in Postgres and at the provider.
 
-use crate::stack::{Stack, demo_event, eventually, json};
+use crate::stack::{Stack, demo_event, json};
 use serde_json::{Value, json};
 use std::time::Duration;
+use testkit::wait::eventually;
 
 /// The `fg_admission` cookie pair from a `Set-Cookie` header, as a browser would send it.
 fn admission_cookie(resp: &reqwest::Response) -> Option<String> {

@@ -7,30 +7,14 @@
 //!
 //! Skipped (with a printed reason) only when Chromium is absent and `CI` is unset.
 
-use crate::cdp::{Browser, Page, find_chromium};
 use crate::journey_api::admitted_fan;
 use crate::stack::{Stack, demo_event, json};
 use serde_json::json;
 use std::path::PathBuf;
 use std::time::Duration;
+use testkit::browser::{Browser, Page, chromium_or_skip};
 
 const WAIT: Duration = Duration::from_secs(20);
-
-pub fn chromium_or_skip() -> Option<PathBuf> {
-    match find_chromium() {
-        Some(p) => Some(p),
-        None if std::env::var_os("CI").is_some() => {
-            panic!("CI is set but Chromium is missing: apt-get install chromium (or set CHROMIUM)")
-        }
-        None => {
-            eprintln!(
-                "SKIPPED browser journey: Chromium not found (install the Debian package \
-                 `chromium` or set CHROMIUM); set CI=1 to make this a failure"
-            );
-            None
-        }
-    }
-}
 
 /// Where screenshots go (never committed): `$FLOODGATE_E2E_SCREENSHOTS` or /tmp.
 pub fn shot(name: &str) -> PathBuf {
@@ -58,7 +42,7 @@ async fn seat_class(page: &Page<'_>, seat: &str) -> String {
 
 #[tokio::test]
 async fn fan_journey_in_a_real_browser() {
-    let Some(chromium) = chromium_or_skip() else {
+    let Some(chromium) = chromium_or_skip("browser journey") else {
         return;
     };
     let stack = Stack::start().await;
@@ -301,7 +285,7 @@ async fn open_shop<'b>(
 
 #[tokio::test]
 async fn shop_keyboard_limit_expiry_ga_outage_and_lost_admission() {
-    let Some(chromium) = chromium_or_skip() else {
+    let Some(chromium) = chromium_or_skip("browser journey") else {
         return;
     };
     let mut stack = Stack::start().await;
@@ -397,7 +381,7 @@ async fn shop_keyboard_limit_expiry_ga_outage_and_lost_admission() {
 
     // The sweeper tidies the expired hold (every 2 s) and gives its 4 tickets back. Waiting
     // for it keeps the GA step below independent of booking's heal-versus-sweeper timing.
-    crate::stack::eventually(
+    testkit::wait::eventually(
         Duration::from_secs(15),
         "sweeper expires the hold",
         || async {
@@ -494,7 +478,7 @@ async fn shop_keyboard_limit_expiry_ga_outage_and_lost_admission() {
 
 #[tokio::test]
 async fn a_60000_seat_map_stays_light_on_a_phone() {
-    let Some(chromium) = chromium_or_skip() else {
+    let Some(chromium) = chromium_or_skip("browser journey") else {
         return;
     };
     let stack = Stack::start().await;
@@ -572,7 +556,7 @@ async fn a_60000_seat_map_stays_light_on_a_phone() {
 
 #[tokio::test]
 async fn the_hold_countdown_runs_out_visibly() {
-    let Some(chromium) = chromium_or_skip() else {
+    let Some(chromium) = chromium_or_skip("browser journey") else {
         return;
     };
     let stack = Stack::start().await;

@@ -6,7 +6,6 @@
 //! `FLOODGATE_TEST_REDIS_URL`) and, for the browser journey, Chromium (`CHROMIUM` or
 //! `chromium` on the PATH; without it the browser test is skipped unless `CI` is set).
 
-mod cdp;
 mod i18n;
 mod journey_api;
 mod journey_browser;

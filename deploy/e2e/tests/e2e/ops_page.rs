@@ -9,12 +9,12 @@
 //! event id typed) and the progress view reaches done; the page switches to Japanese, and a
 //! tab whose browser language is Japanese starts in Japanese.
 
-use crate::cdp::{Browser, Page};
 use crate::journey_api::{Fan, admitted_fan};
-use crate::journey_browser::{chromium_or_skip, shot};
+use crate::journey_browser::shot;
 use crate::stack::{ADMIN, Stack, demo_event};
 use serde_json::{Value, json};
 use std::time::Duration;
+use testkit::browser::{Browser, Page, chromium_or_skip};
 
 const WAIT: Duration = Duration::from_secs(20);
 const OPERATOR: &str = "Aiko Ops";
@@ -183,7 +183,7 @@ async fn the_ops_page_finds_refunds_and_cancels_exactly_once() {
         .expect("gateway admin");
     assert_eq!(r.status().as_u16(), 404);
 
-    let Some(chromium) = chromium_or_skip() else {
+    let Some(chromium) = chromium_or_skip("browser journey") else {
         stack.stop().await;
         return;
     };

@@ -8,12 +8,13 @@
 //! lifetime cannot be shorter than 30 s, and the point is a payment after it.
 
 use crate::journey_api::{Fan, admitted_fan};
-use crate::stack::{ADMIN, Stack, demo_event, eventually, json};
+use crate::stack::{ADMIN, Stack, demo_event, json};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use futures::StreamExt;
 use serde_json::{Value, json};
 use std::time::Duration;
+use testkit::wait::eventually;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
 

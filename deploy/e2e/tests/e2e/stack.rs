@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{Connection, Executor, PgConnection, PgPool};
 use std::time::{Duration, Instant};
+use testkit::free_port;
 
 pub const ADMIN: &str = "e2e-admin-secret-0123456789";
 pub const API_KEY: &str = "sk_test_e2e_0123456789";
@@ -48,11 +49,6 @@ pub fn queue_redis_mode() -> shared::config::RedisMode {
     } else {
         shared::config::RedisMode::Standalone
     }
-}
-
-/// A free port for a listener configured before it binds (see the shared helper).
-pub fn free_port() -> u16 {
-    shared::net::free_port_outside_ephemeral_range().expect("a free test port")
 }
 
 /// Creates an empty database with all migrations applied (same as booking's test helper).
@@ -334,20 +330,4 @@ pub async fn json(resp: reqwest::Response) -> (u16, Value) {
     let v =
         serde_json::from_str(&text).unwrap_or_else(|_| panic!("non-JSON body ({status}): {text}"));
     (status, v)
-}
-
-/// Polls `f` until it returns `Some`, or panics with `what` after `timeout`.
-pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }

@@ -1,11 +1,12 @@
-//! A minimal Chrome DevTools Protocol client over WebSocket (tokio-tungstenite): launch
-//! headless Chromium with a throw-away profile, open one page with a phone viewport,
-//! navigate, evaluate, click with real mouse events at an element's centre (so an element
-//! hidden under another one is not clickable, as for a person), take screenshots.
+//! A minimal Chrome DevTools Protocol client over WebSocket (tokio-tungstenite) for Debian's
+//! headless Chromium: launch it with a throw-away profile, open pages (plain, or with a phone
+//! viewport), navigate, evaluate, wait for an expression, click with real mouse events at an
+//! element's centre (so an element hidden under another one is not clickable, as for a
+//! person), press keys, hold or fail requests, take screenshots.
 //!
-//! Uncaught page exceptions are collected and checked by [`Page::assert_no_js_errors`].
-
-#![allow(dead_code)]
+//! Uncaught page exceptions are collected and checked by [`Page::assert_no_js_errors`]. Every
+//! failure (a DevTools error, an expression that throws, a wait that times out) panics with
+//! what was asked and what the page showed.
 
 use base64::Engine;
 use futures::{SinkExt, StreamExt};
@@ -39,6 +40,25 @@ pub fn find_chromium() -> Option<PathBuf> {
     None
 }
 
+/// The Chromium binary for a browser test, or `None` (with a printed reason) when it is absent
+/// and `CI` is unset; in CI a missing Chromium fails the test. `test` names the test in the
+/// message.
+pub fn chromium_or_skip(test: &str) -> Option<PathBuf> {
+    match find_chromium() {
+        Some(p) => Some(p),
+        None if std::env::var_os("CI").is_some() => {
+            panic!("CI is set but Chromium is missing: apt-get install chromium (or set CHROMIUM)")
+        }
+        None => {
+            eprintln!(
+                "SKIPPED {test}: Chromium not found (install the Debian package `chromium` or \
+                 set CHROMIUM); set CI=1 to make this a failure"
+            );
+            None
+        }
+    }
+}
+
 pub struct Browser {
     child: tokio::process::Child,
     profile: PathBuf,
@@ -64,25 +84,30 @@ impl Drop for Browser {
 }
 
 impl Browser {
+    /// Starts Chromium headless with a fresh profile, in US English and UTC (times on a page
+    /// are the fan's local time: fixed here, so tests can name them), and connects to it.
     pub async fn launch(binary: &std::path::Path) -> Browser {
-        let profile =
-            std::env::temp_dir().join(format!("fg-e2e-chromium-{}", shared::ids::new_id()));
+        let profile = std::env::temp_dir().join(format!("fg-chromium-{}", shared::ids::new_id()));
         std::fs::create_dir_all(&profile).expect("profile dir");
         let mut child = tokio::process::Command::new(binary)
             .args([
                 "--headless",
                 "--no-sandbox",
                 "--disable-gpu",
+                "--disable-dev-shm-usage",
                 "--disable-background-networking",
                 "--disable-component-update",
                 "--disable-sync",
                 "--no-first-run",
                 "--no-default-browser-check",
                 "--disable-extensions",
+                "--lang=en-US",
+                // Port 0: Chromium picks one and prints it, so no port can be taken meanwhile.
                 "--remote-debugging-port=0",
             ])
             .arg(format!("--user-data-dir={}", profile.display()))
             .arg("about:blank")
+            .env("TZ", "UTC")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -183,6 +208,17 @@ impl Browser {
 
     /// Opens a page with a phone-sized viewport (CSS pixels) and returns it.
     pub async fn new_page(&self, width: u32, height: u32) -> Page<'_> {
+        let page = self.open_page().await;
+        page.call(
+            "Emulation.setDeviceMetricsOverride",
+            json!({"width": width, "height": height, "deviceScaleFactor": 2, "mobile": true}),
+        )
+        .await;
+        page
+    }
+
+    /// Opens a page with Chromium's own (desktop) viewport and returns it.
+    pub async fn open_page(&self) -> Page<'_> {
         let target = self
             .call(None, "Target.createTarget", json!({"url": "about:blank"}))
             .await;
@@ -204,11 +240,6 @@ impl Browser {
         };
         page.call("Page.enable", json!({})).await;
         page.call("Runtime.enable", json!({})).await;
-        page.call(
-            "Emulation.setDeviceMetricsOverride",
-            json!({"width": width, "height": height, "deviceScaleFactor": 2, "mobile": true}),
-        )
-        .await;
         page
     }
 }
@@ -249,36 +280,51 @@ impl Page<'_> {
 
     /// Evaluates an expression (promises awaited) and returns its JSON value.
     pub async fn eval(&self, expression: &str) -> Value {
+        match self.try_eval(expression).await {
+            Ok(v) => v,
+            Err(ex) => panic!("evaluating `{expression}` threw: {ex}"),
+        }
+    }
+
+    /// Evaluates an expression (promises awaited): its JSON value, or the exception it threw.
+    async fn try_eval(&self, expression: &str) -> Result<Value, Value> {
         let r = self
             .call(
                 "Runtime.evaluate",
                 json!({"expression": expression, "awaitPromise": true, "returnByValue": true}),
             )
             .await;
-        if let Some(ex) = r.get("exceptionDetails") {
-            panic!("evaluating `{expression}` threw: {ex}");
+        match r.get("exceptionDetails") {
+            Some(ex) => Err(ex.clone()),
+            None => Ok(r["result"]["value"].clone()),
         }
-        r["result"]["value"].clone()
     }
 
     /// Polls `expression` until it is truthy (not false/null/undefined/""/0); returns it.
     pub async fn wait_for(&self, expression: &str, timeout: Duration) -> Value {
+        self.wait_until(expression, timeout, truthy).await
+    }
+
+    /// Polls `expression` every 100 ms until `done` holds for its value; returns it. An
+    /// expression that throws counts as not done yet (while a page loads, `document.body` can
+    /// be null). After `timeout`, panics with the expression, its last value (or exception)
+    /// and the page's text.
+    pub async fn wait_until(
+        &self,
+        expression: &str,
+        timeout: Duration,
+        done: impl Fn(&Value) -> bool,
+    ) -> Value {
         let deadline = Instant::now() + timeout;
         loop {
-            let v = self.eval(expression).await;
-            let truthy = match &v {
-                Value::Null => false,
-                Value::Bool(b) => *b,
-                Value::String(s) => !s.is_empty(),
-                Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
-                _ => true,
+            let last = match self.try_eval(expression).await {
+                Ok(v) if done(&v) => return v,
+                Ok(v) => format!("last value {v}"),
+                Err(ex) => format!("it threw {ex}"),
             };
-            if truthy {
-                return v;
-            }
             if Instant::now() > deadline {
                 let body = self.text("body").await;
-                panic!("timed out waiting for `{expression}`; page text:\n{body}");
+                panic!("timed out waiting for `{expression}`; {last}; page text:\n{body}");
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -441,5 +487,70 @@ impl Page<'_> {
     pub fn assert_no_js_errors(&self) {
         let errors = self.js_errors();
         assert!(errors.is_empty(), "the page threw: {errors:#?}");
+    }
+}
+
+/// JavaScript's truthiness of a returned value (objects and arrays are truthy).
+fn truthy(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::String(s) => !s.is_empty(),
+        Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A page that changes its text 300 ms after it loads.
+    const LATE_TEXT: &str = "data:text/html,<p id=x>early</p><script>\
+        setTimeout(() => document.getElementById('x').textContent = 'late', 300)</script>";
+
+    #[tokio::test]
+    async fn a_page_is_evaluated_and_awaited() {
+        let Some(bin) = chromium_or_skip("testkit's browser test") else {
+            return;
+        };
+        let browser = Browser::launch(&bin).await;
+        let page = browser.open_page().await;
+        page.navigate(LATE_TEXT).await;
+        let v = page
+            .wait_until(
+                "document.getElementById('x').textContent",
+                Duration::from_secs(10),
+                |v| v == "late",
+            )
+            .await;
+        assert_eq!(v, "late");
+        assert_eq!(page.text("#x").await, "late");
+        assert_eq!(page.eval("Promise.resolve(6 * 7)").await, 42);
+        // Pinned at launch, whatever the machine's settings.
+        assert_eq!(page.eval("navigator.language").await, "en-US");
+        assert_eq!(
+            page.eval("Intl.DateTimeFormat().resolvedOptions().timeZone")
+                .await,
+            "UTC"
+        );
+        let phone = browser.new_page(390, 844).await;
+        phone
+            .navigate("data:text/html,<meta name=viewport content='width=device-width'>")
+            .await;
+        assert_eq!(phone.eval("window.innerWidth").await, 390);
+        page.assert_no_js_errors();
+    }
+
+    #[tokio::test]
+    #[should_panic(expected = "timed out waiting for `document.title`; last value \"\"")]
+    async fn a_wait_that_times_out_names_the_expression_and_its_last_value() {
+        let Some(bin) = chromium_or_skip("testkit's browser test") else {
+            panic!("timed out waiting for `document.title`; last value \"\" (skipped)");
+        };
+        let browser = Browser::launch(&bin).await;
+        let page = browser.open_page().await;
+        page.wait_for("document.title", Duration::from_millis(300))
+            .await;
     }
 }
