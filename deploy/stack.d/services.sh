@@ -10,6 +10,9 @@ SANDBOX_ADDR="${FLOODGATE_SANDBOX_ADDR:-127.0.0.1:8099}"
 # `dev`) the test build.
 PROFILE="${FLOODGATE_PROFILE:-local}"
 BIN_DIR=""   # where the service binaries are; set by build_services
+# What `up` builds: the three services only (not loadgen): the first start is what a new user
+# waits for. deploy/tests/frontdoor.sh checks that cargo knows these and the profile.
+SERVICE_PACKAGES=(-p gateway -p booking -p sandbox-provider)
 register_component 50 sandbox-provider service
 register_component 60 booking service
 register_component 70 gateway service
@@ -46,7 +49,7 @@ build_services() {
   local cargo_profile="$PROFILE" dir="$PROFILE"
   case "$PROFILE" in debug|dev) cargo_profile=dev dir=debug ;; esac
   log "building ($PROFILE)"
-  (cd "$ROOT" && cargo build --workspace --bins --profile "$cargo_profile")
+  (cd "$ROOT" && cargo build "${SERVICE_PACKAGES[@]}" --bins --profile "$cargo_profile")
   BIN_DIR="${CARGO_TARGET_DIR:-$ROOT/target}/$dir"
 }
 

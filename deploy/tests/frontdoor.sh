@@ -13,6 +13,7 @@
 #     must survive it;
 #  0. before all that, `up` with its Postgres port and then its gateway admin port held by a
 #     listening process: it must stop at once, naming the port and the variable that moves it;
+#  5. (first of all) cargo knows the profile and packages `up` builds for a newcomer;
 #  4. when run as root, `up` and `down` once more as a normal user (a throwaway system user, no
 #     sudo, a normal user's PATH without /usr/sbin) in a clone that user owns: Postgres then runs
 #     as that user.
@@ -83,6 +84,16 @@ if [ -n "${FRONTDOOR_STACK_REV:-}" ]; then
   say "deploy/stack of $FRONTDOOR_STACK_REV"
 fi
 say "clone $(git -C "$CLONE" rev-parse --short HEAD) in $CLONE (mode 700 above it), binaries $BIN_DIR"
+
+# The build `up` runs for a newcomer (CI's `up`s below run prebuilt binaries instead): cargo must
+# know its profile and packages, else `up` stops at once ("profile `local` is not defined", as
+# after a merge once dropped the profile). A bin name no package has makes cargo stop right
+# after reading both, building nothing.
+read -r -a UP_BUILD < <(cd "$CLONE" && env -u FLOODGATE_PROFILE bash -c \
+  'register_component() { :; }; . deploy/stack.d/services.sh; echo "${SERVICE_PACKAGES[@]} --profile $PROFILE"')
+out="$(cd "$CLONE" && cargo build "${UP_BUILD[@]}" --bin __frontdoor_no_such_bin__ 2>&1 || true)"
+grep -q 'no bin target named' <<<"$out" || fail "deploy/stack up's build (cargo build ${UP_BUILD[*]}) fails before compiling: $out"
+say "up's build is known to cargo: ${UP_BUILD[*]}"
 
 unset FLOODGATE_STACK_DIR CARGO_TARGET_DIR
 export FLOODGATE_BIN_DIR="$BIN_DIR" FLOODGATE_PROFILE=debug
