@@ -66,7 +66,7 @@ pub async fn until(State(state): State<AppState>, req: Request, next: Next) -> R
     else {
         return resp;
     };
-    match live_until_ms(&state, &account, &event).await {
+    match live_until_ms(&state.pool, &account, &event).await {
         Ok(ms) => {
             resp.headers_mut()
                 .insert(SESSION_UNTIL, HeaderValue::from(ms));
@@ -93,7 +93,7 @@ fn credentials(headers: &HeaderMap) -> HeaderMap {
 /// orders in `event`; 0 when there is none. Cart orders made before orders carried an event
 /// count for every event.
 pub async fn live_until_ms(
-    state: &AppState,
+    pool: &sqlx::PgPool,
     account: &str,
     event: &str,
 ) -> Result<i64, sqlx::Error> {
@@ -109,7 +109,7 @@ pub async fn live_until_ms(
     )
     .bind(account)
     .bind(event)
-    .fetch_one(&state.pool)
+    .fetch_one(pool)
     .await?;
     Ok(ms.unwrap_or(0))
 }

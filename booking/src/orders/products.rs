@@ -454,13 +454,40 @@ struct Reconciled {
         (status = 503, response = doc::Unavailable),
     ))]
 async fn reconcile_gate(
-    _admin: Admin,
+    AdminCaller(actor): AdminCaller,
     State(state): State<OrdersState>,
     Path(sku): Path<String>,
 ) -> ApiResult<impl IntoResponse> {
     if !valid_sku(&sku) {
         return Err(unknown_sku(&sku));
     }
+    // Unknown products are not reset (nor audited): the gate of a SKU that never existed.
+    let event: Option<Option<String>> =
+        sqlx::query_scalar("SELECT event_id FROM products WHERE sku = $1")
+            .bind(&sku)
+            .fetch_optional(&state.pool)
+            .await
+            .during("read the product of the flash gate")?;
+    let Some(event) = event else {
+        return Err(unknown_sku(&sku));
+    };
+    // The value before, for the audit entry only (a reset is how ops repair a drifted gate).
+    let before = flash::current(&state.redis, &sku).await.ok().flatten();
     let gate = flash::reconcile(&state.pool, &state.redis, &sku).await?;
+    let mut conn = state
+        .pool
+        .acquire()
+        .await
+        .during("connect to record the flash gate reset")?;
+    audit::insert_tx(
+        &mut conn,
+        &actor,
+        "product.flash_gate.reset",
+        &format!("product:{sku}"),
+        event.as_deref(),
+        &serde_json::json!({"before": before, "gate": gate}),
+    )
+    .await
+    .during("record the audit entry")?;
     Ok(ApiJson(serde_json::json!({"sku": sku, "gate": gate})))
 }

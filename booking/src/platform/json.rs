@@ -45,7 +45,16 @@ where
                 ApiError::bad_request(codes::INVALID_REQUEST, e.body_text())
             }
         })?;
-        let axum::Json(value) = axum::Json::<T>::from_bytes(&bytes)?;
+        let value = match axum::Json::<T>::from_bytes(&bytes) {
+            Ok(axum::Json(value)) => value,
+            // `76.0` is the integer 76 to JSON and to JSON Schema (the OpenAPI documents say
+            // `integer`); serde refuses it for an integer field. Only a body refused that way
+            // pays for the second parse, so well-formed requests cost nothing more.
+            Err(rejection @ JsonRejection::JsonDataError(_)) => {
+                integral_floats_as_integers(&bytes).ok_or(rejection)?
+            }
+            Err(rejection) => return Err(rejection.into()),
+        };
         if holds_nul(&bytes) {
             return Err(ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -72,6 +81,33 @@ fn is_json(headers: &HeaderMap) -> bool {
         || essence
             .strip_prefix("application/")
             .is_some_and(|sub| sub.ends_with("+json"))
+}
+
+/// `body` read as `T` once every number written with a zero fraction (`76.0`, `1e2`) is an
+/// integer; `None` when there is none or `T` still refuses it (the caller reports the first
+/// error). Exact integers only: beyond 2^53 a float is not an exact count.
+fn integral_floats_as_integers<T: DeserializeOwned>(body: &[u8]) -> Option<T> {
+    const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53
+    fn walk(v: &mut Value) -> bool {
+        match v {
+            Value::Number(n) if n.is_f64() => match n.as_f64() {
+                Some(f) if f.fract() == 0.0 && f.abs() <= EXACT => {
+                    // Whole and within 2^53: the cast is exact.
+                    *v = Value::from(f as i64);
+                    true
+                }
+                _ => false,
+            },
+            Value::Array(a) => a.iter_mut().fold(false, |changed, v| walk(v) | changed),
+            Value::Object(m) => m.values_mut().fold(false, |changed, v| walk(v) | changed),
+            _ => false,
+        }
+    }
+    let mut value: Value = serde_json::from_slice(body).ok()?;
+    if !walk(&mut value) {
+        return None;
+    }
+    serde_json::from_value(value).ok()
 }
 
 /// Whether a (valid JSON) body has a string or key containing U+0000. JSON can only carry it
@@ -143,6 +179,39 @@ mod tests {
             "an escaped backslash, then text"
         );
         assert!(!holds_nul(br#"{"hold_id":"abc","n":0}"#));
+    }
+
+    #[derive(Debug, serde::Deserialize, PartialEq)]
+    #[serde(deny_unknown_fields)]
+    struct Line {
+        quantity: i32,
+        price: Option<i64>,
+    }
+
+    #[test]
+    fn whole_numbers_written_as_floats_are_integers_and_fractions_are_not() {
+        let read = |b: &str| integral_floats_as_integers::<Line>(b.as_bytes());
+        assert_eq!(
+            read(r#"{"quantity": 76.0, "price": 1e3}"#),
+            Some(Line {
+                quantity: 76,
+                price: Some(1000)
+            })
+        );
+        assert_eq!(
+            read(r#"{"quantity": -0.0}"#),
+            Some(Line {
+                quantity: 0,
+                price: None
+            })
+        );
+        assert_eq!(read(r#"{"quantity": 76.5}"#), None);
+        assert_eq!(read(r#"{"quantity": 1e300}"#), None);
+        // Nothing to change: the first error stands.
+        assert_eq!(read(r#"{"quantity": "76"}"#), None);
+        // Still the type's own rules (unknown fields, ranges).
+        assert_eq!(read(r#"{"quantity": 76.0, "extra": 1}"#), None);
+        assert_eq!(read(r#"{"quantity": 3e9}"#), None);
     }
 
     #[test]

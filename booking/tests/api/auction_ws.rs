@@ -394,3 +394,112 @@ async fn other_fans_see_the_leader_as_a_stable_handle_never_as_an_account_id() {
     assert_ne!(handles[0], handles[1]);
     app.stop().await;
 }
+
+/// Connects `viewer` to `auction` with a token of `event` valid `ttl_s` more seconds.
+async fn connect_for(app: &TestApp, auction: &str, viewer: &str, event: &str, ttl_s: u64) -> Ws {
+    let now = chrono::Utc::now().timestamp();
+    let (token, _) = app
+        .tokens()
+        .mint(viewer, &format!("sess-{viewer}"), event, now, ttl_s)
+        .unwrap();
+    let url = format!(
+        "ws://127.0.0.1:{}/ws/auctions/{auction}?token={token}",
+        app.port
+    );
+    tokio_tungstenite::connect_async(url).await.unwrap().0
+}
+
+/// Reads until the server closes; returns the close code and when (unix ms) it arrived.
+async fn close_of(ws: &mut Ws, limit: Duration) -> (u16, i64) {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match tokio::time::timeout_at(deadline, ws.next()).await {
+            Ok(Some(Ok(Message::Close(frame)))) => {
+                let code = frame.map(|f| u16::from(f.code)).unwrap_or(0);
+                return (code, chrono::Utc::now().timestamp_millis());
+            }
+            Ok(Some(Ok(_))) => {}
+            other => panic!("no close frame within {limit:?}: {other:?}"),
+        }
+    }
+}
+
+/// The socket ends with its admission (issue 41, item 4), with the close code the client
+/// reconnects on; before, it lived until the auction closed.
+#[tokio::test]
+async fn a_socket_closes_when_its_admission_ends() {
+    let app = TestApp::spawn().await;
+    let auction = create_ok(&app, false, 3600).await;
+    let mut ws = connect_for(&app, &auction, "brief", "auction-day", 2).await;
+    let exp_ms = (chrono::Utc::now().timestamp() + 2) * 1000;
+    let (code, at) = close_of(&mut ws, Duration::from_secs(30)).await;
+    assert_eq!(
+        code,
+        booking::auctions::live::ws::ADMISSION_ENDED,
+        "close code"
+    );
+    // Never before the admission's end (the token's `exp`, whole seconds).
+    assert!(
+        at >= exp_ms - 1000,
+        "closed at {at}, admission until {exp_ms}"
+    );
+    // The auction is still open: the socket ended for the admission, not the auction.
+    let fresh = app.admission("brief", "auction-day");
+    let (s, v) = json(app.get(&format!("/api/auctions/{auction}"), &fresh).await).await;
+    assert_eq!((s, v["status"].clone()), (200, json!("OPEN")), "{v}");
+    app.stop().await;
+}
+
+/// A fan whose checkout (a live hold in the auction's event) extends the admission keeps the
+/// socket until that checkout ends, as the gateway keeps refreshing the token until then.
+#[tokio::test]
+async fn a_socket_stays_while_the_fans_checkout_extends_the_admission() {
+    let app = TestApp::spawn().await;
+    crate::events::create_event(&app, &crate::events::small_event("ev", 2, 5, 10, 1)).await;
+    let end = (chrono::Utc::now() + chrono::Duration::seconds(3600)).to_rfc3339();
+    let (s, created) = crate::helpers::create_auction(
+        &app,
+        "ev",
+        "seller",
+        json!({"title": "Signed ball", "start_price": 1000, "min_increment": 10,
+               "end_time": end}),
+    )
+    .await;
+    assert_eq!(s, 201, "{created}");
+    let auction = created["id"].as_str().unwrap().to_owned();
+    // The fan holds a seat in the same event; the hold ends in 4 s (its event's hold TTL is
+    // at least 10 s, so the test moves the end closer).
+    let token = app.admission("fan", "ev");
+    let (s, hold) = json(
+        app.post(
+            "/api/events/ev/holds",
+            &token,
+            &json!({"seats": ["S1-R1-1"]}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(s, 201, "{hold}");
+    let hold_end_ms: i64 = sqlx::query_scalar(
+        "UPDATE holds SET expires_at = clock_timestamp() + interval '4 seconds'
+          WHERE id = $1
+         RETURNING (extract(epoch FROM expires_at) * 1000)::bigint",
+    )
+    .bind(hold["hold_id"].as_str().unwrap())
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    // A token of 1 s: the gateway would have refreshed it until the hold's end.
+    let mut ws = connect_for(&app, &auction, "fan", "ev", 1).await;
+    let (code, at) = close_of(&mut ws, Duration::from_secs(30)).await;
+    assert_eq!(
+        code,
+        booking::auctions::live::ws::ADMISSION_ENDED,
+        "close code"
+    );
+    assert!(
+        at >= hold_end_ms,
+        "closed at {at}, before the checkout's end {hold_end_ms}"
+    );
+    app.stop().await;
+}

@@ -403,3 +403,41 @@ async fn text_holding_a_nul_character_is_refused_and_changes_nothing() {
         .expect("count keys");
     assert_eq!(keys, 0, "a refused request kept an idempotency key");
 }
+
+/// `2.0` is the integer 2 to JSON and to the OpenAPI documents (`integer`), so booking takes
+/// it as 2 (found by the fuzzer's positive-data check); `2.5` is still refused and holds
+/// nothing.
+#[tokio::test]
+async fn an_integer_written_with_a_zero_fraction_is_that_integer() {
+    let app = TestApp::spawn().await;
+    create_event(&app, &small_event("ev", 2, 5, 10, 1)).await;
+    let token = app.admission("alice", "ev");
+    let before = db_state(&app.pool).await;
+    let (s, v) = json(
+        app.post(
+            "/api/events/ev/ga-holds",
+            &token,
+            &json!({"tier": "FLOOR", "quantity": 2.5}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(
+        (s, v["code"].clone()),
+        (422, json!("VALIDATION_FAILED")),
+        "{v}"
+    );
+    assert_eq!(db_state(&app.pool).await, before, "a refused hold wrote");
+    let (s, v) = json(
+        app.post(
+            "/api/events/ev/ga-holds",
+            &token,
+            &json!({"tier": "FLOOR", "quantity": 2.0}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(s, 201, "{v}");
+    assert_eq!(v["quantity"], json!(2), "{v}");
+    app.stop().await;
+}

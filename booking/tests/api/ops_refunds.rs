@@ -479,3 +479,67 @@ async fn holds_on_a_cancelled_event_are_refused_and_write_nothing() {
         .expect("count holds");
     assert_eq!(holds, 0);
 }
+
+/// A refund the provider does not answer is retried with the same key and audited once per
+/// reason (not on every retry of an outage), then completes once (issue 41, item 4).
+#[tokio::test]
+async fn a_retried_refund_is_audited_once_per_reason_and_refunds_once() {
+    use booking::payments::ops::event_cancel::RefundJob;
+    let env = PayEnv::spawn().await;
+    crate::helpers::create_refund_event(&env.app, "ev", "release").await;
+    let order = paid_seat_order(&env, "ev", "alice", &["S1-R1-1"]).await;
+    env.sandbox.update(|s| s.failure_rate = 1.0);
+    let (s, v, _) = ops_post(
+        &env.app,
+        &format!("/admin/orders/{order}/refund"),
+        Some("ops@example"),
+        Some("r1"),
+        &json!({"reason": "double booking"}),
+    )
+    .await;
+    assert_eq!(
+        (s, v["code"].clone()),
+        (502, json!("PAYMENT_PROVIDER_ERROR")),
+        "{v}"
+    );
+    let retrying = || async {
+        sqlx::query_as::<_, (String, Value)>(
+            "SELECT actor, detail FROM ops_audit
+              WHERE action = 'order.refund.retrying' AND target = 'order:' || $1 ORDER BY id",
+        )
+        .bind(&order)
+        .fetch_all(&env.app.pool)
+        .await
+        .expect("audit")
+    };
+    // The job retries twice more through the same outage (leases made due at once).
+    let job = RefundJob::new(&env.app.state.payments);
+    for _ in 0..2 {
+        sqlx::query(
+            "UPDATE order_refunds SET leased_until = clock_timestamp() WHERE order_id = $1",
+        )
+        .bind(&order)
+        .execute(&env.app.pool)
+        .await
+        .expect("lease due");
+        assert_eq!(job.pass().await.expect("pass"), (0, 1));
+    }
+    let entries = retrying().await;
+    assert_eq!(entries.len(), 1, "one entry per reason: {entries:?}");
+    assert_eq!(entries[0].0, "ops@example");
+    assert_eq!(entries[0].1["attempts"], json!(1), "{}", entries[0].1);
+    assert!(entries[0].1["why"].as_str().is_some_and(|w| !w.is_empty()));
+    // The provider is back: the next retry refunds, once.
+    env.sandbox.update(|s| s.failure_rate = 0.0);
+    sqlx::query("UPDATE order_refunds SET leased_until = clock_timestamp() WHERE order_id = $1")
+        .bind(&order)
+        .execute(&env.app.pool)
+        .await
+        .expect("lease due");
+    assert_eq!(job.pass().await.expect("pass"), (1, 0));
+    let end = state(&env.app, &order).await;
+    assert_eq!(end["order"], json!("REFUNDED"), "{end}");
+    assert_eq!(end["audits"], json!(1), "{end}");
+    assert_eq!(env.refunds(&order), 1);
+    assert_eq!(retrying().await.len(), 1);
+}

@@ -3,7 +3,11 @@
 //! Auth: the admission token as Bearer header or cookie, or (for browsers, which cannot set
 //! headers on a WebSocket) as a `?token=` query parameter; the token must open the auction's
 //! event, checked before the upgrade. A client gets a snapshot on connect, then updates, then
-//! a final `closed` message; a revocation of its admission closes the socket.
+//! a final `closed` message; a revocation of its admission closes the socket, and so does
+//! the admission's end: at the token's `exp`, unless the fan's checkout (a live hold or a
+//! pending order in the event) extended the admission, in which case at that checkout's end.
+//! Both are close code [`ADMISSION_ENDED`]: the client reconnects with its current token (a
+//! refreshed one is accepted) and goes back to the waiting room when it has none.
 
 use super::Topic;
 use super::message::LiveState;
@@ -21,6 +25,32 @@ use shared::headers::ADMISSION_COOKIE;
 use shared::token::{AdmissionClaims, bearer, cookie};
 use std::time::Duration;
 use tokio::sync::broadcast;
+
+/// Close code (the application range 4000–4999) of a socket whose admission ended:
+/// reconnect with the current token; a `401`/`403` on the reconnect means back to the
+/// waiting room.
+pub const ADMISSION_ENDED: u16 = 4001;
+
+/// When `claims`' admission ends (unix s): the token's `exp`, or later when the fan's live
+/// holds or pending orders in its event last longer (the gateway refreshes the token until
+/// then). `None` when it has ended.
+async fn admission_end(state: &AuctionsState, claims: &AdmissionClaims) -> Option<i64> {
+    let now = chrono::Utc::now().timestamp();
+    if claims.exp > now {
+        return Some(claims.exp);
+    }
+    match crate::app::session::live_until_ms(&state.pool, &claims.sub, &claims.evt).await {
+        Ok(ms) => {
+            let until = ms.div_euclid(1000) + i64::from(ms.rem_euclid(1000) > 0);
+            (until > now).then_some(until)
+        }
+        // Unknown: the client reconnects, and the token it holds decides.
+        Err(e) => {
+            tracing::warn!(error = %e, "reading a socket's admission end failed");
+            None
+        }
+    }
+}
 
 /// The topic's last snapshot if its read started after `subscribed`, else a fresh read that
 /// later subscribers may share: 1,000 viewers connecting at once cost one read, not 1,000
@@ -153,7 +183,28 @@ async fn session(state: AuctionsState, id: String, claims: AdmissionClaims, mut 
         return;
     }
     let mut last_price = row.current_price;
+    // One timer for the socket's life, moved when the admission turns out to last longer.
+    let until = |end: i64| {
+        let left = end.saturating_sub(chrono::Utc::now().timestamp());
+        // Whole seconds from a truncated clock: it fires at or after `end`, never before.
+        tokio::time::Instant::now() + Duration::from_secs(u64::try_from(left).unwrap_or(0))
+    };
+    let mut ends_at = claims.exp;
+    let ends = tokio::time::sleep_until(until(ends_at));
+    tokio::pin!(ends);
     loop {
+        if ends_at <= chrono::Utc::now().timestamp() {
+            let Some(end) = admission_end(&state, &claims).await else {
+                let _ = tokio::time::timeout(
+                    send_timeout,
+                    socket.send(close_frame(ADMISSION_ENDED, "admission ended; reconnect")),
+                )
+                .await;
+                return;
+            };
+            ends_at = end;
+            ends.as_mut().reset(until(ends_at));
+        }
         if state.auth.revocations().refuses(&claims) {
             let _ = tokio::time::timeout(
                 send_timeout,
@@ -163,6 +214,8 @@ async fn session(state: AuctionsState, id: String, claims: AdmissionClaims, mut 
             return;
         }
         tokio::select! {
+            // The admission's end is re-checked at the top of the loop.
+            () = &mut ends => {}
             // Re-checked at the top of the loop; a closed channel (never: the list lives as
             // long as the state) just disables this branch.
             Ok(()) = revocations.changed() => {}

@@ -170,6 +170,7 @@ fn validate(req: &RefundRequest) -> ApiResult<()> {
     request_body = RefundRequest,
     responses(
         (status = 200, description = "Refunded (or the first answer replayed)", body = inline(Refunded)),
+        (status = 202, description = "Accepted: the order's final refund waits for an earlier refund of its lines to settle; the refund job completes it (`refund.status` `pending`)", body = inline(Refunded)),
         (status = 400, response = doc::BadRequest),
         (status = 401, response = doc::Unauthorized),
         (status = 404, response = doc::NotFound),
@@ -214,6 +215,7 @@ async fn refund_order(
     request_body = inline(CancelOrderRequest),
     responses(
         (status = 200, description = "OK", body = inline(Refunded)),
+        (status = 202, description = "Accepted: the refund waits for an earlier refund of the order's lines to settle (`refund.status` `pending`)", body = inline(Refunded)),
         (status = 400, response = doc::BadRequest),
         (status = 401, response = doc::Unauthorized),
         (status = 404, response = doc::NotFound),
@@ -322,8 +324,11 @@ async fn refund_answer(
         }
         Claimed::Row(row) => row,
     };
+    let mut code = StatusCode::OK;
     match refund::work(&state.clients(), &state.redis, &row).await? {
         Worked::Done => {}
+        // Accepted: the refund job asks the provider once the order's earlier refunds settled.
+        Worked::Waiting => code = StatusCode::ACCEPTED,
         Worked::Retrying(why) => {
             tracing::warn!(order_id, refund = %row.id, why, "ops refund left for a retry");
             return Err(ApiError::new(
@@ -360,13 +365,13 @@ async fn refund_answer(
         (status, refund)
     };
     Ok((
-        StatusCode::OK,
+        code,
         json!({"order_id": order_id, "status": status, "refund": refund}),
     ))
 }
 
 /// Runs `work` under the ops call's `Idempotency-Key`: a repeat gets the stored answer, a
-/// failure releases the key (a retry works the same refund row again).
+/// failure or a `202` releases the key (a retry works the same refund row again).
 async fn idempotent<F>(
     state: &PaymentsState,
     key: &IdempotencyKey,
@@ -386,6 +391,12 @@ where
     match work.await {
         Ok((status, value)) => {
             let bytes = serde_json::to_vec(&value).map_err(ApiError::unexpected)?;
+            if status == StatusCode::ACCEPTED {
+                // Not an outcome yet: a retry with the key reports the refund's progress
+                // (it finds the same refund row), not this answer again.
+                claim.release(&state.pool).await;
+                return Ok(idempotency::respond(status, bytes));
+            }
             claim.complete(&state.pool, status, &bytes).await?;
             Ok(idempotency::respond(status, bytes))
         }

@@ -300,6 +300,86 @@ pub enum Worked {
     Retrying(String),
     /// The provider refused the refund itself (never refunded): the row is `failed`.
     Failed(String),
+    /// A final refund whose order still has an earlier refund under way: it is asked for once
+    /// those have settled (the refund job works it then).
+    Waiting,
+}
+
+/// How soon the refund job looks again at a final refund that waits for earlier ones.
+pub const WAIT_S: i64 = 1;
+
+/// What a final refund asks the provider for, decided when it is worked, not when claimed:
+/// only then are the order's earlier refunds settled, so one refused after the final was
+/// claimed (its money still at the provider) is not lost.
+enum FinalAsk {
+    /// An earlier refund of the order is still pending.
+    Wait,
+    /// Everything the provider still holds of the payment (no amount): what booking's earlier
+    /// refunds did not take, less anything refunded outside booking (the dashboard).
+    Rest,
+    /// Nothing is left (a free order, or earlier refunds took it all): no money moves.
+    Nothing,
+}
+
+/// Under the order's lock (which every claim and refusal of its refunds takes), whether a final
+/// refund can be asked for now. No refund of the order can start after its final one is live
+/// (claims find every line taken), so once nothing else is pending the answer cannot change
+/// and a retry with the same provider key asks for the same thing.
+async fn settle_final(c: &PaymentClients, row: &RefundRow) -> PaymentResult<FinalAsk> {
+    let mut tx = c
+        .pool
+        .begin()
+        .await
+        .statement("begin the final refund's ask")?;
+    sqlx::query("SELECT 1 FROM orders WHERE id = $1 FOR UPDATE")
+        .bind(&row.order_id)
+        .execute(&mut *tx)
+        .await
+        .statement("lock the order of the final refund")?;
+    let (waiting, left): (i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE r.status = 'pending'),
+                (SELECT amount FROM payments WHERE id = $3)
+                  - COALESCE(sum(r.amount) FILTER (WHERE r.status = 'succeeded'), 0)::bigint
+           FROM order_refunds r WHERE r.order_id = $1 AND r.id <> $2",
+    )
+    .bind(&row.order_id)
+    .bind(&row.id)
+    .bind(&row.payment_id)
+    .fetch_one(&mut *tx)
+    .await
+    .statement("read the order's earlier refunds")?;
+    let ask = if waiting > 0 {
+        sqlx::query(
+            "UPDATE order_refunds SET leased_until = clock_timestamp() + make_interval(secs => $2)
+              WHERE id = $1 AND status = 'pending'",
+        )
+        .bind(&row.id)
+        .bind(WAIT_S as f64)
+        .execute(&mut *tx)
+        .await
+        .statement("lease the waiting final refund")?;
+        FinalAsk::Wait
+    } else {
+        // The amount is what booking expects back; the provider's answer replaces it.
+        sqlx::query(
+            "UPDATE order_refunds SET amount = GREATEST($2, 0), whole_payment = $2 > 0
+              WHERE id = $1 AND status = 'pending'",
+        )
+        .bind(&row.id)
+        .bind(left)
+        .execute(&mut *tx)
+        .await
+        .statement("record what the final refund asks for")?;
+        if left > 0 {
+            FinalAsk::Rest
+        } else {
+            FinalAsk::Nothing
+        }
+    };
+    tx.commit()
+        .await
+        .statement("commit the final refund's ask")?;
+    Ok(ask)
 }
 
 /// Calls the provider for `row` (same key on every try) and applies the answer. Nothing here
@@ -313,24 +393,33 @@ pub async fn work(c: &PaymentClients, redis: &Redis, row: &RefundRow) -> Payment
         return Ok(Worked::Failed(row.id.clone()));
     }
     let key = provider_key(&row.id);
-    let amount = (!row.whole_payment).then_some(row.amount);
+    let amount = if row.reverses_order {
+        match settle_final(c, row).await? {
+            FinalAsk::Wait => return Ok(Worked::Waiting),
+            FinalAsk::Rest => None,
+            FinalAsk::Nothing => Some(0),
+        }
+    } else {
+        Some(row.amount)
+    };
     let mut pause = Duration::from_millis(50);
     let mut tries = 0;
-    let refund_id = loop {
+    // The provider's refund id, and the amount it refunded when it said.
+    let (refund_id, refunded) = loop {
         tries += 1;
         if amount == Some(0) {
             // Free lines (or nothing left to give back): no money moves, the lines still go.
-            break format!("none:{}", row.id);
+            break (format!("none:{}", row.id), Some(0));
         }
         match c
             .provider
             .refund(&key, &row.provider_payment_id, amount)
             .await
         {
-            Ok(r) => break r.id,
+            Ok(r) => break (r.id, Some(r.amount)),
             // Refunded before (in the dashboard, say): the money is back all the same.
             Err(ProviderError::Rejected { code, .. }) if code == "charge_already_refunded" => {
-                break already_refunded_id(&row.provider_payment_id);
+                break (already_refunded_id(&row.provider_payment_id), None);
             }
             // The same key still running (another worker): wait for its answer.
             Err(ProviderError::InProgress) if tries < 20 => {
@@ -339,19 +428,19 @@ pub async fn work(c: &PaymentClients, redis: &Redis, row: &RefundRow) -> Payment
             }
             Err(ProviderError::Rejected { status, code }) => {
                 let why = format!("provider refused the refund: {status} {code}");
-                mark_failed(c, &row.id, &why).await?;
+                mark_failed(c, row, &why).await?;
                 return Ok(Worked::Failed(why));
             }
             Err(e) => {
                 let why = e.to_string();
-                retry_later(c, &row.id, &why).await?;
+                retry_later(c, row, &why).await?;
                 return Ok(Worked::Retrying(why));
             }
         }
     };
     let released = db::retry(3, || async {
         let mut tx = c.pool.begin().await.statement("begin the refund apply")?;
-        let released = apply_tx(&mut tx, row, &refund_id, &actor).await?;
+        let released = apply_tx(&mut tx, row, &refund_id, refunded, &actor).await?;
         tx.commit().await.statement("commit the refund apply")?;
         Ok::<_, PaymentError>(released)
     })
@@ -376,6 +465,7 @@ async fn apply_tx(
     conn: &mut PgConnection,
     row: &RefundRow,
     refund_id: &str,
+    refunded: Option<i64>,
     actor: &Operator,
 ) -> PaymentResult<Vec<String>> {
     // The order's lock first, as every payment transition takes it.
@@ -384,21 +474,24 @@ async fn apply_tx(
         .execute(&mut *conn)
         .await
         .statement("lock the refunded order")?;
-    let recorded = sqlx::query(
+    // A final refund's amount is what the provider refunded (it asked for the rest).
+    let amount: Option<i64> = sqlx::query_scalar(
         "UPDATE order_refunds SET status = 'succeeded', provider_refund_id = $2,
+                amount = CASE WHEN whole_payment THEN COALESCE($3, amount) ELSE amount END,
                 attempts = attempts + 1, updated_at = clock_timestamp()
-          WHERE id = $1 AND status = 'pending'",
+          WHERE id = $1 AND status = 'pending'
+         RETURNING amount",
     )
     .bind(&row.id)
     .bind(refund_id)
-    .execute(&mut *conn)
+    .bind(refunded)
+    .fetch_optional(&mut *conn)
     .await
-    .statement("record the provider's refund")?
-    .rows_affected();
-    if recorded == 0 {
+    .statement("record the provider's refund")?;
+    let Some(amount) = amount else {
         // Applied by another worker already.
         return Ok(Vec::new());
-    }
+    };
     let (order_reversed, released) = if row.reverses_order {
         let reversal = Reversal::Refund {
             reference: format!("refund:{refund_id}"),
@@ -435,7 +528,7 @@ async fn apply_tx(
         &json!({
             "refund_id": row.id,
             "provider_refund_id": refund_id,
-            "amount": row.amount,
+            "amount": amount,
             "stock": row.stock,
             "lines": row.lines,
             "reverses_order": row.reverses_order,
@@ -449,36 +542,113 @@ async fn apply_tx(
     Ok(released)
 }
 
-/// The provider refused: nothing was refunded, so the row's lines are free to refund again.
-async fn mark_failed(c: &PaymentClients, id: &str, why: &str) -> PaymentResult<()> {
-    sqlx::query(
-        "WITH f AS (
-             UPDATE order_refunds SET status = 'failed', last_error = $2,
-                    attempts = attempts + 1, updated_at = clock_timestamp()
-              WHERE id = $1 AND status = 'pending'
-             RETURNING id)
-         DELETE FROM order_refund_lines l USING f WHERE l.refund_id = f.id",
+/// The provider refused: nothing was refunded. The row's lines are free to refund again, or,
+/// when the order's final refund is live (it waits for this one to settle), they become that
+/// refund's: it asks for everything the provider still holds, their money included. Audited.
+async fn mark_failed(c: &PaymentClients, row: &RefundRow, why: &str) -> PaymentResult<()> {
+    let mut tx = c.pool.begin().await.statement("begin the refusal")?;
+    sqlx::query("SELECT 1 FROM orders WHERE id = $1 FOR UPDATE")
+        .bind(&row.order_id)
+        .execute(&mut *tx)
+        .await
+        .statement("lock the order of the refused refund")?;
+    let failed: Option<i32> = sqlx::query_scalar(
+        "UPDATE order_refunds SET status = 'failed', last_error = $2,
+                attempts = attempts + 1, updated_at = clock_timestamp()
+          WHERE id = $1 AND status = 'pending'
+         RETURNING attempts",
     )
-    .bind(id)
+    .bind(&row.id)
     .bind(why)
-    .execute(&c.pool)
+    .fetch_optional(&mut *tx)
     .await
-    .statement("mark the refund failed and free its lines")?;
+    .statement("mark the refund failed")?;
+    let Some(attempts) = failed else {
+        // Settled by another worker already.
+        return Ok(());
+    };
+    let moved_to: Option<String> = sqlx::query_scalar(
+        "WITH fin AS (
+             SELECT id FROM order_refunds
+              WHERE order_id = $2 AND reverses_order AND status <> 'failed' AND id <> $1),
+         moved AS (
+             UPDATE order_refund_lines l SET refund_id = fin.id
+               FROM fin WHERE l.refund_id = $1
+             RETURNING l.refund_id)
+         SELECT id FROM fin",
+    )
+    .bind(&row.id)
+    .bind(&row.order_id)
+    .fetch_optional(&mut *tx)
+    .await
+    .statement("give the refused refund's lines to the order's final refund")?;
+    if moved_to.is_none() {
+        sqlx::query("DELETE FROM order_refund_lines WHERE refund_id = $1")
+            .bind(&row.id)
+            .execute(&mut *tx)
+            .await
+            .statement("free the refused refund's lines")?;
+    }
+    audit::record_tx(
+        &mut tx,
+        &Operator(row.actor.clone()),
+        "order.refund.refused",
+        &format!("order:{}", row.order_id),
+        row.event_id.as_deref(),
+        &json!({
+            "refund_id": row.id,
+            "amount": row.amount,
+            "lines": row.lines,
+            "reverses_order": row.reverses_order,
+            "why": why,
+            "attempts": attempts,
+            // The order's final refund that now refunds these lines' money, if any.
+            "lines_to": moved_to,
+        }),
+    )
+    .await
+    .map_err(PaymentError::Ops)?;
+    tx.commit().await.statement("commit the refusal")?;
     Ok(())
 }
 
-async fn retry_later(c: &PaymentClients, id: &str, why: &str) -> PaymentResult<()> {
-    sqlx::query(
-        "UPDATE order_refunds SET last_error = $2, attempts = attempts + 1,
+/// The provider's outcome is unknown: the row stays pending and is asked again with the same
+/// key after [`RETRY_S`]. Audited when the reason changes (the first retry, a new error), not
+/// on every retry of an outage.
+async fn retry_later(c: &PaymentClients, row: &RefundRow, why: &str) -> PaymentResult<()> {
+    let mut tx = c.pool.begin().await.statement("begin the refund retry")?;
+    let changed: Option<(bool, i32)> = sqlx::query_as(
+        "UPDATE order_refunds r SET last_error = $2, attempts = r.attempts + 1,
                 leased_until = clock_timestamp() + make_interval(secs => $3),
                 updated_at = clock_timestamp()
-          WHERE id = $1 AND status = 'pending'",
+           FROM order_refunds before
+          WHERE r.id = $1 AND before.id = r.id AND r.status = 'pending'
+         RETURNING before.last_error IS DISTINCT FROM $2, r.attempts",
     )
-    .bind(id)
+    .bind(&row.id)
     .bind(why)
     .bind(RETRY_S as f64)
-    .execute(&c.pool)
+    .fetch_optional(&mut *tx)
     .await
     .statement("leave the refund for a retry")?;
+    if let Some((true, attempts)) = changed {
+        audit::record_tx(
+            &mut tx,
+            &Operator(row.actor.clone()),
+            "order.refund.retrying",
+            &format!("order:{}", row.order_id),
+            row.event_id.as_deref(),
+            &json!({
+                "refund_id": row.id,
+                "amount": row.amount,
+                "why": why,
+                "attempts": attempts,
+                "retry_in_s": RETRY_S,
+            }),
+        )
+        .await
+        .map_err(PaymentError::Ops)?;
+    }
+    tx.commit().await.statement("commit the refund retry")?;
     Ok(())
 }
