@@ -99,8 +99,7 @@ impl StockChoice {
 #[serde(deny_unknown_fields)]
 pub struct RefundRequest {
     /// Order line numbers to refund (each once); absent: every line not refunded yet.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(min_items = 1, max_items = 1000, value_type = Option<Vec<OrderLine>>)]
+    #[schema(min_items = 1, max_items = 1000, value_type = Option<std::collections::BTreeSet<OrderLine>>)]
     pub items: Option<Vec<i32>>,
     /// default: the event's `refund_stock`
     #[serde(default, skip_serializing_if = "Option::is_none")]
