@@ -1,6 +1,8 @@
 // Stripe's official Node library (npm `stripe` 23.2.0, pinned in deploy/node/package.json)
 // against the sandbox: it must work unchanged, as the Python library does
-// (stripe_client_check.py, the same checks). Run with `node` by
+// (stripe_client_check.py, the same checks), for every call the sandbox serves (PaymentIntents
+// create/retrieve/update/confirm/cancel/list/search, Refunds create/retrieve/list), and what it
+// does not serve must be Stripe's JSON error. Run with `node` by
 // deploy/sandbox-provider/tests/stripe_node.rs, which starts the sandbox and passes SANDBOX_URL,
 // SANDBOX_KEY and FLOODGATE_TEST_NODE_MODULES (the folder `deploy/node/install.sh` filled).
 // Exits non-zero on the first failed check; prints one line per check and a closing
@@ -141,6 +143,86 @@ const other = await raises(() => stripe.paymentIntents.create(
   { payment_method: "pm_card_visa", confirm: true, ...card, amount: 2000 }, { idempotencyKey: key },
 ));
 check("same key, other params refused", other instanceof Stripe.errors.StripeIdempotencyError, show(other));
+
+// Update, with Stripe's merge semantics for metadata (a key set to "" is deleted); the amount
+// can change until money is taken, never after.
+const upd = await stripe.paymentIntents.create({
+  payment_method: "pm_card_visa", metadata: { order_id: `node-${run}-u`, keep: "k", drop: "d" }, ...card,
+});
+const updated = await stripe.paymentIntents.update(upd.id, {
+  amount: 1500, description: "two seats", metadata: { drop: "", added: "a" },
+});
+check("update", updated.object === "payment_intent" && updated.id === upd.id && updated.amount === 1500
+  && updated.description === "two seats" && updated.status === "requires_confirmation", updated);
+check("update merges metadata", updated.metadata.keep === "k" && updated.metadata.added === "a"
+  && !("drop" in updated.metadata) && updated.metadata.order_id === `node-${run}-u`, updated.metadata);
+const updPaid = await stripe.paymentIntents.confirm(upd.id);
+check("confirmed at the updated amount", updPaid.status === "succeeded" && updPaid.amount_received === 1500, updPaid);
+const late = await raises(() => stripe.paymentIntents.update(upd.id, { amount: 1 }));
+check("amount fixed once succeeded", late instanceof Stripe.errors.StripeInvalidRequestError
+  && late.statusCode === 400 && late.code === "payment_intent_unexpected_state" && late.param === "amount", show(late));
+const noted = await stripe.paymentIntents.update(upd.id, { metadata: { note: "x" } });
+check("metadata still updatable after success", noted.metadata.note === "x" && noted.amount === 1500, noted);
+const updMissing = await raises(() => stripe.paymentIntents.update("pi_nope", { metadata: { a: "b" } }));
+check("update unknown is 404", updMissing instanceof Stripe.errors.StripeInvalidRequestError
+  && updMissing.statusCode === 404 && updMissing.code === "resource_missing", show(updMissing));
+
+// Cancel an intent left waiting for 3-D Secure.
+const waiting = await stripe.paymentIntents.create({ payment_method: "pm_card_authenticationRequired", confirm: true, ...card });
+const canceled = await stripe.paymentIntents.cancel(waiting.id, { cancellation_reason: "abandoned" });
+check("cancel", canceled.status === "canceled" && canceled.cancellation_reason === "abandoned", canceled);
+
+// List: Stripe's list object, newest first, paged by the library's own auto-pagination.
+const listed = await stripe.paymentIntents.list({ limit: 2 });
+check("list", listed.object === "list" && listed.url === "/v1/payment_intents" && listed.data.length === 2
+  && listed.has_more === true, listed);
+check("list is newest first", listed.data[0].id === waiting.id && listed.data[1].id === upd.id,
+  listed.data.map((i) => i.id));
+const every = await stripe.paymentIntents.list({ limit: 3 }).autoPagingToArray({ limit: 1000 });
+const everyIds = every.map((i) => i.id);
+check("auto-pagination visits each intent once", new Set(everyIds).size === everyIds.length
+  && [pi, pending, part, action, processing, upd, waiting].every((i) => everyIds.includes(i.id)), everyIds);
+check("auto-pagination keeps newest first", every.every((i, n) => n === 0 || every[n - 1].created >= i.created));
+const newer = await stripe.paymentIntents.list({ ending_before: pi.id, limit: 2 });
+check("ending_before pages towards newer", newer.data.map((i) => i.id).join() === [part.id, pending.id].join()
+  && newer.has_more === true, newer.data.map((i) => i.id));
+const badCursor = await raises(() => stripe.paymentIntents.list({ starting_after: "pi_nope" }));
+check("unknown cursor named", badCursor instanceof Stripe.errors.StripeInvalidRequestError
+  && badCursor.code === "resource_missing" && badCursor.param === "starting_after", show(badCursor));
+const badLimit = await raises(() => stripe.paymentIntents.list({ limit: 101 }));
+check("limit above 100 refused", badLimit instanceof Stripe.errors.StripeInvalidRequestError
+  && badLimit.param === "limit", show(badLimit));
+
+// Search by metadata, as booking's reconciliation does.
+const found = await stripe.paymentIntents.search({ query: `metadata['order_id']:'node-${run}-u'` });
+check("search", found.object === "search_result" && found.data.length === 1 && found.data[0].id === upd.id,
+  found.data.map((i) => i.id));
+
+// Refunds: retrieve and list (all, or one intent's).
+const gotRefund = await stripe.refunds.retrieve(refund.id);
+check("refund retrieve", gotRefund.object === "refund" && gotRefund.id === refund.id
+  && gotRefund.amount === 1000 && gotRefund.payment_intent === pi.id, gotRefund);
+const noRefund = await raises(() => stripe.refunds.retrieve("re_nope"));
+check("refund retrieve unknown is 404", noRefund instanceof Stripe.errors.StripeInvalidRequestError
+  && noRefund.statusCode === 404 && noRefund.code === "resource_missing", show(noRefund));
+const partRefunds = await stripe.refunds.list({ payment_intent: part.id });
+check("refund list of one intent, newest first", partRefunds.object === "list" && partRefunds.url === "/v1/refunds"
+  && partRefunds.data.map((r) => r.id).join() === [rest.id, second.id, first.id].join()
+  && partRefunds.has_more === false, partRefunds.data.map((r) => r.id));
+const allRefunds = await stripe.refunds.list({ limit: 2 }).autoPagingToArray({ limit: 1000 });
+check("refund list pages through every refund", allRefunds.map((r) => r.id).sort().join()
+  === [refund.id, first.id, second.id, rest.id].sort().join(), allRefunds.map((r) => r.id));
+
+// What the sandbox does not serve is Stripe's JSON error, not a bare 404 the library cannot
+// read ("Invalid JSON received from the Stripe API").
+const customer = await raises(() => stripe.customers.retrieve("cus_x"));
+check("unknown resource: StripeInvalidRequestError", customer instanceof Stripe.errors.StripeInvalidRequestError
+  && customer.statusCode === 404
+  && customer.message.startsWith("Unrecognized request URL (GET: /v1/customers/cus_x)."), show(customer));
+const wrongMethod = await raises(() => stripe.rawRequest("DELETE", `/v1/payment_intents/${pi.id}`));
+check("wrong method: StripeInvalidRequestError", wrongMethod instanceof Stripe.errors.StripeInvalidRequestError
+  && wrongMethod.statusCode === 404
+  && wrongMethod.message.startsWith(`Unrecognized request URL (DELETE: /v1/payment_intents/${pi.id}).`), show(wrongMethod));
 
 // Bad input and a bad key: Stripe's error classes.
 const unknown = await raises(() => stripe.paymentIntents.create({ payment_method: "pm_card_visa", colour: "red", ...card }));

@@ -1,5 +1,6 @@
 """Stripe's official Python library (stripe==16.1.0, pinned in requirements.txt) against the
-sandbox: it must work unchanged. Run by deploy/sandbox-provider/tests/stripe_python.rs,
+sandbox: it must work unchanged, for the calls the sandbox serves, and what it does not serve
+must be Stripe's JSON error. Run by deploy/sandbox-provider/tests/stripe_python.rs,
 which starts the sandbox and passes SANDBOX_URL and SANDBOX_KEY. Exits non-zero on the
 first failed check; prints one line per check and a closing "N passed, 0 failed"."""
 
@@ -81,12 +82,15 @@ check("intent shows the refund", stripe.PaymentIntent.retrieve(pi.id).amount_ref
 
 # Partial refunds, as Stripe takes them: several per charge up to the captured amount.
 part = stripe.PaymentIntent.create(payment_method="pm_card_visa", confirm=True, **card)
-first = stripe.Refund.create(payment_intent=part.id, amount=300, idempotency_key=f"py-{run}-p1")
-check("partial refund", first.status == "succeeded" and first.amount == 300, first)
+first_refund = stripe.Refund.create(payment_intent=part.id, amount=300,
+                                    idempotency_key=f"py-{run}-p1")
+check("partial refund", first_refund.status == "succeeded" and first_refund.amount == 300,
+      first_refund)
 again = stripe.Refund.create(payment_intent=part.id, amount=300, idempotency_key=f"py-{run}-p1")
-check("partial refund replay is the same refund", again.id == first.id, again)
-second = stripe.Refund.create(payment_intent=part.id, amount=500)
-check("second partial refund", second.amount == 500 and second.id != first.id, second)
+check("partial refund replay is the same refund", again.id == first_refund.id, again)
+second_refund = stripe.Refund.create(payment_intent=part.id, amount=500)
+check("second partial refund", second_refund.amount == 500
+      and second_refund.id != first_refund.id, second_refund)
 check("intent sums its partial refunds",
       stripe.PaymentIntent.retrieve(part.id).amount_refunded == 800)
 too_much = raises(stripe.InvalidRequestError,
@@ -131,6 +135,28 @@ other = raises(stripe.IdempotencyError, lambda: stripe.PaymentIntent.create(
     payment_method="pm_card_visa", confirm=True, idempotency_key=key,
     amount=2000, currency="jpy", payment_method_types=["card"]))
 check("same key, other params refused", isinstance(other, stripe.IdempotencyError), repr(other))
+
+# Update (metadata merged, "" deletes), list with auto-paging, refund retrieve and list, and
+# Stripe's JSON error for what the sandbox does not serve (the twin of the Node checks).
+draft = stripe.PaymentIntent.create(payment_method="pm_card_visa",
+                                    metadata={"keep": "k", "drop": "d"}, **card)
+modified = stripe.PaymentIntent.modify(draft.id, amount=1200, metadata={"drop": "", "added": "a"})
+check("modify", modified.amount == 1200
+      and modified.metadata.to_dict() == {"keep": "k", "added": "a"}, modified)
+listed = stripe.PaymentIntent.list(limit=2)
+check("list newest first", listed.object == "list" and [i.id for i in listed.data][0] == draft.id
+      and listed.has_more, listed)
+every = [i.id for i in stripe.PaymentIntent.list(limit=3).auto_paging_iter()]
+check("auto-paging visits each intent once", len(set(every)) == len(every)
+      and {pi.id, part.id, draft.id} <= set(every), every)
+check("refund retrieve", stripe.Refund.retrieve(refund.id).id == refund.id)
+part_refunds = [r.id for r in stripe.Refund.list(payment_intent=part.id).data]
+check("refund list of one intent, newest first", part_refunds == [rest.id, second_refund.id,
+                                                                     first_refund.id], part_refunds)
+customer = raises(stripe.InvalidRequestError, lambda: stripe.Customer.retrieve("cus_x"))
+check("unknown resource: InvalidRequestError", isinstance(customer, stripe.InvalidRequestError)
+      and customer.http_status == 404
+      and str(customer.user_message).startswith("Unrecognized request URL"), repr(customer))
 
 # Bad input and a bad key: Stripe's error classes.
 unknown = raises(stripe.InvalidRequestError, lambda: stripe.PaymentIntent.create(

@@ -1,8 +1,13 @@
 //! Stripe's HTTP API as the sandbox speaks it — form-encoded bodies ([`crate::form`]), the
 //! `Stripe-Version` header, PaymentIntents ([`intents`]: create, confirm, cancel, retrieve,
-//! search), Refunds ([`refunds`]), idempotency
-//! keys and Stripe's error objects — and the `/_sandbox/*` test/operator endpoints
-//! ([`dashboard`], JSON bodies: they are not Stripe's).
+//! search; [`intent_update`]; list in [`lists`]), Refunds ([`refunds`]: create, retrieve;
+//! list in [`lists`]), idempotency keys and Stripe's error objects — and the `/_sandbox/*`
+//! test/operator endpoints ([`dashboard`], JSON bodies: they are not Stripe's).
+//!
+//! Any other path, or another method on a known one, is Stripe's `404 invalid_request_error`
+//! "Unrecognized request URL (METHOD: /path)…" (after the key check, as at Stripe), never a
+//! bare status: Stripe's libraries read every answer as JSON, and a non-JSON one becomes
+//! "Invalid JSON received from the Stripe API" instead of an error the caller can act on.
 //!
 //! Errors are Stripe's: `{"error": {"type", "code", "message", "param"?, "decline_code"?,
 //! "payment_intent"?}}` with Stripe's statuses: `400 invalid_request_error` (bad or unknown
@@ -12,13 +17,16 @@
 //! request still running), `500 api_error` (the sandbox's injected faults).
 
 mod dashboard;
+mod intent_update;
 mod intents;
+mod lists;
 mod refunds;
 
 use crate::SandboxInner;
 use crate::store::IdemBegin;
 use axum::Router;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use secrecy::ExposeSecret;
@@ -36,12 +44,19 @@ pub fn router(inner: Arc<SandboxInner>) -> Router {
             "/healthz",
             get(|| async { axum::Json(json!({"status": "ok"})) }),
         )
-        .route("/v1/payment_intents", post(intents::create))
+        .route(
+            "/v1/payment_intents",
+            post(intents::create).get(lists::payment_intents),
+        )
         .route("/v1/payment_intents/search", get(intents::search))
-        .route("/v1/payment_intents/{id}", get(intents::retrieve))
+        .route(
+            "/v1/payment_intents/{id}",
+            get(intents::retrieve).post(intent_update::update),
+        )
         .route("/v1/payment_intents/{id}/confirm", post(intents::confirm))
         .route("/v1/payment_intents/{id}/cancel", post(intents::cancel))
-        .route("/v1/refunds", post(refunds::create))
+        .route("/v1/refunds", post(refunds::create).get(lists::refunds))
+        .route("/v1/refunds/{id}", get(refunds::retrieve))
         .route("/_sandbox/orders/{order_id}", get(dashboard::order_summary))
         .route(
             "/_sandbox/payment_intents/{id}/refund",
@@ -58,7 +73,33 @@ pub fn router(inner: Arc<SandboxInner>) -> Router {
         .route("/_sandbox/stats", get(dashboard::stats))
         .route("/_sandbox/webhooks", get(dashboard::deliveries))
         .route("/_sandbox/webhooks/flush", post(dashboard::flush))
+        // Both after every route: the method fallback applies to the routes added before it.
+        .fallback(unrecognized)
+        .method_not_allowed_fallback(unrecognized)
         .with_state(inner)
+}
+
+/// Stripe's answer to a path it does not serve (or a method it does not take there), with
+/// Stripe's wording; the key is checked first, as Stripe does.
+async fn unrecognized(
+    State(inner): Shared,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(e) = authorize(&inner, &headers) {
+        return e.into_response();
+    }
+    let message = format!(
+        "Unrecognized request URL ({method}: {}). Please see https://stripe.com/docs or we \
+         can help at https://support.stripe.com/.",
+        uri.path()
+    );
+    (
+        StatusCode::NOT_FOUND,
+        axum::Json(json!({"error": {"type": "invalid_request_error", "message": message}})),
+    )
+        .into_response()
 }
 
 /// A Stripe error object and its status.

@@ -22,6 +22,7 @@
 pub mod api;
 pub mod config;
 pub mod form;
+pub mod list;
 pub mod store;
 pub mod webhooks;
 

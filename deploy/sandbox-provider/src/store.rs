@@ -7,6 +7,7 @@
 //! so the retry runs afresh. All of this sits behind one mutex that is never held across an
 //! `await`, so a check and its write are always one step.
 
+use crate::list::{self, ListQuery, Listed, NoSuchCursor, Page};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
@@ -30,6 +31,10 @@ pub struct Intent {
     pub confirmation_method: &'static str,
     pub livemode: bool,
     pub metadata: BTreeMap<String, String>,
+    /// Free text and the receipt address the merchant set (create or update); the sandbox
+    /// sends no receipts.
+    pub description: Option<String>,
+    pub receipt_email: Option<String>,
     pub created: i64,
     pub latest_charge: Option<String>,
     pub last_payment_error: Option<Value>,
@@ -44,6 +49,15 @@ impl Intent {
     /// Declined: back to `requires_payment_method` with the card error kept.
     pub fn declined(&self) -> bool {
         self.last_payment_error.is_some() && self.status == "requires_payment_method"
+    }
+}
+
+impl Listed for Intent {
+    fn id(&self) -> &str {
+        &self.id
+    }
+    fn created(&self) -> i64 {
+        self.created
     }
 }
 
@@ -74,6 +88,15 @@ pub struct Refund {
     pub status: &'static str,
     pub created: i64,
     pub metadata: BTreeMap<String, String>,
+}
+
+impl Listed for Refund {
+    fn id(&self) -> &str {
+        &self.id
+    }
+    fn created(&self) -> i64 {
+        self.created
+    }
 }
 
 /// What the merchant asked for under one idempotency key.
@@ -109,6 +132,8 @@ struct Inner {
     /// Creation order, for listing and search.
     intent_ids: Vec<String>,
     refunds: HashMap<String, Refund>,
+    /// Creation order, for listing.
+    refund_ids: Vec<String>,
     /// Disputes by payment intent id (at most one per charge, as with card networks).
     disputes: HashMap<String, Dispute>,
     idem: HashMap<String, IdemEntry>,
@@ -229,6 +254,40 @@ impl Store {
         out
     }
 
+    /// One page of every intent, newest first (`GET /v1/payment_intents`).
+    pub fn list_intents(&self, q: &ListQuery) -> Result<Page<Intent>, NoSuchCursor> {
+        let inner = self.lock();
+        list::page(
+            inner
+                .intent_ids
+                .iter()
+                .filter_map(|id| inner.intents.get(id)),
+            q,
+        )
+    }
+
+    pub fn refund_by_id(&self, id: &str) -> Option<Refund> {
+        self.lock().refunds.get(id).cloned()
+    }
+
+    /// One page of the refunds, newest first, of one intent (or charge) when given
+    /// (`GET /v1/refunds`); a cursor must name a refund of that intent.
+    pub fn list_refunds(
+        &self,
+        payment_intent: Option<&str>,
+        charge: Option<&str>,
+        q: &ListQuery,
+    ) -> Result<Page<Refund>, NoSuchCursor> {
+        let inner = self.lock();
+        let refunds = inner
+            .refund_ids
+            .iter()
+            .filter_map(|id| inner.refunds.get(id))
+            .filter(|r| payment_intent.is_none_or(|pi| r.payment_intent == pi))
+            .filter(|r| charge.is_none_or(|ch| r.charge.as_deref() == Some(ch)));
+        list::page(refunds, q)
+    }
+
     /// Intents whose `metadata[key] == value`, oldest first.
     pub fn search_metadata(&self, key: &str, value: &str) -> Vec<Intent> {
         let inner = self.lock();
@@ -272,6 +331,7 @@ impl Store {
             charge: intent.latest_charge.clone(),
             ..refund
         };
+        inner.refund_ids.push(refund.id.clone());
         inner.refunds.insert(refund.id.clone(), refund.clone());
         Ok((refund, intent))
     }

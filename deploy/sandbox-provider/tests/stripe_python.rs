@@ -7,23 +7,18 @@
 //! `FLOODGATE_TEST_PYTHON`). Without it the test fails when `CI` is set and otherwise skips
 //! loudly.
 
-use sandbox_provider::Application;
-use sandbox_provider::config::{SandboxSettings, WebhookMode};
-use secrecy::SecretString;
+mod common;
+
 use std::path::PathBuf;
 use std::process::Command;
 
 const KEY: &str = "sk_test_python_suite";
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
 /// The venv's python, or `None` (after failing under CI) when it is missing.
 fn python() -> Option<PathBuf> {
     let candidate = std::env::var_os("FLOODGATE_TEST_PYTHON")
         .map(PathBuf::from)
-        .unwrap_or_else(|| root().join(".stack/py/bin/python"));
+        .unwrap_or_else(|| common::root().join(".stack/py/bin/python"));
     let has_stripe = Command::new(&candidate)
         .args([
             "-c",
@@ -34,50 +29,21 @@ fn python() -> Option<PathBuf> {
     if has_stripe {
         return Some(candidate);
     }
-    let msg = format!(
+    common::unavailable(&format!(
         "Stripe's Python library (stripe==16.1.0) not found at {}: run `deploy/stack deps \
          python` (or set FLOODGATE_TEST_PYTHON)",
         candidate.display()
-    );
-    if std::env::var_os("CI").is_some() {
-        panic!("{msg}");
-    }
-    eprintln!("\n!!! SKIPPED: {msg}\n");
+    ));
     None
 }
 
 #[tokio::test]
 async fn stripes_official_python_library_works_against_the_sandbox() {
     let Some(python) = python() else { return };
-    let app = Application::build(SandboxSettings {
-        listen: "127.0.0.1:0".into(),
-        api_key: SecretString::from(KEY),
-        webhook_mode: WebhookMode::Manual,
-        ..SandboxSettings::default()
-    })
-    .await
-    .expect("build the sandbox");
-    let url = format!("http://127.0.0.1:{}", app.port());
-    let sandbox = app.sandbox();
-    tokio::spawn(app.run_until_stopped(std::future::pending()));
-    let script = root().join("deploy/stripe-compat/stripe_client_check.py");
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new(python)
-            .arg(script)
-            .env("SANDBOX_URL", url)
-            .env("SANDBOX_KEY", KEY)
-            .output()
-    })
-    .await
-    .expect("join")
-    .expect("run python");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "the Python client's checks failed:\n{stdout}\n{stderr}"
-    );
-    assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
+    let (url, sandbox) = common::start(KEY).await;
+    let mut check = Command::new(python);
+    check.arg(common::root().join("deploy/stripe-compat/stripe_client_check.py"));
+    common::run_checks("Python", check, &url, KEY).await;
     // What the library did is what the sandbox recorded: 4 charges (create+confirm, the
     // partially refunded one, the later confirm, the idempotent pair once), one decline, one
     // full refund and three partial ones (the replay and the refusals refunded nothing).

@@ -1,5 +1,5 @@
 //! `/v1/payment_intents`: create (optionally with `confirm=true`), confirm, cancel, retrieve,
-//! search.
+//! search (update is [`super::intent_update`], list [`super::lists`]).
 //!
 //! Test payment methods (Stripe's names where Stripe has one):
 //! - `pm_card_visa`, `pm_card_mastercard`, `pm_card_amex`: succeed (subject to the configured
@@ -64,6 +64,38 @@ fn decide(method: &str, s: &SandboxSettings) -> Option<Outcome> {
         "pm_card_sandbox_error" => good(),
         _ => return None,
     })
+}
+
+/// Stripe's checks of `amount` (create and update).
+pub(super) fn check_amount(amount: i64) -> Result<(), ApiErr> {
+    if amount < 1 {
+        return Err(ApiErr::invalid(
+            "parameter_invalid_integer",
+            Some("amount"),
+            "This value must be greater than or equal to 1.",
+        ));
+    }
+    Ok(())
+}
+
+/// A three-letter code (the sandbox knows no list of currencies).
+pub(super) fn check_currency(currency: &str) -> Result<(), ApiErr> {
+    if currency.len() != 3 || !currency.bytes().all(|b| b.is_ascii_alphabetic()) {
+        return Err(ApiErr::invalid(
+            "parameter_invalid",
+            Some("currency"),
+            &format!("Invalid currency: {currency}"),
+        ));
+    }
+    Ok(())
+}
+
+/// A test payment method the sandbox knows (see the module's list).
+pub(super) fn check_method(pm: &str, s: &SandboxSettings) -> Result<(), ApiErr> {
+    match decide(pm, s) {
+        Some(_) => Ok(()),
+        None => Err(no_such_method(pm)),
+    }
 }
 
 fn no_such_method(pm: &str) -> ApiErr {
@@ -184,7 +216,7 @@ async fn finish(
 
 /// Forgets the key of a request that did nothing, so that its retry runs afresh (as Stripe
 /// does for errors before execution), and answers `e`.
-fn abandon(inner: &SandboxInner, key: Option<&str>, e: ApiErr) -> Halt {
+pub(super) fn abandon(inner: &SandboxInner, key: Option<&str>, e: ApiErr) -> Halt {
     if let Some(k) = key {
         inner.store.idem_forget(k);
     }
@@ -221,8 +253,9 @@ async fn create_inner(
         let confirm = form.take_bool("confirm")?.unwrap_or(false);
         let metadata = form.take_metadata()?;
         let types = form.take_list("payment_method_types");
+        let description = form.take("description")?.filter(|d| !d.is_empty());
+        let receipt_email = form.take("receipt_email")?.filter(|e| !e.is_empty());
         // Accepted for Stripe compatibility; the sandbox has no use for them.
-        let _ = form.take("description")?;
         let _ = form.take("return_url")?;
         let _ = form.take_map("automatic_payment_methods")?;
         if let Some(m) = form.take("capture_method")?
@@ -235,23 +268,21 @@ async fn create_inner(
             ));
         }
         std::mem::take(&mut form).finish()?;
-        Ok::<_, ApiErr>((amount, currency, payment_method, confirm, metadata, types))
+        Ok::<_, ApiErr>((
+            amount,
+            currency,
+            payment_method,
+            confirm,
+            metadata,
+            types,
+            description,
+            receipt_email,
+        ))
     })();
-    let (amount, currency, payment_method, confirm, metadata, types) = parsed.map_err(halt)?;
-    if amount < 1 {
-        return Err(halt(ApiErr::invalid(
-            "parameter_invalid_integer",
-            Some("amount"),
-            "This value must be greater than or equal to 1.",
-        )));
-    }
-    if currency.len() != 3 || !currency.bytes().all(|b| b.is_ascii_alphabetic()) {
-        return Err(halt(ApiErr::invalid(
-            "parameter_invalid",
-            Some("currency"),
-            &format!("Invalid currency: {currency}"),
-        )));
-    }
+    let (amount, currency, payment_method, confirm, metadata, types, description, receipt_email) =
+        parsed.map_err(halt)?;
+    check_amount(amount).map_err(halt)?;
+    check_currency(&currency).map_err(halt)?;
     if let Some(t) = types.iter().find(|t| *t != "card") {
         return Err(halt(ApiErr::invalid(
             "parameter_invalid",
@@ -290,6 +321,8 @@ async fn create_inner(
         confirmation_method: "automatic",
         livemode: false,
         metadata,
+        description,
+        receipt_email,
         created: webhooks::unix_now(),
         latest_charge: None,
         last_payment_error: None,

@@ -1,6 +1,7 @@
 //! `POST /v1/refunds` (`payment_intent` or `charge`, optional `amount`, `reason`,
-//! `metadata`), at most once per idempotency key and never past the charge; and the Charge
-//! object that `charge.refunded` carries.
+//! `metadata`), at most once per idempotency key and never past the charge; `GET
+//! /v1/refunds/{id}` (listing is [`super::lists`]); and the Charge object that
+//! `charge.refunded` carries.
 
 use super::{
     ApiErr, Halt, Shared, answer, authorize, begin, content_type, detached, halt, idempotency_key,
@@ -11,9 +12,9 @@ use crate::form::Form;
 use crate::store::{Intent, Refund, RefundError};
 use crate::webhooks::{self, Origin};
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -97,6 +98,21 @@ async fn create_inner(
         webhooks::emit(inner, webhooks::event("charge.refunded", charge, &origin)).await;
     }
     Ok(answer(status, body, &request))
+}
+
+pub async fn retrieve(
+    State(inner): Shared,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    if let Err(e) = authorize(&inner, &headers) {
+        return e.into_response();
+    }
+    simulate_latency(&inner).await;
+    match inner.store.refund_by_id(&id) {
+        Some(r) => axum::Json(r).into_response(),
+        None => ApiErr::missing("refund", &id).into_response(),
+    }
 }
 
 /// Refunds `amount` (default: the rest) of an intent in one locked step; returns the refund
