@@ -10,7 +10,7 @@
 #      proxy (gateway/examples/bare_pingora.rs: no filters at all, same build and tuning), so
 #      the report separates pingora's cost from the gateway's own. CPU time per request of
 #      the proxy processes under test (user + system, from /proc) is recorded for each row;
-#   3. token verification cost per request (ns), from `cargo bench -p gateway --bench token`.
+#   3. token verification cost per request (ns), from `cargo bench --workspace --bench token`.
 #
 #   deploy/bench/gateway.sh [--quick] OUT_DIR        (normally via deploy/bench/run)
 #
@@ -53,17 +53,20 @@ LOAD_BEFORE="$(cut -d' ' -f1-3 /proc/loadavg)"
 # ---- build -----------------------------------------------------------------------------------
 if [ "${BENCH_NO_BUILD:-0}" != 1 ]; then
   log "building the release gateway"
-  (cd "$ROOT" && cargo build --release -p gateway --bin gateway)
+  (cd "$ROOT" && cargo build --release --workspace --bin gateway)
 fi
 # Always: deploy/bench/run builds the workspace's binaries only, not examples (a clean CI
 # checkout has no bare_pingora otherwise); a no-op when it is up to date.
+# --workspace, as deploy/bench/run builds: with `-p gateway` cargo unifies features for the
+# gateway alone and rebuilds (fat LTO) dependencies the workspace build already has; that made
+# this script's quick run 433 s.
 log "building the bare pingora reference proxy"
-(cd "$ROOT" && cargo build --release -p gateway --example bare_pingora)
+(cd "$ROOT" && cargo build --release --workspace --example bare_pingora)
 GW="$TARGET/release/gateway"
 BARE="$TARGET/release/examples/bare_pingora"
 [ -x "$GW" ] || { log "missing $GW"; exit 1; }
 [ -x "$BARE" ] || { log "missing $BARE"; exit 1; }
-bench_bin() { (cd "$ROOT" && cargo bench -q -p gateway --bench token -- "$@"); }
+bench_bin() { (cd "$ROOT" && cargo bench -q --workspace --bench token -- "$@"); }
 
 # ---- secrets and config (local to this run) ----------------------------------------------------
 ADMIN="bench-admin-$$-$RANDOM$RANDOM"

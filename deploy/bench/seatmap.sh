@@ -53,7 +53,7 @@ trap cleanup EXIT
 TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
 if [ "${BENCH_NO_BUILD:-0}" != 1 ]; then
   log "building release binaries"
-  (cd "$ROOT" && cargo build --release -p booking -p loadgen --bins)
+  (cd "$ROOT" && cargo build --release --workspace --bins)
 fi
 BOOKING_BIN="$TARGET/release/booking"
 LOADGEN_BIN="$TARGET/release/loadgen"

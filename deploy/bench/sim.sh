@@ -48,7 +48,7 @@ die() { log "error: $*"; exit 1; }
 command -v jq >/dev/null || die "jq not found (apt-get install jq)"
 if [ "${BENCH_NO_BUILD:-0}" != 1 ]; then
   log "building floodgate-sim (release)"
-  (cd "$ROOT" && cargo build --release -p gateway --bin floodgate-sim)
+  (cd "$ROOT" && cargo build --release --workspace --bin floodgate-sim)
 fi
 [ -x "$SIM" ] || die "missing $SIM"
 

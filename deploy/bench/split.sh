@@ -68,7 +68,7 @@ done
 SPLIT_MASTERS="${MASTERS[*]}"
 log "event $EVENT: sub-queues on masters $SPLIT_MASTERS"
 
-JOIN="$(cd "$ROOT" && cargo bench -q -p gateway --bench token -- lua join)"
+JOIN="$(cd "$ROOT" && cargo bench -q --workspace --bench token -- lua join)"
 for m in "${MASTERS[@]}"; do
   SHA="$(redis-cli -p "$m" SCRIPT LOAD "$JOIN")"
 done

@@ -76,7 +76,7 @@ trap cleanup EXIT
 
 if [ "${BENCH_NO_BUILD:-0}" != 1 ]; then
   log "building release binaries"
-  (cd "$ROOT" && cargo build --release -p booking -p loadgen -p sandbox-provider)
+  (cd "$ROOT" && cargo build --release --workspace --bins)
 fi
 for b in booking sandbox-provider loadgen; do [ -x "$BIN/$b" ] || die "missing $BIN/$b"; done
 psql_q -d postgres -c "CREATE DATABASE \"$DB\"" >/dev/null
