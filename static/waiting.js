@@ -17,7 +17,7 @@
   var API = metaApi ? metaApi.content.replace(/\/$/, "") : "";
   var STORE = "fg_wait_" + EVENT + "_";
 
-  var S = { lang: "en", state: "joining", first: null, timer: null, identity: null, lastStatus: null };
+  var S = { lang: "en", state: "joining", first: null, timer: null, identity: null, lastStatus: null, name: null };
 
   function $(id) { return document.getElementById(id); }
 
@@ -47,6 +47,20 @@
   }
 
   // ---- rendering -----------------------------------------------------------------------
+  // The event's name (the room config's `name`, from the join answer: one string or one per
+  // language): the fan's language, then English, then the event's id. Set as text only.
+  function eventName() {
+    var n = S.name;
+    if (typeof n === "string" && n) return n;
+    if (n && typeof n === "object") {
+      if (typeof n[S.lang] === "string" && n[S.lang]) return n[S.lang];
+      for (var k in n) {
+        if (Object.prototype.hasOwnProperty.call(n, k) && k.split("-")[0] === S.lang && typeof n[k] === "string" && n[k]) return n[k];
+      }
+      if (typeof n.en === "string" && n.en) return n.en;
+    }
+    return EVENT;
+  }
   function fmtNumber(n) {
     try { return Number(n).toLocaleString(S.lang === "ja" ? "ja-JP" : "en-US"); } catch (e) { return String(n); }
   }
@@ -75,7 +89,7 @@
 
   function render() {
     var st = S.lastStatus || {};
-    $("event-name").textContent = EVENT;
+    $("event-name").textContent = eventName();
     var title = {
       joining: "title.joining", waiting: "title.waiting", paused: "title.paused", closed: "title.closed",
       sold_out: "title.sold_out", admitted: "title.admitted", expired: "title.expired",
@@ -282,6 +296,9 @@
       if (common(r, join)) return;
       if (r.status === 200 || r.status === 201) {
         S.access = r.data.access;
+        // Kept for this event, so a closed or sold-out room still shows its name after a reload.
+        S.name = r.data.name || null;
+        store("name", S.name ? JSON.stringify(S.name) : null);
         if (r.data.receipt) { store("receipt", r.data.receipt); $("receipt").textContent = r.data.receipt.slice(0, 24) + "…"; }
         if (r.status === 201) store("first", null);
         // A waiting fan is told where they stand and when to ask next; an admitted one (or an
@@ -333,6 +350,7 @@
     try { localStorage.setItem("fg_lang", S.lang); } catch (e) { /* preference only */ }
     applyLang();
   });
+  try { S.name = JSON.parse(load("name") || "null"); } catch (e) { S.name = null; }
   var receipt = load("receipt");
   if (receipt) $("receipt").textContent = receipt.slice(0, 24) + "…";
   applyLang();

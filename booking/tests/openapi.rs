@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 /// Served but not JSON, so not in the document: Prometheus text, the auction WebSocket and
 /// the ops page's static files (all described in docs/api.md).
-const NOT_JSON: [&str; 7] = [
+const NOT_JSON: [&str; 8] = [
     "/metrics",
     "/ws/auctions/{id}",
     "/ops",
@@ -21,6 +21,7 @@ const NOT_JSON: [&str; 7] = [
     "/ops/ops.js",
     "/ops/ops-i18n.js",
     "/ops/ops.css",
+    "/ops/favicon.svg",
 ];
 const METHODS: [&str; 5] = ["get", "post", "put", "patch", "delete"];
 

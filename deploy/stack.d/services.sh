@@ -36,6 +36,9 @@ service_env() {
   export FLOODGATE_GATEWAY__LISTEN="$GATEWAY_ADDR"
   export FLOODGATE_GATEWAY__ADMIN_LISTEN="$GATEWAY_ADMIN_ADDR"
   export FLOODGATE_GATEWAY__STATIC_DIR="$ROOT/static"   # whatever directory `up` runs from
+  # The gateway forwards to this stack's booking, not local.toml's 8090 (another stack's, or
+  # nothing, when FLOODGATE_BOOKING_ADDR moves booking: private stacks, the OpenAPI run).
+  export FLOODGATE_GATEWAY__UPSTREAMS="[\"$BOOKING_ADDR\"]"
   export FLOODGATE_SANDBOX__LISTEN="$SANDBOX_ADDR"
   # Booking and the sandbox find each other even when the addresses above are overridden.
   export FLOODGATE_PAYMENTS__PROVIDER_URL="http://$SANDBOX_ADDR"

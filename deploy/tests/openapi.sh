@@ -177,6 +177,13 @@ cat >"$TMP/gateway.toml" <<'TOML'
 "path.event" = "demo"
 [auth.openapi.identity]
 bearer = "${FG_IDENTITY}"
+
+# The payment webhook is forwarded to booking, which refuses what the document cannot sign
+# (400) and checks the body's media type (415), as in booking's own run.
+[[operations]]
+include-name = "POST /webhooks/payments"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404", "409", "429"]
+checks.negative_data_rejection.expected-statuses = ["400", "401", "403", "404", "405", "406", "409", "413", "415", "422", "428", "429"]
 TOML
 cat >"$TMP/gateway-admin.toml" <<'TOML'
 [parameters]
@@ -198,17 +205,23 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "404",
 TOML
 
 # /readyz is left out: its 503 is the designed answer of a process that is not ready (and
-# documented), which the server-error check would count against it.
-fuzz() { # document url config
-  say "schemathesis: docs/openapi/$1.json against $2 with $3 ($MAX_EXAMPLES cases per operation, seed $SEED)"
-  (cd "$TMP" && "$VENV/bin/schemathesis" --no-color --config-file "$TMP/$3.toml" run \
-     "$ROOT/docs/openapi/$1.json" --url "$2" --exclude-path /readyz \
+# documented), which the server-error check would count against it. So are the gateway
+# document's `/api/…` operations: they are booking's (fuzzed above against booking's document,
+# which names every method booking answers there); the gateway's document lists only its own
+# answers on them (ROOM_FULL and the like), and the gateway answers any method on `/api/…`
+# without an admission 401, never the 405 an undocumented method gets from booking.
+fuzz() { # document url config [more schemathesis options]
+  local doc="$1" url="$2" cfg="$3"
+  shift 3
+  say "schemathesis: docs/openapi/$doc.json against $url with $cfg ($MAX_EXAMPLES cases per operation, seed $SEED)"
+  (cd "$TMP" && "$VENV/bin/schemathesis" --no-color --config-file "$TMP/$cfg.toml" run \
+     "$ROOT/docs/openapi/$doc.json" --url "$url" --exclude-path /readyz "$@" \
      --checks all \
      --phases examples,coverage,fuzzing --max-examples "$MAX_EXAMPLES" --seed "$SEED" \
      --request-timeout 10 --workers 1 --suppress-health-check all \
-     --generation-database none --continue-on-failure) >"$REPORTS/$3.out" 2>&1 && return 0
+     --generation-database none --continue-on-failure) >"$REPORTS/$cfg.out" 2>&1 && return 0
   # The failures (each with a curl line that reproduces it) and the summary.
-  sed -n '/^=* \(ERRORS\|FAILURES\) =*$/,$p' "$REPORTS/$3.out" | head -300 >&2
+  sed -n '/^=* \(ERRORS\|FAILURES\) =*$/,$p' "$REPORTS/$cfg.out" | head -300 >&2
   return 1
 }
 rm -rf "$REPORTS" && mkdir -p "$REPORTS"
@@ -217,7 +230,7 @@ rc=0
 # event id the generator draws.
 fuzz booking "$BK" booking-demo || rc=1
 fuzz booking "$BK" booking || rc=1
-fuzz gateway "$GW" gateway || rc=1
+fuzz gateway "$GW" gateway --exclude-path-regex '^/api/' || rc=1
 fuzz gateway-admin "$GA" gateway-admin || rc=1
 [ "$rc" = 0 ] || say "FAILED: the stack answered outside its OpenAPI documents (above)"
 exit "$rc"

@@ -87,6 +87,10 @@ pub struct GatewaySettings {
     pub registrations_max_body_bytes: usize,
     /// Largest request line plus header block accepted on the public listener; `431` above.
     pub max_header_bytes: usize,
+    /// Largest body `POST /webhooks/payments` accepts; `413` above, booking not contacted. A
+    /// provider's event is a few KiB; the gateway never lets through more than booking's own
+    /// limit (`[booking] body_limit_bytes`), whichever is smaller.
+    pub webhook_max_body_bytes: usize,
     /// Sliding window (seconds) over which upstream latency and errors are measured for
     /// auto mode.
     pub auto_window_s: u64,
@@ -130,6 +134,7 @@ impl Default for GatewaySettings {
             max_body_bytes: 16 * 1024,
             registrations_max_body_bytes: 64 * 1024 * 1024,
             max_header_bytes: 16 * 1024,
+            webhook_max_body_bytes: 64 * 1024,
             auto_window_s: 10,
             passthrough_batch: 5000,
             trusted_proxies: Vec::new(),
@@ -173,6 +178,11 @@ pub struct RateLimits {
     /// Admitted API calls per account per second.
     pub api_per_account_per_s: u32,
     pub api_per_ip_per_s: u32,
+    /// Payment webhooks (`POST /webhooks/payments`) per client IP per minute, all of which
+    /// may come at once: the provider's own budget, never spent by fans' requests nor
+    /// spending theirs. An event cancellation makes the provider send tens of thousands of
+    /// events in a burst, and it retries whatever is refused (`429` with `Retry-After`).
+    pub webhooks_per_ip_per_min: u32,
 }
 
 impl Default for RateLimits {
@@ -184,6 +194,7 @@ impl Default for RateLimits {
             status_per_ip_per_min: 6000,
             api_per_account_per_s: 20,
             api_per_ip_per_s: 500,
+            webhooks_per_ip_per_min: 60_000,
         }
     }
 }

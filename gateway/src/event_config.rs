@@ -8,6 +8,9 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+mod name;
+pub use name::{EventName, MAX_NAME_CHARS, MAX_NAME_LANGUAGES};
+
 /// Admission mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
@@ -163,6 +166,10 @@ pub struct EventConfigInput {
     #[serde(default = "default_queue_shards_input")]
     #[schema(minimum = 1, maximum = 16, default = 1)]
     pub queue_shards: i64,
+    /// The event's name on the waiting page, once or per language (the page falls back to
+    /// English, then to the event's id). Absent: the event's id.
+    #[serde(default)]
+    pub name: Option<EventName>,
 }
 
 fn default_queue_shards_input() -> i64 {
@@ -212,6 +219,9 @@ pub struct EventConfig {
     /// Omitted when 1 (one queue, today's layout), so configs stored before it read as 1.
     #[serde(default = "default_queue_shards", skip_serializing_if = "is_one")]
     pub queue_shards: u32,
+    /// Omitted when unset (configs stored before it read as unnamed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<EventName>,
 }
 
 /// Upper bounds that catch typos (an extra zero or two) without limiting real launches.
@@ -343,6 +353,11 @@ impl EventConfigInput {
                 format!("must be between 1 and {MAX_QUEUE_SHARDS}"),
             );
         }
+        if let Some(name) = &self.name {
+            for problem in name.problems() {
+                bad("name", problem);
+            }
+        }
         if !errs.is_empty() {
             return Err(errs);
         }
@@ -362,6 +377,7 @@ impl EventConfigInput {
             registration_closes: self.registration_closes,
             safety_net: self.safety_net,
             queue_shards: u32::try_from(self.queue_shards).unwrap_or(1),
+            name: self.name,
         })
     }
 }

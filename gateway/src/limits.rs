@@ -1,5 +1,7 @@
-//! Per-account and per-IP request limits (governor's GCRA, keyed), for joins, status polls
-//! and admitted API calls. Over a limit the caller gets `429` with `Retry-After`.
+//! Per-account and per-IP request limits (governor's GCRA, keyed), for joins, status polls,
+//! admitted API calls and the payment provider's webhooks. Over a limit the caller gets `429`
+//! with `Retry-After`. Each scope has budgets of its own: a webhook never spends a fan's
+//! per-IP budget, nor a fan's request the webhooks'.
 //!
 //! Accounts are keyed by a 64-bit hash rather than the string, so checking a limit on the
 //! proxy's hot path allocates nothing; a collision could only make two accounts share a
@@ -26,6 +28,8 @@ pub enum Scope {
     Join,
     Status,
     Api,
+    /// `POST /webhooks/payments` (per IP only: the provider has no account).
+    Webhook,
 }
 
 impl Scope {
@@ -34,6 +38,7 @@ impl Scope {
             Scope::Join => "join",
             Scope::Status => "status",
             Scope::Api => "api",
+            Scope::Webhook => "webhook",
         }
     }
 }
@@ -106,6 +111,7 @@ pub struct Limits {
     join: Pair,
     status: Pair,
     api: Pair,
+    webhook: Pair,
     hasher: std::collections::hash_map::RandomState,
     clock: DefaultClock,
     members: AtomicU32,
@@ -129,6 +135,7 @@ impl Limits {
                 MINUTE,
             ),
             api: pair(l.api_per_account_per_s, l.api_per_ip_per_s, SECOND),
+            webhook: pair(0, l.webhooks_per_ip_per_min, MINUTE),
             hasher: Default::default(),
             clock: DefaultClock::default(),
             members: AtomicU32::new(1),
@@ -150,6 +157,7 @@ impl Limits {
             Scope::Join => &self.join,
             Scope::Status => &self.status,
             Scope::Api => &self.api,
+            Scope::Webhook => &self.webhook,
         }
     }
 
@@ -269,7 +277,7 @@ impl Limits {
     /// Forgets keys whose budget is full again, bounding memory (called periodically, off
     /// the async workers: with hundreds of thousands of fans it walks that many keys).
     pub fn prune(&self) {
-        for p in [&self.join, &self.status, &self.api] {
+        for p in [&self.join, &self.status, &self.api, &self.webhook] {
             if let Some(b) = &p.account {
                 prune_one(&b.local);
             }
@@ -338,6 +346,29 @@ mod tests {
         for _ in 0..1000 {
             assert!(matches!(off.check_account(Scope::Api, "a"), Verdict::Pass));
         }
+    }
+
+    #[test]
+    fn webhooks_and_fans_spend_budgets_of_their_own() {
+        let l = Limits::new(&RateLimits {
+            api_per_ip_per_s: 2,
+            webhooks_per_ip_per_min: 3,
+            ..RateLimits::default()
+        });
+        let ip = Some("192.0.2.7".parse::<IpAddr>().expect("test address"));
+        let pass = |s| matches!(l.check_ip(s, ip), Verdict::Pass);
+        for _ in 0..3 {
+            assert!(pass(Scope::Webhook));
+        }
+        assert!(
+            !pass(Scope::Webhook),
+            "a fourth webhook is over a budget of 3"
+        );
+        // The webhooks spent nothing of the fans' budget on the same address, and the other
+        // way round.
+        assert!(pass(Scope::Api) && pass(Scope::Api));
+        assert!(!pass(Scope::Api));
+        assert_eq!(Scope::Webhook.label(), "webhook");
     }
 
     #[test]

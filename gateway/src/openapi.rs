@@ -91,6 +91,18 @@ pub mod refusals {
     #[derive(ToResponse)]
     #[response(description = "Redis is unavailable (`Retry-After`)")]
     pub struct Unavailable(pub ErrorDoc);
+
+    #[derive(ToResponse)]
+    #[response(
+        description = "No valid admission token (`ADMISSION_REQUIRED`, with `reason`; `WWW-Authenticate: Bearer`). A browser asking for HTML is sent to the waiting room (`302`) instead"
+    )]
+    pub struct AdmissionRequired(pub ErrorDoc);
+
+    #[derive(ToResponse)]
+    #[response(
+        description = "Booking could not be used (`UPSTREAM_UNAVAILABLE`): `502` it failed to answer, `503` none is reachable (`Retry-After`), `504` it did not answer in time"
+    )]
+    pub struct Upstream(pub ErrorDoc);
 }
 
 /// The public listener's bearer scheme: `identity`, a fan's login token.
@@ -107,6 +119,24 @@ impl Modify for IdentityScheme {
             .components
             .get_or_insert_with(Default::default)
             .add_security_scheme("identity", SecurityScheme::Http(http));
+    }
+}
+
+/// The public listener's other bearer scheme: `admission`, the waiting room's admission token
+/// (or its `fg_admission` cookie), on the forwarded checkout writes.
+struct AdmissionScheme;
+
+impl Modify for AdmissionScheme {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let mut http: Http = HttpBuilder::new()
+            .scheme(HttpAuthScheme::Bearer)
+            .bearer_format("JWT")
+            .build();
+        http.description = Some("an admission token from the waiting room".into());
+        openapi
+            .components
+            .get_or_insert_with(Default::default)
+            .add_security_scheme("admission", SecurityScheme::Http(http));
     }
 }
 

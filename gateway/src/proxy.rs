@@ -59,7 +59,7 @@ pub struct Ctx {
     status: u16,
     /// `POST /api/orders/{id}/pay`: a 200 means the fan is done shopping.
     pays: bool,
-    /// A body streamed to booking through pingora-proxy, counted against booking's limit.
+    /// A body streamed to booking through pingora-proxy, counted against its route's limit.
     body: Option<BodyBudget>,
     /// The fan's body was cut at the limit: booking's health is not what failed.
     body_refused: bool,
@@ -159,10 +159,10 @@ fn identity_headers<'a>(
         .chain(std::iter::once((headers::REQUEST_ID, request_id)))
 }
 
-fn rate_limited(s: &Shared, wait: Duration) -> Reply {
+fn rate_limited(s: &Shared, scope: Scope, wait: Duration) -> Reply {
     s.metrics
         .rate_limited
-        .with_label_values(&[Scope::Api.label()])
+        .with_label_values(&[scope.label()])
         .inc();
     Reply::error(429, codes::RATE_LIMITED, "too many requests; slow down")
         .retry_after(crate::limits::retry_after_secs(wait))
@@ -171,7 +171,7 @@ fn rate_limited(s: &Shared, wait: Duration) -> Reply {
 enum Action {
     /// An admitted API call: on to booking.
     Forward,
-    /// The signed payment webhook: on to booking through pingora-proxy.
+    /// The signed payment webhook: its own limits, then on to booking through pingora-proxy.
     Webhook,
     Reply(Reply),
     Join(String),
@@ -262,8 +262,12 @@ impl ProxyHttp for PublicProxy {
         let s = &self.shared;
         let st = &self.store;
         let reply = match action {
-            Action::Forward => return self.to_booking(session, ctx, self.fast).await,
-            Action::Webhook => return self.to_booking(session, ctx, false).await,
+            Action::Forward => {
+                return self
+                    .to_booking(session, ctx, self.fast, self.body_limit())
+                    .await;
+            }
+            Action::Webhook => return self.webhook(session, ctx).await,
             Action::Reply(r) => r,
             Action::Ready => self.ready().await,
             Action::DevLogin => queue::dev_login(s, session).await,
@@ -327,7 +331,7 @@ impl ProxyHttp for PublicProxy {
             // nothing. `fail_to_proxy` answers 413.
             return Err(Error::explain(
                 ErrorType::HTTPStatus(413),
-                "request body over booking's limit",
+                "request body over its limit",
             ));
         }
         Ok(())
@@ -368,7 +372,7 @@ impl ProxyHttp for PublicProxy {
         Ok(())
     }
 
-    async fn fail_to_proxy(&self, session: &mut Session, e: &Error, _ctx: &mut Ctx) -> FailToProxy {
+    async fn fail_to_proxy(&self, session: &mut Session, e: &Error, ctx: &mut Ctx) -> FailToProxy {
         use ErrorType::*;
         use forward::Failure;
         let reply = match e.etype() {
@@ -376,7 +380,9 @@ impl ProxyHttp for PublicProxy {
             | TLSHandshakeFailure | TLSHandshakeTimedout | HandshakeError => {
                 Some(self.upstream_failure(Failure::Unavailable))
             }
-            HTTPStatus(413) => Some(size::body_too_large(self.body_limit())),
+            HTTPStatus(413) => Some(size::body_too_large(
+                ctx.body.map_or_else(|| self.body_limit(), |b| b.limit()),
+            )),
             HTTPStatus(c) => Some(Reply::error(*c, codes::INVALID_REQUEST, "request refused")),
             ReadTimedout | WriteTimedout if e.esource() == &ErrorSource::Upstream => {
                 Some(self.upstream_failure(Failure::Timeout))

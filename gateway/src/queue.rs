@@ -256,6 +256,11 @@ pub async fn join(shared: &Shared, store: &Store, session: &mut Session, event: 
                 "poll_after_ms": 0,
                 "access": cfg.access.as_str(),
             });
+            // The page reads the event's name here (every page load joins); status polls,
+            // the hottest path, do not carry it.
+            if let Some(name) = &cfg.name {
+                body["name"] = json!(name);
+            }
             // Tell a waiting fan where they stand now, and when to ask again: the first poll
             // of a fan far back comes late instead of one second after every join.
             if let (false, Some(ahead)) = (admitted, ahead) {

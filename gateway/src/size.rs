@@ -1,9 +1,10 @@
 //! Request size limits, decided at the edge before anything reaches booking.
 //!
 //! Guarantees: a request whose header block is over `gateway.max_header_bytes` (16 KiB) is
-//! answered `431 HEADERS_TOO_LARGE` and goes nowhere; a request body over booking's own limit (`[booking] body_limit_bytes`, which the
-//! gateway reads from the same file) is answered `413 BODY_TOO_LARGE` by the gateway on both
-//! proxy paths, every time — at once when the declared `Content-Length` is over the limit
+//! answered `431 HEADERS_TOO_LARGE` and goes nowhere; a request body over booking's own limit
+//! (`[booking] body_limit_bytes`, which the gateway reads from the same file; for the payment
+//! webhook the smaller of that and `gateway.webhook_max_body_bytes`) is answered
+//! `413 BODY_TOO_LARGE` by the gateway on both proxy paths, every time — at once when the declared `Content-Length` is over the limit
 //! (booking is not contacted), and for a streamed (chunked) body as soon as the bytes seen
 //! pass it (booking then never receives a complete request). Booking is never left to refuse
 //! the body itself: it would close the connection at its limit while the gateway was still
@@ -49,6 +50,11 @@ pub struct BodyBudget {
 impl BodyBudget {
     pub fn new(limit: usize) -> Self {
         Self { seen: 0, limit }
+    }
+
+    /// The limit the body is counted against (named in the `413`).
+    pub fn limit(&self) -> usize {
+        self.limit
     }
 
     /// Adds a chunk; `false` when the body is now over the limit (the chunk must not be

@@ -1,7 +1,8 @@
 //! The gateway's two OpenAPI documents (`docs/openapi/gateway.json`, `gateway-admin.json`)
 //! are exactly what `gateway::openapi` generates from the code, and they name every API
 //! route the route tables answer, with the same methods, and nothing the tables do not
-//! answer. `UPDATE_OPENAPI=1 cargo test -p gateway --test openapi` rewrites the files; the
+//! answer; of booking's forwarded routes, the public one names exactly the payment webhook
+//! and the checkout writes that can be answered `409 ROOM_FULL` (`slots.rs`). `UPDATE_OPENAPI=1 cargo test -p gateway --test openapi` rewrites the files; the
 //! schemathesis run (`deploy/tests/openapi.sh`) checks the running listeners against them.
 
 use gateway::routes::{self, AdminRoute, Route};
@@ -91,22 +92,45 @@ fn candidates() -> BTreeSet<String> {
     out
 }
 
-/// The public routes that are API (in the document); the others are pages, metrics, or
-/// booking's (forwarded, described by booking's document).
-fn public_api(route: Route<'_>) -> bool {
-    matches!(
-        route,
+/// The checkout writes of `slots.rs`, from its doc comments (`` /// `POST /api/orders` ``),
+/// with `{…}` parameters filled in as in [`documented`].
+fn checkout_writes() -> BTreeSet<String> {
+    let src = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/slots.rs"))
+        .expect("slots.rs");
+    src.lines()
+        .filter_map(|l| l.trim().strip_prefix("/// `"))
+        .filter_map(|l| l.split_once(' ').map(|(_, rest)| rest))
+        .filter_map(|rest| rest.strip_suffix('`'))
+        .filter(|path| path.starts_with("/api/"))
+        .map(|path| {
+            path.replace("{event}", "demo")
+                .replace("{id}", "c1")
+                .replace("{hold}", "c1")
+        })
+        .collect()
+}
+
+/// The public routes in the document: the waiting room's own API, and of booking's forwarded
+/// routes the payment webhook and the writes that may be answered `ROOM_FULL`; the others
+/// are pages, metrics, or booking's (described by booking's document).
+fn public_api(method: &Method, path: &str) -> bool {
+    match routes::public(method, path) {
         Route::Healthz
-            | Route::Readyz
-            | Route::OpenApi
-            | Route::DevLogin
-            | Route::Join(_)
-            | Route::Register(_)
-            | Route::Status(_)
-            | Route::Draw(_)
-            | Route::Receipt(_)
-            | Route::Challenge(_)
-    )
+        | Route::Readyz
+        | Route::OpenApi
+        | Route::DevLogin
+        | Route::Join(_)
+        | Route::Register(_)
+        | Route::Status(_)
+        | Route::Draw(_)
+        | Route::Receipt(_)
+        | Route::Challenge(_)
+        | Route::Webhook => true,
+        Route::Api { .. } => {
+            gateway::slots::checkout(method, path).is_some_and(gateway::slots::Checkout::takes_slot)
+        }
+        _ => false,
+    }
 }
 
 fn admin_api(route: AdminRoute<'_>) -> bool {
@@ -119,9 +143,12 @@ fn admin_api(route: AdminRoute<'_>) -> bool {
     )
 }
 
-fn answered(api: impl Fn(&Method, &str) -> bool) -> BTreeSet<(String, String)> {
+fn answered(
+    api: impl Fn(&Method, &str) -> bool,
+    extra: BTreeSet<String>,
+) -> BTreeSet<(String, String)> {
     let mut ops = BTreeSet::new();
-    for path in candidates() {
+    for path in candidates().into_iter().chain(extra) {
         for method in &METHODS {
             if api(method, &path) {
                 ops.insert((path.clone(), method.to_string()));
@@ -134,9 +161,11 @@ fn answered(api: impl Fn(&Method, &str) -> bool) -> BTreeSet<(String, String)> {
 #[test]
 fn the_public_document_names_every_route_the_table_answers() {
     let doc = gateway::openapi::public_value();
-    let answered = answered(|m, p| public_api(routes::public(m, p)));
+    let writes = checkout_writes();
+    assert!(writes.len() >= 5, "slots.rs read wrongly: {writes:?}");
+    let answered = answered(public_api, writes);
     let documented = documented(&doc);
-    assert!(answered.len() >= 10, "routes.rs read wrongly: {answered:?}");
+    assert!(answered.len() >= 15, "routes.rs read wrongly: {answered:?}");
     assert_eq!(
         answered, documented,
         "routes::public and docs/openapi/gateway.json differ"
@@ -146,7 +175,7 @@ fn the_public_document_names_every_route_the_table_answers() {
 #[test]
 fn the_admin_document_names_every_route_the_table_answers() {
     let doc = gateway::openapi::admin_value();
-    let answered = answered(|m, p| admin_api(routes::admin(m, p)));
+    let answered = answered(|m, p| admin_api(routes::admin(m, p)), BTreeSet::new());
     let documented = documented(&doc);
     assert!(answered.len() >= 15, "routes.rs read wrongly: {answered:?}");
     assert_eq!(

@@ -38,6 +38,11 @@ const STYLES: Asset = Asset {
     body: include_bytes!("../../../static/ops/ops.css"),
     content_type: "text/css; charset=utf-8",
 };
+/// The fans' pages' icon: without one the browser asks for `/favicon.ico` and gets a 404.
+const ICON: Asset = Asset {
+    body: include_bytes!("../../../static/favicon.svg"),
+    content_type: "image/svg+xml",
+};
 
 /// Exact paths only; any state (the page needs none).
 pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
@@ -47,6 +52,7 @@ pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
         .route("/ops/ops.js", get(|| async { serve(&SCRIPT) }))
         .route("/ops/ops-i18n.js", get(|| async { serve(&STRINGS) }))
         .route("/ops/ops.css", get(|| async { serve(&STYLES) }))
+        .route("/ops/favicon.svg", get(|| async { serve(&ICON) }))
 }
 
 fn serve(asset: &Asset) -> Response {
@@ -90,7 +96,12 @@ mod tests {
             !name.is_empty() && rest[name.len()..].starts_with('=')
         });
         assert!(!handler, "inline event handler (on...=) in ops.html");
-        for src in ["/ops/ops.js", "/ops/ops-i18n.js", "/ops/ops.css"] {
+        for src in [
+            "/ops/ops.js",
+            "/ops/ops-i18n.js",
+            "/ops/ops.css",
+            "/ops/favicon.svg",
+        ] {
             assert!(html.contains(src), "ops.html does not load {src}");
         }
         let script = std::str::from_utf8(SCRIPT.body).expect("utf-8 script");

@@ -2,7 +2,8 @@
 //! headless Chromium: launch it with a throw-away profile, open pages (plain, or with a phone
 //! viewport), navigate, evaluate, wait for an expression, click with real mouse events at an
 //! element's centre (so an element hidden under another one is not clickable, as for a
-//! person), press keys, hold or fail requests, take screenshots.
+//! person), press keys, hold or fail requests, record the answers a page got, take
+//! screenshots.
 //!
 //! Uncaught page exceptions are collected and checked by [`Page::assert_no_js_errors`]. Every
 //! failure (a DevTools error, an expression that throws, a wait that times out) panics with
@@ -70,6 +71,9 @@ pub struct Browser {
     /// request with its headers), waiting for [`Page::release_requests`] or
     /// [`Page::fail_requests`].
     paused: Arc<Mutex<Vec<Value>>>,
+    /// Every answer a page with [`Page::record_responses`] on received: its session, URL and
+    /// HTTP status.
+    responses: Arc<Mutex<Vec<(String, String, u16)>>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -146,7 +150,13 @@ impl Browser {
         let pending: Pending = Arc::default();
         let errors: Arc<Mutex<Vec<String>>> = Arc::default();
         let paused: Arc<Mutex<Vec<Value>>> = Arc::default();
-        let (p, e, held) = (pending.clone(), errors.clone(), paused.clone());
+        let responses: Arc<Mutex<Vec<(String, String, u16)>>> = Arc::default();
+        let (p, e, held, answers) = (
+            pending.clone(),
+            errors.clone(),
+            paused.clone(),
+            responses.clone(),
+        );
         let reader = tokio::spawn(async move {
             while let Some(Ok(msg)) = stream.next().await {
                 let Message::Text(text) = msg else { continue };
@@ -161,6 +171,16 @@ impl Browser {
                     if v["params"]["requestId"].is_string() {
                         held.lock().expect("paused lock").push(v["params"].clone());
                     }
+                } else if v["method"] == "Network.responseReceived" {
+                    let r = &v["params"]["response"];
+                    answers.lock().expect("responses lock").push((
+                        v["sessionId"].as_str().unwrap_or_default().to_owned(),
+                        r["url"].as_str().unwrap_or_default().to_owned(),
+                        r["status"]
+                            .as_u64()
+                            .and_then(|s| u16::try_from(s).ok())
+                            .unwrap_or(0),
+                    ));
                 } else if v["method"] == "Runtime.exceptionThrown" {
                     let d = &v["params"]["exceptionDetails"];
                     let text = d["exception"]["description"]
@@ -180,6 +200,7 @@ impl Browser {
             next_id: AtomicU64::new(1),
             errors,
             paused,
+            responses,
             tasks: vec![drain, writer, reader],
         }
     }
@@ -477,6 +498,24 @@ impl Page<'_> {
         }
         self.call("Fetch.disable", json!({})).await;
         held
+    }
+
+    /// Records from now on every answer this page receives (document, scripts, styles,
+    /// images, fetches), for [`Page::responses`].
+    pub async fn record_responses(&self) {
+        self.call("Network.enable", json!({})).await;
+    }
+
+    /// The answers recorded for this page so far: URL and HTTP status, in arrival order.
+    pub fn responses(&self) -> Vec<(String, u16)> {
+        self.browser
+            .responses
+            .lock()
+            .expect("responses lock")
+            .iter()
+            .filter(|(session, _, _)| *session == self.session)
+            .map(|(_, url, status)| (url.clone(), *status))
+            .collect()
     }
 
     /// Uncaught exceptions the page threw so far.

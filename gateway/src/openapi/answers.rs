@@ -3,7 +3,7 @@
 //! handler whose `json!` it describes; schemathesis' response checks hold the two in step.
 
 use crate::draw::ReceiptClaims;
-use crate::event_config::{Access, EventConfig};
+use crate::event_config::{Access, EventConfig, EventName};
 use crate::schedule::Change;
 use crate::store::AuditEntry;
 use chrono::{DateTime, Utc};
@@ -60,6 +60,9 @@ pub struct Waiting {
     pub poll_after_ms: u64,
     #[schema(required = false)]
     pub access: Access,
+    /// Join: the event's name as the room config gives it (absent when unnamed).
+    #[schema(required = false)]
+    pub name: EventName,
     /// Waiting: 1 for the head of the queue.
     #[schema(required = false, minimum = 1)]
     pub position: u64,
@@ -111,6 +114,21 @@ pub enum WaitingState {
 pub enum PlaceKind {
     Draw,
     Fifo,
+}
+
+/// `409` on a checkout write that takes a `max_active` slot (`proxy/gate.rs::room_full`):
+/// `ROOM_FULL` when the gateway answers (the fan's slot was freed after checkout and every
+/// slot is taken; nothing was forwarded), booking's own conflict codes otherwise.
+#[derive(ToSchema)]
+pub struct RoomFull {
+    /// `ROOM_FULL` from the gateway; booking's conflict codes (booking's document) otherwise.
+    #[schema(pattern = "^[A-Z][A-Z0-9_]*$", example = "ROOM_FULL")]
+    pub code: String,
+    pub message: String,
+    /// With `ROOM_FULL`: the event's waiting room (`/e/{event}`), where the fan gets a slot
+    /// again.
+    #[schema(required = false, example = "/e/demo")]
+    pub waiting_room_url: String,
 }
 
 /// `POST /queue/{event}/register` (`registration.rs`).

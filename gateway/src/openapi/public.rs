@@ -1,16 +1,20 @@
 //! The public listener's document: the waiting room (`routes::public`). Admitted traffic
 //! under `/api/…`, `/ws/…` and `/webhooks/payments` is booking's, described by booking's own
-//! document; the pages (`/`, `/e/{event}`, static files) and `/metrics` are not API.
+//! document; this one names only the gateway's own answers on the payment webhook (its limit
+//! class) and on the checkout writes that can be answered `409 ROOM_FULL` (`slots.rs`). The
+//! pages (`/`, `/e/{event}`, static files) and `/metrics` are not API.
 //!
 //! Each function below documents one route of `routes::public` (named after its variant)
 //! and is never called: the gateway dispatches by hand in `proxy.rs`.
 
-use super::answers::{Challenge, DevLogin, Draw, Health, Ready, ReceiptCheck, Registered, Waiting};
-use super::refusals::{
-    BadRequest, Conflict, Forbidden, NotFound, PayloadTooLarge, TooManyRequests, Unauthorized,
-    Unavailable, Unprocessable, UnsupportedMediaType,
+use super::answers::{
+    Challenge, DevLogin, Draw, Health, Ready, ReceiptCheck, Registered, RoomFull, Waiting,
 };
-use super::{ErrorDoc, IdentityScheme, VERSION};
+use super::refusals::{
+    AdmissionRequired, BadRequest, Conflict, Forbidden, NotFound, PayloadTooLarge, TooManyRequests,
+    Unauthorized, Unavailable, Unprocessable, UnsupportedMediaType, Upstream,
+};
+use super::{AdmissionScheme, ErrorDoc, IdentityScheme, VERSION};
 use crate::queue::{DevLoginBody, JoinBody, ReceiptBody};
 use utoipa::{IntoParams, OpenApi};
 
@@ -24,6 +28,15 @@ pub struct EventPath {
     /// The event's id.
     #[param(pattern = "^[a-z0-9_-]{1,64}$")]
     pub event: String,
+}
+
+/// An order's id, as booking gives it.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct OrderPath {
+    /// The order's id.
+    #[param(pattern = "^[A-Za-z0-9_-]{1,64}$")]
+    pub id: String,
 }
 
 /// The place receipt on a status poll.
@@ -41,23 +54,28 @@ pub struct PlaceHeader {
     info(
         title = "Floodgate gateway (public listener)",
         version = VERSION,
-        description = "The waiting room. Admitted traffic under `/api/…`, `/ws/…` and `/webhooks/payments` is forwarded to booking (booking's own document, `GET /openapi.json` on booking, describes it). Every refusal is `{\"code\", \"message\", ...details}` with a stable `code` (docs/api.md lists them per endpoint).",
+        description = "The waiting room. Admitted traffic under `/api/…`, `/ws/…` and `/webhooks/payments` is forwarded to booking (booking's own document, `GET /openapi.json` on booking, describes it); the operations tagged `forwarded` list only what the gateway itself answers there. Every refusal is `{\"code\", \"message\", ...details}` with a stable `code` (docs/api.md lists them per endpoint).",
         license(name = "Apache-2.0", identifier = "Apache-2.0"),
     ),
     servers((url = "http://127.0.0.1:8080", description = "the local stack")),
-    paths(healthz, readyz, openapi_json, dev_login, join, register, status, draw, receipt, challenge),
+    paths(
+        healthz, readyz, openapi_json, dev_login, join, register, status, draw, receipt, challenge,
+        webhook, hold, ga_hold, order, pay
+    ),
     components(
         schemas(ErrorDoc, JoinBody),
         responses(
             BadRequest, Unauthorized, Forbidden, NotFound, Conflict,
-            PayloadTooLarge, UnsupportedMediaType, Unprocessable, TooManyRequests, Unavailable
+            PayloadTooLarge, UnsupportedMediaType, Unprocessable, TooManyRequests, Unavailable,
+            AdmissionRequired, Upstream
         )
     ),
-    modifiers(&IdentityScheme),
+    modifiers(&IdentityScheme, &AdmissionScheme),
     tags(
         (name = "health", description = "Liveness, readiness and this document"),
         (name = "identity", description = "Development logins"),
         (name = "waiting room", description = "Joining, waiting and being admitted"),
+        (name = "forwarded", description = "Booking's operations (booking's document): only the gateway's own answers on them are listed here"),
     )
 )]
 pub struct PublicApi;
@@ -192,3 +210,108 @@ pub fn receipt() {}
     ),
     security(("identity" = [])))]
 pub fn challenge() {}
+
+/// A payment provider's event (class `provider-signed`), forwarded to booking
+///
+/// No admission token: booking checks the provider's signature over the raw body, which the
+/// gateway forwards untouched. The gateway's own answers: `413 BODY_TOO_LARGE` over
+/// `gateway.webhook_max_body_bytes` (64 KiB; never more than booking's limit), and
+/// `429 RATE_LIMITED` with `Retry-After` past the provider's own budget
+/// (`gateway.limits.webhooks_per_ip_per_min`, per address; fans' requests never spend it, nor
+/// it theirs); the provider retries. Every other answer is booking's.
+#[utoipa::path(post, path = "/webhooks/payments", tag = "forwarded",
+    request_body(content = Object, description = "The provider's signed event (booking's document)"),
+    responses(
+        (status = 200, description = "Booking's answer: the event was taken (booking's document)"),
+        (status = 400, response = BadRequest),
+        (status = 413, response = PayloadTooLarge),
+        (status = 429, response = TooManyRequests),
+        (status = 502, response = Upstream),
+        (status = 503, response = Upstream),
+        (status = 504, response = Upstream),
+    ))]
+pub fn webhook() {}
+
+/// Hold seats (booking's operation; the gateway's own answers)
+///
+/// `409 ROOM_FULL` (with `waiting_room_url`): the fan's `max_active` slot was freed after a
+/// checkout and every slot is taken again; nothing was forwarded or held.
+#[utoipa::path(post, path = "/api/events/{event}/holds", tag = "forwarded",
+    params(EventPath),
+    request_body(content = Object, description = "Booking's hold request (booking's document)"),
+    responses(
+        (status = 201, description = "Booking's answer (booking's document)"),
+        (status = 400, response = BadRequest),
+        (status = 401, response = AdmissionRequired),
+        (status = 403, response = Forbidden),
+        (status = 409, description = "`ROOM_FULL` from the gateway, or booking's conflict", body = RoomFull),
+        (status = 413, response = PayloadTooLarge),
+        (status = 429, response = TooManyRequests),
+        (status = 502, response = Upstream),
+        (status = 503, response = Upstream),
+        (status = 504, response = Upstream),
+    ),
+    security(("admission" = [])))]
+pub fn hold() {}
+
+/// Hold general-admission places (booking's operation; the gateway's own answers)
+///
+/// `409 ROOM_FULL` (with `waiting_room_url`): as for seat holds.
+#[utoipa::path(post, path = "/api/events/{event}/ga-holds", tag = "forwarded",
+    params(EventPath),
+    request_body(content = Object, description = "Booking's GA hold request (booking's document)"),
+    responses(
+        (status = 201, description = "Booking's answer (booking's document)"),
+        (status = 400, response = BadRequest),
+        (status = 401, response = AdmissionRequired),
+        (status = 403, response = Forbidden),
+        (status = 409, description = "`ROOM_FULL` from the gateway, or booking's conflict", body = RoomFull),
+        (status = 413, response = PayloadTooLarge),
+        (status = 429, response = TooManyRequests),
+        (status = 502, response = Upstream),
+        (status = 503, response = Upstream),
+        (status = 504, response = Upstream),
+    ),
+    security(("admission" = [])))]
+pub fn ga_hold() {}
+
+/// Place an order (booking's operation; the gateway's own answers)
+///
+/// `409 ROOM_FULL` (with `waiting_room_url`): as for seat holds.
+#[utoipa::path(post, path = "/api/orders", tag = "forwarded",
+    request_body(content = Object, description = "Booking's order request (booking's document)"),
+    responses(
+        (status = 201, description = "Booking's answer (booking's document)"),
+        (status = 400, response = BadRequest),
+        (status = 401, response = AdmissionRequired),
+        (status = 403, response = Forbidden),
+        (status = 409, description = "`ROOM_FULL` from the gateway, or booking's conflict", body = RoomFull),
+        (status = 413, response = PayloadTooLarge),
+        (status = 429, response = TooManyRequests),
+        (status = 502, response = Upstream),
+        (status = 503, response = Upstream),
+        (status = 504, response = Upstream),
+    ),
+    security(("admission" = [])))]
+pub fn order() {}
+
+/// Pay for an order (booking's operation; the gateway's own answers)
+///
+/// `409 ROOM_FULL` (with `waiting_room_url`): as for seat holds.
+#[utoipa::path(post, path = "/api/orders/{id}/pay", tag = "forwarded",
+    params(OrderPath),
+    request_body(content = Object, description = "Booking's pay request (booking's document)"),
+    responses(
+        (status = 200, description = "Booking's answer (booking's document)"),
+        (status = 400, response = BadRequest),
+        (status = 401, response = AdmissionRequired),
+        (status = 403, response = Forbidden),
+        (status = 409, description = "`ROOM_FULL` from the gateway, or booking's conflict", body = RoomFull),
+        (status = 413, response = PayloadTooLarge),
+        (status = 429, response = TooManyRequests),
+        (status = 502, response = Upstream),
+        (status = 503, response = Upstream),
+        (status = 504, response = Upstream),
+    ),
+    security(("admission" = [])))]
+pub fn pay() {}

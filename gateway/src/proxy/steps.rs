@@ -21,7 +21,9 @@ impl PublicProxy {
         let body = match read_body(session, self.body_limit()).await {
             Ok(b) => b,
             // Declared lengths are checked before; this is only a second line.
-            Err(crate::respond::BodyError::TooLarge) => return self.refuse_body(session).await,
+            Err(crate::respond::BodyError::TooLarge) => {
+                return self.refuse_body(session, self.body_limit()).await;
+            }
             // The fan's body broke off before its Content-Length: nothing to forward, nobody
             // left to answer.
             Err(crate::respond::BodyError::Unreadable) => {
@@ -80,24 +82,53 @@ impl PublicProxy {
         self.shared.config.booking.body_limit_bytes
     }
 
-    /// Answers `413 BODY_TOO_LARGE` and drains what the fan still sends, for a moment.
-    pub(super) async fn refuse_body(&self, session: &mut Session) -> Result<bool> {
-        drain_after_answer(session);
-        send(session, size::body_too_large(self.body_limit())).await
+    /// The payment webhook's body limit: `gateway.webhook_max_body_bytes`, never more than
+    /// booking accepts (booking would cut a larger body off mid-upload).
+    pub(super) fn webhook_body_limit(&self) -> usize {
+        self.shared
+            .config
+            .gateway
+            .webhook_max_body_bytes
+            .min(self.body_limit())
     }
 
-    /// A request on its way to booking (either proxy path): a declared body over booking's
-    /// limit is refused here, without contacting booking; any other body is counted as it
-    /// streams (`request_body_filter`). `fast`: the request may take `forward.rs`.
+    /// Answers `413 BODY_TOO_LARGE` and drains what the fan still sends, for a moment.
+    pub(super) async fn refuse_body(&self, session: &mut Session, limit: usize) -> Result<bool> {
+        drain_after_answer(session);
+        send(session, size::body_too_large(limit)).await
+    }
+
+    /// `POST /webhooks/payments`, the provider-signed class: the provider's own rate budget
+    /// (per IP, sized for a burst of retries; never the fans' per-IP budget) and body limit,
+    /// then on to booking through pingora-proxy, whose path leaves the raw body the signature
+    /// covers untouched. Over the budget: `429` with `Retry-After`, and the provider retries.
+    pub(super) async fn webhook(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
+        let s = &self.shared;
+        let v = s
+            .limits
+            .check_ip(Scope::Webhook, queue::client_ip(s, session));
+        if let Err(wait) = s.limits.settle(&self.store, v).await {
+            // Answered before the body is read: drain it so the answer is not lost to a reset.
+            drain_after_answer(session);
+            return send(session, rate_limited(s, Scope::Webhook, wait)).await;
+        }
+        self.to_booking(session, ctx, false, self.webhook_body_limit())
+            .await
+    }
+
+    /// A request on its way to booking (either proxy path): a declared body over `limit` is
+    /// refused here, without contacting booking; any other body is counted as it streams
+    /// (`request_body_filter`). `fast`: the request may take `forward.rs` (which reads at most
+    /// booking's own limit).
     pub(super) async fn to_booking(
         &self,
         session: &mut Session,
         ctx: &mut Ctx,
         fast: bool,
+        limit: usize,
     ) -> Result<bool> {
-        let limit = self.body_limit();
         if size::declared_too_large(session.req_header(), limit) {
-            return self.refuse_body(session).await;
+            return self.refuse_body(session, limit).await;
         }
         if fast && forward::eligible(session.req_header(), limit) {
             return self.forward(session, ctx).await;
@@ -230,7 +261,7 @@ impl PublicProxy {
         s.limits
             .settle(&self.store, v)
             .await
-            .map_err(|w| rate_limited(s, w))?;
+            .map_err(|w| rate_limited(s, Scope::Api, w))?;
         let h = &session.req_header().headers;
         let now = unix_now();
         let claims = check_admission(&s.fast_tokens, &s.live, h, event, now).map_err(|e| {
@@ -241,7 +272,7 @@ impl PublicProxy {
         s.limits
             .settle(&self.store, v)
             .await
-            .map_err(|w| rate_limited(s, w))?;
+            .map_err(|w| rate_limited(s, Scope::Api, w))?;
         let req = session.req_header();
         let write = crate::slots::checkout(&req.method, req.uri.path());
         ctx.pays = write == Some(crate::slots::Checkout::Pay);

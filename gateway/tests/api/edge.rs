@@ -28,7 +28,7 @@ fn admission(event: &str) -> String {
 /// chunked`, as a client that does not know its length sends it), `total` bytes in all. The
 /// body keeps being written while the answer is read, as a real uploader does. Returns the
 /// status and body of the answer; status 0 when the connection broke without one.
-async fn chunked_post(
+pub(crate) async fn chunked_post(
     addr: SocketAddr,
     path: &str,
     token: &str,

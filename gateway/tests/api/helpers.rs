@@ -84,6 +84,9 @@ pub fn config(prefix: &str, upstreams: Vec<String>) -> GatewayConfig {
         status_per_ip_per_min: 0,
         api_per_account_per_s: 0,
         api_per_ip_per_s: 0,
+        // The provider's webhook budget keeps its default: sized for bursts of tens of
+        // thousands, far beyond what any test sends.
+        ..gateway::RateLimits::default()
     };
     c.tokens = token_settings(&["k1"], "k1");
     c.redis = redis_settings(prefix);

@@ -150,6 +150,7 @@ async fn the_ops_page_finds_refunds_and_cancels_exactly_once() {
         "/ops/ops.js",
         "/ops/ops-i18n.js",
         "/ops/ops.css",
+        "/ops/favicon.svg",
         "/ops/ops.html",
     ] {
         if path != "/ops" && path != "/ops/ops.html" {
@@ -190,9 +191,23 @@ async fn the_ops_page_finds_refunds_and_cancels_exactly_once() {
     let browser = Browser::launch(&chromium).await;
     let page = browser.new_page(412, 915).await;
     page.set_locale("en-GB").await;
+    page.record_responses().await;
     page.navigate(&booking("/ops/")).await;
     page.wait_for("document.body.dataset.ready === 'true'", WAIT)
         .await;
+    // Nothing the page loads is a 404 (its icon included: without one the browser asks for
+    // /favicon.ico, which booking does not serve).
+    assert_eq!(
+        page.eval("fetch(document.querySelector('link[rel=icon]').href).then(r => r.status)")
+            .await,
+        200
+    );
+    let answers = page.responses();
+    let missing: Vec<_> = answers.iter().filter(|(_, s)| *s == 404).collect();
+    assert!(
+        answers.len() >= 4 && missing.is_empty(),
+        "answered 404 while loading: {missing:#?} (of {answers:#?})"
+    );
 
     // A wrong secret: refused, nothing kept, still on the sign-in form.
     type_into(&page, "#secret", "not-the-admin-secret").await;
