@@ -66,7 +66,7 @@ pub async fn until(State(state): State<AppState>, req: Request, next: Next) -> R
     else {
         return resp;
     };
-    match live_until_ms(&state.pool, &account, &event).await {
+    match crate::platform::session_until::live_until_ms(&state.pool, &account, &event).await {
         Ok(ms) => {
             resp.headers_mut()
                 .insert(SESSION_UNTIL, HeaderValue::from(ms));
@@ -87,31 +87,6 @@ fn credentials(headers: &HeaderMap) -> HeaderMap {
         kept.append(COOKIE, v.clone());
     }
     kept
-}
-
-/// The latest end (unix ms, rounded up) of `account`'s live holds and `PENDING_PAYMENT`
-/// orders in `event`; 0 when there is none. Cart orders made before orders carried an event
-/// count for every event.
-pub async fn live_until_ms(
-    pool: &sqlx::PgPool,
-    account: &str,
-    event: &str,
-) -> Result<i64, sqlx::Error> {
-    let ms: Option<i64> = sqlx::query_scalar(
-        "SELECT ceil(extract(epoch FROM GREATEST(
-             (SELECT max(expires_at) FROM holds
-               WHERE account_id = $1 AND event_id = $2 AND status = 'active'
-                 AND expires_at > now()),
-             (SELECT max(expires_at) FROM orders
-               WHERE account_id = $1 AND (event_id = $2 OR event_id IS NULL)
-                 AND status = 'PENDING_PAYMENT' AND expires_at > now())
-         )) * 1000)::bigint",
-    )
-    .bind(account)
-    .bind(event)
-    .fetch_one(pool)
-    .await?;
-    Ok(ms.unwrap_or(0))
 }
 
 #[cfg(test)]

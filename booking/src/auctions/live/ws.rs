@@ -39,7 +39,8 @@ async fn admission_end(state: &AuctionsState, claims: &AdmissionClaims) -> Optio
     if claims.exp > now {
         return Some(claims.exp);
     }
-    match crate::app::session::live_until_ms(&state.pool, &claims.sub, &claims.evt).await {
+    match crate::platform::session_until::live_until_ms(&state.pool, &claims.sub, &claims.evt).await
+    {
         Ok(ms) => {
             let until = ms.div_euclid(1000) + i64::from(ms.rem_euclid(1000) > 0);
             (until > now).then_some(until)
