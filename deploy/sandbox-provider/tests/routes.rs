@@ -4,27 +4,11 @@
 //! Stripe's JSON error — exact shape and status — for an unknown id, an unknown route and a
 //! wrong method, where axum alone would answer a bare 404 or 405.
 
-use sandbox_provider::config::{SandboxSettings, WebhookMode};
-use sandbox_provider::{Application, Sandbox};
-use secrecy::SecretString;
+#[allow(dead_code, reason = "each test crate uses part of the shared helpers")]
+mod common;
 use serde_json::{Value, json};
 
 const KEY: &str = "sk_test_routes_suite";
-
-async fn start() -> (String, Sandbox) {
-    let app = Application::build(SandboxSettings {
-        listen: "127.0.0.1:0".into(),
-        api_key: SecretString::from(KEY),
-        webhook_mode: WebhookMode::Manual,
-        ..SandboxSettings::default()
-    })
-    .await
-    .expect("build");
-    let url = format!("http://127.0.0.1:{}", app.port());
-    let handle = app.sandbox();
-    tokio::spawn(app.run_until_stopped(std::future::pending()));
-    (url, handle)
-}
 
 /// Any method, an optional form; (status, JSON body). Every answer must be JSON.
 async fn call(
@@ -88,7 +72,7 @@ fn ids(list: &Value) -> Vec<&str> {
 
 #[tokio::test]
 async fn payment_intents_list_newest_first_in_stripes_pages() {
-    let (url, _sb) = start().await;
+    let (url, _sb) = common::start(KEY).await;
     let mut made = Vec::new();
     for i in 0..5 {
         made.push(paid(&url, &format!("l{i}")).await);
@@ -185,7 +169,7 @@ async fn payment_intents_list_newest_first_in_stripes_pages() {
 
 #[tokio::test]
 async fn update_merges_metadata_and_never_changes_money_taken() {
-    let (url, sb) = start().await;
+    let (url, sb) = common::start(KEY).await;
     let (_, pi) = post(
         &url,
         "/v1/payment_intents",
@@ -252,7 +236,7 @@ async fn update_merges_metadata_and_never_changes_money_taken() {
 
 #[tokio::test]
 async fn refunds_are_retrieved_and_listed_per_intent() {
-    let (url, _sb) = start().await;
+    let (url, _sb) = common::start(KEY).await;
     let a = paid(&url, "r1").await;
     let b = paid(&url, "r2").await;
     let mut refunds = Vec::new();
@@ -319,7 +303,7 @@ async fn refunds_are_retrieved_and_listed_per_intent() {
 
 #[tokio::test]
 async fn what_the_sandbox_does_not_serve_is_stripes_json_error() {
-    let (url, _sb) = start().await;
+    let (url, _sb) = common::start(KEY).await;
     let unrecognized = |method: &str, path: &str| {
         json!({"error": {"type": "invalid_request_error", "message": format!(
             "Unrecognized request URL ({method}: {path}). Please see https://stripe.com/docs or \

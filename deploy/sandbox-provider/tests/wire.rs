@@ -4,28 +4,13 @@
 //! (`request` naming the API request and its idempotency key, `charge.refunded` with its
 //! refunds).
 
-use sandbox_provider::config::{SandboxSettings, WebhookMode};
-use sandbox_provider::{Application, Sandbox};
-use secrecy::SecretString;
+#[allow(dead_code, reason = "each test crate uses part of the shared helpers")]
+mod common;
+use sandbox_provider::Sandbox;
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
 
 const KEY: &str = "sk_test_wire_suite";
-
-async fn start() -> (String, Sandbox) {
-    let app = Application::build(SandboxSettings {
-        listen: "127.0.0.1:0".into(),
-        api_key: SecretString::from(KEY),
-        webhook_mode: WebhookMode::Manual,
-        ..SandboxSettings::default()
-    })
-    .await
-    .expect("build");
-    let url = format!("http://127.0.0.1:{}", app.port());
-    let handle = app.sandbox();
-    tokio::spawn(app.run_until_stopped(std::future::pending()));
-    (url, handle)
-}
 
 /// POSTs a form; (status, body, Request-Id).
 async fn post(
@@ -65,7 +50,7 @@ fn with<'a>(extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
 
 #[tokio::test]
 async fn json_bodies_unknown_parameters_and_bad_versions_are_refused_and_change_nothing() {
-    let (url, sb) = start().await;
+    let (url, sb) = common::start(KEY).await;
     let http = reqwest::Client::new();
     let json_body = http
         .post(format!("{url}/v1/payment_intents"))
@@ -130,7 +115,7 @@ async fn json_bodies_unknown_parameters_and_bad_versions_are_refused_and_change_
 
 #[tokio::test]
 async fn confirm_later_charges_once_under_concurrency() {
-    let (url, sb) = start().await;
+    let (url, sb) = common::start(KEY).await;
     let (s, pi, _) = post(
         &url,
         "/v1/payment_intents",
@@ -169,7 +154,7 @@ async fn confirm_later_charges_once_under_concurrency() {
 
 #[tokio::test]
 async fn three_d_secure_and_processing_are_not_paid_until_they_settle() {
-    let (url, sb) = start().await;
+    let (url, sb) = common::start(KEY).await;
     let (s, action, _) = post(
         &url,
         "/v1/payment_intents",
@@ -296,7 +281,7 @@ async fn events(sb: &Sandbox) -> Vec<Value> {
 
 #[tokio::test]
 async fn events_have_stripes_shape_and_refunds_go_by_charge_once() {
-    let (url, sb) = start().await;
+    let (url, sb) = common::start(KEY).await;
     let (s, pi, request) = post(
         &url,
         "/v1/payment_intents",

@@ -31,14 +31,11 @@ use tokio::sync::broadcast;
 /// waiting room.
 pub const ADMISSION_ENDED: u16 = 4001;
 
-/// When `claims`' admission ends (unix s): the token's `exp`, or later when the fan's live
-/// holds or pending orders in its event last longer (the gateway refreshes the token until
-/// then). `None` when it has ended.
+/// Asked once the token's `exp` (or an earlier answer) has passed: until when (unix s) the
+/// fan's live holds or pending orders in its event still extend the admission (the gateway
+/// refreshes the token until then). `None` when it has ended.
 async fn admission_end(state: &AuctionsState, claims: &AdmissionClaims) -> Option<i64> {
     let now = chrono::Utc::now().timestamp();
-    if claims.exp > now {
-        return Some(claims.exp);
-    }
     match crate::platform::session_until::live_until_ms(&state.pool, &claims.sub, &claims.evt).await
     {
         Ok(ms) => {

@@ -1,7 +1,7 @@
-//! What the official-client checks (`stripe_node.rs`, `stripe_python.rs`) share: a sandbox of
-//! their own on a free port (manual webhooks: nothing is delivered beside the checks), running
-//! a check script against it, and the rule for a missing toolchain (fail under `CI`, else skip
-//! loudly).
+//! What the sandbox's test crates share: a sandbox of their own on a free port (manual
+//! webhooks: nothing is delivered unless a test asks), and for the official-client checks
+//! (`stripe_node.rs`, `stripe_python.rs`) running a check script against it and the rule for a
+//! missing toolchain (fail under `CI`, else skip loudly).
 
 use sandbox_provider::config::{SandboxSettings, WebhookMode};
 use sandbox_provider::{Application, Sandbox};
