@@ -97,6 +97,20 @@ pub mod codes {
     pub const UNKNOWN_ORDER_LINES: &str = "UNKNOWN_ORDER_LINES";
     /// `409`: a per-line refund names lines a refund already took (done or under way).
     pub const LINES_ALREADY_REFUNDED: &str = "LINES_ALREADY_REFUNDED";
+
+    // Operator and scanner credentials.
+    /// `403`: the credential is valid but its role may not make this call (`role`,
+    /// `required_role` in the body).
+    pub const ROLE_FORBIDDEN: &str = "ROLE_FORBIDDEN";
+    /// `403`: a scanner credential on an admin listener, or an operator credential on a
+    /// scanner route.
+    pub const WRONG_CREDENTIAL_TYPE: &str = "WRONG_CREDENTIAL_TYPE";
+    /// `429`: this address failed too many credential checks; retry after `Retry-After`.
+    pub const TOO_MANY_FAILED_LOGINS: &str = "TOO_MANY_FAILED_LOGINS";
+    /// `409`: revoking this operator would leave no live admin.
+    pub const LAST_ADMIN: &str = "LAST_ADMIN";
+    /// `404`: no such operator.
+    pub const UNKNOWN_OPERATOR: &str = "UNKNOWN_OPERATOR";
 }
 
 /// The wire shape of an error.

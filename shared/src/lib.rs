@@ -5,6 +5,7 @@
 //! valid admission token is or how an error looks on the wire.
 
 pub mod config;
+pub mod credentials;
 pub mod error;
 pub mod identity;
 pub mod ids;
