@@ -1,6 +1,7 @@
 //! The ops API's read side (issue 18): order search (`GET /admin/orders`), one order with
 //! everything that happened to it (`GET /admin/orders/{id}`) and the audit log reader
-//! (`GET /admin/audit`). Admin bearer only; nothing here writes.
+//! (`GET /admin/audit`), and the operators who may use the admin API (`operators`, which
+//! writes).
 //!
 //! Layout: [`search`] (filters, keyset pages), [`detail`] (the order's items, payment
 //! attempts, provider events, refunds, tickets and audit entries, read in one snapshot),
@@ -14,6 +15,7 @@
 
 pub mod audit_log;
 pub mod detail;
+pub mod operators;
 pub mod page;
 pub mod search;
 
@@ -30,6 +32,10 @@ use utoipa_axum::routes;
 pub struct OpsState {
     pub pool: PgPool,
     pub auth: Auth,
+    /// The waiting room's Redis, where the live operators are published for the gateway.
+    pub queue_redis: std::sync::Arc<shared::redis_conn::Connector>,
+    /// `redis.key_prefix`.
+    pub redis_prefix: String,
 }
 
 impl axum::extract::FromRef<OpsState> for Auth {
@@ -43,6 +49,7 @@ pub fn router() -> OpenApiRouter<OpsState> {
         .routes(routes!(search::search_orders))
         .routes(routes!(detail::order_detail))
         .routes(routes!(audit_log::read_audit))
+        .merge(operators::router())
 }
 
 /// A query string that does not parse (an unknown parameter, a limit that is no number) is a

@@ -3,6 +3,7 @@
 
 pub mod audit;
 pub mod auth;
+pub mod credentials;
 pub mod db;
 pub mod error;
 pub mod idempotency;

@@ -91,6 +91,9 @@ pub struct BookingSettings {
     /// Longest time a request may take before booking answers `503` (a stuck dependency
     /// must not hold a fan's phone on a spinner). Dependency timeouts are shorter.
     pub request_timeout_ms: u64,
+    /// Failed admin credential checks one client address may make per minute; past it, every
+    /// admin call from that address is refused (`429`) until the minute is over.
+    pub admin_auth_failures_per_ip_per_min: u32,
 }
 
 impl Default for BookingSettings {
@@ -108,6 +111,7 @@ impl Default for BookingSettings {
             seat_map_cache_s: 1,
             request_timeout_ms: 30_000,
             jobs_stop_grace_ms: 10_000,
+            admin_auth_failures_per_ip_per_min: 20,
         }
     }
 }

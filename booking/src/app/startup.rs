@@ -3,6 +3,7 @@
 
 use crate::app::config::BookingConfig;
 use crate::app::state::AppState;
+use crate::platform::credentials::PublishOperators;
 use crate::platform::revocation::RefreshRevocations;
 use anyhow::Context;
 use std::future::Future;
@@ -70,7 +71,17 @@ impl Application {
             )),
             stop_rx.clone(),
         ));
-        let app = crate::app::routes::router(self.state.clone());
+        // Every instance, too: the gateway's copy of the live operators.
+        jobs.push(crate::platform::jobs::spawn(
+            Arc::new(PublishOperators::new(
+                self.state.pool.clone(),
+                self.state.queue_redis.clone(),
+                self.state.config.redis.key_prefix.clone(),
+            )),
+            stop_rx.clone(),
+        ));
+        let app = crate::app::routes::router(self.state.clone())
+            .into_make_service_with_connect_info::<std::net::SocketAddr>();
         tracing::info!(port = self.port, "booking listening");
         axum::serve(self.listener, app)
             .with_graceful_shutdown(async move {

@@ -60,6 +60,8 @@ impl AppState {
             tokens,
             Arc::new(RevocationList::default()),
             config.admin_token.clone(),
+            pool.clone(),
+            config.booking.admin_auth_failures_per_ip_per_min,
             &metrics.registry,
         )
         .context("failed to register auth metrics")?;
@@ -169,6 +171,8 @@ impl AppState {
         let ops = crate::ops::OpsState {
             pool: pool.clone(),
             auth: auth.clone(),
+            queue_redis: queue_redis.clone(),
+            redis_prefix: config.redis.key_prefix.clone(),
         };
 
         Ok(Self(Arc::new(Inner {

@@ -78,6 +78,8 @@ mod tests {
                 shared::token::AdmissionTokens::new(&tokens).expect("tokens"),
                 Arc::new(RevocationList::default()),
                 secrecy::SecretString::from(""),
+                pool.clone(),
+                20,
                 &registry,
             )
             .expect("auth"),

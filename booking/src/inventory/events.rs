@@ -20,7 +20,7 @@ pub use repo::{EventCounts, GaCounts};
 use crate::inventory::InventoryState;
 use crate::inventory::http::counted;
 use crate::platform::audit::AdminCaller;
-use crate::platform::auth::Admin;
+use crate::platform::audit::Viewer;
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::json::ApiJson;
 use crate::platform::openapi::{self as doc, tags};
@@ -36,7 +36,7 @@ pub fn router() -> OpenApiRouter<InventoryState> {
 }
 
 /// Create an event with its seat map and GA tiers (all or nothing)
-#[utoipa::path(post, path = "/admin/events", tag = tags::INVENTORY, security(("admin" = [])),
+#[utoipa::path(post, path = "/admin/events", tag = tags::INVENTORY, security(("admin" = ["admin"])),
     request_body = CreateEvent,
     responses(
         (status = 201, description = "Created", body = EventCreated),
@@ -53,7 +53,7 @@ async fn create_event(
     body: Result<ApiJson<CreateEvent>, ApiError>,
 ) -> ApiResult<(StatusCode, ApiJson<EventCreated>)> {
     let r = async {
-        let AdminCaller(actor) = admin?;
+        let actor = admin?.into_inner();
         let ApiJson(req) = body?;
         let seats = model::validate(&req).map_err(crate::inventory::InventoryError::from)?;
         Ok(repo::insert_event(&state.pool, req, seats, &actor).await?)
@@ -64,7 +64,7 @@ async fn create_event(
 }
 
 /// An event's seat and GA counts (one snapshot)
-#[utoipa::path(get, path = "/admin/events/{event}", tag = tags::INVENTORY, security(("admin" = [])),
+#[utoipa::path(get, path = "/admin/events/{event}", tag = tags::INVENTORY, security(("admin" = ["viewer"])),
     params(doc::EventPath),
     responses(
         (status = 200, description = "OK", body = EventCounts),
@@ -73,7 +73,7 @@ async fn create_event(
     ))]
 async fn get_event(
     State(state): State<InventoryState>,
-    admin: Result<Admin, ApiError>,
+    admin: Result<Viewer, ApiError>,
     Path(event): Path<String>,
 ) -> ApiResult<ApiJson<EventCounts>> {
     let r = async {

@@ -17,8 +17,8 @@
 
 use crate::inventory::InventoryState;
 use crate::inventory::kills::{KillReason, claim_key, complete_key, keyed};
-use crate::platform::audit::{self, Operator};
-use crate::platform::auth::Admin;
+use crate::platform::audit::Viewer;
+use crate::platform::audit::{self, AdminOp};
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::idempotency::IdempotencyKey;
 use crate::platform::json::ApiJson;
@@ -192,7 +192,7 @@ enum HoldbackStatus {
 
 /// Take units of a GA tier out of sale (all or nothing; `409 SOLD_OUT` when not enough are on sale)
 #[utoipa::path(post, path = "/admin/events/{event}/ga-holdbacks", tag = tags::OPS,
-    security(("admin" = [])),
+    security(("admin" = ["admin"])),
     params(doc::EventPath, doc::ActorHeader, doc::OptionalIdempotencyKey),
     request_body = HoldbackRequest,
     responses(
@@ -208,7 +208,7 @@ enum HoldbackStatus {
     ))]
 async fn hold_back(
     State(state): State<InventoryState>,
-    op: Operator,
+    op: AdminOp,
     key: Option<IdempotencyKey>,
     method: Method,
     uri: OriginalUri,
@@ -278,7 +278,7 @@ async fn hold_back(
 
 /// Put all units of a hold-back back on sale, once (`409 HOLDBACK_RELEASED` after)
 #[utoipa::path(post, path = "/admin/events/{event}/ga-holdbacks/{id}/release", tag = tags::OPS,
-    security(("admin" = [])),
+    security(("admin" = ["admin"])),
     params(doc::EventPath, ("id" = String, Path), doc::ActorHeader, doc::OptionalIdempotencyKey),
     responses(
         (status = 200, description = "OK", body = Holdback),
@@ -290,7 +290,7 @@ async fn hold_back(
     ))]
 async fn release(
     State(state): State<InventoryState>,
-    op: Operator,
+    op: AdminOp,
     key: Option<IdempotencyKey>,
     method: Method,
     uri: OriginalUri,
@@ -351,7 +351,7 @@ struct Listed {
 
 /// An event's GA hold-backs, newest first
 #[utoipa::path(get, path = "/admin/events/{event}/ga-holdbacks", tag = tags::OPS,
-    security(("admin" = [])),
+    security(("admin" = ["viewer"])),
     params(doc::EventPath),
     responses(
         (status = 200, description = "OK", body = Listed),
@@ -360,7 +360,7 @@ struct Listed {
     ))]
 async fn list(
     State(state): State<InventoryState>,
-    _admin: Admin,
+    _caller: Viewer,
     Path(event): Path<String>,
 ) -> ApiResult<ApiJson<Listed>> {
     let mut conn = state

@@ -22,7 +22,7 @@
 //!   another body is `422 IDEMPOTENCY_KEY_REUSED`, and a refusal stores nothing.
 
 use crate::inventory::InventoryState;
-use crate::platform::audit::{self, Operator};
+use crate::platform::audit::{self, AdminOp, Operator};
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::idempotency::{self, Begin, Fingerprint, IdempotencyKey, OPS_ACCOUNT};
 use crate::platform::json::ApiJson;
@@ -243,7 +243,7 @@ pub(crate) async fn complete_key(
 
 /// Take free seats out of sale (all or nothing; `409 SEATS_NOT_FREE` names the others)
 #[utoipa::path(post, path = "/admin/events/{event}/seat-kills", tag = tags::OPS,
-    security(("admin" = [])),
+    security(("admin" = ["admin"])),
     params(doc::EventPath, doc::ActorHeader, doc::OptionalIdempotencyKey),
     request_body = KillRequest,
     responses(
@@ -258,7 +258,7 @@ pub(crate) async fn complete_key(
     ))]
 async fn kill_seats(
     State(state): State<InventoryState>,
-    op: Operator,
+    op: AdminOp,
     key: Option<IdempotencyKey>,
     method: Method,
     uri: OriginalUri,
@@ -283,7 +283,7 @@ async fn kill_seats(
 /// Put killed or held-back seats back on sale (all or nothing)
 #[utoipa::path(delete, path = "/admin/events/{event}/seat-kills", tag = tags::OPS,
     operation_id = "release_seats_delete",
-    security(("admin" = [])),
+    security(("admin" = ["admin"])),
     params(doc::EventPath, doc::ActorHeader, doc::OptionalIdempotencyKey),
     request_body = ReleaseRequest,
     responses(
@@ -298,7 +298,7 @@ async fn kill_seats(
     ))]
 async fn release_seats_delete(
     state: State<InventoryState>,
-    op: Operator,
+    op: AdminOp,
     key: Option<IdempotencyKey>,
     method: Method,
     uri: OriginalUri,
@@ -310,7 +310,7 @@ async fn release_seats_delete(
 
 /// Put killed or held-back seats back on sale (all or nothing)
 #[utoipa::path(post, path = "/admin/events/{event}/seat-kills/release", tag = tags::OPS,
-    security(("admin" = [])),
+    security(("admin" = ["admin"])),
     params(doc::EventPath, doc::ActorHeader, doc::OptionalIdempotencyKey),
     request_body = ReleaseRequest,
     responses(
@@ -325,7 +325,7 @@ async fn release_seats_delete(
     ))]
 async fn release_seats(
     State(state): State<InventoryState>,
-    op: Operator,
+    op: AdminOp,
     key: Option<IdempotencyKey>,
     method: Method,
     uri: OriginalUri,

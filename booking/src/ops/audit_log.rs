@@ -4,7 +4,7 @@
 
 use crate::ops::{OpsState, non_empty, query};
 use crate::orders::cursor::page_limit;
-use crate::platform::auth::Admin;
+use crate::platform::audit::Viewer;
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::json::ApiJson;
 use crate::platform::openapi::{self as doc, tags};
@@ -28,6 +28,9 @@ pub struct AuditQuery {
     target: Option<String>,
     #[param(min_length = 1, max_length = 300)]
     action: Option<String>,
+    /// an operator's name, or `bootstrap`
+    #[param(min_length = 1, max_length = 300)]
+    actor: Option<String>,
     #[param(minimum = 1, maximum = 200, default = 50)]
     limit: Option<i64>,
     /// the `next_cursor` of the previous page (opaque)
@@ -39,7 +42,19 @@ pub struct AuditQuery {
 pub struct AuditEntry {
     pub id: i64,
     pub at: DateTime<Utc>,
+    /// The operator's name; `bootstrap` for the bootstrap admin secret; `payments` and the
+    /// like for booking itself
     pub actor: String,
+    /// The operator's role when they acted (absent on entries made before roles existed and
+    /// on booking's own)
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// The operator credential's id
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub operator_id: Option<String>,
+    /// What a bootstrap caller sent in `X-Floodgate-Actor`
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
     pub action: String,
     pub target: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -65,7 +80,7 @@ fn decode(raw: &str) -> Option<i64> {
 }
 
 /// The ops audit log (newest first): who changed what, when
-#[utoipa::path(get, path = "/admin/audit", tag = tags::OPS, security(("admin" = [])),
+#[utoipa::path(get, path = "/admin/audit", tag = tags::OPS, security(("admin" = ["viewer"])),
     params(AuditQuery),
     responses(
         (status = 200, description = "OK", body = AuditPage),
@@ -73,7 +88,7 @@ fn decode(raw: &str) -> Option<i64> {
         (status = 422, response = doc::Invalid),
     ))]
 pub async fn read_audit(
-    _admin: Admin,
+    _caller: Viewer,
     State(state): State<OpsState>,
     q: Result<Query<AuditQuery>, QueryRejection>,
 ) -> ApiResult<ApiJson<AuditPage>> {
@@ -86,7 +101,8 @@ pub async fn read_audit(
         })?),
     };
     let mut b = QueryBuilder::new(
-        "SELECT id, at, actor, action, target, event_id, detail FROM ops_audit WHERE true",
+        "SELECT id, at, actor, role, operator_id, note, action, target, event_id, detail \
+         FROM ops_audit WHERE true",
     );
     if let Some(e) = non_empty("event", &q.event)? {
         b.push(" AND event_id = ").push_bind(e);
@@ -96,6 +112,9 @@ pub async fn read_audit(
     }
     if let Some(a) = non_empty("action", &q.action)? {
         b.push(" AND action = ").push_bind(a);
+    }
+    if let Some(a) = non_empty("actor", &q.actor)? {
+        b.push(" AND actor = ").push_bind(a);
     }
     if let Some(id) = before {
         b.push(" AND id < ").push_bind(id);

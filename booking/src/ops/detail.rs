@@ -8,7 +8,7 @@
 
 use crate::ops::OpsState;
 use crate::orders::load_order;
-use crate::platform::auth::Admin;
+use crate::platform::audit::Viewer;
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::json::ApiJson;
 use crate::platform::openapi::{self as doc, tags};
@@ -84,7 +84,7 @@ struct Parts {
 }
 
 /// One order with its payment attempts, provider events, refunds, tickets and audit entries
-#[utoipa::path(get, path = "/admin/orders/{id}", tag = tags::OPS, security(("admin" = [])),
+#[utoipa::path(get, path = "/admin/orders/{id}", tag = tags::OPS, security(("admin" = ["viewer"])),
     params(doc::IdPath),
     responses(
         (status = 200, description = "OK", body = inline(OrderDetail)),
@@ -92,7 +92,7 @@ struct Parts {
         (status = 404, response = doc::NotFound),
     ))]
 pub async fn order_detail(
-    _admin: Admin,
+    _caller: Viewer,
     State(state): State<OpsState>,
     Path(id): Path<String>,
 ) -> ApiResult<ApiJson<Value>> {

@@ -9,7 +9,7 @@
 use crate::ops::{OpsState, non_empty, query};
 use crate::orders::OrderStatus;
 use crate::orders::cursor::{OrderCursor, page_limit};
-use crate::platform::auth::Admin;
+use crate::platform::audit::Viewer;
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::json::ApiJson;
 use crate::platform::openapi::{self as doc, tags};
@@ -187,7 +187,7 @@ pub fn build(s: &Search, fetch: i64) -> QueryBuilder<Postgres> {
 }
 
 /// Search orders (newest first, keyset pages)
-#[utoipa::path(get, path = "/admin/orders", tag = tags::OPS, security(("admin" = [])),
+#[utoipa::path(get, path = "/admin/orders", tag = tags::OPS, security(("admin" = ["viewer"])),
     params(SearchQuery),
     responses(
         (status = 200, description = "OK", body = SearchPage),
@@ -195,7 +195,7 @@ pub fn build(s: &Search, fetch: i64) -> QueryBuilder<Postgres> {
         (status = 422, response = doc::Invalid),
     ))]
 pub async fn search_orders(
-    _admin: Admin,
+    _caller: Viewer,
     State(state): State<OpsState>,
     q: Result<Query<SearchQuery>, QueryRejection>,
 ) -> ApiResult<ApiJson<SearchPage>> {

@@ -26,8 +26,8 @@ use crate::orders::model::PricedSku;
 use crate::orders::repo::{During, OrderError};
 use crate::orders::stock::MAX_STOCK_SHARDS;
 use crate::orders::{OrdersState, flash};
+use crate::platform::audit::Viewer;
 use crate::platform::audit::{self, AdminCaller};
-use crate::platform::auth::Admin;
 use crate::platform::db;
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::json::ApiJson;
@@ -279,7 +279,7 @@ fn validate_shards(shards: i32) -> ApiResult<()> {
 }
 
 /// Create a product of an event
-#[utoipa::path(post, path = "/admin/products", tag = tags::PRODUCTS, security(("admin" = [])),
+#[utoipa::path(post, path = "/admin/products", tag = tags::PRODUCTS, security(("admin" = ["admin"])),
     request_body = NewProduct,
     responses(
         (status = 201, description = "Created", body = ProductView),
@@ -292,7 +292,7 @@ fn validate_shards(shards: i32) -> ApiResult<()> {
     ))]
 #[tracing::instrument(skip_all, fields(sku = %req.sku))]
 async fn create_product(
-    AdminCaller(actor): AdminCaller,
+    actor: AdminCaller,
     State(state): State<OrdersState>,
     ApiJson(req): ApiJson<NewProduct>,
 ) -> ApiResult<impl IntoResponse> {
@@ -335,7 +335,7 @@ async fn create_product(
 }
 
 /// Change a product (absolute values)
-#[utoipa::path(put, path = "/admin/products/{sku}", tag = tags::PRODUCTS, security(("admin" = [])),
+#[utoipa::path(put, path = "/admin/products/{sku}", tag = tags::PRODUCTS, security(("admin" = ["admin"])),
     params(doc::SkuPath),
     request_body = ProductUpdate,
     responses(
@@ -350,7 +350,7 @@ async fn create_product(
     ))]
 #[tracing::instrument(skip_all, fields(sku = %sku))]
 async fn update_product(
-    AdminCaller(actor): AdminCaller,
+    actor: AdminCaller,
     State(state): State<OrdersState>,
     Path(sku): Path<String>,
     ApiJson(req): ApiJson<ProductUpdate>,
@@ -409,7 +409,7 @@ async fn update_product(
 }
 
 /// A product with its stock summed over its rows
-#[utoipa::path(get, path = "/admin/products/{sku}", tag = tags::PRODUCTS, security(("admin" = [])),
+#[utoipa::path(get, path = "/admin/products/{sku}", tag = tags::PRODUCTS, security(("admin" = ["viewer"])),
     params(doc::SkuPath),
     responses(
         (status = 200, description = "OK", body = ProductView),
@@ -417,7 +417,7 @@ async fn update_product(
         (status = 404, response = doc::NotFound),
     ))]
 async fn get_product(
-    _admin: Admin,
+    _caller: Viewer,
     State(state): State<OrdersState>,
     Path(sku): Path<String>,
 ) -> ApiResult<ApiJson<ProductView>> {
@@ -445,7 +445,7 @@ struct Reconciled {
 ///
 /// Resets the flash gate of `sku` from Postgres (ops and tests).
 #[utoipa::path(post, path = "/admin/products/{sku}/flash/reconcile", tag = tags::PRODUCTS,
-    security(("admin" = [])),
+    security(("admin" = ["admin"])),
     params(doc::SkuPath),
     responses(
         (status = 200, description = "OK", body = inline(Reconciled)),
@@ -454,7 +454,7 @@ struct Reconciled {
         (status = 503, response = doc::Unavailable),
     ))]
 async fn reconcile_gate(
-    AdminCaller(actor): AdminCaller,
+    actor: AdminCaller,
     State(state): State<OrdersState>,
     Path(sku): Path<String>,
 ) -> ApiResult<impl IntoResponse> {

@@ -231,7 +231,7 @@ pub async fn refund_mismatch(
         let mut tx = c.pool.begin().await?;
         crate::platform::audit::insert_tx(
             &mut tx,
-            &crate::platform::audit::Operator("payments".to_owned()),
+            &crate::platform::audit::Operator::system("payments"),
             "payment.mismatch_refunded",
             &format!("payment:{payment_id}"),
             None,

@@ -2,32 +2,87 @@
 //! one entry with [`record_tx`] inside the transaction that makes the change, so an entry
 //! exists exactly when its change committed.
 //!
-//! Who: the admin bearer secret is one shared secret, so it cannot tell operators apart. An
-//! ops call names its operator in `X-Floodgate-Actor` ([`Operator`]); calls that change
-//! something refuse to run without one (`400 ACTOR_REQUIRED`), so no change is anonymous.
+//! Who: the credential decides (`platform::auth`). An operator credential (`fgop_…`) makes
+//! the operator's name the actor, with their role and credential id; the shared bootstrap
+//! admin secret is recorded as `bootstrap`, and the name it sends in `X-Floodgate-Actor` is
+//! kept as a note, never as the actor. The extractors below also decide what a role may do:
+//! [`Viewer`] reads, [`Support`] acts on orders, [`AdminOp`] changes events, rooms and
+//! operators.
 
-use crate::platform::auth::{Admin, Auth};
+use crate::platform::auth::Auth;
 use crate::platform::error::ApiError;
 use anyhow::Context;
 use axum::extract::{FromRef, FromRequestParts};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
-use serde_json::Value;
+use serde_json::{Value, json};
+pub use shared::credentials::Role;
 use sqlx::PgConnection;
 
-/// The header that names the operator behind an admin call.
+/// The header the bootstrap secret's callers name themselves in (kept as a note).
 pub const ACTOR_HEADER: &str = "x-floodgate-actor";
-/// Error code of a mutating admin call without an operator name.
+/// Error code of a bootstrap call that must name its operator and did not.
 pub const ACTOR_REQUIRED: &str = shared::error::codes::ACTOR_REQUIRED;
 const MAX_ACTOR: usize = 200;
 
-/// An admin caller (bearer admin secret) who named themselves in `X-Floodgate-Actor`.
+/// Who made a change: an operator, the bootstrap secret, or booking itself (`payments`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Operator(pub String);
+pub struct Operator {
+    /// The operator's name, `bootstrap`, or a system actor's name.
+    pub name: String,
+    /// `None` for a system actor.
+    pub role: Option<Role>,
+    /// The operator credential's id (`None`: bootstrap or system).
+    pub operator_id: Option<String>,
+    /// What the bootstrap secret's caller wrote in `X-Floodgate-Actor`.
+    pub note: Option<String>,
+}
 
 impl Operator {
+    /// Booking itself (a job, the payment flow).
+    pub fn system(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            role: None,
+            operator_id: None,
+            note: None,
+        }
+    }
+
     pub fn name(&self) -> &str {
-        &self.0
+        &self.name
+    }
+
+    /// Whether this is the bootstrap admin secret.
+    pub fn is_bootstrap(&self) -> bool {
+        self.operator_id.is_none() && self.name == shared::credentials::BOOTSTRAP_ACTOR
+    }
+
+    /// The role, id and note, for a row that is audited later under this actor (a refund
+    /// the refund job finishes).
+    pub fn detail(&self) -> Value {
+        json!({
+            "role": self.role.map(Role::as_str),
+            "operator_id": self.operator_id,
+            "note": self.note,
+        })
+    }
+
+    /// The actor a row recorded with [`Operator::detail`] (or, before that existed, with its
+    /// name only).
+    pub fn from_stored(name: &str, detail: Option<&Value>) -> Self {
+        let field = |k: &str| {
+            detail
+                .and_then(|d| d.get(k))
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        };
+        Self {
+            name: name.to_owned(),
+            role: field("role").as_deref().and_then(Role::parse),
+            operator_id: field("operator_id"),
+            note: field("note"),
+        }
     }
 }
 
@@ -40,37 +95,49 @@ pub fn actor_from(parts: &Parts) -> Option<String> {
     ok.then(|| raw.to_owned())
 }
 
-impl<S> FromRequestParts<S> for Operator
-where
-    Auth: FromRef<S>,
-    S: Send + Sync,
-{
-    type Rejection = ApiError;
+/// The role codes of [`Caller`]'s `ROLE` parameter.
+pub const VIEWER: u8 = 0;
+pub const SUPPORT: u8 = 1;
+pub const ADMIN: u8 = 2;
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        // The secret first: an unauthenticated caller learns nothing about the header rule.
-        Admin::from_request_parts(parts, state).await?;
-        actor_from(parts).map(Operator).ok_or_else(|| {
-            ApiError::new(
-                StatusCode::BAD_REQUEST,
-                ACTOR_REQUIRED,
-                "name the operator in X-Floodgate-Actor (1 to 200 characters)",
-            )
-        })
+const fn role_of(code: u8) -> Role {
+    match code {
+        VIEWER => Role::Viewer,
+        SUPPORT => Role::Support,
+        _ => Role::Admin,
     }
 }
 
-/// The actor of an admin call that existed before the audit log (`POST /admin/events`,
-/// `POST`/`PUT /admin/products...`): the admin bearer is required, the operator's name is
-/// taken from `X-Floodgate-Actor` when given and is [`UNNAMED`] otherwise, so existing
-/// callers (seeding, loadgen) keep working and their changes are still recorded.
+/// An admin caller whose credential holds at least role `ROLE`. With `NAMED`, a call made
+/// with the bootstrap secret must name its operator in `X-Floodgate-Actor` (`400
+/// ACTOR_REQUIRED`), so no change made with the shared secret is anonymous.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AdminCaller(pub Operator);
+pub struct Caller<const ROLE: u8, const NAMED: bool>(pub Operator);
 
-/// The actor recorded for an admin call that named no operator.
-pub const UNNAMED: &str = "unnamed";
+/// Reads: orders, the audit log, events, products.
+pub type Viewer = Caller<VIEWER, false>;
+/// Order actions: refunds, cancellations.
+pub type Support = Caller<SUPPORT, true>;
+/// Event, inventory and operator changes.
+pub type AdminOp = Caller<ADMIN, true>;
+/// An admin change that existed before the audit log (`POST /admin/events`, products): the
+/// bootstrap secret may leave `X-Floodgate-Actor` out, so seeding and loadgen keep working.
+pub type AdminCaller = Caller<ADMIN, false>;
 
-impl<S> FromRequestParts<S> for AdminCaller
+impl<const ROLE: u8, const NAMED: bool> Caller<ROLE, NAMED> {
+    pub fn into_inner(self) -> Operator {
+        self.0
+    }
+}
+
+impl<const ROLE: u8, const NAMED: bool> std::ops::Deref for Caller<ROLE, NAMED> {
+    type Target = Operator;
+    fn deref(&self) -> &Operator {
+        &self.0
+    }
+}
+
+impl<S, const ROLE: u8, const NAMED: bool> FromRequestParts<S> for Caller<ROLE, NAMED>
 where
     Auth: FromRef<S>,
     S: Send + Sync,
@@ -78,10 +145,19 @@ where
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        Admin::from_request_parts(parts, state).await?;
-        Ok(AdminCaller(Operator(
-            actor_from(parts).unwrap_or_else(|| UNNAMED.to_owned()),
-        )))
+        // The credential first: an unauthenticated caller learns nothing about the rules.
+        let auth = Auth::from_ref(state);
+        let op = auth.operator(parts).await?;
+        auth.require(&op, role_of(ROLE))?;
+        if NAMED && op.is_bootstrap() && op.note.is_none() {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                ACTOR_REQUIRED,
+                "with the bootstrap admin secret, name the operator in X-Floodgate-Actor (1 to \
+                 200 characters), or use an operator credential",
+            ));
+        }
+        Ok(Caller(op))
     }
 }
 
@@ -112,14 +188,17 @@ pub async fn insert_tx(
     detail: &Value,
 ) -> Result<(), sqlx::Error> {
     sqlx::query(
-        "INSERT INTO ops_audit (actor, action, target, event_id, detail)
-         VALUES ($1, $2, $3, $4, $5)",
+        "INSERT INTO ops_audit (actor, action, target, event_id, detail, role, operator_id, note)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
     )
     .bind(actor.name())
     .bind(action)
     .bind(target)
     .bind(event)
     .bind(detail)
+    .bind(actor.role.map(Role::as_str))
+    .bind(actor.operator_id.as_deref())
+    .bind(actor.note.as_deref())
     .execute(conn)
     .await?;
     Ok(())

@@ -1,17 +1,27 @@
 //! Who is calling. Booking verifies the admission token itself (defence in depth) and never
-//! trusts identity headers from outside; admin endpoints need the admin bearer secret,
-//! compared in constant time.
+//! trusts identity headers from outside. Admin endpoints need an operator credential (checked
+//! against Postgres on every call, so a revocation is in force as soon as it commits) or the
+//! bootstrap admin secret (compared in constant time); failed checks are counted per client
+//! address and refused for a minute past `[booking] admin_auth_failures_per_ip_per_min`.
 
+use crate::platform::audit::{Operator, actor_from};
+use crate::platform::credentials;
 use crate::platform::error::ApiError;
 use crate::platform::revocation::RevocationList;
+use axum::extract::ConnectInfo;
 use axum::extract::{FromRef, FromRequestParts};
 use axum::http::HeaderMap;
+use axum::http::StatusCode;
 use axum::http::header::{AUTHORIZATION, COOKIE};
 use axum::http::request::Parts;
 use prometheus::{IntCounterVec, Opts, Registry};
 use secrecy::SecretString;
+use shared::credentials::{AuthFailures, BOOTSTRAP_ACTOR, Role, Shape};
+use shared::error::codes;
 use shared::headers::ADMISSION_COOKIE;
 use shared::token::{AdmissionClaims, AdmissionTokens, bearer, cookie};
+use sqlx::PgPool;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
 /// What checks callers: the admission-token verifier, the revocations in force and the admin
@@ -26,6 +36,36 @@ struct AuthInner {
     admin_token: SecretString,
     /// Refused admission tokens, by reason.
     token_failures: IntCounterVec,
+    /// Operator credentials live here.
+    pool: PgPool,
+    /// Failed admin credential checks per client address.
+    failures: AuthFailures,
+    /// Refused admin calls, by reason.
+    admin_failures: IntCounterVec,
+}
+
+/// What an admin refusal is counted as.
+#[derive(Debug, Clone, Copy)]
+enum Refusal {
+    Missing,
+    Unknown,
+    Expired,
+    Revoked,
+    Malformed,
+    WrongType,
+}
+
+impl Refusal {
+    fn as_str(self) -> &'static str {
+        match self {
+            Refusal::Missing => "missing",
+            Refusal::Unknown => "unknown",
+            Refusal::Expired => "expired",
+            Refusal::Revoked => "revoked",
+            Refusal::Malformed => "malformed",
+            Refusal::WrongType => "wrong_type",
+        }
+    }
 }
 
 impl Auth {
@@ -33,6 +73,8 @@ impl Auth {
         tokens: AdmissionTokens,
         revocations: Arc<RevocationList>,
         admin_token: SecretString,
+        pool: PgPool,
+        failures_per_ip_per_min: u32,
         registry: &Registry,
     ) -> Result<Self, prometheus::Error> {
         let token_failures = IntCounterVec::new(
@@ -40,12 +82,129 @@ impl Auth {
             &["reason"],
         )?;
         registry.register(Box::new(token_failures.clone()))?;
+        let admin_failures = IntCounterVec::new(
+            Opts::new(
+                "admin_auth_failures_total",
+                "Refused admin calls by reason (missing, unknown, expired, revoked, malformed, \
+                 wrong_type, role, rate_limited)",
+            ),
+            &["reason"],
+        )?;
+        registry.register(Box::new(admin_failures.clone()))?;
         Ok(Self(Arc::new(AuthInner {
             tokens,
             revocations,
             admin_token,
             token_failures,
+            pool,
+            failures: AuthFailures::new(failures_per_ip_per_min),
+            admin_failures,
         })))
+    }
+
+    /// Who an admin call comes from: an operator credential's holder or the bootstrap secret.
+    /// `401` for a missing, unknown, expired, revoked or malformed credential, `403
+    /// WRONG_CREDENTIAL_TYPE` for a scanner's, `429` while the caller's address has failed too
+    /// often (checked before the credential, so a brute force learns nothing more).
+    pub async fn operator(&self, parts: &Parts) -> Result<Operator, ApiError> {
+        let Some(presented) = parts
+            .headers
+            .get(AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(bearer)
+        else {
+            return Err(self.refuse_admin(Refusal::Missing, None));
+        };
+        let ip = client_ip(parts);
+        if let Some(wait) = self.0.failures.blocked(ip) {
+            self.0
+                .admin_failures
+                .with_label_values(&["rate_limited"])
+                .inc();
+            return Err(ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                codes::TOO_MANY_FAILED_LOGINS,
+                "too many failed credential checks from this address; retry later",
+            )
+            .retry_after(wait));
+        }
+        match shared::credentials::shape(presented) {
+            Shape::Operator => {
+                let hash = shared::credentials::hash(presented);
+                let found = credentials::find_operator(&self.0.pool, &hash)
+                    .await
+                    .map_err(ApiError::from)?;
+                let Some(found) = found else {
+                    return Err(self.refuse_admin(Refusal::Unknown, Some(ip)));
+                };
+                if found.revoked_at.is_some() {
+                    return Err(self.refuse_admin(Refusal::Revoked, Some(ip)));
+                }
+                if found.expires_at <= chrono::Utc::now() {
+                    return Err(self.refuse_admin(Refusal::Expired, Some(ip)));
+                }
+                let role = Role::parse(&found.role).ok_or_else(|| {
+                    ApiError::unexpected(anyhow::anyhow!(
+                        "operator {} has an unknown role {}",
+                        found.id,
+                        found.role
+                    ))
+                })?;
+                Ok(Operator {
+                    name: found.name,
+                    role: Some(role),
+                    operator_id: Some(found.id),
+                    note: None,
+                })
+            }
+            Shape::Scanner => Err(self.refuse_admin(Refusal::WrongType, Some(ip))),
+            Shape::Malformed => Err(self.refuse_admin(Refusal::Malformed, Some(ip))),
+            Shape::Other if self.is_admin(presented) => Ok(Operator {
+                name: BOOTSTRAP_ACTOR.to_owned(),
+                role: Some(Role::Admin),
+                operator_id: None,
+                note: actor_from(parts),
+            }),
+            Shape::Other => Err(self.refuse_admin(Refusal::Unknown, Some(ip))),
+        }
+    }
+
+    /// `403 ROLE_FORBIDDEN` unless `op`'s role includes `required`.
+    pub fn require(&self, op: &Operator, required: Role) -> Result<(), ApiError> {
+        match op.role {
+            Some(r) if r.allows(required) => Ok(()),
+            role => {
+                self.0.admin_failures.with_label_values(&["role"]).inc();
+                Err(ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    codes::ROLE_FORBIDDEN,
+                    format!("this call needs the {required} role"),
+                )
+                .with("role", role.map_or("none", Role::as_str))
+                .with("required_role", required.as_str()))
+            }
+        }
+    }
+
+    /// Counts a refused admin call; a failed check (not a missing credential) also counts
+    /// against the caller's address.
+    fn refuse_admin(&self, why: Refusal, ip: Option<IpAddr>) -> ApiError {
+        self.0
+            .admin_failures
+            .with_label_values(&[why.as_str()])
+            .inc();
+        if let Some(ip) = ip {
+            self.0.failures.failed(ip);
+        }
+        match why {
+            Refusal::WrongType => ApiError::new(
+                StatusCode::FORBIDDEN,
+                codes::WRONG_CREDENTIAL_TYPE,
+                "a scanner credential cannot call the admin API",
+            ),
+            Refusal::Missing => ApiError::unauthorized(),
+            other => ApiError::unauthorized().with("reason", other.as_str()),
+        }
     }
 
     /// The claims of a valid, unrevoked admission token; a refusal names its reason.
@@ -151,28 +310,12 @@ where
     }
 }
 
-/// An admin caller (bearer admin secret).
-#[derive(Debug, Clone, Copy)]
-pub struct Admin;
-
-impl<S> FromRequestParts<S> for Admin
-where
-    Auth: FromRef<S>,
-    S: Send + Sync,
-{
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        let presented = parts
-            .headers
-            .get(AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(bearer)
-            .ok_or_else(ApiError::unauthorized)?;
-        if Auth::from_ref(state).is_admin(presented) {
-            Ok(Admin)
-        } else {
-            Err(ApiError::unauthorized())
-        }
-    }
+/// The client's address: the TCP peer (booking's admin API is reached directly, never through
+/// the gateway, so no forwarded header is trusted). Unknown (a router driven without a
+/// listener) counts as one address.
+fn client_ip(parts: &Parts) -> IpAddr {
+    parts
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |c| c.0.ip())
 }

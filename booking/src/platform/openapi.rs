@@ -72,7 +72,8 @@ pub struct BadRequest(pub Error);
 /// No valid credentials (`ADMISSION_REQUIRED {reason}` or `UNAUTHORIZED`)
 #[derive(ToResponse)]
 pub struct Unauthorized(pub Error);
-/// Not allowed (`WRONG_EVENT`, `FORBIDDEN`, ...)
+/// Not allowed (`WRONG_EVENT`, `FORBIDDEN`, `ROLE_FORBIDDEN {role, required_role}`,
+/// `WRONG_CREDENTIAL_TYPE`, ...)
 #[derive(ToResponse)]
 pub struct Forbidden(pub Error);
 /// Not found
@@ -90,7 +91,7 @@ pub struct UnsupportedMediaType(pub Error);
 /// Well-formed but invalid (`VALIDATION_FAILED {field}`, unknown references)
 #[derive(ToResponse)]
 pub struct Invalid(pub Error);
-/// Rate limited (`Retry-After`)
+/// Rate limited (`RATE_LIMITED`; `TOO_MANY_FAILED_LOGINS` on the admin API) with `Retry-After`
 #[derive(ToResponse)]
 pub struct RateLimited(pub Error);
 /// A dependency is unavailable (`Retry-After`)
@@ -123,10 +124,12 @@ pub struct SkuPath {
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Header)]
 pub struct ActorHeader {
-    /// The operator behind an ops change (recorded in the audit log)
+    /// With the bootstrap admin secret: required, the person behind the change (kept in the
+    /// audit entry as a note; the actor is `bootstrap`). With an operator credential: ignored
+    /// (the actor is the operator)
     #[serde(rename = "X-Floodgate-Actor")]
     #[param(min_length = 1, max_length = 200, pattern = "^[ -~]*[!-~][ -~]*$")]
-    pub actor: String,
+    pub actor: Option<String>,
 }
 
 /// `Idempotency-Key`, required (`platform::idempotency`).
@@ -178,10 +181,47 @@ impl Modify for AuthSchemes {
             SecurityScheme::Http(
                 HttpBuilder::new()
                     .scheme(HttpAuthScheme::Bearer)
-                    .description(Some("the admin secret"))
+                    .description(Some(
+                        "an operator credential (`fgop_…`, from `POST /admin/operators`) or the \
+                         bootstrap admin secret. Each operation's scope list names the least role \
+                         it needs: `viewer` < `support` < `admin`; the bootstrap secret acts as \
+                         `admin`",
+                    ))
                     .build(),
             ),
         );
+        admin_refusals(doc);
+    }
+}
+
+/// Every operation behind an operator credential can also answer `403` (a role below the one
+/// it needs: `ROLE_FORBIDDEN`; a scanner credential: `WRONG_CREDENTIAL_TYPE`) and `429` (too
+/// many failed credential checks from this address: `TOO_MANY_FAILED_LOGINS`).
+fn admin_refusals(doc: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::{Ref, RefOr};
+    for item in doc.paths.paths.values_mut() {
+        let ops = [
+            item.get.as_mut(),
+            item.put.as_mut(),
+            item.post.as_mut(),
+            item.delete.as_mut(),
+            item.patch.as_mut(),
+        ];
+        for op in ops.into_iter().flatten() {
+            let admin = serde_json::to_value(&op.security)
+                .ok()
+                .and_then(|v| v.as_array().cloned())
+                .is_some_and(|reqs| reqs.iter().any(|r| r.get("admin").is_some()));
+            if !admin {
+                continue;
+            }
+            for (status, name) in [("403", "Forbidden"), ("429", "RateLimited")] {
+                op.responses
+                    .responses
+                    .entry(status.to_owned())
+                    .or_insert_with(|| RefOr::Ref(Ref::from_response_name(name)));
+            }
+        }
     }
 }
 

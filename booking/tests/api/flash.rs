@@ -276,7 +276,8 @@ async fn failures_release_slots_and_reconcile_fixes_the_gate() {
     )
     .await;
     assert_eq!((status, v["gate"].as_i64()), (200, Some(0)));
-    // The reset is audited (actor `unnamed` without X-Floodgate-Actor), with the gate before.
+    // The reset is audited (actor `bootstrap`, no note without X-Floodgate-Actor), with the gate
+    // before.
     let (actor, detail): (String, serde_json::Value) = sqlx::query_as(
         "SELECT actor, detail FROM ops_audit
           WHERE action = 'product.flash_gate.reset' AND target = 'product:HOT'",
@@ -284,7 +285,7 @@ async fn failures_release_slots_and_reconcile_fixes_the_gate() {
     .fetch_one(&app.pool)
     .await
     .expect("the flash gate reset's audit entry");
-    assert_eq!(actor, "unnamed");
+    assert_eq!(actor, "bootstrap");
     assert_eq!(detail["gate"], json!(0), "{detail}");
     assert!(detail.get("before").is_some(), "{detail}");
     // An unknown SKU is not reset (nor audited).

@@ -564,3 +564,13 @@ pub async fn order_cart(
 /// connection can be sitting on it between this pick and the child's bind (a `:0` port let go
 /// of can be).
 pub use testkit::free_port;
+
+/// Who an audit entry names: the actor, and for the bootstrap secret the `X-Floodgate-Actor`
+/// note it sent (`bootstrap/alice`).
+pub fn who(entry: &Value) -> String {
+    let actor = entry["actor"].as_str().unwrap_or("?");
+    match entry["note"].as_str() {
+        Some(note) => format!("{actor}/{note}"),
+        None => actor.to_owned(),
+    }
+}

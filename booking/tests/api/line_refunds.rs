@@ -494,10 +494,11 @@ async fn a_line_refund_refused_after_the_full_refund_was_asked_loses_no_money() 
     let paid = env.sandbox.order_summary(&order).amount_charged;
     assert_eq!(paid, 12_000 + 8_000);
     // Line 1's refund is claimed; its provider call has no answer yet (a worker that died).
+    let actor = booking::platform::audit::Operator::system("ops@example");
     let ask = RefundAsk {
         stock: None,
         reason: Some("seat broken"),
-        actor: "ops@example",
+        actor: &actor,
         origin: Origin::Ops,
     };
     let mut tx = env.app.pool.begin().await.expect("begin");

@@ -34,6 +34,7 @@ mod kept_pool;
 mod line_refunds;
 mod one_statement;
 mod openapi;
+mod operators;
 mod ops;
 mod ops_refunds;
 mod order_batches;

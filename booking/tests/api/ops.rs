@@ -2,7 +2,7 @@
 //! order's detail, the audit log, and audit entries of the older admin mutations.
 
 use crate::events::{create_event, small_event};
-use crate::helpers::{ADMIN_TOKEN, TestApp, json};
+use crate::helpers::{ADMIN_TOKEN, TestApp, json, who};
 use crate::payments::{PayEnv, pay, seat_order};
 use serde_json::{Value, json};
 use std::collections::HashSet;
@@ -187,7 +187,7 @@ async fn audit(app: &TestApp, query: &str) -> Value {
 }
 
 #[tokio::test]
-async fn older_admin_changes_are_audited_with_the_actor_or_unnamed() {
+async fn older_admin_changes_are_audited_as_bootstrap_with_the_named_actor_as_a_note() {
     let app = TestApp::spawn().await;
     create_event(&app, &small_event("plain", 1, 2, 5, 1)).await;
     let resp = app
@@ -218,7 +218,7 @@ async fn older_admin_changes_are_audited_with_the_actor_or_unnamed() {
         .iter()
         .map(|e| {
             (
-                e["actor"].as_str().expect("actor").to_owned(),
+                who(e),
                 e["action"].as_str().expect("action").to_owned(),
                 e["target"].as_str().expect("target").to_owned(),
             )
@@ -228,22 +228,22 @@ async fn older_admin_changes_are_audited_with_the_actor_or_unnamed() {
         entries,
         vec![
             (
-                "pricing".into(),
+                "bootstrap/pricing".into(),
                 "product.update".into(),
                 "product:sku-a".into()
             ),
             (
-                "unnamed".into(),
+                "bootstrap".into(),
                 "product.create".into(),
                 "product:sku-a".into()
             ),
             (
-                "ops-desk".into(),
+                "bootstrap/ops-desk".into(),
                 "event.create".into(),
                 "event:named".into()
             ),
             (
-                "unnamed".into(),
+                "bootstrap".into(),
                 "event.create".into(),
                 "event:plain".into()
             ),

@@ -213,8 +213,10 @@ async fn cancel_ends_a_pending_order_and_refunds_a_paid_one() {
             asked[0]["stock"].clone(),
             asked[0]["actor"].clone()
         ),
-        (json!("succeeded"), json!("kill"), json!("ops"))
+        (json!("succeeded"), json!("kill"), json!("bootstrap"))
     );
+    // Asked with the bootstrap secret: the name it sent is kept as a note.
+    assert_eq!(asked[0]["actor_detail"]["note"], json!("ops"), "{d}");
     assert_eq!(d["order"]["status"], "REFUNDED");
 }
 
@@ -392,7 +394,8 @@ async fn event_update_is_validated_audited_and_refused_once_cancelled() {
         (json!("Moved show"), json!(2), json!(120))
     );
     let detail: Value = sqlx::query_scalar(
-        "SELECT detail FROM ops_audit WHERE action = 'event.update' AND actor = 'ops'",
+        "SELECT detail FROM ops_audit
+          WHERE action = 'event.update' AND actor = 'bootstrap' AND note = 'ops'",
     )
     .fetch_one(&env.app.pool)
     .await
@@ -504,7 +507,7 @@ async fn a_retried_refund_is_audited_once_per_reason_and_refunds_once() {
     );
     let retrying = || async {
         sqlx::query_as::<_, (String, Value)>(
-            "SELECT actor, detail FROM ops_audit
+            "SELECT actor || coalesce('/' || note, ''), detail FROM ops_audit
               WHERE action = 'order.refund.retrying' AND target = 'order:' || $1 ORDER BY id",
         )
         .bind(&order)
@@ -526,7 +529,8 @@ async fn a_retried_refund_is_audited_once_per_reason_and_refunds_once() {
     }
     let entries = retrying().await;
     assert_eq!(entries.len(), 1, "one entry per reason: {entries:?}");
-    assert_eq!(entries[0].0, "ops@example");
+    // The job records the asking operator as they asked: the bootstrap secret, with its note.
+    assert_eq!(entries[0].0, "bootstrap/ops@example");
     assert_eq!(entries[0].1["attempts"], json!(1), "{}", entries[0].1);
     assert!(entries[0].1["why"].as_str().is_some_and(|w| !w.is_empty()));
     // The provider is back: the next retry refunds, once.

@@ -2,7 +2,7 @@
 //! both killed and held under racing holds, released back on sale, audited, actor required.
 
 use crate::events::{create_event, small_event};
-use crate::helpers::{ADMIN_TOKEN, TestApp, json};
+use crate::helpers::{ADMIN_TOKEN, TestApp, json, who};
 use serde_json::{Value, json};
 
 async fn ops_post(app: &TestApp, path: &str, actor: Option<&str>, body: &Value) -> (u16, Value) {
@@ -153,23 +153,18 @@ async fn kills_are_all_or_nothing_audited_and_released() {
 
     let (status, log) = json(app.admin_get("/admin/audit?event=ev&target=event:ev").await).await;
     assert_eq!(status, 200, "{log}");
-    let actions: Vec<(&str, &str)> = log["entries"]
+    let actions: Vec<(String, String)> = log["entries"]
         .as_array()
         .expect("entries")
         .iter()
-        .map(|e| {
-            (
-                e["actor"].as_str().expect("actor"),
-                e["action"].as_str().expect("action"),
-            )
-        })
+        .map(|e| (who(e), e["action"].as_str().expect("action").to_owned()))
         .collect();
     assert_eq!(
         actions,
         vec![
-            ("bob", "seats.release"),
-            ("alice", "seats.kill"),
-            ("unnamed", "event.create")
+            ("bootstrap/bob".into(), "seats.release".into()),
+            ("bootstrap/alice".into(), "seats.kill".into()),
+            ("bootstrap".into(), "event.create".into())
         ]
     );
     app.stop().await;

@@ -4,7 +4,7 @@
 
 use crate::inventory::InventoryState;
 use crate::inventory::model::Invalid;
-use crate::platform::audit::{self, Operator};
+use crate::platform::audit::{self, AdminOp};
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::json::ApiJson;
 use crate::platform::openapi::{self as doc, tags};
@@ -76,7 +76,7 @@ pub struct EventSettings {
 }
 
 /// Change an event's name, sale start or limits (audited with before/after)
-#[utoipa::path(patch, path = "/admin/events/{event}", tag = tags::OPS, security(("admin" = [])),
+#[utoipa::path(patch, path = "/admin/events/{event}", tag = tags::OPS, security(("admin" = ["admin"])),
     params(doc::EventPath, doc::ActorHeader),
     request_body = UpdateEvent,
     responses(
@@ -91,7 +91,7 @@ pub struct EventSettings {
     ))]
 pub async fn update_event(
     State(state): State<InventoryState>,
-    op: Operator,
+    op: AdminOp,
     Path(event): Path<String>,
     ApiJson(req): ApiJson<UpdateEvent>,
 ) -> ApiResult<ApiJson<EventSettings>> {

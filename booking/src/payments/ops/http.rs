@@ -10,8 +10,8 @@ use crate::payments::ops::event_cancel::{self, Cancelled};
 use crate::payments::ops::refund::{
     self, Claimed, Origin, ROW_COLUMNS, RefundAsk, RefundRow, Worked,
 };
-use crate::platform::audit::{self, Operator};
-use crate::platform::auth::Admin;
+use crate::platform::audit::Viewer;
+use crate::platform::audit::{self, AdminOp, Support};
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::idempotency::{self, Begin, Fingerprint, IdempotencyKey, OPS_ACCOUNT};
 use crate::platform::json::ApiJson;
@@ -164,7 +164,7 @@ fn validate(req: &RefundRequest) -> ApiResult<()> {
 }
 
 /// Refund a paid order, in full or some of its lines (each line exactly once, whatever races it)
-#[utoipa::path(post, path = "/admin/orders/{id}/refund", tag = tags::OPS, security(("admin" = [])),
+#[utoipa::path(post, path = "/admin/orders/{id}/refund", tag = tags::OPS, security(("admin" = ["support"])),
     params(doc::IdPath, doc::ActorHeader, doc::IdempotencyKey),
     request_body = RefundRequest,
     responses(
@@ -182,7 +182,7 @@ fn validate(req: &RefundRequest) -> ApiResult<()> {
     ))]
 async fn refund_order(
     State(state): State<PaymentsState>,
-    op: Operator,
+    op: Support,
     key: IdempotencyKey,
     Path(order_id): Path<String>,
     ApiJson(req): ApiJson<RefundRequest>,
@@ -193,7 +193,7 @@ async fn refund_order(
         let ask = RefundAsk {
             stock: req.stock.map(StockChoice::as_str),
             reason: req.reason.as_deref(),
-            actor: op.name(),
+            actor: &op,
             origin: Origin::Ops,
         };
         let mut tx = state
@@ -209,7 +209,7 @@ async fn refund_order(
 }
 
 /// Cancel an order: a pending one ends like an expiry, a paid one is refunded
-#[utoipa::path(post, path = "/admin/orders/{id}/cancel", tag = tags::OPS, security(("admin" = [])),
+#[utoipa::path(post, path = "/admin/orders/{id}/cancel", tag = tags::OPS, security(("admin" = ["support"])),
     params(doc::IdPath, doc::ActorHeader, doc::IdempotencyKey),
     request_body = inline(CancelOrderRequest),
     responses(
@@ -227,7 +227,7 @@ async fn refund_order(
     ))]
 async fn cancel_order(
     State(state): State<PaymentsState>,
-    op: Operator,
+    op: Support,
     key: IdempotencyKey,
     Path(order_id): Path<String>,
     ApiJson(req): ApiJson<RefundRequest>,
@@ -277,7 +277,7 @@ async fn cancel_order(
         let ask = RefundAsk {
             stock: req.stock.map(StockChoice::as_str),
             reason: req.reason.as_deref(),
-            actor: op.name(),
+            actor: &op,
             origin: Origin::Ops,
         };
         let claimed = refund::claim_tx(&mut tx, &order_id, None, &ask).await?;
@@ -407,7 +407,7 @@ where
 }
 
 /// Cancel an event: pending orders end, every paid order is refunded once by a resumable job
-#[utoipa::path(post, path = "/admin/events/{event}/cancel", tag = tags::OPS, security(("admin" = [])),
+#[utoipa::path(post, path = "/admin/events/{event}/cancel", tag = tags::OPS, security(("admin" = ["admin"])),
     params(doc::EventPath, doc::ActorHeader),
     request_body = CancelEventRequest,
     responses(
@@ -423,7 +423,7 @@ where
     ))]
 async fn cancel_event(
     State(state): State<PaymentsState>,
-    op: Operator,
+    op: AdminOp,
     Path(event): Path<String>,
     ApiJson(req): ApiJson<CancelEventRequest>,
 ) -> ApiResult<Response> {
@@ -452,7 +452,7 @@ async fn cancel_event(
 
 /// The progress of an event's cancellation
 #[utoipa::path(get, path = "/admin/events/{event}/cancellation", tag = tags::OPS,
-    security(("admin" = [])),
+    security(("admin" = ["viewer"])),
     params(doc::EventPath),
     responses(
         (status = 200, description = "OK", body = event_cancel::Progress),
@@ -461,7 +461,7 @@ async fn cancel_event(
     ))]
 async fn cancellation(
     State(state): State<PaymentsState>,
-    _admin: Admin,
+    _caller: Viewer,
     Path(event): Path<String>,
 ) -> ApiResult<axum::Json<event_cancel::Progress>> {
     event_cancel::progress(&state.pool, &event)

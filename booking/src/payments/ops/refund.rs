@@ -81,6 +81,9 @@ pub struct RefundRow {
     pub status: String,
     pub provider_refund_id: Option<String>,
     pub actor: String,
+    /// The asking operator's role, credential id and note (`Operator::detail`).
+    #[serde(skip)]
+    pub actor_detail: Option<serde_json::Value>,
     pub reason: Option<String>,
     pub attempts: i32,
     /// Takes the order's last lines: applying it reverses the order.
@@ -121,7 +124,7 @@ enum RefundStatus {
 }
 
 pub const ROW_COLUMNS: &str = "id, order_id, event_id, payment_id, provider_payment_id, amount, \
-     stock, origin, status, provider_refund_id, actor, reason, attempts, reverses_order, whole_payment, \
+     stock, origin, status, provider_refund_id, actor, actor_detail, reason, attempts, reverses_order, whole_payment, \
      ARRAY(SELECT line FROM order_refund_lines l WHERE l.refund_id = order_refunds.id \
            ORDER BY line) AS lines";
 
@@ -145,7 +148,7 @@ pub struct RefundAsk<'a> {
     /// `release` | `kill`; `None`: the event's `refund_stock`.
     pub stock: Option<&'a str>,
     pub reason: Option<&'a str>,
-    pub actor: &'a str,
+    pub actor: &'a Operator,
     pub origin: Origin,
 }
 
@@ -242,7 +245,7 @@ pub async fn claim_tx(
          r AS (
              INSERT INTO order_refunds (id, order_id, event_id, payment_id, provider_payment_id,
                                         amount, stock, origin, actor, reason, leased_until,
-                                        reverses_order, whole_payment)
+                                        reverses_order, whole_payment, actor_detail)
              SELECT 'rf_' || replace(gen_random_uuid()::text, '-', ''), o.id, o.event_id, p.id,
                     p.provider_payment_id,
                     -- The final refund asks for all that is left; another for its lines'
@@ -252,7 +255,7 @@ pub async fn claim_tx(
                     COALESCE($2, CASE e.refund_stock WHEN 'hold_back' THEN 'kill' ELSE 'release'
                                  END, 'release'),
                     $3, $4, $5, clock_timestamp() + make_interval(secs => $6),
-                    $7, $7 AND a.n = 0
+                    $7, $7 AND a.n = 0, $11
                FROM orders o
                JOIN payments p ON p.order_id = o.id AND p.status = 'succeeded'
                LEFT JOIN events e ON e.id = o.event_id
@@ -270,13 +273,14 @@ pub async fn claim_tx(
     .bind(order_id)
     .bind(ask.stock)
     .bind(ask.origin.as_str())
-    .bind(ask.actor)
+    .bind(ask.actor.name())
     .bind(ask.reason)
     .bind(LEASE_S as f64)
     .bind(is_final)
     .bind(lines_amount)
     .bind(&take_lines)
     .bind(&take_amounts)
+    .bind(ask.actor.detail())
     .fetch_optional(&mut *conn)
     .await
     .statement("record the refund and its lines before calling the provider")?;
@@ -382,7 +386,7 @@ async fn settle_final(c: &PaymentClients, row: &RefundRow) -> PaymentResult<Fina
 /// Calls the provider for `row` (same key on every try) and applies the answer. Nothing here
 /// holds a transaction across the provider call.
 pub async fn work(c: &PaymentClients, redis: &Redis, row: &RefundRow) -> PaymentResult<Worked> {
-    let actor = Operator(row.actor.clone());
+    let actor = Operator::from_stored(&row.actor, row.actor_detail.as_ref());
     if row.status == "succeeded" {
         return Ok(Worked::Done);
     }

@@ -150,7 +150,7 @@ pub(super) async fn mark_failed(
     }
     audit::record_tx(
         &mut tx,
-        &Operator(row.actor.clone()),
+        &Operator::from_stored(&row.actor, row.actor_detail.as_ref()),
         "order.refund.refused",
         &format!("order:{}", row.order_id),
         row.event_id.as_deref(),
@@ -197,7 +197,7 @@ pub(super) async fn retry_later(
     if let Some((true, attempts)) = changed {
         audit::record_tx(
             &mut tx,
-            &Operator(row.actor.clone()),
+            &Operator::from_stored(&row.actor, row.actor_detail.as_ref()),
             "order.refund.retrying",
             &format!("order:{}", row.order_id),
             row.event_id.as_deref(),
