@@ -8,7 +8,7 @@
 #     the gateway's public listener and its admin listener;
 #  3. schemathesis (pinned by hash, deploy/openapi/requirements.txt) generates requests from
 #     each document — valid and invalid bodies, parameters, headers — with real credentials
-#     (the admin secret, a fan's identity token and an admission token of the demo event) and
+#     (an admin operator's credential, a fan's identity token and an admission token of the demo event) and
 #     runs every check (`--checks all`): no 5xx, only documented status codes, bodies and
 #     headers as documented, and the data checks: a request the document forbids is refused
 #     (negative_data_rejection) and one it allows is not refused as invalid
@@ -66,6 +66,10 @@ export FLOODGATE_PROFILE; FLOODGATE_PROFILE="$(basename "$BIN_DIR")"
 private_stack_ports
 export FLOODGATE_ADMIN_TOKEN; FLOODGATE_ADMIN_TOKEN="openapi-$(head -c 18 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 unset FLOODGATE_REDIS_CLUSTER
+# The fuzzer sends wrong and missing credentials on purpose; locking its address out after 20
+# of them would turn the rest of the run into 429s (the lockout has its own tests).
+export FLOODGATE_BOOKING__ADMIN_AUTH_FAILURES_PER_IP_PER_MIN=1000000
+export FLOODGATE_GATEWAY__LIMITS__ADMIN_AUTH_FAILURES_PER_IP_PER_MIN=1000000
 
 say "deploy/stack up (own ports, binaries from $BIN_DIR)"
 if ! "$ROOT/deploy/stack" up >"$TMP/up.log" 2>&1; then
@@ -98,9 +102,24 @@ for _ in $(seq 1 120); do
   sleep 0.5
 done
 [ -n "$ADMISSION" ] || { say "FAILED: not admitted to the demo event within 60 s"; exit 1; }
-say "credentials ready (admin secret, identity token, admission token of demo)"
+# The admin operations are fuzzed as a named admin operator (the bootstrap secret would need
+# X-Floodgate-Actor on every change, which the document leaves optional): issued with the
+# bootstrap secret, then accepted by the gateway's admin listener once booking has published it.
+OPERATOR="$(curl -sf --max-time 5 -X POST -H "authorization: Bearer $FLOODGATE_ADMIN_TOKEN" \
+  -H 'x-floodgate-actor: openapi.sh' -H 'content-type: application/json' \
+  -d '{"name":"openapi fuzzer","role":"admin"}' "$BK/admin/operators" | json_field credential)"
+[ -n "$OPERATOR" ] || { say "FAILED: issue an admin operator"; exit 1; }
+for _ in $(seq 1 40); do
+  [ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 -H "authorization: Bearer $OPERATOR" \
+       "$GA/admin/events/demo/config")" = 200 ] && break
+  sleep 0.25
+done
+[ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 -H "authorization: Bearer $OPERATOR" \
+     "$GA/admin/events/demo/config")" = 200 ] \
+  || { say "FAILED: the gateway's admin listener did not learn the operator within 10 s"; exit 1; }
+say "credentials ready (an admin operator, identity token, admission token of demo)"
 
-export FG_ADMIN="$FLOODGATE_ADMIN_TOKEN" FG_IDENTITY="$IDENTITY" FG_ADMISSION="$ADMISSION"
+export FG_ADMIN="$OPERATOR" FG_IDENTITY="$IDENTITY" FG_ADMISSION="$ADMISSION"
 # The data checks' expected answers for booking. A request the document forbids may also be
 # refused `413` (a list over its maxItems is over the body limit). A request the document allows
 # is never refused as invalid (`400`/`422`), except by the operations listed below, each for a
