@@ -28,8 +28,8 @@ pub struct GatewayConfig {
     pub log: LogSettings,
     /// The one booking setting the gateway must agree with.
     pub booking: BookingView,
-    /// Admin bearer secret (`FLOODGATE_ADMIN_TOKEN`). Unset (dev mode only): the admin API
-    /// answers 401 to all.
+    /// The bootstrap admin secret (`FLOODGATE_ADMIN_TOKEN`; role admin, actor `bootstrap`).
+    /// Unset (dev mode only): it matches nothing, and only operator credentials are accepted.
     pub admin_token: Option<SecretString>,
     /// `[dev]`: built-in secrets and dev login allowed (local stack, tests).
     pub dev: DevSettings,
