@@ -1,40 +1,46 @@
 //! The admin listener (separate port, never the public one): live event config, early
 //! revocation, the sold-out flag, registration lists (`registration.rs`), health and metrics.
 //!
-//! Guarantees: every admin call needs the admin bearer secret (constant-time compare;
-//! missing or wrong → `401`); a config PUT is validated as a whole and nothing is stored
-//! unless every field is valid (`422` lists the problems); once stored, every instance
-//! applies it within one refresh (`refresh_ms`, 250 ms by default).
+//! Guarantees: every admin call needs an operator credential whose role covers the route, or
+//! the bootstrap admin secret (`auth.rs`; missing or wrong → `401`, a role too low → `403
+//! ROLE_FORBIDDEN`, both before the body is read, so a refused call changes nothing and
+//! writes no audit entry); every change that is made writes exactly one entry in the config
+//! audit log naming who made it ([`Who`]); a config PUT is validated as a whole and nothing
+//! is stored unless every field is valid (`422` lists the problems); once stored, every
+//! instance applies it within one refresh (`refresh_ms`, 250 ms by default).
 
 use crate::event_config::EventConfigInput;
 use crate::queue::unavailable;
 use crate::respond::{Reply, is_json, parse_json, read_body, send};
 use crate::routes::{self, AdminRoute};
 use crate::state::Shared;
-use crate::store::Store;
+use crate::store::{Store, Who};
 use async_trait::async_trait;
+use auth::{Caller, Refusal};
 use bytes::Bytes;
 use pingora_core::upstreams::peer::HttpPeer;
 use pingora_core::{Error, ErrorType, Result};
 use pingora_proxy::{ProxyHttp, Session};
 use serde::Deserialize;
 use serde_json::json;
+use shared::credentials::AuthFailures;
 use shared::error::{ErrorBody, codes};
 use std::sync::Arc;
 
 mod audit;
+pub mod auth;
+pub mod operators;
 mod schedule;
 
-/// The header naming the operator behind an admin call (booking's convention).
+/// The header naming the person behind a call made with the bootstrap secret (booking's
+/// convention); kept as the audit entry's `note`. Ignored for operator credentials, whose
+/// name is the actor.
 pub const ACTOR_HEADER: &str = "x-floodgate-actor";
-/// The actor recorded for a config PUT, sold-out flag or revocation that named nobody
-/// (those calls predate the audit log; loadgen, deploy/stack and k6 make them unnamed).
-pub const UNNAMED: &str = "unnamed";
 const MAX_ACTOR: usize = 200;
 
-/// The operator named in `X-Floodgate-Actor`: 1..=200 visible characters, trimmed. Missing:
-/// `400 ACTOR_REQUIRED` when `required`, else [`UNNAMED`]; present but unusable: `400`.
-pub(crate) fn actor(session: &Session, required: bool) -> std::result::Result<String, Reply> {
+/// The bootstrap secret's `X-Floodgate-Actor`: 1..=200 visible characters, trimmed. Missing:
+/// `400 ACTOR_REQUIRED` when `required`, else `None`; present but unusable: `400`.
+fn note(session: &Session, required: bool) -> std::result::Result<Option<String>, Reply> {
     let refuse = || {
         Reply::error(
             400,
@@ -43,16 +49,37 @@ pub(crate) fn actor(session: &Session, required: bool) -> std::result::Result<St
         )
     };
     let Some(raw) = session.req_header().headers.get(ACTOR_HEADER) else {
-        return if required {
-            Err(refuse())
-        } else {
-            Ok(UNNAMED.to_owned())
-        };
+        return if required { Err(refuse()) } else { Ok(None) };
     };
     let raw = raw.to_str().map_err(|_| refuse())?.trim();
     let ok =
         !raw.is_empty() && raw.chars().count() <= MAX_ACTOR && raw.chars().all(|c| !c.is_control());
-    ok.then(|| raw.to_owned()).ok_or_else(refuse)
+    ok.then(|| Some(raw.to_owned())).ok_or_else(refuse)
+}
+
+/// The note an audit entry of `caller`'s call carries: the bootstrap secret's
+/// `X-Floodgate-Actor` (required where `required`); never anything for an operator, whose
+/// header is not trusted and not read.
+pub(crate) fn caller_note(
+    session: &Session,
+    caller: &Caller,
+    required: bool,
+) -> std::result::Result<Option<String>, Reply> {
+    if caller.is_bootstrap() {
+        note(session, required)
+    } else {
+        Ok(None)
+    }
+}
+
+/// The audit log's view of `caller` (and the bootstrap secret's note).
+pub(crate) fn who<'a>(caller: &'a Caller, note: Option<&'a str>) -> Who<'a> {
+    Who {
+        actor: &caller.actor,
+        role: Some(caller.role),
+        operator_id: caller.operator_id.as_deref(),
+        note,
+    }
 }
 
 /// A `422` listing the problems of scheduled changes; nothing was stored.
@@ -83,11 +110,13 @@ fn method_not_allowed(path: &str) -> Reply {
 pub struct AdminApp {
     pub shared: Arc<Shared>,
     pub store: Store,
+    /// Failed credential checks per peer address (`None`: the limit is off).
+    pub failures: Option<AuthFailures>,
 }
 
+/// What an admitted admin call does (its route, owned, so the handler may borrow the
+/// session mutably).
 enum Action {
-    Reply(Reply),
-    Ready,
     GetConfig(String),
     PutConfig(String),
     Revoke(String),
@@ -103,17 +132,107 @@ enum Action {
 }
 
 impl AdminApp {
-    fn authorized(&self, session: &Session) -> bool {
-        let Some(secret) = &self.shared.config.admin_token else {
-            return false;
+    /// Routes a request and checks its caller: the answer when it ends here (health, metrics,
+    /// this document, a refusal: `Err`), else what to do and for whom (`None`: the readiness
+    /// probe, which needs no credential).
+    fn decide(&self, session: &Session) -> std::result::Result<Option<(Action, Caller)>, Reply> {
+        let req = session.req_header();
+        let route = routes::admin(&req.method, req.uri.path());
+        match route {
+            AdminRoute::Healthz => return Err(Reply::json(200, &json!({"status": "ok"}))),
+            AdminRoute::Readyz => return Ok(None),
+            AdminRoute::OpenApi => {
+                return Err(crate::respond::openapi(crate::respond::OPENAPI_ADMIN));
+            }
+            AdminRoute::Metrics => {
+                return Err(Reply::bytes(
+                    200,
+                    "text/plain; version=0.0.4",
+                    Bytes::from(self.shared.metrics.render()),
+                    "no-store",
+                ));
+            }
+            AdminRoute::NotFound => {
+                return Err(Reply::error(404, codes::NOT_FOUND, "not found"));
+            }
+            // The paths answered without credentials refuse other methods without them too.
+            AdminRoute::MethodNotAllowed if !req.uri.path().starts_with("/admin/") => {
+                return Err(method_not_allowed(req.uri.path()));
+            }
+            _ => {}
+        }
+        let caller = self.authenticate(session).map_err(|r| r.reply())?;
+        if let Some(required) = auth::required_role(&route)
+            && !caller.role.allows(required)
+        {
+            let refusal = Refusal::Role {
+                role: caller.role,
+                required,
+            };
+            self.shared.metrics.admin_auth_failed(refusal.reason());
+            return Err(refusal.reply());
+        }
+        let action = match route {
+            AdminRoute::UnknownEvent => {
+                return Err(Reply::error(404, codes::UNKNOWN_EVENT, "invalid event id"));
+            }
+            AdminRoute::GetConfig(e) => Action::GetConfig(e.to_owned()),
+            AdminRoute::PutConfig(e) => Action::PutConfig(e.to_owned()),
+            AdminRoute::Revoke(e) => Action::Revoke(e.to_owned()),
+            AdminRoute::SoldOut(e) => Action::SoldOut(e.to_owned()),
+            AdminRoute::PutRegistrations(e) => Action::PutRegistrations(e.to_owned()),
+            AdminRoute::GetRegistrations(e) => Action::GetRegistrations(e.to_owned()),
+            AdminRoute::Audit(e) => Action::Audit(e.to_owned()),
+            AdminRoute::Schedule(e) => Action::Schedule(e.to_owned()),
+            AdminRoute::AddChange(e) => Action::AddChange(e.to_owned()),
+            AdminRoute::Change(e, id) => Action::Change(e.to_owned(), id.to_owned()),
+            AdminRoute::EditChange(e, id) => Action::EditChange(e.to_owned(), id.to_owned()),
+            AdminRoute::CancelChange(e, id) => Action::CancelChange(e.to_owned(), id.to_owned()),
+            AdminRoute::MethodNotAllowed
+            | AdminRoute::Healthz
+            | AdminRoute::Readyz
+            | AdminRoute::OpenApi
+            | AdminRoute::Metrics
+            | AdminRoute::NotFound => return Err(method_not_allowed(req.uri.path())),
         };
-        session
-            .req_header()
-            .headers
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(shared::token::bearer)
-            .is_some_and(|t| shared::config::admin_secret_matches(secret, t))
+        Ok(Some((action, caller)))
+    }
+
+    /// Checks the caller's credential: the peer address's failure budget first (a blocked
+    /// address learns nothing, not even that a credential is valid), then the credential;
+    /// a failed check counts against the address. Every refusal is counted by reason.
+    fn authenticate(&self, session: &Session) -> std::result::Result<Caller, Refusal> {
+        let authorization = session.req_header().headers.get("authorization");
+        // The listener's own peer: admin clients connect directly, so no X-Forwarded-For.
+        let ip = session
+            .client_addr()
+            .and_then(|a| a.as_inet())
+            .map(|a| a.ip());
+        let limiter = self.failures.as_ref().zip(ip);
+        let result = match limiter.and_then(|(f, ip)| f.blocked(ip)) {
+            Some(secs) if authorization.is_some() => Err(Refusal::RateLimited(secs)),
+            _ => auth::check(
+                authorization.map(|v| v.as_bytes()),
+                self.shared.config.admin_token.as_ref(),
+                &self.shared.live.operators,
+                std::time::Instant::now(),
+                chrono::Utc::now().timestamp_millis(),
+            ),
+        };
+        if let Err(refusal) = &result {
+            if refusal.is_failed_check()
+                && let Some((f, ip)) = limiter
+            {
+                f.failed(ip);
+            }
+            self.shared.metrics.admin_auth_failed(refusal.reason());
+            tracing::debug!(
+                reason = refusal.reason(),
+                peer = ?ip,
+                "admin call refused before its handler"
+            );
+        }
+        result
     }
 
     async fn get_config(&self, event: &str) -> Reply {
@@ -152,11 +271,12 @@ impl AdminApp {
             .map_err(|e| e.reply())
     }
 
-    async fn put_config(&self, session: &mut Session, event: &str) -> Reply {
-        let actor = match actor(session, false) {
-            Ok(a) => a,
+    async fn put_config(&self, session: &mut Session, event: &str, caller: &Caller) -> Reply {
+        let note = match caller_note(session, caller, false) {
+            Ok(n) => n,
             Err(r) => return r,
         };
+        let who = who(caller, note.as_deref());
         let body = match self.body(session).await {
             Ok(b) => b,
             Err(r) => return r,
@@ -190,14 +310,14 @@ impl AdminApp {
         };
         let changes = match schedule {
             None => None,
-            Some(list) => match self.new_schedule(&cfg, list, &actor).await {
+            Some(list) => match self.new_schedule(&cfg, list, who.actor).await {
                 Ok(c) => Some(c),
                 Err(r) => return r,
             },
         };
         let write = crate::store::ConfigWrite {
             replace_schedule: changes.as_deref(),
-            ..crate::store::ConfigWrite::manual(&actor)
+            ..crate::store::ConfigWrite::manual(who)
         };
         match self
             .store
@@ -233,11 +353,12 @@ impl AdminApp {
         }
     }
 
-    async fn revoke(&self, session: &mut Session, event: &str) -> Reply {
-        let actor = match actor(session, false) {
-            Ok(a) => a,
+    async fn revoke(&self, session: &mut Session, event: &str, caller: &Caller) -> Reply {
+        let note = match caller_note(session, caller, false) {
+            Ok(n) => n,
             Err(r) => return r,
         };
+        let who = who(caller, note.as_deref());
         #[derive(Deserialize)]
         #[serde(deny_unknown_fields)]
         struct Body {
@@ -271,7 +392,7 @@ impl AdminApp {
         let keep_s = 86_400 + self.shared.config.tokens.leeway_s;
         match self
             .store
-            .revoke(event, &field, account, sid, keep_s, &actor)
+            .revoke(event, &field, account, sid, keep_s, who)
             .await
         {
             Err(e) => unavailable(&self.shared, &e),
@@ -288,11 +409,12 @@ impl AdminApp {
         }
     }
 
-    async fn sold_out(&self, session: &mut Session, event: &str) -> Reply {
-        let actor = match actor(session, false) {
-            Ok(a) => a,
+    async fn sold_out(&self, session: &mut Session, event: &str, caller: &Caller) -> Reply {
+        let note = match caller_note(session, caller, false) {
+            Ok(n) => n,
             Err(r) => return r,
         };
+        let who = who(caller, note.as_deref());
         let body = match self.body(session).await {
             Ok(b) => b,
             Err(r) => return r,
@@ -301,7 +423,7 @@ impl AdminApp {
             Ok(b) => b,
             Err(r) => return r,
         };
-        match self.store.set_sold_out(event, b.sold_out, &actor).await {
+        match self.store.set_sold_out(event, b.sold_out, who).await {
             Err(e) => unavailable(&self.shared, &e),
             Ok(false) => Reply::error(404, codes::UNKNOWN_EVENT, "no config for this event"),
             Ok(true) => Reply::json(200, &json!({"event": event, "sold_out": b.sold_out})),
@@ -316,78 +438,37 @@ impl ProxyHttp for AdminApp {
     fn new_ctx(&self) {}
 
     async fn request_filter(&self, session: &mut Session, _ctx: &mut ()) -> Result<bool> {
-        let action = {
-            let req = session.req_header();
-            let route = routes::admin(&req.method, req.uri.path());
-            match route {
-                AdminRoute::Healthz => Action::Reply(Reply::json(200, &json!({"status": "ok"}))),
-                AdminRoute::Readyz => Action::Ready,
-                AdminRoute::OpenApi => {
-                    Action::Reply(crate::respond::openapi(crate::respond::OPENAPI_ADMIN))
-                }
-                AdminRoute::Metrics => Action::Reply(Reply::bytes(
-                    200,
-                    "text/plain; version=0.0.4",
-                    Bytes::from(self.shared.metrics.render()),
-                    "no-store",
-                )),
-                AdminRoute::NotFound => {
-                    Action::Reply(Reply::error(404, codes::NOT_FOUND, "not found"))
-                }
-                // The paths answered without the secret refuse other methods without it too.
-                AdminRoute::MethodNotAllowed if !req.uri.path().starts_with("/admin/") => {
-                    Action::Reply(method_not_allowed(req.uri.path()))
-                }
-                _ if !self.authorized(session) => Action::Reply(
-                    Reply::error(401, codes::UNAUTHORIZED, "admin bearer secret required")
-                        .header("www-authenticate", "Bearer"),
-                ),
-                AdminRoute::UnknownEvent => {
-                    Action::Reply(Reply::error(404, codes::UNKNOWN_EVENT, "invalid event id"))
-                }
-                AdminRoute::MethodNotAllowed => Action::Reply(method_not_allowed(req.uri.path())),
-                AdminRoute::GetConfig(e) => Action::GetConfig(e.to_owned()),
-                AdminRoute::PutConfig(e) => Action::PutConfig(e.to_owned()),
-                AdminRoute::Revoke(e) => Action::Revoke(e.to_owned()),
-                AdminRoute::SoldOut(e) => Action::SoldOut(e.to_owned()),
-                AdminRoute::PutRegistrations(e) => Action::PutRegistrations(e.to_owned()),
-                AdminRoute::GetRegistrations(e) => Action::GetRegistrations(e.to_owned()),
-                AdminRoute::Audit(e) => Action::Audit(e.to_owned()),
-                AdminRoute::Schedule(e) => Action::Schedule(e.to_owned()),
-                AdminRoute::AddChange(e) => Action::AddChange(e.to_owned()),
-                AdminRoute::Change(e, id) => Action::Change(e.to_owned(), id.to_owned()),
-                AdminRoute::EditChange(e, id) => Action::EditChange(e.to_owned(), id.to_owned()),
-                AdminRoute::CancelChange(e, id) => {
-                    Action::CancelChange(e.to_owned(), id.to_owned())
-                }
-            }
-        };
-        let reply = match action {
-            Action::Reply(r) => r,
-            Action::Ready => {
+        let (action, caller) = match self.decide(session) {
+            Ok(Some(a)) => a,
+            Ok(None) => {
                 let ok = self.store.ping().await.is_ok();
-                Reply::json(if ok { 200 } else { 503 }, &json!({"redis": ok}))
+                let reply = Reply::json(if ok { 200 } else { 503 }, &json!({"redis": ok}));
+                return send(session, reply).await;
             }
+            Err(reply) => return send(session, reply).await,
+        };
+        let c = &caller;
+        let reply = match action {
             Action::GetConfig(e) => self.get_config(&e).await,
-            Action::PutConfig(e) => self.put_config(session, &e).await,
-            Action::Revoke(e) => self.revoke(session, &e).await,
-            Action::SoldOut(e) => self.sold_out(session, &e).await,
+            Action::PutConfig(e) => self.put_config(session, &e, c).await,
+            Action::Revoke(e) => self.revoke(session, &e, c).await,
+            Action::SoldOut(e) => self.sold_out(session, &e, c).await,
             Action::PutRegistrations(e) => {
-                crate::registration::upload(&self.shared, &self.store, session, &e).await
+                crate::registration::upload(&self.shared, &self.store, session, &e, c).await
             }
             Action::GetRegistrations(e) => {
                 crate::registration::count(&self.shared, &self.store, session, &e).await
             }
             Action::Audit(e) => self.audit(session, &e).await,
             Action::Schedule(e) => self.schedule(&e).await,
-            Action::AddChange(e) => self.add_change(session, &e).await.unwrap_or_else(|r| r),
+            Action::AddChange(e) => self.add_change(session, &e, c).await.unwrap_or_else(|r| r),
             Action::Change(e, id) => self.change(&e, &id).await,
             Action::EditChange(e, id) => self
-                .edit_change(session, &e, &id)
+                .edit_change(session, &e, &id, c)
                 .await
                 .unwrap_or_else(|r| r),
             Action::CancelChange(e, id) => self
-                .cancel_change(session, &e, &id)
+                .cancel_change(session, &e, &id, c)
                 .await
                 .unwrap_or_else(|r| r),
         };

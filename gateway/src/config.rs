@@ -28,8 +28,8 @@ pub struct GatewayConfig {
     pub log: LogSettings,
     /// The one booking setting the gateway must agree with.
     pub booking: BookingView,
-    /// Admin bearer secret (`FLOODGATE_ADMIN_TOKEN`). Unset (dev mode only): the admin API
-    /// answers 401 to all.
+    /// The bootstrap admin secret (`FLOODGATE_ADMIN_TOKEN`; role admin, actor `bootstrap`).
+    /// Unset (dev mode only): it matches nothing, and only operator credentials are accepted.
     pub admin_token: Option<SecretString>,
     /// `[dev]`: built-in secrets and dev login allowed (local stack, tests).
     pub dev: DevSettings,
@@ -183,6 +183,12 @@ pub struct RateLimits {
     /// spending theirs. An event cancellation makes the provider send tens of thousands of
     /// events in a burst, and it retries whatever is refused (`429` with `Retry-After`).
     pub webhooks_per_ip_per_min: u32,
+    /// Failed credential checks (a wrong, malformed, expired or scanner credential) one
+    /// address may make on the admin listener per minute; past that, every call from it that
+    /// presents a credential is refused `429 TOO_MANY_FAILED_LOGINS` until the minute ends,
+    /// a valid credential included. The listener's peer address counts, never
+    /// `X-Forwarded-For`.
+    pub admin_auth_failures_per_ip_per_min: u32,
 }
 
 impl Default for RateLimits {
@@ -195,6 +201,7 @@ impl Default for RateLimits {
             api_per_account_per_s: 20,
             api_per_ip_per_s: 500,
             webhooks_per_ip_per_min: 60_000,
+            admin_auth_failures_per_ip_per_min: 20,
         }
     }
 }

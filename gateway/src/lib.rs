@@ -209,6 +209,10 @@ impl Gateway {
             admin::AdminApp {
                 shared: self.shared.clone(),
                 store: Store::new(&s.config.redis)?,
+                failures: match g.limits.admin_auth_failures_per_ip_per_min {
+                    0 => None,
+                    n => Some(shared::credentials::AuthFailures::new(n)),
+                },
             },
             "floodgate admin",
         );

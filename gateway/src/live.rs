@@ -1,9 +1,12 @@
 //! The gateway's in-memory view of every event's live config, sold-out flag and
-//! revocations, refreshed from Redis every `refresh_ms` (so a change reaches every instance
-//! within a second) by [`Refresher`], a pingora background service.
+//! revocations, and of the operator credentials booking publishes, refreshed from Redis
+//! every `refresh_ms` (so a change reaches every instance within a second) by [`Refresher`],
+//! a pingora background service.
 //!
 //! When Redis is down the last known view stays in force: admitted fans keep working and
-//! revocations already seen keep being enforced.
+//! revocations already seen keep being enforced. The operator list is the exception after
+//! `admin::operators::MAX_STALE`: past that, operator credentials are refused `503` rather
+//! than checked against a list that may predate a revocation.
 
 use crate::auto::UpstreamWindow;
 use crate::limits::Limits;
@@ -24,6 +27,8 @@ pub struct Live {
     events: RwLock<HashMap<String, Arc<EventSnapshot>>>,
     /// Fans whose `max_active` slot was freed (`slots.rs`).
     pub freed: Freed,
+    /// The operator credentials the admin listener accepts (`admin/operators.rs`).
+    pub operators: crate::admin::operators::Operators,
 }
 
 impl Live {
@@ -140,6 +145,22 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 const FREED_PRUNE_EVERY: Duration = Duration::from_secs(10);
 
 impl Refresher {
+    /// Re-reads booking's published operator list (`admin/operators.rs` decides what to keep).
+    async fn refresh_operators(&self) {
+        use crate::admin::operators::Installed;
+        match self.store.load_operators().await {
+            Ok(raw) => {
+                let done = self.live.operators.install(raw.as_deref(), Instant::now());
+                if done == Installed::Malformed {
+                    self.metrics.operators_malformed.inc();
+                }
+            }
+            // Counted; the list in force ages towards its staleness limit. The live config's
+            // own read logs Redis going away and coming back.
+            Err(_) => self.metrics.redis_errors.inc(),
+        }
+    }
+
     /// Reads the freed marks written since the last read of each event (`slots.rs`).
     async fn refresh_freed(&self) -> Result<(), crate::store::StoreError> {
         let from: Vec<(String, i64)> = self
@@ -285,7 +306,11 @@ impl BackgroundService for Refresher {
             if with_progress {
                 last_progress = Instant::now();
             }
-            match self.store.load_all(with_progress).await {
+            // The operator list is read alongside, so a slow or failing Redis costs one wait
+            // per tick, not two, and the refresh keeps its cadence.
+            let ((), loaded) =
+                tokio::join!(self.refresh_operators(), self.store.load_all(with_progress));
+            match loaded {
                 Ok(mut all) => {
                     if with_progress {
                         self.attach_histograms(&mut all).await;

@@ -37,6 +37,12 @@ pub struct Metrics {
     /// Checkout writes of fans whose `max_active` slot was freed, by outcome (`slots.rs`):
     /// `taken` (a slot again), `full` (`409 ROOM_FULL`), `failed_open` (Redis failed: forwarded).
     slot_retakes: [IntCounter; 3],
+    /// Admin calls refused before their handler, by reason (`admin/auth.rs`). Named like
+    /// booking's counter of the same refusals (no `fg_` prefix), so one query sums both
+    /// admin listeners.
+    admin_auth_failures: IntCounterVec,
+    /// Reads of booking's operator list that were not a list (the last good one stayed).
+    pub operators_malformed: IntCounter,
 }
 
 /// What became of a freed fan's checkout write (`fg_slot_retakes_total{outcome}`).
@@ -153,6 +159,24 @@ impl Metrics {
                 registry.register(Box::new(v.clone()))?;
                 ["taken", "full", "failed_open"].map(|o| v.with_label_values(&[o]))
             },
+            admin_auth_failures: {
+                let v = IntCounterVec::new(
+                    Opts::new(
+                        "admin_auth_failures_total",
+                        "Admin listener calls refused before their handler, by reason \
+                         (missing, malformed, unknown, expired, wrong_type, unavailable, \
+                         rate_limited, role)",
+                    ),
+                    &["reason"],
+                )?;
+                registry.register(Box::new(v.clone()))?;
+                v
+            },
+            operators_malformed: counter(
+                "fg_operators_list_malformed_total",
+                "Reads of the published operator list that did not parse (the last good list \
+                 stayed in force)",
+            )?,
             registry,
         };
         m.registry.register(Box::new(m.joins.clone()))?;
@@ -180,6 +204,8 @@ impl Metrics {
         m.registry.register(Box::new(m.redis_errors.clone()))?;
         m.registry.register(Box::new(m.proxied.clone()))?;
         m.registry.register(Box::new(m.session_refreshed.clone()))?;
+        m.registry
+            .register(Box::new(m.operators_malformed.clone()))?;
         Ok(m)
     }
 
@@ -196,6 +222,11 @@ impl Metrics {
 
     pub fn slot_retake(&self, outcome: Retake) {
         self.slot_retakes[outcome as usize].inc();
+    }
+
+    /// Counts one admin call refused before its handler (`admin/auth.rs` names the reasons).
+    pub fn admin_auth_failed(&self, reason: &str) {
+        self.admin_auth_failures.with_label_values(&[reason]).inc();
     }
 
     pub fn token_rejected(&self, e: &TokenError) {

@@ -59,6 +59,18 @@ pub mod refusals {
     pub struct Forbidden(pub ErrorDoc);
 
     #[derive(ToResponse)]
+    #[response(
+        description = "A valid operator credential whose role is below the operation's scope (`ROLE_FORBIDDEN`, with `role` and `required_role`; nothing changed), or a scanner credential (`WRONG_CREDENTIAL_TYPE`)"
+    )]
+    pub struct RoleForbidden(pub ErrorDoc);
+
+    #[derive(ToResponse)]
+    #[response(
+        description = "This address failed too many credential checks (`TOO_MANY_FAILED_LOGINS`, `Retry-After`): every credential it presents is refused until then, a valid one too"
+    )]
+    pub struct TooManyFailedLogins(pub ErrorDoc);
+
+    #[derive(ToResponse)]
     #[response(description = "Not found (`UNKNOWN_EVENT` for an event without a room)")]
     pub struct NotFound(pub ErrorDoc);
 
@@ -140,13 +152,18 @@ impl Modify for AdmissionScheme {
     }
 }
 
-/// The admin listener's bearer scheme: `admin`, the admin secret.
+/// The admin listener's bearer scheme: `admin`, an operator credential or the bootstrap
+/// admin secret; an operation's scopes are the roles it needs.
 struct AdminScheme;
 
 impl Modify for AdminScheme {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         let mut http: Http = HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build();
-        http.description = Some("the admin secret".into());
+        http.description = Some(
+            "an operator credential (`fgop_…`, its role from booking) or the bootstrap admin \
+             secret (role admin); an operation's scope is the least role it needs"
+                .into(),
+        );
         openapi
             .components
             .get_or_insert_with(Default::default)

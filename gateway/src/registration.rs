@@ -209,7 +209,13 @@ fn unknown_event() -> Reply {
 }
 
 /// `PUT /admin/events/{event}/registrations?mode=add|remove|replace`.
-pub async fn upload(shared: &Shared, store: &Store, session: &mut Session, event: &str) -> Reply {
+pub async fn upload(
+    shared: &Shared,
+    store: &Store,
+    session: &mut Session,
+    event: &str,
+    caller: &crate::admin::auth::Caller,
+) -> Reply {
     let change = match query_param(session, "mode").as_deref() {
         None => ListChange::Add,
         Some(m) => match ListChange::parse(m) {
@@ -247,10 +253,11 @@ pub async fn upload(shared: &Shared, store: &Store, session: &mut Session, event
             .with("lines", named),
         );
     }
-    let actor = match crate::admin::actor(session, false) {
-        Ok(a) => a,
+    let note = match crate::admin::caller_note(session, caller, false) {
+        Ok(n) => n,
         Err(r) => return r,
     };
+    let who = crate::admin::who(caller, note.as_deref());
     let shards = match store.event_shards(event).await {
         Err(e) => return unavailable(shared, &e),
         Ok(None) => return unknown_event(),
@@ -283,7 +290,7 @@ pub async fn upload(shared: &Shared, store: &Store, session: &mut Session, event
             // written after the list changed; if that write fails the upload still stands
             // and the failure is logged (docs/gateway.md, "Registered rooms").
             if let Err(e) = store
-                .audit_registrations(event, &actor, change.as_str(), &answer.to_string())
+                .audit_registrations(event, who, change.as_str(), &answer.to_string())
                 .await
             {
                 tracing::error!(event, error = %e, "registration upload not recorded in the audit log");

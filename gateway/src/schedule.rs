@@ -314,7 +314,7 @@ impl Scheduler {
                         &due.record,
                         &change.to_json(),
                         None,
-                        &change.scheduled_by,
+                        change.scheduled_by.as_str().into(),
                         "schedule.fail",
                     )
                     .await?;

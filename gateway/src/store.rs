@@ -16,7 +16,8 @@
 //! A split queue (`queue_shards` > 1) keeps each fan's keys under `fg:{event:k}:…` instead,
 //! `k` from the account (`shards.rs`), so one event's joins spread over several slots.
 //! Global keys: `fg:events` (set of configured events), `fg:upstream` (per-instance upstream
-//! health, for auto mode).
+//! health, for auto mode), `fg:operators` (booking's published operator credentials, read
+//! only: `admin/operators.rs`).
 //!
 //! Time always comes from Redis `TIME` inside the scripts, never from the gateway's clock.
 //! Every call is bounded by the configured response timeout, so a stalled Redis turns into a
@@ -38,7 +39,9 @@ mod shards;
 mod snapshots;
 mod ticks;
 
-pub use changes::{AUDIT_MAX_LEN, AuditEntry, ChangeWrite, ConfigWrite, DueChange, WriteOutcome};
+pub use changes::{
+    AUDIT_MAX_LEN, AuditEntry, ChangeWrite, ConfigWrite, DueChange, Who, WriteOutcome,
+};
 
 pub use outcomes::{Draw, EventSnapshot, JoinOutcome, Place, StatusOutcome, TickOutcome};
 pub use registrations::{ListChange, RegisterOutcome};
@@ -125,6 +128,14 @@ impl Store {
 
     fn upstream_key(&self) -> String {
         format!("{}fg:upstream", self.prefix)
+    }
+
+    /// Booking's published operator list (`shared::credentials::Published` as JSON), as
+    /// stored; `None` when nothing was published.
+    pub async fn load_operators(&self) -> Result<Option<String>, StoreError> {
+        let key = shared::credentials::operators_key(&self.prefix);
+        self.with(|mut c| async move { redis::cmd("GET").arg(key).query_async(&mut c).await })
+            .await
     }
 
     pub async fn ping(&self) -> Result<(), StoreError> {

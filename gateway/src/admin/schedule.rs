@@ -1,7 +1,8 @@
 //! The schedule endpoints: list, add, read, edit and cancel a pending config change
 //! (`schedule.rs` holds the rules; every write is a compare-and-set in Redis).
 
-use super::{AdminApp, actor, schedule_refused};
+use super::auth::Caller;
+use super::{AdminApp, caller_note, schedule_refused, who};
 use crate::event_config::EventConfig;
 use crate::queue::unavailable;
 use crate::respond::{Reply, parse_json};
@@ -125,12 +126,14 @@ impl AdminApp {
         &self,
         session: &mut Session,
         event: &str,
+        caller: &Caller,
     ) -> Result<Reply, Reply> {
-        let actor = actor(session, true)?;
+        let note = caller_note(session, caller, true)?;
+        let who = who(caller, note.as_deref());
         let input = self.change_input(session).await?;
         let (cfg, snap) = self.current(event).await?;
         let (now_ms, now) = self.redis_now().await?;
-        let change = new_change(input, &actor, now);
+        let change = new_change(input, who.actor, now);
         let mut all = snap.pending.clone();
         all.push(change.clone());
         let mut problems = check_at(&change.id, change.at, now_ms);
@@ -146,7 +149,7 @@ impl AdminApp {
                 "",
                 &change.to_json(),
                 Some(change.at_ms()),
-                &actor,
+                who,
                 "schedule.add",
             )
             .await;
@@ -184,8 +187,10 @@ impl AdminApp {
         session: &mut Session,
         event: &str,
         id: &str,
+        caller: &Caller,
     ) -> Result<Reply, Reply> {
-        let actor = actor(session, true)?;
+        let note = caller_note(session, caller, true)?;
+        let who = who(caller, note.as_deref());
         let input = self.change_input(session).await?;
         let (raw, old) = self.pending_change(event, id).await?;
         let (cfg, snap) = self.current(event).await?;
@@ -193,7 +198,7 @@ impl AdminApp {
         let mut change = old;
         change.at = input.at;
         change.set = input.set;
-        change.edited_by = Some(actor.clone());
+        change.edited_by = Some(who.actor.to_owned());
         change.edited_at = Some(now);
         let mut all: Vec<Change> = snap.pending.into_iter().filter(|c| c.id != id).collect();
         all.push(change.clone());
@@ -210,7 +215,7 @@ impl AdminApp {
                 &raw,
                 &change.to_json(),
                 Some(change.at_ms()),
-                &actor,
+                who,
                 "schedule.edit",
             )
             .await;
@@ -222,12 +227,14 @@ impl AdminApp {
         session: &Session,
         event: &str,
         id: &str,
+        caller: &Caller,
     ) -> Result<Reply, Reply> {
-        let actor = actor(session, true)?;
+        let note = caller_note(session, caller, true)?;
+        let who = who(caller, note.as_deref());
         let (raw, mut change) = self.pending_change(event, id).await?;
         let (_, now) = self.redis_now().await?;
         change.status = ChangeStatus::Cancelled;
-        change.done_by = Some(actor.clone());
+        change.done_by = Some(who.actor.to_owned());
         change.done_at = Some(now);
         let w = self
             .store
@@ -237,7 +244,7 @@ impl AdminApp {
                 &raw,
                 &change.to_json(),
                 None,
-                &actor,
+                who,
                 "schedule.cancel",
             )
             .await;

@@ -8,8 +8,8 @@ use super::answers::{
     AuditPage, Count, Health, Pending, Ready, Revoked, ShownConfig, SoldOut, Uploaded,
 };
 use super::refusals::{
-    BadRequest, Conflict, MethodNotAllowed, NotFound, PayloadTooLarge, Unauthorized, Unavailable,
-    Unprocessable, UnsupportedMediaType,
+    BadRequest, Conflict, MethodNotAllowed, NotFound, PayloadTooLarge, RoleForbidden,
+    TooManyFailedLogins, Unauthorized, Unavailable, Unprocessable, UnsupportedMediaType,
 };
 use super::{AdminScheme, ErrorDoc, VERSION};
 use crate::admin::SoldOutBody;
@@ -18,7 +18,9 @@ use crate::schedule::{Change, ChangeInput};
 use serde::Deserialize;
 use utoipa::{IntoParams, OpenApi, ToSchema};
 
-/// Operations answered without the admin secret.
+/// Operations answered without credentials. Every other operation states the least role it
+/// needs as its security requirement's scope (`auth::required_role`, held equal by the test
+/// below).
 pub(super) const NO_AUTH: [(&str, &str); 3] = [
     ("/healthz", "get"),
     ("/readyz", "get"),
@@ -44,11 +46,14 @@ pub struct ChangePath {
     pub id: String,
 }
 
-/// The operator behind a change, recorded in the audit log (`admin::actor`).
+/// The person behind a change made with the bootstrap admin secret, kept as the audit
+/// entry's `note` (`admin::caller_note`).
 #[derive(IntoParams)]
 #[into_params(parameter_in = Header)]
 pub struct Actor {
-    /// 1 to 200 visible characters (`400 ACTOR_REQUIRED` when missing or unusable).
+    /// With the bootstrap secret: 1 to 200 visible characters (`400 ACTOR_REQUIRED` when
+    /// missing or unusable), kept as the audit entry's `note`. Ignored with an operator
+    /// credential (the operator's name is the actor).
     #[param(
         rename = "X-Floodgate-Actor",
         min_length = 1,
@@ -58,12 +63,13 @@ pub struct Actor {
     pub actor: String,
 }
 
-/// The operator behind a change, when named (`unnamed` in the audit log otherwise).
+/// The person behind a change made with the bootstrap admin secret, when named.
 #[derive(IntoParams)]
 #[into_params(parameter_in = Header)]
 pub struct OptionalActor {
-    /// 1 to 200 visible characters (`400 ACTOR_REQUIRED` when present but unusable);
-    /// `unnamed` when absent.
+    /// With the bootstrap secret: 1 to 200 visible characters (`400 ACTOR_REQUIRED` when
+    /// present but unusable), kept as the audit entry's `note`. Ignored with an operator
+    /// credential.
     #[param(
         rename = "X-Floodgate-Actor",
         required = false,
@@ -140,11 +146,10 @@ pub struct RevokeSession {
     info(
         title = "Floodgate gateway (admin listener)",
         version = VERSION,
-        description = "Ops control of the waiting room. Every refusal is `{\"code\", \"message\", ...details}` with a stable `code` (docs/api.md lists them per endpoint).",
+        description = "Ops control of the waiting room. Every refusal is `{\"code\", \"message\", ...details}` with a stable `code` (docs/api.md lists them per endpoint). Each operation's security scope names the least role it needs (`viewer` < `support` < `admin`): an operator credential of a lower role is refused `403 ROLE_FORBIDDEN`; the bootstrap admin secret has every role.",
         license(name = "Apache-2.0", identifier = "Apache-2.0"),
     ),
     servers((url = "http://127.0.0.1:8081", description = "the local stack")),
-    security(("admin" = [])),
     paths(
         healthz, readyz, openapi_json, get_config, put_config, schedule, add_change, change,
         edit_change, cancel_change, audit, revoke, sold_out, put_registrations,
@@ -153,8 +158,9 @@ pub struct RevokeSession {
     components(
         schemas(ErrorDoc),
         responses(
-            BadRequest, Unauthorized, NotFound, MethodNotAllowed, Conflict, PayloadTooLarge,
-            UnsupportedMediaType, Unprocessable, Unavailable
+            BadRequest, Unauthorized, RoleForbidden, NotFound, MethodNotAllowed, Conflict,
+            PayloadTooLarge, UnsupportedMediaType, Unprocessable, TooManyFailedLogins,
+            Unavailable
         )
     ),
     modifiers(&AdminScheme),
@@ -185,151 +191,171 @@ pub fn readyz() {}
 pub fn openapi_json() {}
 
 /// An event's room config
-#[utoipa::path(get, path = "/admin/events/{event}/config", tag = "room config",
+#[utoipa::path(get, path = "/admin/events/{event}/config", security(("admin" = ["viewer"])), tag = "room config",
     params(EventPath),
     responses(
         (status = 200, description = "The config in force", body = ShownConfig),
         (status = 401, response = Unauthorized),
+        (status = 403, response = RoleForbidden),
         (status = 404, response = NotFound),
         (status = 405, response = MethodNotAllowed),
+        (status = 429, response = TooManyFailedLogins),
         (status = 503, response = Unavailable),
     ))]
 pub fn get_config() {}
 
 /// Set an event's room config (validated whole; nothing applied on a refusal)
-#[utoipa::path(put, path = "/admin/events/{event}/config", tag = "room config",
+#[utoipa::path(put, path = "/admin/events/{event}/config", security(("admin" = ["admin"])), tag = "room config",
     params(EventPath, OptionalActor),
     request_body = EventConfigInput,
     responses(
         (status = 200, description = "The config now in force", body = ShownConfig),
         (status = 400, response = BadRequest),
         (status = 401, response = Unauthorized),
+        (status = 403, response = RoleForbidden),
         (status = 404, response = NotFound),
         (status = 405, response = MethodNotAllowed),
         (status = 409, response = Conflict),
         (status = 413, response = PayloadTooLarge),
         (status = 415, response = UnsupportedMediaType),
         (status = 422, response = Unprocessable),
+        (status = 429, response = TooManyFailedLogins),
         (status = 503, response = Unavailable),
     ))]
 pub fn put_config() {}
 
 /// Pending scheduled changes, by time
-#[utoipa::path(get, path = "/admin/events/{event}/schedule", tag = "room config",
+#[utoipa::path(get, path = "/admin/events/{event}/schedule", security(("admin" = ["viewer"])), tag = "room config",
     params(EventPath),
     responses(
         (status = 200, description = "The pending changes", body = Pending),
         (status = 401, response = Unauthorized),
+        (status = 403, response = RoleForbidden),
         (status = 404, response = NotFound),
         (status = 405, response = MethodNotAllowed),
+        (status = 429, response = TooManyFailedLogins),
         (status = 503, response = Unavailable),
     ))]
 pub fn schedule() {}
 
 /// Schedule a change (the merged config must validate; nothing stored otherwise)
-#[utoipa::path(post, path = "/admin/events/{event}/schedule", tag = "room config",
+#[utoipa::path(post, path = "/admin/events/{event}/schedule", security(("admin" = ["admin"])), tag = "room config",
     params(EventPath, Actor),
     request_body = ChangeInput,
     responses(
         (status = 201, description = "Scheduled", body = Change),
         (status = 400, response = BadRequest),
         (status = 401, response = Unauthorized),
+        (status = 403, response = RoleForbidden),
         (status = 404, response = NotFound),
         (status = 405, response = MethodNotAllowed),
         (status = 413, response = PayloadTooLarge),
         (status = 415, response = UnsupportedMediaType),
         (status = 422, response = Unprocessable),
+        (status = 429, response = TooManyFailedLogins),
         (status = 503, response = Unavailable),
     ))]
 pub fn add_change() {}
 
 /// One scheduled change, any status
-#[utoipa::path(get, path = "/admin/events/{event}/schedule/{id}", tag = "room config",
+#[utoipa::path(get, path = "/admin/events/{event}/schedule/{id}", security(("admin" = ["viewer"])), tag = "room config",
     params(ChangePath),
     responses(
         (status = 200, description = "The change", body = Change),
         (status = 401, response = Unauthorized),
+        (status = 403, response = RoleForbidden),
         (status = 404, response = NotFound),
         (status = 405, response = MethodNotAllowed),
+        (status = 429, response = TooManyFailedLogins),
         (status = 503, response = Unavailable),
     ))]
 pub fn change() {}
 
 /// Edit a pending change (`409 CHANGE_NOT_PENDING` once applied or cancelled)
-#[utoipa::path(put, path = "/admin/events/{event}/schedule/{id}", tag = "room config",
+#[utoipa::path(put, path = "/admin/events/{event}/schedule/{id}", security(("admin" = ["admin"])), tag = "room config",
     params(ChangePath, Actor),
     request_body = ChangeInput,
     responses(
         (status = 200, description = "The edited change", body = Change),
         (status = 400, response = BadRequest),
         (status = 401, response = Unauthorized),
+        (status = 403, response = RoleForbidden),
         (status = 404, response = NotFound),
         (status = 405, response = MethodNotAllowed),
         (status = 409, response = Conflict),
         (status = 413, response = PayloadTooLarge),
         (status = 415, response = UnsupportedMediaType),
         (status = 422, response = Unprocessable),
+        (status = 429, response = TooManyFailedLogins),
         (status = 503, response = Unavailable),
     ))]
 pub fn edit_change() {}
 
 /// Cancel a pending change
-#[utoipa::path(delete, path = "/admin/events/{event}/schedule/{id}", tag = "room config",
+#[utoipa::path(delete, path = "/admin/events/{event}/schedule/{id}", security(("admin" = ["admin"])), tag = "room config",
     params(ChangePath, Actor),
     responses(
         (status = 200, description = "The cancelled change", body = Change),
         (status = 400, response = BadRequest),
         (status = 401, response = Unauthorized),
+        (status = 403, response = RoleForbidden),
         (status = 404, response = NotFound),
         (status = 405, response = MethodNotAllowed),
         (status = 409, response = Conflict),
+        (status = 429, response = TooManyFailedLogins),
         (status = 503, response = Unavailable),
     ))]
 pub fn cancel_change() {}
 
 /// The config audit log, newest first
-#[utoipa::path(get, path = "/admin/events/{event}/audit", tag = "room config",
+#[utoipa::path(get, path = "/admin/events/{event}/audit", security(("admin" = ["viewer"])), tag = "room config",
     params(EventPath, AuditQuery),
     responses(
         (status = 200, description = "A page of entries", body = AuditPage),
         (status = 401, response = Unauthorized),
+        (status = 403, response = RoleForbidden),
         (status = 404, response = NotFound),
         (status = 405, response = MethodNotAllowed),
         (status = 422, response = Unprocessable),
+        (status = 429, response = TooManyFailedLogins),
         (status = 503, response = Unavailable),
     ))]
 pub fn audit() {}
 
 /// Revoke an account's or a session's admission
-#[utoipa::path(post, path = "/admin/events/{event}/revoke", tag = "room config",
+#[utoipa::path(post, path = "/admin/events/{event}/revoke", security(("admin" = ["support"])), tag = "room config",
     params(EventPath, OptionalActor),
     request_body = RevokeBody,
     responses(
         (status = 200, description = "Revoked", body = Revoked),
         (status = 400, response = BadRequest),
         (status = 401, response = Unauthorized),
+        (status = 403, response = RoleForbidden),
         (status = 404, response = NotFound),
         (status = 405, response = MethodNotAllowed),
         (status = 413, response = PayloadTooLarge),
         (status = 415, response = UnsupportedMediaType),
         (status = 422, response = Unprocessable),
+        (status = 429, response = TooManyFailedLogins),
         (status = 503, response = Unavailable),
     ))]
 pub fn revoke() {}
 
 /// Mark an event sold out (or not)
-#[utoipa::path(put, path = "/admin/events/{event}/sold_out", tag = "room config",
+#[utoipa::path(put, path = "/admin/events/{event}/sold_out", security(("admin" = ["admin"])), tag = "room config",
     params(EventPath, OptionalActor),
     request_body = SoldOutBody,
     responses(
         (status = 200, description = "The flag now", body = SoldOut),
         (status = 400, response = BadRequest),
         (status = 401, response = Unauthorized),
+        (status = 403, response = RoleForbidden),
         (status = 404, response = NotFound),
         (status = 405, response = MethodNotAllowed),
         (status = 413, response = PayloadTooLarge),
         (status = 415, response = UnsupportedMediaType),
         (status = 422, response = Unprocessable),
+        (status = 429, response = TooManyFailedLogins),
         (status = 503, response = Unavailable),
     ))]
 pub fn sold_out() {}
@@ -339,31 +365,35 @@ pub fn sold_out() {}
 /// Validated whole: any malformed id is `422 INVALID_ACCOUNTS` with the bad line numbers and
 /// nothing changes. Idempotent. Bounded by `gateway.registrations_max_body_bytes` (64 MiB by
 /// default; `413` above).
-#[utoipa::path(put, path = "/admin/events/{event}/registrations", tag = "registrations",
+#[utoipa::path(put, path = "/admin/events/{event}/registrations", security(("admin" = ["admin"])), tag = "registrations",
     params(EventPath, UploadQuery, OptionalActor),
     request_body(content = AccountList, content_type = "text/plain"),
     responses(
         (status = 200, description = "The list now", body = Uploaded),
         (status = 400, response = BadRequest),
         (status = 401, response = Unauthorized),
+        (status = 403, response = RoleForbidden),
         (status = 404, response = NotFound),
         (status = 405, response = MethodNotAllowed),
         (status = 413, response = PayloadTooLarge),
         (status = 415, response = UnsupportedMediaType),
         (status = 422, response = Unprocessable),
+        (status = 429, response = TooManyFailedLogins),
         (status = 503, response = Unavailable),
     ))]
 pub fn put_registrations() {}
 
 /// How many accounts are on the list (and whether one is)
-#[utoipa::path(get, path = "/admin/events/{event}/registrations", tag = "registrations",
+#[utoipa::path(get, path = "/admin/events/{event}/registrations", security(("admin" = ["viewer"])), tag = "registrations",
     params(EventPath, CountQuery),
     responses(
         (status = 200, description = "The count", body = Count),
         (status = 401, response = Unauthorized),
+        (status = 403, response = RoleForbidden),
         (status = 404, response = NotFound),
         (status = 405, response = MethodNotAllowed),
         (status = 422, response = Unprocessable),
+        (status = 429, response = TooManyFailedLogins),
         (status = 503, response = Unavailable),
     ))]
 pub fn get_registrations() {}
@@ -386,3 +416,53 @@ impl utoipa::PartialSchema for AccountList {
 }
 
 impl ToSchema for AccountList {}
+
+#[cfg(test)]
+mod tests {
+    use crate::admin::auth::required_role;
+    use crate::routes::{self, AdminRoute};
+    use http::Method;
+
+    /// Each operation's documented scope is the role the listener enforces on its route,
+    /// and the operations answered without credentials are exactly the open routes.
+    #[test]
+    fn documented_roles_are_the_enforced_ones() {
+        let doc = super::super::admin_value();
+        let paths = doc["paths"].as_object().expect("paths");
+        let mut checked = 0;
+        for (path, item) in paths {
+            let concrete = path.replace("{event}", "demo").replace("{id}", "c1");
+            for (method, op) in item.as_object().expect("path item") {
+                let m = Method::from_bytes(method.to_uppercase().as_bytes()).expect("method");
+                let route = routes::admin(&m, &concrete);
+                let security = op["security"].as_array().expect("every operation says");
+                let documented: Vec<&str> = security
+                    .iter()
+                    .flat_map(|req| req["admin"].as_array().into_iter().flatten())
+                    .filter_map(|v| v.as_str())
+                    .collect();
+                match required_role(&route) {
+                    None => {
+                        assert!(security.is_empty(), "{method} {path} is open: {security:?}");
+                        assert!(matches!(
+                            route,
+                            AdminRoute::Healthz | AdminRoute::Readyz | AdminRoute::OpenApi
+                        ));
+                    }
+                    Some(role) => {
+                        assert_eq!(security.len(), 1, "{method} {path}");
+                        assert_eq!(documented, [role.as_str()], "{method} {path}");
+                        for status in ["401", "403", "429", "503"] {
+                            assert!(
+                                op["responses"].get(status).is_some(),
+                                "{method} {path} does not document {status}"
+                            );
+                        }
+                    }
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked >= 15, "{checked}");
+    }
+}

@@ -50,7 +50,7 @@ pub(super) use pending_lua;
 /// Stores one change record if the stored one is still `ARGV[2]` (compare and set, so an
 /// edit, a cancel and the scheduler never overwrite each other). ARGV: id, expected record
 /// ('' = new), new record, its time ms ('' = no longer pending), actor, action, audit cap,
-/// most pending.
+/// most pending, then the actor's role, operator id and note ([`Who`]).
 const WRITE_CHANGE_LUA: &str = concat!(
     pending_lua!(),
     r#"
@@ -69,6 +69,7 @@ end
 redis.call('HSET', KEYS[4], ARGV[1], ARGV[3])
 render_pending()
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[7], '*', 'at', now, 'actor', ARGV[5],
+  'role', ARGV[9], 'operator_id', ARGV[10], 'note', ARGV[11],
   'action', ARGV[6], 'before', old, 'after', ARGV[3], 'change', ARGV[1])
 return {'ok'}
 "#
@@ -85,7 +86,8 @@ local c = redis.call('HMGET', KEYS[1], 'json', 'version')
 return {'due', due[1], rec or '', c[1] or '', c[2] or '0', string.format('%d', now)}
 "#;
 
-/// Sets or clears the sold-out flag and records it. ARGV: '1'/'0', actor, audit cap.
+/// Sets or clears the sold-out flag and records it. ARGV: '1'/'0', actor, audit cap, the
+/// actor's role, operator id and note.
 const SOLD_OUT_LUA: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
 local before = redis.call('EXISTS', KEYS[2])
@@ -94,7 +96,7 @@ local t = redis.call('TIME')
 local now = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
 redis.call('HINCRBY', KEYS[1], 'stamp', 1)
 redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[3], '*', 'at', now, 'actor', ARGV[2],
-  'action', 'sold_out', 'before', before == 1 and 'true' or 'false',
+  'role', ARGV[4], 'operator_id', ARGV[5], 'note', ARGV[6], 'action', 'sold_out', 'before', before == 1 and 'true' or 'false',
   'after', ARGV[1] == '1' and 'true' or 'false')
 return 1
 "#;
@@ -103,9 +105,44 @@ static WRITE_CHANGE: LazyLock<Script> = LazyLock::new(|| Script::new(WRITE_CHANG
 static DUE_CHANGE: LazyLock<Script> = LazyLock::new(|| Script::new(DUE_CHANGE_LUA));
 static SOLD_OUT: LazyLock<Script> = LazyLock::new(|| Script::new(SOLD_OUT_LUA));
 
+/// Who made a change, as its audit entry records it: the actor (an operator's name,
+/// `bootstrap` for the bootstrap admin secret, or whoever scheduled a change the scheduler
+/// applies), the role the call was made with, the operator's id, and the bootstrap secret's
+/// `X-Floodgate-Actor` as a note. Empty parts are stored as `''` and read back as absent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Who<'a> {
+    pub actor: &'a str,
+    pub role: Option<shared::credentials::Role>,
+    pub operator_id: Option<&'a str>,
+    pub note: Option<&'a str>,
+}
+
+impl<'a> From<&'a str> for Who<'a> {
+    /// An actor with nothing else known (the scheduler applying a change; tests).
+    fn from(actor: &'a str) -> Self {
+        Who {
+            actor,
+            role: None,
+            operator_id: None,
+            note: None,
+        }
+    }
+}
+
+impl Who<'_> {
+    /// The role, operator id and note as script arguments (`''` for absent), in that order.
+    pub(super) fn extra(&self) -> [&str; 3] {
+        [
+            self.role.map_or("", |r| r.as_str()),
+            self.operator_id.unwrap_or(""),
+            self.note.unwrap_or(""),
+        ]
+    }
+}
+
 /// Who writes a config and why, plus what the write must find (for a scheduled change).
 pub struct ConfigWrite<'a> {
-    pub actor: &'a str,
+    pub who: Who<'a>,
     /// `config.put` or `schedule.apply`.
     pub action: &'a str,
     /// Write only while the config is still at this version.
@@ -118,9 +155,9 @@ pub struct ConfigWrite<'a> {
 
 impl<'a> ConfigWrite<'a> {
     /// An operator's config PUT that leaves the schedule as it is.
-    pub fn manual(actor: &'a str) -> Self {
+    pub fn manual(who: impl Into<Who<'a>>) -> Self {
         ConfigWrite {
-            actor,
+            who: who.into(),
             action: "config.put",
             expect_version: None,
             change: None,
@@ -180,7 +217,20 @@ pub struct AuditEntry {
     pub id: String,
     #[schema(format = DateTime)]
     pub at: String,
+    /// The operator's name, `bootstrap` (the bootstrap admin secret), or for
+    /// `schedule.apply`/`schedule.fail` whoever scheduled the change.
     pub actor: String,
+    /// The role the call was made with (`bootstrap` is `admin`); absent on the scheduler's
+    /// own entries and on entries written before roles existed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, pattern = "^(viewer|support|admin)$")]
+    pub role: Option<String>,
+    /// The operator credential's id, when an operator made the call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub operator_id: Option<String>,
+    /// The `X-Floodgate-Actor` the bootstrap secret sent, when it sent one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
     #[schema(value_type = crate::openapi::AuditAction, inline)]
     pub action: String,
     /// The state before (a config, a change record, a registration count…), or null.
@@ -218,7 +268,7 @@ impl Store {
             .key(self.key(event, "schedq"))
             .key(self.key(event, "sched"));
         let (id, expect, record) = w.change.unwrap_or(("", "", ""));
-        inv.arg(w.actor)
+        inv.arg(w.who.actor)
             .arg(w.action)
             .arg(w.expect_version.map(|v| v.to_string()).unwrap_or_default())
             .arg(id)
@@ -246,6 +296,10 @@ impl Store {
                     .unwrap_or_default(),
             )
             .arg(config.queue_shards);
+        // ARGV[24..26]: the rest of who made the change.
+        for part in w.who.extra() {
+            inv.arg(part);
+        }
         for c in w.replace_schedule.unwrap_or(&[]) {
             inv.arg(&c.id).arg(c.at_ms()).arg(c.to_json());
         }
@@ -256,12 +310,13 @@ impl Store {
     pub async fn audit_registrations(
         &self,
         event: &str,
-        actor: &str,
+        who: Who<'_>,
         mode: &str,
         after: &str,
     ) -> Result<(), StoreError> {
         let key = self.key(event, "cfglog");
         let action = format!("registrations.{mode}");
+        let [role, operator_id, note] = who.extra();
         self.with(|mut c| async move {
             let t: (i64, i64) = redis::cmd("TIME").query_async(&mut c).await?;
             let at = t.0 * 1000 + t.1 / 1000;
@@ -274,7 +329,13 @@ impl Store {
                 .arg("at")
                 .arg(at)
                 .arg("actor")
-                .arg(actor)
+                .arg(who.actor)
+                .arg("role")
+                .arg(role)
+                .arg("operator_id")
+                .arg(operator_id)
+                .arg("note")
+                .arg(note)
                 .arg("action")
                 .arg(&action)
                 .arg("before")
@@ -298,7 +359,7 @@ impl Store {
         scheduled_by: &str,
     ) -> Result<WriteOutcome, StoreError> {
         let w = ConfigWrite {
-            actor: scheduled_by,
+            who: Who::from(scheduled_by),
             action: "schedule.apply",
             expect_version: Some(due.version),
             change: Some((&due.id, &due.record, applied_record)),
@@ -341,7 +402,7 @@ impl Store {
         expected: &str,
         record: &str,
         at_ms: Option<i64>,
-        actor: &str,
+        who: Who<'_>,
         action: &str,
     ) -> Result<ChangeWrite, StoreError> {
         let mut inv = WRITE_CHANGE.prepare_invoke();
@@ -353,10 +414,13 @@ impl Store {
             .arg(expected)
             .arg(record)
             .arg(at_ms.map(|m| m.to_string()).unwrap_or_default())
-            .arg(actor)
+            .arg(who.actor)
             .arg(action)
             .arg(AUDIT_MAX_LEN)
             .arg(crate::schedule::MAX_PENDING);
+        for part in who.extra() {
+            inv.arg(part);
+        }
         let v: Value = self
             .with(|mut c| async move { inv.invoke_async(&mut c).await })
             .await?;
@@ -400,15 +464,18 @@ impl Store {
         &self,
         event: &str,
         sold_out: bool,
-        actor: &str,
+        who: Who<'_>,
     ) -> Result<bool, StoreError> {
         let mut inv = SOLD_OUT.prepare_invoke();
         inv.key(self.key(event, "cfg"))
             .key(self.key(event, "sold_out"))
             .key(self.key(event, "cfglog"))
             .arg(if sold_out { "1" } else { "0" })
-            .arg(actor)
+            .arg(who.actor)
             .arg(AUDIT_MAX_LEN);
+        for part in who.extra() {
+            inv.arg(part);
+        }
         let n: i64 = self
             .with(|mut c| async move { inv.invoke_async(&mut c).await })
             .await?;
@@ -456,6 +523,9 @@ impl Store {
                         .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
                         .unwrap_or_default(),
                     actor: f("actor").unwrap_or_default(),
+                    role: f("role").filter(|s| !s.is_empty()),
+                    operator_id: f("operator_id").filter(|s| !s.is_empty()),
+                    note: f("note").filter(|s| !s.is_empty()),
                     action: f("action").unwrap_or_default(),
                     before: as_json(&f("before").unwrap_or_default()),
                     after: as_json(&f("after").unwrap_or_default()),

@@ -2,7 +2,7 @@
 //! `max_active` slot back, keep the slot while checkout refreshes the token.
 
 use super::scripts::SCRIPTS;
-use super::{AUDIT_MAX_LEN, Store, StoreError, shard_of};
+use super::{AUDIT_MAX_LEN, Store, StoreError, Who, shard_of};
 use shared::redis_conn::{LuaScript as Script, query_per_slot};
 use std::sync::LazyLock;
 
@@ -55,7 +55,7 @@ impl Store {
         account: Option<&str>,
         session: Option<&str>,
         keep_s: u64,
-        actor: &str,
+        who: Who<'_>,
     ) -> Result<Option<i64>, StoreError> {
         // Read here, not from a snapshot: ops may revoke through an instance that has not yet
         // refreshed a room created a moment ago.
@@ -69,7 +69,7 @@ impl Store {
                 account.filter(|_| fan_shard.unwrap_or(0) == 0),
                 session,
                 keep_s,
-                actor,
+                who,
             )
             .await?;
         if at < 0 || shards <= 1 {
@@ -77,7 +77,7 @@ impl Store {
         }
         for k in 1..shards {
             if fan_shard.is_none_or(|f| f == k) {
-                self.revoke_in(event, k, field, account, session, keep_s, actor)
+                self.revoke_in(event, k, field, account, session, keep_s, who)
                     .await?;
             }
         }
@@ -93,7 +93,7 @@ impl Store {
         account: Option<&str>,
         session: Option<&str>,
         keep_s: u64,
-        actor: &str,
+        who: Who<'_>,
     ) -> Result<i64, StoreError> {
         let mut inv = SCRIPTS.revoke.prepare_invoke();
         self.shard_keys(
@@ -108,9 +108,12 @@ impl Store {
             .arg(account.unwrap_or(""))
             .arg(keep_s.max(60))
             .arg(session.unwrap_or(""))
-            .arg(actor)
+            .arg(who.actor)
             .arg(AUDIT_MAX_LEN)
             .arg(if k > 0 { "1" } else { "" });
+        for part in who.extra() {
+            inv.arg(part);
+        }
         let at: i64 = self
             .with(|mut c| async move { inv.invoke_async(&mut c).await })
             .await?;

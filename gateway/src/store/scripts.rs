@@ -171,7 +171,8 @@ redis.call('HDEL', KEYS[1], ARGV[1])
 return {'expired'}
 "#;
 
-// KEYS[2..4] and ARGV[12..]: the audit log and the schedule (`changes.rs`, which lays them out).
+// KEYS[2..4] and ARGV[12..]: the audit log (ARGV[12] actor, [24..26] role, operator id, note)
+// and the schedule (`changes.rs`, which lays them out).
 const PUT_CONFIG_LUA: &str = concat!(
     super::changes::pending_lua!(),
     r#"
@@ -217,14 +218,14 @@ if ARGV[20] == '1' then
   -- The PUT named the whole pending list: the old one goes (the audit entry keeps it).
   for _, id in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do redis.call('HDEL', KEYS[4], id) end
   redis.call('DEL', KEYS[3])
-  for i = 24, #ARGV, 3 do
+  for i = 27, #ARGV, 3 do
     redis.call('ZADD', KEYS[3], ARGV[i + 1], ARGV[i])
     redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 2])
   end
 end
 local sched_after = render_pending()
-local entry = {'at', now_ms(), 'actor', ARGV[12], 'action', ARGV[13], 'before', before,
-  'after', ARGV[1], 'version', version}
+local entry = {'at', now_ms(), 'actor', ARGV[12], 'role', ARGV[24], 'operator_id', ARGV[25],
+  'note', ARGV[26], 'action', ARGV[13], 'before', before, 'after', ARGV[1], 'version', version}
 if ARGV[15] ~= '' then
   entry[#entry + 1] = 'change'
   entry[#entry + 1] = ARGV[15]
@@ -271,9 +272,11 @@ if who ~= '' then
   redis.call('ZREM', KEYS[5], who)
   redis.call('HDEL', KEYS[6], who)
 end
--- The config audit log (KEYS[8]; ARGV[5] actor, ARGV[6] its length cap).
+-- The config audit log (KEYS[8]; ARGV[5] actor, ARGV[6] its length cap, ARGV[8..10] the
+-- actor's role, operator id and note).
 if sub then return now_s end
 redis.call('XADD', KEYS[8], 'MAXLEN', '~', ARGV[6], '*', 'at', now_s * 1000, 'actor', ARGV[5],
+  'role', ARGV[8], 'operator_id', ARGV[9], 'note', ARGV[10],
   'action', 'revoke', 'before', '', 'after', ARGV[1])
 return now_s
 "#;

@@ -19,6 +19,7 @@ mod edge;
 mod faults;
 mod helpers;
 mod limits_shared;
+mod operators;
 mod pages;
 mod proxy;
 mod queue;

@@ -604,7 +604,7 @@ async fn uploads_are_in_the_config_audit_log_with_their_operator() {
     assert_eq!(r.status(), StatusCode::OK);
     let v = json(r).await;
     let entries = v["entries"].as_array().expect("entries").clone();
-    let uploads: Vec<(String, String, Value)> = entries
+    let uploads: Vec<(String, String, Value, Value)> = entries
         .iter()
         .filter(|e| {
             e["action"]
@@ -621,20 +621,24 @@ async fn uploads_are_in_the_config_audit_log_with_their_operator() {
                 e["action"].as_str().unwrap_or("").to_owned(),
                 e["actor"].as_str().unwrap_or("").to_owned(),
                 after,
+                e["note"].clone(),
             )
         })
         .collect();
     assert_eq!(uploads.len(), 2, "{entries:?}");
-    // Newest first: the unnamed removal, then Rie's addition.
+    // Newest first: the bootstrap secret's removal (no note), then its addition that named
+    // Rie (her name kept as the note; the bootstrap secret is the actor).
     assert_eq!(
         (uploads[0].0.as_str(), uploads[0].1.as_str()),
-        ("registrations.remove", "unnamed")
+        ("registrations.remove", "bootstrap")
     );
+    assert_eq!(uploads[0].3, Value::Null);
     assert_eq!(uploads[0].2["count"], json!(2), "{:?}", uploads[0]);
     assert_eq!(
         (uploads[1].0.as_str(), uploads[1].1.as_str()),
-        ("registrations.add", "Rie Ops")
+        ("registrations.add", "bootstrap")
     );
+    assert_eq!(uploads[1].3, json!("Rie Ops"));
     assert_eq!(uploads[1].2["accounts"], json!(3), "{:?}", uploads[1]);
     // The admin document's audit entry names every action the log holds (the fuzz run in CI
     // failed on `registrations.add` before the document listed it).

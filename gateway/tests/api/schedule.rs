@@ -186,7 +186,8 @@ async fn a_scheduled_opening_applies_on_both_instances_once_and_is_audited() {
     assert_eq!(s, StatusCode::CREATED, "{change}");
     let id = change["id"].as_str().unwrap().to_owned();
     assert_eq!(change["status"], "pending");
-    assert_eq!(change["scheduled_by"], "ops-alice");
+    // The bootstrap secret is the actor; the name it sends is only a note (audit log).
+    assert_eq!(change["scheduled_by"], "bootstrap");
     // Pending on both instances, and the waiting page is told when the sale opens.
     for g in [&p.a, &p.b] {
         let c = p.config(g, "op").await;
@@ -232,7 +233,7 @@ async fn a_scheduled_opening_applies_on_both_instances_once_and_is_audited() {
         .iter()
         .find(|e| e["action"] == "schedule.apply")
         .unwrap();
-    assert_eq!(apply["actor"], "ops-alice", "who scheduled it");
+    assert_eq!(apply["actor"], "bootstrap", "who scheduled it");
     assert_eq!(apply["before"]["mode"], "paused");
     assert_eq!(apply["after"]["mode"], "queue");
     // Newest first: the apply, the add, the first PUT.
@@ -241,7 +242,11 @@ async fn a_scheduled_opening_applies_on_both_instances_once_and_is_audited() {
         .map(|e| e["action"].as_str().unwrap())
         .collect();
     assert_eq!(actions, ["schedule.apply", "schedule.add", "config.put"]);
-    assert_eq!(entries[2]["actor"], "ops-bob");
+    assert_eq!(entries[1]["actor"], "bootstrap");
+    assert_eq!(entries[1]["note"], "ops-alice");
+    assert_eq!(entries[1]["role"], "admin");
+    assert_eq!(entries[2]["actor"], "bootstrap");
+    assert_eq!(entries[2]["note"], "ops-bob");
     // Cancelling an applied change is refused and changes nothing.
     let (s, v) = p
         .schedule(
@@ -288,7 +293,7 @@ async fn a_cancelled_change_never_applies_and_an_edited_one_applies_as_edited() 
         .await;
     assert_eq!(s, StatusCode::OK, "{v}");
     assert_eq!(v["status"], "cancelled");
-    assert_eq!(v["done_by"], "ops-carol");
+    assert_eq!(v["done_by"], "bootstrap");
     // Edit the later change to run after the cancelled one's time: once it has applied, the
     // cancelled one (due earlier, so looked at first) would have applied too.
     let (s, v) = p
@@ -300,7 +305,7 @@ async fn a_cancelled_change_never_applies_and_an_edited_one_applies_as_edited() 
         )
         .await;
     assert_eq!(s, StatusCode::OK, "{v}");
-    assert_eq!(v["edited_by"], "ops-dan");
+    assert_eq!(v["edited_by"], "bootstrap");
     p.wait_both("cx", "fan", |c, _| {
         c["config"]["admit_per_minute"] == 90 && c["schedule"] == json!([])
     })
@@ -317,7 +322,8 @@ async fn a_cancelled_change_never_applies_and_an_edited_one_applies_as_edited() 
         .iter()
         .find(|e| e["action"] == "schedule.cancel")
         .unwrap();
-    assert_eq!(cancel["actor"], "ops-carol");
+    assert_eq!(cancel["actor"], "bootstrap");
+    assert_eq!(cancel["note"], "ops-carol");
     assert_eq!(cancel["before"]["status"], "pending");
     assert_eq!(cancel["after"]["status"], "cancelled");
     let edit = entries
@@ -500,18 +506,29 @@ async fn every_config_change_is_in_the_audit_log_newest_first_and_paged() {
         .unwrap();
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
     let all = p.audit_all("au").await;
-    let got: Vec<(&str, &str)> = all
+    let got: Vec<(&str, &str, &str)> = all
         .iter()
-        .map(|e| (e["action"].as_str().unwrap(), e["actor"].as_str().unwrap()))
+        .map(|e| {
+            (
+                e["action"].as_str().unwrap(),
+                e["actor"].as_str().unwrap(),
+                e["note"].as_str().unwrap_or("-"),
+            )
+        })
         .collect();
+    // The bootstrap secret is always the actor; the name it sent, if any, the note.
     assert_eq!(
         got,
         [
-            ("revoke", "ops-gina"),
-            ("sold_out", "ops-frank"),
-            ("config.put", "ops-erin"),
-            ("config.put", "unnamed"),
+            ("revoke", "bootstrap", "ops-gina"),
+            ("sold_out", "bootstrap", "ops-frank"),
+            ("config.put", "bootstrap", "ops-erin"),
+            ("config.put", "bootstrap", "-"),
         ]
+    );
+    assert!(
+        all.iter()
+            .all(|e| e["role"] == "admin" && e.get("operator_id").is_none())
     );
     assert_eq!(all[1]["before"], false);
     assert_eq!(all[1]["after"], true);
@@ -617,6 +634,7 @@ async fn a_change_that_no_longer_validates_when_due_fails_and_changes_nothing() 
         .filter(|e| e["action"] == "schedule.fail")
         .collect();
     assert_eq!(fail.len(), 1, "{entries:?}");
-    assert_eq!(fail[0]["actor"], "ops-hana");
+    // Whoever scheduled it: the bootstrap secret (its note, "ops-hana", is on the add).
+    assert_eq!(fail[0]["actor"], "bootstrap");
     p.stop().await;
 }
