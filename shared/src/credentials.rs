@@ -234,6 +234,7 @@ impl Published {
 /// has failed `per_min` times in the current window, every credential it presents is refused
 /// (`429`) without being checked until the window ends — a brute force learns nothing more,
 /// at the cost of locking out a legitimate operator behind the same address for a minute.
+/// `per_min = 0` turns the limit off (as `0` does for the other rate limits).
 pub struct AuthFailures {
     per_min: u32,
     window: Duration,
@@ -254,6 +255,9 @@ impl AuthFailures {
 
     /// `Some(seconds until the window ends)` while `ip` may not present credentials.
     pub fn blocked(&self, ip: IpAddr) -> Option<u64> {
+        if self.per_min == 0 {
+            return None;
+        }
         let now = Instant::now();
         let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
         let (start, n) = *seen.get(&ip)?;
@@ -263,6 +267,9 @@ impl AuthFailures {
 
     /// Counts one failed check from `ip`.
     pub fn failed(&self, ip: IpAddr) {
+        if self.per_min == 0 {
+            return;
+        }
         let now = Instant::now();
         let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
         if seen.len() >= MAX_TRACKED && !seen.contains_key(&ip) {
@@ -341,5 +348,10 @@ mod tests {
         f.failed(a);
         assert!(f.blocked(a).is_some_and(|s| (1..=60).contains(&s)));
         assert_eq!(f.blocked(b), None);
+        let off = AuthFailures::new(0);
+        for _ in 0..100 {
+            off.failed(a);
+        }
+        assert_eq!(off.blocked(a), None);
     }
 }

@@ -92,7 +92,7 @@ pub struct BookingSettings {
     /// must not hold a fan's phone on a spinner). Dependency timeouts are shorter.
     pub request_timeout_ms: u64,
     /// Failed admin credential checks one client address may make per minute; past it, every
-    /// admin call from that address is refused (`429`) until the minute is over.
+    /// admin call from that address is refused (`429`) until the minute is over. 0: no limit.
     pub admin_auth_failures_per_ip_per_min: u32,
 }
 
