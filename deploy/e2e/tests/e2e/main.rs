@@ -9,6 +9,7 @@
 mod i18n;
 mod journey_api;
 mod journey_browser;
+mod operators;
 mod ops_page;
 mod session;
 mod stack;
