@@ -94,7 +94,14 @@ async fn an_operator_acts_on_both_listeners_by_role_and_a_revocation_reaches_bot
     let (s, cfg) = gateway(&stack, reqwest::Method::GET, &cfg_path, &support, None).await;
     assert_eq!(s, 200, "{cfg}");
     let new_cfg = json!({"sale_start": "2020-01-01T00:00:00Z", "admit_per_minute": 1200});
-    let (s, v) = gateway(&stack, reqwest::Method::PUT, &cfg_path, &support, Some(&new_cfg)).await;
+    let (s, v) = gateway(
+        &stack,
+        reqwest::Method::PUT,
+        &cfg_path,
+        &support,
+        Some(&new_cfg),
+    )
+    .await;
     assert_eq!(
         (s, v["code"].clone(), v["required_role"].clone()),
         (403, json!("ROLE_FORBIDDEN"), json!("admin")),
@@ -110,7 +117,14 @@ async fn an_operator_acts_on_both_listeners_by_role_and_a_revocation_reaches_bot
     )
     .await;
     assert!((200..300).contains(&s), "{s} {v}");
-    let (s, v) = gateway(&stack, reqwest::Method::PUT, &cfg_path, &admin, Some(&new_cfg)).await;
+    let (s, v) = gateway(
+        &stack,
+        reqwest::Method::PUT,
+        &cfg_path,
+        &admin,
+        Some(&new_cfg),
+    )
+    .await;
     assert_eq!(s, 200, "{v}");
 
     // The gateway's config log names each operator with their role, never the header.
@@ -129,14 +143,20 @@ async fn an_operator_acts_on_both_listeners_by_role_and_a_revocation_reaches_bot
         .iter()
         .map(|e| (e["actor"].clone(), e["role"].clone()))
         .collect();
-    assert!(who.contains(&(json!("Aiko Support"), json!("support"))), "{log}");
+    assert!(
+        who.contains(&(json!("Aiko Support"), json!("support"))),
+        "{log}"
+    );
     assert!(who.contains(&(json!("Ben Admin"), json!("admin"))), "{log}");
     assert!(!log.to_string().contains("impostor"), "{log}");
 
     // Revoked on booking: booking refuses at once, the gateway within two seconds.
     let resp = stack
         .http
-        .delete(format!("{}/admin/operators/{support_id}", stack.booking_url))
+        .delete(format!(
+            "{}/admin/operators/{support_id}",
+            stack.booking_url
+        ))
         .bearer_auth(&admin)
         .send()
         .await
