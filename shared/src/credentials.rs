@@ -31,9 +31,7 @@ const SECRET_CHARS: usize = 43;
 pub const BOOTSTRAP_ACTOR: &str = "bootstrap";
 
 /// What an operator may do; each role includes the ones before it.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     /// Reads orders, the audit logs, dashboards and room configs.
@@ -309,7 +307,10 @@ mod tests {
     #[test]
     fn shapes() {
         assert_eq!(shape("fgop_short"), Shape::Malformed);
-        assert_eq!(shape(&format!("fgop_{}", "a".repeat(42) + "=")), Shape::Malformed);
+        assert_eq!(
+            shape(&format!("fgop_{}", "a".repeat(42) + "=")),
+            Shape::Malformed
+        );
         assert_eq!(shape(&format!("fgsc_{}", "b".repeat(44))), Shape::Malformed);
         assert_eq!(shape("a-bootstrap-secret"), Shape::Other);
         assert_eq!(shape(""), Shape::Other);
