@@ -161,6 +161,12 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "404",
 include-name = ["POST /admin/events", "PATCH /admin/events/{event}"]
 checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "404", "409", "422", "429"]
 
+# 422: an operator's expiry against the clock (in the future, at most 366 days away) and the
+# names booking reserves for itself (bootstrap, payments, ...).
+[[operations]]
+include-name = "POST /admin/operators"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "404", "409", "422", "429"]
+
 # 422 UNKNOWN_EVENT: a product of an event that does not exist.
 [[operations]]
 include-name = ["POST /admin/products", "PUT /admin/products/{sku}"]

@@ -59,7 +59,8 @@ fn note(session: &Session, required: bool) -> std::result::Result<Option<String>
 
 /// The note an audit entry of `caller`'s call carries: the bootstrap secret's
 /// `X-Floodgate-Actor` (required where `required`); never anything for an operator, whose
-/// header is not trusted and not read.
+/// header is not trusted. A header that is present but unusable is refused (`400`) for every
+/// caller, as the document says, so bad input never passes silently.
 pub(crate) fn caller_note(
     session: &Session,
     caller: &Caller,
@@ -68,7 +69,7 @@ pub(crate) fn caller_note(
     if caller.is_bootstrap() {
         note(session, required)
     } else {
-        Ok(None)
+        note(session, false).map(|_| None)
     }
 }
 

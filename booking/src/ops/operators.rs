@@ -50,7 +50,7 @@ pub struct CreateOperator {
     /// Who holds it: shown as the actor of everything they do (1 to 200 visible characters)
     #[schema(min_length = 1, max_length = 200, pattern = "^[ -~]*[!-~][ -~]*$")]
     name: String,
-    role: RoleName,
+    role: OperatorRole,
     /// When it stops working (RFC 3339; default 90 days from now; at most 366 days)
     #[serde(default)]
     expires_at: Option<DateTime<Utc>>,
@@ -60,28 +60,28 @@ pub struct CreateOperator {
 /// changes events, inventory, rooms and operators.
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum RoleName {
+pub enum OperatorRole {
     Viewer,
     Support,
     Admin,
 }
 
-impl From<RoleName> for Role {
-    fn from(r: RoleName) -> Role {
+impl From<OperatorRole> for Role {
+    fn from(r: OperatorRole) -> Role {
         match r {
-            RoleName::Viewer => Role::Viewer,
-            RoleName::Support => Role::Support,
-            RoleName::Admin => Role::Admin,
+            OperatorRole::Viewer => Role::Viewer,
+            OperatorRole::Support => Role::Support,
+            OperatorRole::Admin => Role::Admin,
         }
     }
 }
 
 /// A new operator and their credential (shown this once).
 #[derive(Debug, Serialize, ToSchema)]
-pub struct Created {
+pub struct OperatorCreated {
     id: String,
     name: String,
-    #[schema(value_type = RoleName)]
+    #[schema(value_type = OperatorRole)]
     role: String,
     created_at: DateTime<Utc>,
     expires_at: DateTime<Utc>,
@@ -91,10 +91,10 @@ pub struct Created {
 
 /// An operator as listed (never the credential).
 #[derive(Debug, Serialize, sqlx::FromRow, ToSchema)]
-pub struct Listed {
+pub struct OperatorListed {
     id: String,
     name: String,
-    #[schema(value_type = RoleName)]
+    #[schema(value_type = OperatorRole)]
     role: String,
     /// `active`, `expired` or `revoked`
     status: String,
@@ -109,15 +109,15 @@ pub struct Listed {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct OperatorList {
-    operators: Vec<Listed>,
+    operators: Vec<OperatorListed>,
 }
 
 /// The caller, as the admin API sees them.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct Me {
+pub struct OperatorMe {
     /// The operator's name, or `bootstrap`
     name: String,
-    #[schema(value_type = RoleName)]
+    #[schema(value_type = OperatorRole)]
     role: String,
     /// The credential's id (absent for the bootstrap secret)
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -181,7 +181,7 @@ fn publish_soon(state: &OpsState) {
     params(doc::ActorHeader),
     request_body = CreateOperator,
     responses(
-        (status = 201, description = "Created; `credential` is shown this once", body = Created),
+        (status = 201, description = "OperatorCreated; `credential` is shown this once", body = OperatorCreated),
         (status = 400, response = doc::BadRequest),
         (status = 401, response = doc::Unauthorized),
         (status = 413, response = doc::TooLarge),
@@ -232,7 +232,7 @@ async fn create(
     publish_soon(&state);
     let mut resp = (
         StatusCode::CREATED,
-        ApiJson(Created {
+        ApiJson(OperatorCreated {
             id,
             name,
             role: role.as_str().to_owned(),
@@ -258,7 +258,7 @@ async fn list(
     State(state): State<OpsState>,
     _caller: AdminOnlyRead,
 ) -> ApiResult<ApiJson<OperatorList>> {
-    let operators: Vec<Listed> = sqlx::query_as(
+    let operators: Vec<OperatorListed> = sqlx::query_as(
         "SELECT id, name, role,
                 CASE WHEN revoked_at IS NOT NULL THEN 'revoked'
                      WHEN expires_at <= now() THEN 'expired'
@@ -279,11 +279,11 @@ type AdminOnlyRead = audit::AdminCaller;
 /// Who the caller is: name, role and expiry of the credential presented
 #[utoipa::path(get, path = "/admin/operators/me", tag = tags::OPS, security(("admin" = ["viewer"])),
     responses(
-        (status = 200, description = "OK", body = Me),
+        (status = 200, description = "OK", body = OperatorMe),
         (status = 401, response = doc::Unauthorized),
         (status = 503, response = doc::Unavailable),
     ))]
-async fn me(State(state): State<OpsState>, caller: Viewer) -> ApiResult<ApiJson<Me>> {
+async fn me(State(state): State<OpsState>, caller: Viewer) -> ApiResult<ApiJson<OperatorMe>> {
     let op: &Operator = &caller;
     let expires_at = match &op.operator_id {
         None => None,
@@ -293,7 +293,7 @@ async fn me(State(state): State<OpsState>, caller: Viewer) -> ApiResult<ApiJson<
             .await
             .context("failed to read the caller's credential")?,
     };
-    Ok(ApiJson(Me {
+    Ok(ApiJson(OperatorMe {
         name: op.name.clone(),
         role: op.role.map_or("viewer", Role::as_str).to_owned(),
         id: op.operator_id.clone(),

@@ -149,6 +149,15 @@ where
         let auth = Auth::from_ref(state);
         let op = auth.operator(parts).await?;
         auth.require(&op, role_of(ROLE))?;
+        // Present but unusable is bad input for every caller (an operator's is ignored, not
+        // waved through).
+        if parts.headers.contains_key(ACTOR_HEADER) && actor_from(parts).is_none() {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                ACTOR_REQUIRED,
+                "X-Floodgate-Actor must be 1 to 200 visible characters",
+            ));
+        }
         if NAMED && op.is_bootstrap() && op.note.is_none() {
             return Err(ApiError::new(
                 StatusCode::BAD_REQUEST,

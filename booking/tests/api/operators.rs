@@ -307,6 +307,20 @@ async fn bad_credentials_and_bad_requests_are_refused_counted_and_change_nothing
             json!("support")
         )
     );
+    // A header an operator's call does not need is still checked: unusable is bad input.
+    let resp = app
+        .client
+        .get(app.url("/admin/audit?limit=1"))
+        .bearer_auth(&viewer)
+        .header(
+            "X-Floodgate-Actor",
+            reqwest::header::HeaderValue::from_bytes(b"\xc3\x97\xc2\x9b").expect("obs-text"),
+        )
+        .send()
+        .await
+        .expect("bad actor header");
+    let (s, v) = json(resp).await;
+    assert_eq!((s, v["code"].clone()), (400, json!("ACTOR_REQUIRED")), "{v}");
     // Reads are a viewer's.
     let (s, _) = call(&app, "GET", "/admin/audit?limit=1", &viewer, None).await;
     assert_eq!(s, 200);

@@ -127,6 +127,20 @@ async fn an_operator_acts_on_both_listeners_by_role_and_a_revocation_reaches_bot
     .await;
     assert_eq!(s, 200, "{v}");
 
+    // An unusable X-Floodgate-Actor is refused even from an operator, whose name it never is.
+    let resp = stack
+        .http
+        .put(format!("{}/admin/events/{event}/sold_out", stack.gateway_admin_url))
+        .bearer_auth(&admin)
+        .header(
+            "X-Floodgate-Actor",
+            reqwest::header::HeaderValue::from_bytes(b"\xc3\x97\xc2\x9b").expect("obs-text"),
+        )
+        .json(&json!({"sold_out": true}))
+        .send()
+        .await
+        .expect("bad header");
+    assert_eq!(resp.status(), 400);
     // The gateway's config log names each operator with their role, never the header.
     let (s, log) = gateway(
         &stack,
