@@ -148,10 +148,36 @@ cmd_up() {
     waiting room   http://$GATEWAY_ADDR/         (demo event: http://$GATEWAY_ADDR/e/demo)
     gateway admin  http://$GATEWAY_ADMIN_ADDR/admin/events/demo/config
     booking        http://$BOOKING_ADDR/          (internal)
-    ops page       http://$BOOKING_ADDR/ops/      (booking's listener only; sign in with the admin token)
+    ops page       http://$BOOKING_ADDR/ops/      (booking's listener only; sign in with an operator credential)
     sandbox pay    http://$SANDBOX_ADDR/
-    admin token    $(admin_token)
+    admin token    $(admin_token)   (the bootstrap secret: automation, and issuing operators)
+  Issue yourself an operator credential: deploy/stack operator "Your Name" admin|support|viewer
     logs           $LOGS/
   Stop with: deploy/stack down
 MSG
+}
+
+# operator NAME ROLE: issues an operator credential on the running stack's booking with the
+# bootstrap secret and prints it (shown this once; docs/operations.md "Running sale day with
+# named operators").
+cmd_operator() {
+  local name="${1:-}" role="${2:-}"
+  case "$role" in viewer|support|admin) ;; *)
+    echo "usage: deploy/stack operator NAME viewer|support|admin" >&2; return 2 ;;
+  esac
+  [ -n "$name" ] || { echo "usage: deploy/stack operator NAME viewer|support|admin" >&2; return 2; }
+  local body answer
+  body="$(NAME="$name" ROLE="$role" python3 -c 'import json,os; print(json.dumps({"name": os.environ["NAME"], "role": os.environ["ROLE"]}))')"
+  answer="$(curl -sS --max-time 10 -X POST "http://$BOOKING_ADDR/admin/operators" \
+    -H "authorization: Bearer $(admin_token)" -H "x-floodgate-actor: deploy/stack operator ($(id -un))" \
+    -H 'content-type: application/json' -d "$body")" \
+    || { log "booking at $BOOKING_ADDR did not answer: is the stack up (deploy/stack up)?"; return 1; }
+  printf '%s' "$answer" | python3 -c '
+import json, sys
+a = json.load(sys.stdin)
+if "credential" not in a:
+    sys.exit("refused: %s" % json.dumps(a))
+print("operator   %s (%s), id %s, expires %s" % (a["name"], a["role"], a["id"], a["expires_at"]))
+print("credential %s" % a["credential"])
+print("(shown this once: keep it like a password; revoke with DELETE /admin/operators/%s)" % a["id"])'
 }

@@ -165,6 +165,27 @@ for url in "http://$FLOODGATE_BOOKING_ADDR/healthz" "http://$FLOODGATE_GATEWAY_A
 done
 say "up: every service healthy$([ -n "$PG_BASE" ] && echo ", Postgres data in $PG_BASE")"
 
+# Named operators on the fresh stack (issue 42): `deploy/stack operator` issues a support
+# credential with the bootstrap secret; booking knows it at once, the gateway's admin listener
+# within seconds (from booking's list in Redis); a support operator may not change the room.
+"$CLONE/deploy/stack" operator "Frontdoor Support" support >"$TMP/operator.log" 2>&1 \
+  || fail "deploy/stack operator: $(cat "$TMP/operator.log")"
+CRED="$(sed -n 's/^credential \(fgop_[A-Za-z0-9_-]*\)$/\1/p' "$TMP/operator.log")"
+[ -n "$CRED" ] || fail "deploy/stack operator printed no credential: $(cat "$TMP/operator.log")"
+auth_code() { curl -s -o /dev/null -w '%{http_code}' --max-time 5 -H "authorization: Bearer $CRED" "$@" || true; }
+[ "$(auth_code "http://$FLOODGATE_BOOKING_ADDR/admin/operators/me")" = 200 ] \
+  || fail "booking does not know the operator it just issued"
+for _ in $(seq 1 40); do
+  [ "$(auth_code "http://$FLOODGATE_GATEWAY_ADMIN_ADDR/admin/events/demo/config")" = 200 ] && break
+  sleep 0.25
+done
+[ "$(auth_code "http://$FLOODGATE_GATEWAY_ADMIN_ADDR/admin/events/demo/config")" = 200 ] \
+  || fail "the gateway's admin listener did not learn the operator within 10 s"
+[ "$(auth_code -X PUT -H 'content-type: application/json' -d '{"sold_out": true}' \
+     "http://$FLOODGATE_GATEWAY_ADMIN_ADDR/admin/events/demo/sold_out")" = 403 ] \
+  || fail "a support operator changed the room's sold-out flag"
+say "operator: issued by deploy/stack, known to booking and the gateway, support refused a room change"
+
 # Booking: kill -9, left unreaped. The sandbox: kill -9 too, and its pid now names a live
 # process that is not ours (as after pid reuse).
 # Postgres' postmaster: kill -9, left unreaped too.
