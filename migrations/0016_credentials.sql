@@ -40,5 +40,7 @@ ALTER TABLE ops_audit
 
 CREATE INDEX ops_audit_actor ON ops_audit (actor, id);
 
--- A refund the refund job finishes later is recorded under the operator who asked for it.
+-- A refund the refund job finishes later is recorded under the operator who asked for it
+-- (an event cancellation's refunds: under the operator who cancelled the event).
 ALTER TABLE order_refunds ADD COLUMN actor_detail JSONB;
+ALTER TABLE events ADD COLUMN cancelled_by_detail JSONB;

@@ -1,10 +1,22 @@
 // Floodgate ops page (served by booking at /ops/, never by the gateway): order search and
-// detail, refund and cancel, event cancellation with its progress, the audit log. It calls
-// booking's admin API on the same origin; no framework, no build step.
+// detail, refund and cancel, event cancellation with its progress, the audit log, and (for
+// admins) the operators and their credentials. It calls booking's admin API on the same
+// origin; no framework, no build step.
 //
-// Secrets: the admin secret and the operator's name live in sessionStorage only (this tab,
-// gone when it closes) — never localStorage, cookies or the URL — and are read from there at
-// each call. Everything the page stores is in sessionStorage.
+// Who: each person signs in with their own operator credential (`fgop_` + 43 characters,
+// issued by an admin; the shared bootstrap admin secret is for automation and is refused
+// here). It is checked with GET /admin/operators/me before it is kept; the credential, the
+// operator's name and role live in sessionStorage only (this tab, gone when it closes) —
+// never localStorage, cookies or the URL — and the credential is read from there at each
+// call. Booking records the credential's holder as the actor; the page sends no name.
+//
+// Roles: the page hides or disables what the role may not do (viewer reads; support also
+// refunds and cancels orders; admin also cancels events and manages operators), but booking
+// decides: a 403 ROLE_FORBIDDEN is shown as such, and a 401 in the middle of a session (the
+// credential was revoked or expired) signs the tab out, saying why.
+//
+// A newly issued credential is shown once, in a read-only field, and only in the page: it is
+// never stored, and is wiped when the admin leaves the operators section or signs out.
 //
 // Never twice: each money-moving intent (refund or cancel of one order with one body) gets a
 // fresh Idempotency-Key when the operator confirms it; the key is kept, in sessionStorage,
@@ -15,7 +27,11 @@
   "use strict";
 
   var I18N = window.FG_OPS_I18N || { en: {} };
-  var KEY_SECRET = "fg_ops_secret", KEY_ACTOR = "fg_ops_actor", KEY_LANG = "fg_ops_lang";
+  var KEY_CRED = "fg_ops_credential", KEY_NAME = "fg_ops_name", KEY_ROLE = "fg_ops_role";
+  var KEY_ID = "fg_ops_operator_id", KEY_LANG = "fg_ops_lang";
+  // An operator credential's shape (shared::credentials): refused before any request if not.
+  var CREDENTIAL = /^fgop_[A-Za-z0-9_-]{43}$/;
+  var ROLES = ["viewer", "support", "admin"];
   var KEY_INTENTS = "fg_ops_intents";
   var POLL_MS = 1000;
 
@@ -26,7 +42,10 @@
     confirm: null,       // {intent, path, body, text}
     audit: null,         // {params, cursor}
     poll: null,          // timer of the cancellation progress
-    pollEvent: null
+    pollEvent: null,
+    operators: null,     // the last GET /admin/operators list
+    revoke: null,        // {id, name, role}: the revocation awaiting confirmation
+    newSeen: false       // the new credential's box has been on screen since it was shown
   };
 
   function $(id) { return document.getElementById(id); }
@@ -136,12 +155,14 @@
   }
 
   // ---- the API ---------------------------------------------------------------------------
-  // Resolves (never rejects) with {status, body, network}: status 0 and network true when no
-  // answer came back (the request may or may not have reached booking).
-  function api(method, path, body, key, secret) {
-    var headers = { "Accept": "application/json", "Authorization": "Bearer " + (secret || sget(KEY_SECRET) || "") };
-    var actor = sget(KEY_ACTOR);
-    if (actor) headers["X-Floodgate-Actor"] = actor;
+  // Resolves (never rejects) with {status, body, network, retryAfter}: status 0 and network
+  // true when no answer came back (the request may or may not have reached booking).
+  // `credential` is given only by the sign-in check; every other call uses the tab's, and a
+  // 401 to it ends the session (after the caller has seen the answer: signOut then wipes
+  // whatever the caller showed).
+  function api(method, path, body, key, credential) {
+    var mine = !credential;
+    var headers = { "Accept": "application/json", "Authorization": "Bearer " + (credential || sget(KEY_CRED) || "") };
     if (body !== undefined) headers["Content-Type"] = "application/json";
     if (key) headers["Idempotency-Key"] = key;
     var init = { method: method, headers: headers, cache: "no-store", credentials: "omit", redirect: "error" };
@@ -150,10 +171,21 @@
       return resp.text().then(function (text) {
         var parsed = null;
         try { parsed = text ? JSON.parse(text) : null; } catch (e) { parsed = null; }
-        return { status: resp.status, body: parsed, network: false };
+        return { status: resp.status, body: parsed, network: false,
+                 retryAfter: resp.headers.get("Retry-After") };
       });
     }, function () {
       return { status: 0, body: null, network: true };
+    }).then(function (r) {
+      if (mine && r.status === 401 && signedIn()) {
+        var why = r.body && r.body.reason;
+        setTimeout(function () {
+          if (!signedIn()) return;
+          signOut();
+          notice("login-message", function () { return t(has("out." + why) ? "out." + why : "out.refused"); }, "bad");
+        }, 0);
+      }
+      return r;
     });
   }
   function ok(r) { return r.status >= 200 && r.status < 300; }
@@ -168,9 +200,12 @@
   function errorText(r) {
     if (r.network) return t("err.network");
     var b = r.body || {};
+    if (b.code === "UNAUTHORIZED" && b.reason && has("auth." + b.reason)) return t("auth." + b.reason);
     if (b.code && has("err." + b.code)) {
       return t("err." + b.code, { status: b.status ? statusText(b.status) : "", field: b.field || "",
-                                  message: b.message || "", why: b.why || "" });
+                                  message: b.message || "", why: b.why || "",
+                                  role: roleName(b.role), required: roleName(b.required_role),
+                                  seconds: r.retryAfter || "60" });
     }
     if (b.message) return b.message + (b.code ? " (" + b.code + ")" : "");
     return t("err.http", { n: r.status });
@@ -186,50 +221,104 @@
   }
   function seg(s) { return encodeURIComponent(s); }
 
-  // ---- sign in / out ---------------------------------------------------------------------
-  function signedIn() { return !!(sget(KEY_SECRET) && sget(KEY_ACTOR)); }
+  // ---- sign in / out, roles -------------------------------------------------------------
+  function signedIn() { return !!(sget(KEY_CRED) && sget(KEY_NAME) && ROLES.indexOf(sget(KEY_ROLE)) >= 0); }
+  function role() { return signedIn() ? sget(KEY_ROLE) : null; }
+  // Whether the signed-in role includes `needed` (viewer < support < admin).
+  function allows(needed) { var r = role(); return !!r && ROLES.indexOf(r) >= ROLES.indexOf(needed); }
+  function roleName(r) { return r && has("role." + r) ? t("role." + r) : String(r || "–"); }
   function showView() {
     var inside = signedIn();
     document.body.setAttribute("data-state", inside ? "ops" : "login");
+    document.body.setAttribute("data-role", role() || "");
     $("login-view").hidden = inside;
     $("ops-view").hidden = !inside;
     $("logout").hidden = !inside;
     $("who").hidden = !inside;
-    $("who").textContent = inside ? t("who", { name: sget(KEY_ACTOR) }) : "";
+    $("who").textContent = inside ? t("who", { name: sget(KEY_NAME), role: roleName(role()) }) : "";
+    applyRole();
+  }
+  // What the role may not do is hidden (whole sections) or disabled with the reason.
+  function applyRole() {
+    var inside = signedIn(), orders = allows("support"), admin = allows("admin");
+    $("a-role-note").hidden = !inside || orders;
+    $("a-role-note").textContent = t("role.need_support", { role: roleName(role()) });
+    $("e-cancel").hidden = !admin;
+    $("e-reason-wrap").hidden = !admin;
+    $("e-role-note").hidden = !inside || admin;
+    $("e-role-note").textContent = t("role.need_admin_event", { role: roleName(role()) });
+    if (!admin) $("e-confirm").hidden = true;
+    $("nav-operators").hidden = !admin;
+    $("operators").hidden = !admin;
+    if (!admin) clearNewCredential();
   }
   function signIn(ev) {
     ev.preventDefault();
-    var secret = $("secret").value;
-    var actor = $("actor").value.trim();
-    if (!secret) { notice("login-message", function () { return t("login.need_secret"); }, "bad"); return; }
-    // The name travels in an HTTP header: visible ASCII only, 1 to 200 characters.
-    if (!actor || actor.length > 200 || !/^[\x20-\x7e]+$/.test(actor)) {
-      notice("login-message", function () { return t("login.bad_actor"); }, "bad");
+    var credential = $("credential").value.trim();
+    if (!credential) { notice("login-message", function () { return t("login.need_credential"); }, "bad"); return; }
+    // Only a personal operator credential: the shared admin secret (or anything else) is
+    // refused here and never sent.
+    if (!CREDENTIAL.test(credential)) {
+      notice("login-message", function () { return t("login.bad_shape"); }, "bad");
       return;
     }
     notice("login-message", function () { return t("login.checking"); }, "info");
-    // Check the secret with a read before keeping it: a wrong one is refused (401) and
-    // nothing is stored or changed.
-    api("GET", "/admin/audit?limit=1", undefined, null, secret)
-      .then(function (r) {
-        if (!ok(r)) { notice("login-message", function () { return errorText(r); }, "bad"); return; }
-        sset(KEY_SECRET, secret);
-        sset(KEY_ACTOR, actor);
-        $("secret").value = "";
-        notice("login-message", null);
-        showView();
-        loadAudit(true);
-      });
+    $("login-form").querySelector("button[type=submit]").disabled = true;
+    // Check it with a read before keeping it: a wrong one is refused (401) and nothing is
+    // stored or changed.
+    api("GET", "/admin/operators/me", undefined, null, credential).then(function (r) {
+      $("login-form").querySelector("button[type=submit]").disabled = false;
+      var me = r.body || {};
+      if (!ok(r)) { notice("login-message", function () { return errorText(r); }, "bad"); return; }
+      if (me.bootstrap || !me.name || ROLES.indexOf(me.role) < 0) {
+        notice("login-message", function () { return t("login.bad_shape"); }, "bad");
+        return;
+      }
+      sset(KEY_CRED, credential);
+      sset(KEY_NAME, me.name);
+      sset(KEY_ROLE, me.role);
+      sset(KEY_ID, me.id || null);
+      $("credential").value = "";
+      notice("login-message", null);
+      showView();
+      loadAudit(true);
+      loadOperators();
+    });
   }
+  // Forgets everything of this session: the credential, what was on screen, open intents.
   function signOut() {
     stopPoll();
-    sset(KEY_SECRET, null);
-    sset(KEY_ACTOR, null);
+    sset(KEY_CRED, null);
+    sset(KEY_NAME, null);
+    sset(KEY_ROLE, null);
+    sset(KEY_ID, null);
     sset(KEY_INTENTS, null);
-    S.detail = null; S.search = null; S.audit = null; S.confirm = null;
-    clear($("results-body")); $("results").hidden = true; $("detail").hidden = true;
-    clear($("audit-body")); $("audit-table").hidden = true;
+    S.detail = null; S.search = null; S.audit = null; S.confirm = null; S.progress = null;
+    S.operators = null; S.revoke = null;
+    for (var id in notices) if (Object.prototype.hasOwnProperty.call(notices, id)) notice(id, null);
+    clear($("results-body")); $("results").hidden = true; $("results-empty").hidden = true;
+    $("next-page").hidden = true; $("detail").hidden = true; $("confirm").hidden = true;
+    $("detail").removeAttribute("data-order"); $("detail").removeAttribute("data-status");
+    $("e-confirm").hidden = true; $("e-view").hidden = true;
+    clear($("audit-body")); $("audit-table").hidden = true; $("audit-empty").hidden = true;
+    $("audit-next").hidden = true;
+    clear($("op-body")); $("op-table").hidden = true; $("op-empty").hidden = true;
+    $("op-confirm").hidden = true;
+    clearNewCredential();
     showView();
+    $("credential").focus();
+  }
+  // On load with a kept session: ask again who this is. A revoked or expired credential
+  // signs the tab out at once (api's 401 handling); booking's name and role replace the
+  // kept ones.
+  function recheck() {
+    api("GET", "/admin/operators/me").then(function (r) {
+      if (!ok(r) || !r.body || !signedIn() || ROLES.indexOf(r.body.role) < 0) return;
+      sset(KEY_NAME, r.body.name);
+      sset(KEY_ROLE, r.body.role);
+      renderAll();
+      loadOperators();
+    });
   }
 
   // ---- order search (keyset pages) -------------------------------------------------------
@@ -361,12 +450,12 @@
     list("d-tickets", d.tickets, function (k) {
       return (k.seat_id || k.ga_tier || k.id) + " · " + (k.valid ? t("ticket.valid") : t("ticket.void", { why: k.void_reason || "" }));
     });
-    list("d-audit", d.audit, function (a) { return when(a.at) + " · " + a.actor + " · " + a.action; });
+    list("d-audit", d.audit, function (a) { return when(a.at) + " · " + whoText(a) + " · " + a.action; });
 
-    var paid = o.status === "PAID", pending = o.status === "PENDING_PAYMENT";
-    $("a-refund").disabled = !paid;
-    $("a-lines").disabled = !paid;
-    $("a-cancel").disabled = !(paid || pending);
+    var paid = o.status === "PAID", pending = o.status === "PENDING_PAYMENT", may = allows("support");
+    $("a-refund").disabled = !paid || !may;
+    $("a-lines").disabled = !paid || !may;
+    $("a-cancel").disabled = !(paid || pending) || !may;
   }
   function list(id, items, text) {
     var ul = $(id); clear(ul);
@@ -455,6 +544,7 @@
   function eventId() { return $("e-id").value.trim(); }
   function askEventCancel(ev) {
     ev.preventDefault();
+    if (!allows("admin")) return;   // hidden for other roles; Enter in the form lands here
     var id = eventId();
     if (!id) { notice("event-message", function () { return t("event.need_id"); }, "bad"); return; }
     $("e-confirm-text").textContent = t("confirm.event", { id: id });
@@ -534,6 +624,14 @@
     $("e-bar").setAttribute("aria-valuenow", String(pct));
   }
 
+  // Who made an audit entry: the actor with their role; for the bootstrap secret also the
+  // name its caller gave (a note, not an identity).
+  function whoText(e) {
+    var s = e.role ? t("audit.who", { actor: e.actor, role: roleName(e.role) }) : String(e.actor);
+    if (e.note) s += " · " + t("audit.note", { note: e.note });
+    return s;
+  }
+
   // ---- audit log -------------------------------------------------------------------------
   function auditSubmit(ev) {
     ev.preventDefault();
@@ -542,7 +640,7 @@
   function loadAudit(fresh) {
     if (!signedIn()) return;
     if (fresh || !S.audit) {
-      S.audit = { params: { event: $("au-event").value.trim(), limit: 25 }, cursor: null };
+      S.audit = { params: { event: $("au-event").value.trim(), limit: 25 }, cursor: null, entries: [] };
       clear($("audit-body"));
     }
     var a = S.audit;
@@ -554,24 +652,200 @@
       if (!ok(r)) { notice("audit-message", function () { return errorText(r); }, "bad"); return; }
       notice("audit-message", null);
       var entries = (r.body && r.body.entries) || [];
-      var body = $("audit-body");
-      entries.forEach(function (e) {
-        var tr = row([when(e.at), e.actor, e.action, e.target]);
-        tr.setAttribute("data-action", e.action);
-        tr.title = JSON.stringify(e.detail);
-        body.appendChild(tr);
-      });
-      $("audit-table").hidden = body.childNodes.length === 0;
-      $("audit-empty").hidden = body.childNodes.length !== 0;
+      a.entries = a.entries.concat(entries);
+      renderAudit();
       a.cursor = (r.body && r.body.next_cursor) || null;
       $("audit-next").hidden = !a.cursor;
     });
+  }
+
+  // ---- operators (admins only) ------------------------------------------------------------
+  function loadOperators() {
+    if (!allows("admin")) return;
+    api("GET", "/admin/operators").then(function (r) {
+      if (!allows("admin")) return;
+      if (!ok(r)) { notice("op-message", function () { return errorText(r); }, "bad"); return; }
+      S.operators = (r.body && r.body.operators) || [];
+      renderOperators();
+    });
+  }
+  function renderOperators() {
+    if (!S.operators) return;
+    var body = $("op-body"); clear(body);
+    S.operators.forEach(function (o) {
+      var last;
+      if (o.status === "active") {
+        last = el("button", t("op.revoke"), "secondary small");
+        last.type = "button";
+        last.setAttribute("data-revoke", o.id);
+        last.setAttribute("aria-label", t("op.revoke_who", { name: o.name }));
+        last.addEventListener("click", function () { askRevoke(o); });
+      } else if (o.status === "revoked") {
+        last = t("op.revoked_by", { who: o.revoked_by || "–", at: when(o.revoked_at) });
+      } else {
+        last = "";
+      }
+      var status = has("op.status." + o.status) ? t("op.status." + o.status) : o.status;
+      var tr = row([o.name, roleName(o.role), status, o.created_by, when(o.created_at), when(o.expires_at), last]);
+      tr.setAttribute("data-operator", o.id);
+      tr.setAttribute("data-status", o.status);
+      tr.setAttribute("data-role", o.role);
+      body.appendChild(tr);
+    });
+    $("op-table").hidden = S.operators.length === 0;
+    $("op-empty").hidden = S.operators.length !== 0;
+  }
+  function issueOperator(ev) {
+    ev.preventDefault();
+    var name = $("op-name").value.trim();
+    if (!name || name.length > 200 || /[\u0000-\u001f\u007f]/.test(name)) {
+      notice("op-message", function () { return t("op.bad_name"); }, "bad");
+      return;
+    }
+    var days = $("op-days").value.trim();
+    var body = { name: name, role: $("op-role").value };
+    if (days !== "") {
+      var n = Number(days);
+      if (!(n >= 1 && n <= 366 && Math.floor(n) === n)) {
+        notice("op-message", function () { return t("op.bad_days"); }, "bad");
+        return;
+      }
+      body.expires_at = new Date(Date.now() + n * 86400000).toISOString();
+    }
+    clearNewCredential();
+    $("op-issue").disabled = true;
+    notice("op-message", function () { return t("working"); }, "info");
+    // Not idempotent (each call issues a new credential): an unknown outcome says to check
+    // the list instead of offering a retry.
+    api("POST", "/admin/operators", body).then(function (r) {
+      $("op-issue").disabled = false;
+      if (r.network || r.status >= 500) {
+        notice("op-message", function () { return errorText(r) + " " + t("op.unknown"); }, "bad");
+        loadOperators();
+        return;
+      }
+      if (!ok(r) || !r.body || !r.body.credential) { notice("op-message", function () { return errorText(r); }, "bad"); return; }
+      var made = r.body;
+      notice("op-message", function () { return t("op.issued", { name: made.name, role: roleName(made.role) }); }, "ok");
+      $("op-name").value = "";
+      showNewCredential(made);
+      loadOperators();
+      loadAudit(true);
+    });
+  }
+  // The credential lives in this read-only field only (never in S or storage).
+  function showNewCredential(made) {
+    $("op-secret").value = made.credential;
+    var words = function () {
+      return t("op.new_for", { name: made.name, role: roleName(made.role), expires: when(made.expires_at) });
+    };
+    S.newWords = words;
+    $("op-new-for").textContent = words();
+    $("op-new").hidden = false;
+    S.newSeen = false;
+    notice("op-copy-message", null);
+    // Copying is the next thing to do: Enter or Space does it.
+    $("op-copy").focus();
+  }
+  function clearNewCredential() {
+    $("op-secret").value = "";
+    $("op-new").hidden = true;
+    $("op-new-for").textContent = "";
+    S.newWords = null;
+    S.newSeen = false;
+    if (notices["op-copy-message"]) notice("op-copy-message", null);
+  }
+  function copyCredential() {
+    var value = $("op-secret").value;
+    if (!value) return;
+    var copied = function () { notice("op-copy-message", function () { return t("op.copied"); }, "ok"); };
+    var byHand = function () {
+      var f = $("op-secret");
+      f.focus();
+      f.select();
+      var done = false;
+      try { done = document.execCommand("copy"); } catch (e) { done = false; }
+      if (done) copied();
+      else notice("op-copy-message", function () { return t("op.copy_failed"); }, "bad");
+    };
+    if (navigator.clipboard && navigator.clipboard.writeText) navigator.clipboard.writeText(value).then(copied, byHand);
+    else byHand();
+  }
+  function askRevoke(o) {
+    S.revoke = o;
+    $("op-confirm-text").textContent = revokeWords();
+    $("op-confirm").hidden = false;
+    notice("op-revoke-message", null);
+    $("op-confirm-yes").focus();
+  }
+  function revokeWords() {
+    var o = S.revoke;
+    if (!o) return "";
+    var self = o.id === sget(KEY_ID);
+    return t(self ? "op.confirm_revoke_self" : "op.confirm_revoke", { name: o.name, role: roleName(o.role) });
+  }
+  function revokeYes() {
+    var o = S.revoke;
+    if (!o) return;
+    $("op-confirm-yes").disabled = true;
+    notice("op-revoke-message", function () { return t("working"); }, "info");
+    // A DELETE is idempotent (a repeat answers 204 and changes nothing): retrying is safe.
+    api("DELETE", "/admin/operators/" + seg(o.id)).then(function (r) {
+      $("op-confirm-yes").disabled = false;
+      // No answer: the confirmation stays for a retry; a definite one closes it.
+      if (r.network || r.status >= 500) { notice("op-revoke-message", function () { return errorText(r) + " " + t("err.retry_safe"); }, "bad"); return; }
+      S.revoke = null;
+      $("op-confirm").hidden = true;
+      if (!ok(r)) { notice("op-revoke-message", function () { return errorText(r); }, "bad"); return; }
+      notice("op-revoke-message", function () { return t("op.revoked", { name: o.name }); }, "ok");
+      loadOperators();
+      loadAudit(true);
+    });
+  }
+  function revokeNo() {
+    S.revoke = null;
+    $("op-confirm").hidden = true;
+    notice("op-revoke-message", null);
+  }
+  // Leaving the operators section wipes a shown credential: another section chosen in the
+  // navigation, or the section scrolled wholly out of view after it had been seen.
+  function watchLeaving() {
+    window.addEventListener("hashchange", function () {
+      if (location.hash !== "#operators") clearNewCredential();
+    });
+    if (!("IntersectionObserver" in window)) return;
+    new IntersectionObserver(function (entries) {
+      entries.forEach(function (e) {
+        if ($("op-new").hidden) return;
+        if (e.isIntersecting) S.newSeen = true;
+        else if (S.newSeen) clearNewCredential();
+      });
+    }).observe($("operators"));
+  }
+
+  // The loaded pages of the audit log, in the current language.
+  function renderAudit() {
+    var body = $("audit-body");
+    clear(body);
+    var entries = (S.audit && S.audit.entries) || [];
+    entries.forEach(function (e) {
+      var tr = row([when(e.at), whoText(e), e.action, e.target]);
+      tr.setAttribute("data-action", e.action);
+      tr.title = JSON.stringify(e.detail);
+      body.appendChild(tr);
+    });
+    $("audit-table").hidden = entries.length === 0;
+    $("audit-empty").hidden = !S.audit || entries.length !== 0;
   }
 
   // ---- wiring ------------------------------------------------------------------------------
   function renderAll() {
     showView();
     if (S.detail) renderDetail();
+    renderOperators();
+    if (S.audit && S.audit.entries.length) renderAudit();
+    if (S.revoke) $("op-confirm-text").textContent = revokeWords();
+    if (S.newWords) $("op-new-for").textContent = S.newWords();
     if (S.progress) renderProgress(S.progress);
     if (!$("e-confirm").hidden) $("e-confirm-text").textContent = t("confirm.event", { id: eventId() });
     if (S.confirm) {
@@ -608,8 +882,18 @@
     });
     $("audit-form").addEventListener("submit", auditSubmit);
     $("audit-next").addEventListener("click", function () { loadAudit(false); });
+    $("op-form").addEventListener("submit", issueOperator);
+    $("op-copy").addEventListener("click", copyCredential);
+    $("op-new-done").addEventListener("click", clearNewCredential);
+    $("op-confirm-yes").addEventListener("click", revokeYes);
+    $("op-confirm-no").addEventListener("click", revokeNo);
+    watchLeaving();
     applyLang();
-    if (signedIn()) loadAudit(true);
+    if (signedIn()) {
+      recheck();
+      loadAudit(true);
+      loadOperators();
+    }
     document.body.setAttribute("data-ready", "true");
   }
 

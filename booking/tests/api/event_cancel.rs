@@ -194,6 +194,17 @@ async fn cancelling_an_event_refunds_2000_paid_orders_once_across_a_crash_and_tw
         .await,
         2001
     );
+    // Each refund is recorded under whoever cancelled the event, with their role: the bootstrap
+    // secret here, its X-Floodgate-Actor kept as the note.
+    assert_eq!(
+        count(
+            &env,
+            "SELECT count(*) FROM ops_audit WHERE action = 'event.cancel.refund'
+                AND actor = 'bootstrap' AND role = 'admin' AND note = 'promoter@ops'"
+        )
+        .await,
+        2001
+    );
     // The show is off: the refunded seat is not put back on sale.
     let seat: String = sqlx::query_scalar(
         "SELECT status FROM seats WHERE event_id = 'ev' AND seat_id = 'S1-R1-1'",

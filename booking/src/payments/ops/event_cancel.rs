@@ -46,10 +46,11 @@ async fn queue_refunds_tx(conn: &mut PgConnection, event: Option<&str>) -> Payme
         "WITH r AS (
              INSERT INTO order_refunds (id, order_id, event_id, payment_id, provider_payment_id,
                                         amount, stock, origin, actor, reason, reverses_order,
-                                        whole_payment)
+                                        whole_payment, actor_detail)
              SELECT 'rf_' || replace(gen_random_uuid()::text, '-', ''), o.id, o.event_id, p.id,
                     p.provider_payment_id, p.amount - a.amount, 'kill', 'event_cancel',
-                    COALESCE(e.cancelled_by, 'floodgate'), e.cancel_reason, true, a.n = 0
+                    COALESCE(e.cancelled_by, 'floodgate'), e.cancel_reason, true, a.n = 0,
+                    e.cancelled_by_detail
                FROM orders o
                JOIN events e ON e.id = o.event_id
                JOIN payments p ON p.order_id = o.id AND p.status = 'succeeded'
@@ -185,12 +186,13 @@ pub async fn cancel_event(
         .statement("begin the event cancellation")?;
     let marked = sqlx::query(
         "UPDATE events SET cancelled_at = clock_timestamp(), cancelled_by = $2,
-                           cancel_reason = $3
+                           cancel_reason = $3, cancelled_by_detail = $4
           WHERE id = $1 AND cancelled_at IS NULL",
     )
     .bind(event)
     .bind(actor.name())
     .bind(reason)
+    .bind(actor.detail())
     .execute(&mut *tx)
     .await
     .statement("mark the event cancelled")?
