@@ -320,7 +320,11 @@ async fn bad_credentials_and_bad_requests_are_refused_counted_and_change_nothing
         .await
         .expect("bad actor header");
     let (s, v) = json(resp).await;
-    assert_eq!((s, v["code"].clone()), (400, json!("ACTOR_REQUIRED")), "{v}");
+    assert_eq!(
+        (s, v["code"].clone()),
+        (400, json!("ACTOR_REQUIRED")),
+        "{v}"
+    );
     // Reads are a viewer's.
     let (s, _) = call(&app, "GET", "/admin/audit?limit=1", &viewer, None).await;
     assert_eq!(s, 200);

@@ -130,7 +130,10 @@ async fn an_operator_acts_on_both_listeners_by_role_and_a_revocation_reaches_bot
     // An unusable X-Floodgate-Actor is refused even from an operator, whose name it never is.
     let resp = stack
         .http
-        .put(format!("{}/admin/events/{event}/sold_out", stack.gateway_admin_url))
+        .put(format!(
+            "{}/admin/events/{event}/sold_out",
+            stack.gateway_admin_url
+        ))
         .bearer_auth(&admin)
         .header(
             "X-Floodgate-Actor",
