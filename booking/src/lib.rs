@@ -36,5 +36,8 @@ pub mod auctions;
 // The ops API's read side: order search and detail, the audit log reader.
 pub mod ops;
 
+// Ticket codes, their keys and the fan's ticket list.
+pub mod tickets;
+
 // Assembles state, routes, config, metrics and jobs; starts the service.
 pub mod app;

@@ -13,8 +13,9 @@ use std::path::{Path, PathBuf};
 
 const PLATFORM: &str = "platform";
 const APP: &str = "app";
-const DOMAINS: [&str; 6] = [
+const DOMAINS: [&str; 7] = [
     "inventory",
+    "tickets",
     "orders",
     "outbox",
     "payments",

@@ -53,6 +53,7 @@ SECTIONS = {  # [section] -> the struct that deserializes it
     "gateway": ("gateway/src/config.rs", "GatewaySettings"),
     "booking": ("booking/src/app/config.rs", "BookingSettings"),
     "payments": ("booking/src/payments.rs", "PaymentSettings"),
+    "tickets": ("booking/src/tickets.rs", "TicketSettings"),
 }
 PROCESSES = {  # container name -> its top-level config struct
     "gateway": struct_fields("gateway/src/config.rs", "GatewayConfig"),

@@ -136,6 +136,9 @@ expected-statuses = ["2xx", "3xx", "401", "403", "404", "409", "429"]
 bearer = "${FG_ADMIN}"
 [auth.openapi.admission]
 bearer = "${FG_ADMISSION}"
+# The fan's own tickets (issue 43): class identity, the login token.
+[auth.openapi.identity]
+bearer = "${FG_IDENTITY}"
 
 # 422 UNKNOWN_SEATS: seat ids the event does not have.
 [[operations]]

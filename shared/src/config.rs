@@ -41,6 +41,7 @@ pub const SECTIONS: &[&str] = &[
     "orders",
     "payments",
     "outbox",
+    "tickets",
     "sandbox",
 ];
 
@@ -48,6 +49,13 @@ pub const SECTIONS: &[&str] = &[
 pub const DEV_TOKEN_KEY: &str = "floodgate-dev-admission-key-change-me-0123456789";
 /// The identity (login token) key the defaults carry (dev mode only).
 pub const DEV_IDENTITY_KEY: &str = "floodgate-dev-identity-key-change-me-0123456789";
+/// The ticket-code signing seed the defaults carry (booking; dev mode only): base64url of 32
+/// bytes, an Ed25519 seed.
+pub const DEV_TICKET_SIGNING_SEED: &str = "Zmxvb2RnYXRlLWRldi10aWNrZXQtc2lnbmluZy0wMDA";
+/// The holder-handle HMAC key the defaults carry (booking; dev mode only).
+pub const DEV_TICKET_HANDLE_SECRET: &str = "floodgate-dev-ticket-handle-key-change-me-0123";
+/// The door-key HMAC key the defaults carry (booking; dev mode only).
+pub const DEV_TICKET_DOOR_SECRET: &str = "floodgate-dev-ticket-door-key-change-me-01234";
 /// The payment provider API key the defaults carry (booking and the sandbox; dev mode only).
 pub const DEV_PROVIDER_KEY: &str = "sk_test_floodgate_dev";
 /// The webhook signing secret the defaults carry (booking and the sandbox; dev mode only).
@@ -60,6 +68,9 @@ pub const BUILTIN_SECRETS: &[&str] = &[
     DEV_IDENTITY_KEY,
     DEV_PROVIDER_KEY,
     DEV_WEBHOOK_SECRET,
+    DEV_TICKET_SIGNING_SEED,
+    DEV_TICKET_HANDLE_SECRET,
+    DEV_TICKET_DOOR_SECRET,
 ];
 /// The marker of the Kubernetes secret template's placeholders.
 pub const PLACEHOLDER: &str = "REPLACE-ME";

@@ -1,6 +1,7 @@
 //! Booking's configuration: the common sections from `shared::config` plus `[booking]` and
 //! the domains' sections. Unknown keys in any of them are errors, and outside dev mode the
-//! signing keys, the admin secret, the provider key and the webhook secrets must be set, and
+//! signing keys, the admin secret, the provider key, the webhook secrets, the identity key and
+//! the `[tickets]` keys and secrets must be set, and
 //! not to built-in values ([`shared::config::ProcessConfig`]).
 
 use secrecy::SecretString;
@@ -33,6 +34,8 @@ pub struct BookingConfig {
     pub payments: crate::payments::PaymentSettings,
     /// `[outbox]`: relay batches and leases, stream trimming, the ticket-delivery consumer.
     pub outbox: crate::outbox::OutboxSettings,
+    /// `[tickets]`: ticket-code signing keys, the holder-handle and door secrets.
+    pub tickets: crate::tickets::TicketSettings,
 }
 
 impl Default for BookingConfig {
@@ -51,6 +54,7 @@ impl Default for BookingConfig {
             orders: Default::default(),
             payments: Default::default(),
             outbox: Default::default(),
+            tickets: Default::default(),
         }
     }
 }
@@ -122,7 +126,6 @@ impl ProcessConfig for BookingConfig {
     }
 
     fn secrets(&self) -> Vec<Secret<'_>> {
-        // `[identity]` is not among them: booking verifies no login tokens.
         vec![
             Secret {
                 key: "tokens.keys",
@@ -139,6 +142,28 @@ impl ProcessConfig for BookingConfig {
             Secret {
                 key: "payments.webhook_secrets",
                 values: self.payments.webhook_secrets.iter().collect(),
+            },
+            // Booking verifies login tokens for a fan's own tickets (class `identity`).
+            Secret {
+                key: "identity.key",
+                values: vec![&self.identity.key],
+            },
+            Secret {
+                key: "tickets.signing_keys",
+                values: self
+                    .tickets
+                    .signing_keys
+                    .iter()
+                    .map(|k| &k.secret)
+                    .collect(),
+            },
+            Secret {
+                key: "tickets.handle_secret",
+                values: vec![&self.tickets.handle_secret],
+            },
+            Secret {
+                key: "tickets.door_secret",
+                values: vec![&self.tickets.door_secret],
             },
         ]
     }

@@ -60,6 +60,8 @@ fn api(state: &AppState) -> OpenApiRouter<AppState> {
         // The ops page over that API (static, embedded; booking's listener only).
         .merge(OpenApiRouter::from(crate::ops::page::router()))
         .merge(crate::inventory::holdbacks::router().with_state(state.inventory.clone()))
+        // Ticket codes (issue 43): the JWKS (public) and the fan's tickets (identity).
+        .merge(crate::tickets::router().with_state(state.tickets.clone()))
 }
 
 /// Everything a request passes through on its way in and out, in one middleware (one boxed

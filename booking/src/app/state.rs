@@ -40,6 +40,9 @@ pub struct Inner {
 
     pub auctions: crate::auctions::AuctionsState,
 
+    /// Ticket codes and the fan's ticket list.
+    pub tickets: crate::tickets::TicketsState,
+
     /// The ops API's reads (main pool: custom plans for the search).
     pub ops: crate::ops::OpsState,
 }
@@ -175,8 +178,19 @@ impl AppState {
             redis_prefix: config.redis.key_prefix.clone(),
         };
 
+        let tickets = crate::tickets::TicketsState {
+            pool: pool.clone(),
+            keys: Arc::new(config.tickets.keys().context("invalid [tickets] keys")?),
+            identity: Arc::new(
+                shared::identity::IdentityVerifier::new(&config.identity)
+                    .context("invalid [identity] settings")?,
+            ),
+            jwks_max_age_s: config.tickets.jwks_max_age_s,
+        };
+
         Ok(Self(Arc::new(Inner {
             ops,
+            tickets,
             idempotency,
             inventory,
             orders,

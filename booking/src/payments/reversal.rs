@@ -273,7 +273,7 @@ async fn reverse_order_tx(
         }
     }
     let voided: Vec<String> = sqlx::query_scalar(
-        "UPDATE tickets SET voided_at = clock_timestamp(), void_reason = $2
+        "UPDATE tickets SET voided_at = clock_timestamp(), void_reason = $2, version = version + 1
           WHERE order_id = $1 AND voided_at IS NULL
          RETURNING id",
     )

@@ -313,8 +313,8 @@ tk AS (
             SELECT NULL, ok.ga_tier FROM ok, generate_series(1, ok.quantity)
              WHERE ok.kind <> 'seats') x),
 ti AS (
-    INSERT INTO tickets (id, event_id, seat_id, ga_tier, order_id, account_id)
-    SELECT tk.id, ok.event_id, tk.seat_id, tk.ga_tier, $1, $6 FROM tk, ok
+    INSERT INTO tickets (id, event_id, seat_id, ga_tier, order_id, account_id, holder_account)
+    SELECT tk.id, ok.event_id, tk.seat_id, tk.ga_tier, $1, $6, $6 FROM tk, ok
     RETURNING id, event_id, seat_id, ga_tier),
 p AS (
     UPDATE payments

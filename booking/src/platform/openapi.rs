@@ -22,6 +22,7 @@ pub mod tags {
     pub const PAYMENTS: &str = "payments";
     pub const AUCTIONS: &str = "auctions";
     pub const OPS: &str = "ops";
+    pub const TICKETS: &str = "tickets";
 }
 
 /// The head of the document; the paths and their schemas come from the routers.
@@ -167,6 +168,18 @@ impl Modify for AuthSchemes {
                     .scheme(HttpAuthScheme::Bearer)
                     .bearer_format("JWT")
                     .description(Some("an admission token from the waiting room"))
+                    .build(),
+            ),
+        );
+        components.add_security_scheme(
+            "identity",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("JWT")
+                    .description(Some(
+                        "the fan's login (identity) token; never an admission token",
+                    ))
                     .build(),
             ),
         );

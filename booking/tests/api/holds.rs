@@ -494,11 +494,11 @@ async fn the_seat_map_shows_availability_and_is_cacheable_for_a_second() {
 async fn the_database_refuses_a_second_ticket_for_a_seat() {
     let app = TestApp::spawn().await;
     create_event(&app, &small_event("tix", 1, 2, 10, 1)).await;
-    sqlx::query("INSERT INTO tickets (id, event_id, seat_id, order_id, account_id) VALUES ('t1', 'tix', 'S1-R1-1', 'o1', 'a')")
+    sqlx::query("INSERT INTO tickets (id, event_id, seat_id, order_id, account_id, holder_account) VALUES ('t1', 'tix', 'S1-R1-1', 'o1', 'a', 'a')")
         .execute(&app.pool)
         .await
         .unwrap();
-    let err = sqlx::query("INSERT INTO tickets (id, event_id, seat_id, order_id, account_id) VALUES ('t2', 'tix', 'S1-R1-1', 'o2', 'b')")
+    let err = sqlx::query("INSERT INTO tickets (id, event_id, seat_id, order_id, account_id, holder_account) VALUES ('t2', 'tix', 'S1-R1-1', 'o2', 'b', 'b')")
         .execute(&app.pool)
         .await
         .unwrap_err();
@@ -508,7 +508,7 @@ async fn the_database_refuses_a_second_ticket_for_a_seat() {
     );
     // GA tickets have no seat and are not constrained by it.
     for id in ["g1", "g2"] {
-        sqlx::query("INSERT INTO tickets (id, event_id, ga_tier, order_id, account_id) VALUES ($1, 'tix', 'FLOOR', 'o3', 'c')")
+        sqlx::query("INSERT INTO tickets (id, event_id, ga_tier, order_id, account_id, holder_account) VALUES ($1, 'tix', 'FLOOR', 'o3', 'c', 'c')")
             .bind(id)
             .execute(&app.pool)
             .await

@@ -53,4 +53,5 @@ mod startup_config;
 mod storefront;
 mod stripe_fake;
 mod sweeper;
+mod tickets;
 mod webhooks;

@@ -20,6 +20,24 @@ fn real_secrets() -> Vec<(&'static str, String)> {
             "FLOODGATE_PAYMENTS__WEBHOOK_SECRETS",
             r#"["whsec_startup_real"]"#.into(),
         ),
+        (
+            "FLOODGATE_IDENTITY__KEY",
+            "booking-startup-identity-key-0123456789".into(),
+        ),
+        // base64url of 32 bytes: an Ed25519 seed.
+        (
+            "FLOODGATE_TICKETS__SIGNING_KEYS",
+            r#"[{kid="tk1", secret="c3RhcnR1cC10ZXN0LXRpY2tldC1zZWVkLTAxMjM0NTY"}]"#.into(),
+        ),
+        ("FLOODGATE_TICKETS__CURRENT_KID", "tk1".into()),
+        (
+            "FLOODGATE_TICKETS__HANDLE_SECRET",
+            "startup-test-handle-secret-0123456789".into(),
+        ),
+        (
+            "FLOODGATE_TICKETS__DOOR_SECRET",
+            "startup-test-door-secret-0123456789".into(),
+        ),
     ]
 }
 
@@ -83,6 +101,19 @@ fn empty_config_outside_dev_mode_is_refused_naming_the_setting() {
             "FLOODGATE_PAYMENTS__WEBHOOK_SECRETS",
             "payments.webhook_secrets: missing",
         ),
+        ("FLOODGATE_IDENTITY__KEY", "identity.key: missing"),
+        (
+            "FLOODGATE_TICKETS__SIGNING_KEYS",
+            "tickets.signing_keys: missing",
+        ),
+        (
+            "FLOODGATE_TICKETS__HANDLE_SECRET",
+            "tickets.handle_secret: missing",
+        ),
+        (
+            "FLOODGATE_TICKETS__DOOR_SECRET",
+            "tickets.door_secret: missing",
+        ),
     ] {
         let env: Vec<_> = all
             .iter()
@@ -118,6 +149,29 @@ fn builtin_secrets_outside_dev_mode_are_refused() {
             "FLOODGATE_ADMIN_TOKEN",
             "REPLACE-ME".to_owned(),
             "admin_token: is a built-in development value",
+        ),
+        (
+            "FLOODGATE_TICKETS__SIGNING_KEYS",
+            format!(
+                r#"[{{kid="tk1", secret="{}"}}]"#,
+                shared::config::DEV_TICKET_SIGNING_SEED
+            ),
+            "tickets.signing_keys: is a built-in development value",
+        ),
+        (
+            "FLOODGATE_TICKETS__HANDLE_SECRET",
+            shared::config::DEV_TICKET_HANDLE_SECRET.to_owned(),
+            "tickets.handle_secret: is a built-in development value",
+        ),
+        (
+            "FLOODGATE_TICKETS__DOOR_SECRET",
+            shared::config::DEV_TICKET_DOOR_SECRET.to_owned(),
+            "tickets.door_secret: is a built-in development value",
+        ),
+        (
+            "FLOODGATE_IDENTITY__KEY",
+            shared::config::DEV_IDENTITY_KEY.to_owned(),
+            "identity.key: is a built-in development value",
         ),
     ] {
         let mut env = real_secrets();

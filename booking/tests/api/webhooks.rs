@@ -490,8 +490,8 @@ async fn dashboard_refund_reverses_a_paid_order_once_under_concurrent_duplicates
     );
     // The database itself refuses a second valid ticket for the seat.
     let second = sqlx::query(
-        "INSERT INTO tickets (id, event_id, seat_id, order_id, account_id)
-         VALUES ('t-dup', 'ev', 'S1-R1-1', 'o-x', 'mallory')",
+        "INSERT INTO tickets (id, event_id, seat_id, order_id, account_id, holder_account)
+         VALUES ('t-dup', 'ev', 'S1-R1-1', 'o-x', 'mallory', 'mallory')",
     )
     .execute(&env.app.pool)
     .await;

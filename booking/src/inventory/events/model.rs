@@ -53,6 +53,68 @@ pub struct CreateEvent {
     /// Refuse explicit holds that would strand a single free seat (`409 ORPHAN_SEAT`).
     #[serde(default)]
     pub no_orphans: bool,
+    /// When the show starts (RFC 3339); tickets, e-mail and `.ics` use it when present.
+    #[serde(default)]
+    pub starts_at: Option<DateTime<Utc>>,
+    /// When the doors open: not after `starts_at`.
+    #[serde(default)]
+    pub doors_at: Option<DateTime<Utc>>,
+    /// The venue's IANA time zone (`Europe/London`), for showing the times.
+    #[serde(default)]
+    #[schema(max_length = 64, example = "Asia/Tokyo")]
+    pub timezone: Option<String>,
+    /// The venue's postal address, one text.
+    #[serde(default)]
+    #[schema(max_length = 500)]
+    pub venue_address: Option<String>,
+    /// How the event's ticket codes are shown (docs/api.md, "Ticket codes").
+    #[serde(default)]
+    pub ticket_code: TicketCode,
+}
+
+/// `ticket_code`: one signed code per ticket version (`static`), or that code plus a TOTP the
+/// fan's device computes every 15 s (`rotating`), which stops screenshots being passed on.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, sqlx::Type, ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+#[sqlx(type_name = "text", rename_all = "snake_case")]
+pub enum TicketCode {
+    #[default]
+    Static,
+    Rotating,
+}
+
+/// Checks an event's date fields: doors not after the start, a real IANA zone name, an
+/// address of at most 500 characters.
+pub fn validate_date(
+    starts_at: Option<DateTime<Utc>>,
+    doors_at: Option<DateTime<Utc>>,
+    timezone: Option<&str>,
+    venue_address: Option<&str>,
+) -> Result<(), Invalid> {
+    if let (Some(start), Some(doors)) = (starts_at, doors_at)
+        && doors > start
+    {
+        return Err(invalid("doors_at", "doors_at must not be after starts_at"));
+    }
+    if let Some(tz) = timezone
+        && (tz.len() > 64 || tz.parse::<chrono_tz::Tz>().is_err())
+    {
+        return Err(invalid(
+            "timezone",
+            "timezone must be an IANA time zone name such as Europe/London",
+        ));
+    }
+    if let Some(addr) = venue_address
+        && addr.chars().count() > 500
+    {
+        return Err(invalid(
+            "venue_address",
+            "venue_address must be at most 500 characters",
+        ));
+    }
+    Ok(())
 }
 
 /// `refund_stock`: units of an order refunded or disputed at the provider go back on sale
@@ -181,6 +243,15 @@ pub struct EventCreated {
     pub ga_tiers: Vec<GaTierSpec>,
     pub refund_stock: RefundStock,
     pub no_orphans: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub starts_at: Option<DateTime<Utc>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub doors_at: Option<DateTime<Utc>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timezone: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub venue_address: Option<String>,
+    pub ticket_code: TicketCode,
 }
 
 /// Section and tier names: 1..=32 ASCII letters, digits, `-`, `_` (they become part of seat ids).
@@ -211,6 +282,12 @@ pub fn validate(req: &CreateEvent) -> Result<u64, Invalid> {
     if req.venue.chars().count() > 200 {
         return Err(invalid("venue", "venue must be at most 200 characters"));
     }
+    validate_date(
+        req.starts_at,
+        req.doors_at,
+        req.timezone.as_deref(),
+        req.venue_address.as_deref(),
+    )?;
     if !(10..=86_400).contains(&req.hold_ttl_s) {
         return Err(invalid("hold_ttl_s", "hold_ttl_s must be 10..=86400"));
     }

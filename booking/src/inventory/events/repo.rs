@@ -63,6 +63,11 @@ pub(super) async fn insert_event(
         ga_tiers: req.ga_tiers,
         refund_stock: req.refund_stock,
         no_orphans: req.no_orphans,
+        starts_at: req.starts_at,
+        doors_at: req.doors_at,
+        timezone: req.timezone,
+        venue_address: req.venue_address,
+        ticket_code: req.ticket_code,
     })
 }
 
@@ -115,8 +120,9 @@ async fn insert_tx(
     let mut tx = pool.begin().await.during("begin creating the event")?;
     let inserted: Option<String> = sqlx::query_scalar(
         "INSERT INTO events (id, name, venue, sale_start, hold_ttl_s, max_tickets_per_account,
-                                 refund_stock, no_orphans)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                                 refund_stock, no_orphans, starts_at, doors_at, timezone,
+                                 venue_address, ticket_code)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
              ON CONFLICT (id) DO NOTHING
              RETURNING id",
     )
@@ -128,6 +134,11 @@ async fn insert_tx(
     .bind(req.max_tickets_per_account)
     .bind(req.refund_stock)
     .bind(req.no_orphans)
+    .bind(req.starts_at)
+    .bind(req.doors_at)
+    .bind(req.timezone.as_deref())
+    .bind(req.venue_address.as_deref())
+    .bind(req.ticket_code)
     .fetch_optional(&mut *tx)
     .await
     .during("insert the event row")?;

@@ -307,8 +307,8 @@ pub async fn sell_hold_tx(
     let seat_ids: Vec<Option<&str>> = tickets.iter().map(|t| t.seat_id.as_deref()).collect();
     let tiers: Vec<Option<&str>> = tickets.iter().map(|t| t.ga_tier.as_deref()).collect();
     sqlx::query(
-        "INSERT INTO tickets (id, event_id, seat_id, ga_tier, order_id, account_id)
-         SELECT t.id, $4, t.seat_id, t.ga_tier, $5, $6
+        "INSERT INTO tickets (id, event_id, seat_id, ga_tier, order_id, account_id, holder_account)
+         SELECT t.id, $4, t.seat_id, t.ga_tier, $5, $6, $6
          FROM unnest($1::text[], $2::text[], $3::text[]) AS t(id, seat_id, ga_tier)",
     )
     .bind(&ids)

@@ -219,7 +219,8 @@ async fn return_lines_tx(
     let seat_ids: Vec<&str> = seats.iter().map(|(s, _)| *s).collect();
     let ga_line = lines.iter().any(|l| l.kind == "ga");
     sqlx::query(
-        "UPDATE tickets SET voided_at = clock_timestamp(), void_reason = 'refunded'
+        "UPDATE tickets SET voided_at = clock_timestamp(), void_reason = 'refunded',
+                version = version + 1
           WHERE order_id = $1 AND voided_at IS NULL
             AND (seat_id = ANY($2) OR ($3 AND ga_tier IS NOT NULL))",
     )

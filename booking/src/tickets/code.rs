@@ -1,0 +1,504 @@
+//! Ticket codes (DESIGN section 9, "Ticket codes"): a compact JWS signed with Ed25519,
+//! header `{"alg":"EdDSA","typ":"fg-ticket+jwt","kid"}`, claims `tid`, `evt`, `seat` or `tier`,
+//! `hnd`, `ver`, `iat` and `rot: true` on rotating events. Any JOSE library verifies one with
+//! the event's JWKS; [`TicketKeys::verify`] is the door's own check.
+//!
+//! Guarantees: a code names its holder only through the holder handle (an HMAC of the account
+//! under `[tickets] handle_secret`, truncated to 16 bytes), never the account; signing is
+//! deterministic (Ed25519), so one ticket version has one code; the event door key and the
+//! per-ticket rotation secrets derive from `[tickets] door_secret`, and only the per-ticket
+//! secret ever reaches a fan.
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+use ring::hmac;
+use ring::signature::{ED25519, Ed25519KeyPair, KeyPair, UnparsedPublicKey};
+use secrecy::{ExposeSecret, SecretString};
+use serde::{Deserialize, Serialize};
+
+/// The `typ` of a ticket code's header.
+pub const TYP: &str = "fg-ticket+jwt";
+/// The only `alg`.
+pub const ALG: &str = "EdDSA";
+/// Longest text [`TicketKeys::verify`] looks at (a code is about 300 bytes).
+pub const MAX_CODE_LEN: usize = 2048;
+/// Bytes of the holder handle (of HMAC-SHA256's 32).
+pub const HANDLE_BYTES: usize = 16;
+
+/// A ticket code's claims.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TicketClaims {
+    /// Ticket id.
+    pub tid: String,
+    /// Event id.
+    pub evt: String,
+    /// Seat id (reserved seating).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seat: Option<String>,
+    /// General-admission tier.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<String>,
+    /// Holder handle: base64url of the first 16 bytes of HMAC-SHA256(handle_secret, account).
+    pub hnd: String,
+    /// Ticket version: changes on every void and transfer.
+    pub ver: i32,
+    /// When the ticket was issued (unix seconds).
+    pub iat: i64,
+    /// `true` on rotating events (the door then wants the `~` TOTP part too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rot: Option<bool>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Header {
+    alg: String,
+    typ: String,
+    kid: String,
+}
+
+/// Why a code is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum CodeError {
+    #[error("not a ticket code (not three base64url JSON parts, or too long)")]
+    Malformed,
+    #[error("the header's alg is not EdDSA")]
+    WrongAlgorithm,
+    #[error("the header's typ is not fg-ticket+jwt")]
+    WrongType,
+    #[error("signed with a key this deployment does not know (or has revoked)")]
+    UnknownKey,
+    #[error("the signature does not match")]
+    BadSignature,
+}
+
+/// One configured signing key.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SigningKeySetting {
+    pub kid: String,
+    /// base64url (padding optional) of a 32-byte Ed25519 seed.
+    pub secret: SecretString,
+}
+
+/// Why the `[tickets]` keys are unusable.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error("tickets.signing_keys: empty")]
+    NoKeys,
+    #[error("tickets.signing_keys: kid {0:?} is empty, too long or not printable ASCII")]
+    BadKid(String),
+    #[error("tickets.signing_keys: kid {0:?} appears twice")]
+    DuplicateKid(String),
+    #[error("tickets.signing_keys: the secret of kid {0:?} is not base64url of 32 bytes")]
+    BadSeed(String),
+    #[error("tickets.current_kid: {0:?} is not among tickets.signing_keys")]
+    UnknownCurrent(String),
+    #[error("tickets.{0}: empty")]
+    EmptySecret(&'static str),
+}
+
+struct Key {
+    kid: String,
+    pair: Ed25519KeyPair,
+}
+
+/// Signs and verifies ticket codes and derives the handle, door key and per-ticket secrets.
+pub struct TicketKeys {
+    keys: Vec<Key>,
+    current: usize,
+    handle: hmac::Key,
+    door: hmac::Key,
+}
+
+impl std::fmt::Debug for TicketKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TicketKeys")
+            .field(
+                "kids",
+                &self.keys.iter().map(|k| &k.kid).collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+/// A JSON Web Key Set of the signing keys' public halves.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Jwks {
+    pub keys: Vec<Jwk>,
+}
+
+/// One Ed25519 public key (RFC 8037).
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Jwk {
+    /// `OKP`
+    pub kty: String,
+    /// `Ed25519`
+    pub crv: String,
+    /// The public key, base64url.
+    pub x: String,
+    pub kid: String,
+    /// `EdDSA`
+    pub alg: String,
+    /// `sig`
+    #[serde(rename = "use")]
+    pub use_: String,
+}
+
+fn valid_kid(kid: &str) -> bool {
+    !kid.is_empty() && kid.len() <= 64 && kid.bytes().all(|b| b.is_ascii_graphic())
+}
+
+impl TicketKeys {
+    pub fn new(
+        signing: &[SigningKeySetting],
+        current_kid: &str,
+        handle_secret: &SecretString,
+        door_secret: &SecretString,
+    ) -> Result<Self, KeyError> {
+        if signing.is_empty() {
+            return Err(KeyError::NoKeys);
+        }
+        let mut keys: Vec<Key> = Vec::with_capacity(signing.len());
+        for k in signing {
+            if !valid_kid(&k.kid) {
+                return Err(KeyError::BadKid(k.kid.clone()));
+            }
+            if keys.iter().any(|e| e.kid == k.kid) {
+                return Err(KeyError::DuplicateKid(k.kid.clone()));
+            }
+            let text = k.secret.expose_secret().trim().trim_end_matches('=');
+            let seed = B64
+                .decode(text)
+                .ok()
+                .filter(|s| s.len() == 32)
+                .ok_or_else(|| KeyError::BadSeed(k.kid.clone()))?;
+            let pair = Ed25519KeyPair::from_seed_unchecked(&seed)
+                .map_err(|_| KeyError::BadSeed(k.kid.clone()))?;
+            keys.push(Key {
+                kid: k.kid.clone(),
+                pair,
+            });
+        }
+        let current = keys
+            .iter()
+            .position(|k| k.kid == current_kid)
+            .ok_or_else(|| KeyError::UnknownCurrent(current_kid.to_owned()))?;
+        for (name, s) in [
+            ("handle_secret", handle_secret),
+            ("door_secret", door_secret),
+        ] {
+            if s.expose_secret().is_empty() {
+                return Err(KeyError::EmptySecret(name));
+            }
+        }
+        Ok(Self {
+            keys,
+            current,
+            handle: hmac::Key::new(hmac::HMAC_SHA256, handle_secret.expose_secret().as_bytes()),
+            door: hmac::Key::new(hmac::HMAC_SHA256, door_secret.expose_secret().as_bytes()),
+        })
+    }
+
+    /// The kid new codes are signed with.
+    pub fn current_kid(&self) -> &str {
+        &self.keys[self.current].kid
+    }
+
+    /// Every configured key's public half (retired keys stay until their events are over).
+    pub fn jwks(&self) -> Jwks {
+        Jwks {
+            keys: self
+                .keys
+                .iter()
+                .map(|k| Jwk {
+                    kty: "OKP".into(),
+                    crv: "Ed25519".into(),
+                    x: B64.encode(k.pair.public_key().as_ref()),
+                    kid: k.kid.clone(),
+                    alg: ALG.into(),
+                    use_: "sig".into(),
+                })
+                .collect(),
+        }
+    }
+
+    /// The holder handle of `account`: base64url of the first 16 bytes of
+    /// HMAC-SHA256(handle_secret, account). Stable per account; reveals nothing of it.
+    pub fn handle(&self, account: &str) -> String {
+        let mac = hmac::sign(&self.handle, account.as_bytes());
+        B64.encode(&mac.as_ref()[..HANDLE_BYTES])
+    }
+
+    /// The event's door key, HMAC-SHA256(door_secret, event id). Scanners only, never fans.
+    pub fn door_key(&self, event: &str) -> [u8; 32] {
+        let mut out = [0u8; 32];
+        out.copy_from_slice(hmac::sign(&self.door, event.as_bytes()).as_ref());
+        out
+    }
+
+    /// A rotating ticket's secret, HMAC-SHA256(door key, tid ‖ 0x00 ‖ ver as decimal ASCII).
+    pub fn ticket_secret(&self, event: &str, tid: &str, ver: i32) -> [u8; 32] {
+        ticket_secret(&self.door_key(event), tid, ver)
+    }
+
+    /// The compact JWS of `claims`, signed with the current key.
+    pub fn sign(&self, claims: &TicketClaims) -> String {
+        let key = &self.keys[self.current];
+        let header = Header {
+            alg: ALG.into(),
+            typ: TYP.into(),
+            kid: key.kid.clone(),
+        };
+        // Serialising these plain structs cannot fail; an empty part would fail verification.
+        let h = B64.encode(serde_json::to_vec(&header).unwrap_or_default());
+        let p = B64.encode(serde_json::to_vec(claims).unwrap_or_default());
+        let input = format!("{h}.{p}");
+        let sig = key.pair.sign(input.as_bytes());
+        format!("{input}.{}", B64.encode(sig.as_ref()))
+    }
+
+    /// The claims of a code this deployment signed. The static part only: split a rotating
+    /// code with [`split_rotating`] first. Version, holder and event are the caller's to check.
+    pub fn verify(&self, code: &str) -> Result<TicketClaims, CodeError> {
+        if code.len() > MAX_CODE_LEN {
+            return Err(CodeError::Malformed);
+        }
+        let mut parts = code.split('.');
+        let (Some(h), Some(p), Some(s), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(CodeError::Malformed);
+        };
+        let header: Header = B64
+            .decode(h)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .ok_or(CodeError::Malformed)?;
+        if header.alg != ALG {
+            return Err(CodeError::WrongAlgorithm);
+        }
+        if header.typ != TYP {
+            return Err(CodeError::WrongType);
+        }
+        let key = self
+            .keys
+            .iter()
+            .find(|k| k.kid == header.kid)
+            .ok_or(CodeError::UnknownKey)?;
+        let sig = B64.decode(s).map_err(|_| CodeError::Malformed)?;
+        let signed = &code[..h.len() + 1 + p.len()];
+        UnparsedPublicKey::new(&ED25519, key.pair.public_key().as_ref())
+            .verify(signed.as_bytes(), &sig)
+            .map_err(|_| CodeError::BadSignature)?;
+        B64.decode(p)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .ok_or(CodeError::Malformed)
+    }
+}
+
+/// HMAC-SHA256(door key, tid ‖ 0x00 ‖ ver as decimal ASCII): the secret a rotating ticket's
+/// holder gets, and what a scanner holding the door key recomputes.
+pub fn ticket_secret(door_key: &[u8], tid: &str, ver: i32) -> [u8; 32] {
+    let key = hmac::Key::new(hmac::HMAC_SHA256, door_key);
+    let mut ctx = hmac::Context::with_key(&key);
+    ctx.update(tid.as_bytes());
+    ctx.update(&[0]);
+    ctx.update(ver.to_string().as_bytes());
+    let mut out = [0u8; 32];
+    out.copy_from_slice(ctx.sign().as_ref());
+    out
+}
+
+/// Splits a rotating code `STATIC~DIGITS` into its static code and TOTP; a code without `~`
+/// comes back whole with `None`.
+pub fn split_rotating(text: &str) -> (&str, Option<&str>) {
+    match text.split_once('~') {
+        Some((code, totp)) => (code, Some(totp)),
+        None => (text, None),
+    }
+}
+
+/// The text a fan's device shows for a rotating ticket at `unix_s`.
+pub fn rotating_text(code: &str, secret: &[u8], unix_s: u64) -> String {
+    format!(
+        "{code}~{}",
+        crate::tickets::totp::code(secret, unix_s, crate::tickets::totp::TICKET_STEP_S)
+    )
+}
+
+/// base64url without padding (how `rotating_secret` is sent).
+pub fn b64(bytes: &[u8]) -> String {
+    B64.encode(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(kids: &[(&str, &str)], current: &str) -> TicketKeys {
+        let signing: Vec<SigningKeySetting> = kids
+            .iter()
+            .map(|(kid, seed)| SigningKeySetting {
+                kid: (*kid).into(),
+                secret: SecretString::from(B64.encode(seed.as_bytes())),
+            })
+            .collect();
+        TicketKeys::new(
+            &signing,
+            current,
+            &SecretString::from("handle"),
+            &SecretString::from("door"),
+        )
+        .expect("keys")
+    }
+
+    fn claims() -> TicketClaims {
+        TicketClaims {
+            tid: "t1".into(),
+            evt: "ev".into(),
+            seat: Some("S1-R1-1".into()),
+            tier: None,
+            hnd: "h".into(),
+            ver: 1,
+            iat: 1_800_000_000,
+            rot: None,
+        }
+    }
+
+    const SEED_A: &str = "0123456789abcdef0123456789abcdef";
+    const SEED_B: &str = "fedcba9876543210fedcba9876543210";
+
+    #[test]
+    fn a_signed_code_verifies_and_is_deterministic() {
+        let k = keys(&[("a", SEED_A)], "a");
+        let code = k.sign(&claims());
+        assert_eq!(code, k.sign(&claims()), "one version, one code");
+        assert_eq!(k.verify(&code), Ok(claims()));
+        assert_eq!(code.split('.').count(), 3);
+    }
+
+    #[test]
+    fn refusals_are_named() {
+        let a = keys(&[("a", SEED_A)], "a");
+        let code = a.sign(&claims());
+        // Another deployment's key under the same kid: bad signature.
+        let other = keys(&[("a", SEED_B)], "a");
+        assert_eq!(other.verify(&code), Err(CodeError::BadSignature));
+        // A kid this deployment does not know.
+        let b = keys(&[("b", SEED_B)], "b");
+        assert_eq!(b.verify(&code), Err(CodeError::UnknownKey));
+        // Tampered claims.
+        let mut parts: Vec<String> = code.split('.').map(str::to_owned).collect();
+        let mut c = claims();
+        c.ver = 2;
+        parts[1] = B64.encode(serde_json::to_vec(&c).expect("json"));
+        assert_eq!(a.verify(&parts.join(".")), Err(CodeError::BadSignature));
+        // Wrong typ, wrong alg.
+        for (header, err) in [
+            (
+                r#"{"alg":"EdDSA","typ":"JWT","kid":"a"}"#,
+                CodeError::WrongType,
+            ),
+            (
+                r#"{"alg":"HS256","typ":"fg-ticket+jwt","kid":"a"}"#,
+                CodeError::WrongAlgorithm,
+            ),
+        ] {
+            let mut p = parts.clone();
+            p[0] = B64.encode(header);
+            assert_eq!(a.verify(&p.join(".")), Err(err));
+        }
+        for bad in [
+            "",
+            "a.b",
+            "a.b.c.d",
+            "!!.??.--",
+            &"x".repeat(MAX_CODE_LEN + 1),
+        ] {
+            assert_eq!(a.verify(bad), Err(CodeError::Malformed), "{bad:.20}");
+        }
+    }
+
+    #[test]
+    fn a_retired_key_still_verifies() {
+        let old = keys(&[("a", SEED_A)], "a");
+        let code = old.sign(&claims());
+        let rotated = keys(&[("a", SEED_A), ("b", SEED_B)], "b");
+        assert_eq!(rotated.verify(&code), Ok(claims()));
+        assert!(rotated.sign(&claims()).len() > 10);
+        assert_eq!(rotated.jwks().keys.len(), 2);
+        assert_eq!(rotated.current_kid(), "b");
+    }
+
+    #[test]
+    fn handles_and_secrets_are_stable_and_distinct() {
+        let k = keys(&[("a", SEED_A)], "a");
+        assert_eq!(k.handle("fan-1"), k.handle("fan-1"));
+        assert_ne!(k.handle("fan-1"), k.handle("fan-2"));
+        assert_eq!(
+            B64.decode(k.handle("fan-1")).expect("b64").len(),
+            HANDLE_BYTES
+        );
+        assert!(!k.handle("fan-1").contains("fan"));
+        assert_ne!(k.door_key("ev1"), k.door_key("ev2"));
+        let s1 = k.ticket_secret("ev", "t1", 1);
+        assert_ne!(
+            s1,
+            k.ticket_secret("ev", "t1", 2),
+            "a new version, a new secret"
+        );
+        // The separator keeps ("t1", 12) and ("t11", 2) apart.
+        assert_ne!(
+            k.ticket_secret("ev", "t1", 12),
+            k.ticket_secret("ev", "t11", 2)
+        );
+        assert_eq!(s1, ticket_secret(&k.door_key("ev"), "t1", 1));
+    }
+
+    #[test]
+    fn bad_key_settings_are_refused() {
+        let h = SecretString::from("h");
+        let d = SecretString::from("d");
+        let key = |kid: &str, secret: &str| SigningKeySetting {
+            kid: kid.into(),
+            secret: SecretString::from(secret.to_owned()),
+        };
+        assert!(matches!(
+            TicketKeys::new(&[], "a", &h, &d),
+            Err(KeyError::NoKeys)
+        ));
+        assert!(matches!(
+            TicketKeys::new(&[key("a", "c2hvcnQ")], "a", &h, &d),
+            Err(KeyError::BadSeed(_))
+        ));
+        let good = B64.encode(SEED_A);
+        assert!(matches!(
+            TicketKeys::new(&[key("a", &good)], "b", &h, &d),
+            Err(KeyError::UnknownCurrent(_))
+        ));
+        assert!(matches!(
+            TicketKeys::new(&[key("a", &good), key("a", &good)], "a", &h, &d),
+            Err(KeyError::DuplicateKid(_))
+        ));
+        assert!(matches!(
+            TicketKeys::new(&[key("a", &good)], "a", &SecretString::from(""), &d),
+            Err(KeyError::EmptySecret("handle_secret"))
+        ));
+    }
+
+    #[test]
+    fn rotating_codes_split_back() {
+        let text = rotating_text("h.p.s", b"secret", 1_800_000_000);
+        let (code, totp) = split_rotating(&text);
+        assert_eq!(code, "h.p.s");
+        let totp = totp.expect("totp part");
+        assert!(crate::tickets::totp::accepts(
+            b"secret",
+            totp,
+            1_800_000_010,
+            crate::tickets::totp::TICKET_STEP_S
+        ));
+        assert_eq!(split_rotating("h.p.s"), ("h.p.s", None));
+    }
+}
