@@ -2,7 +2,9 @@
 //
 // What it guarantees to the fan and to the backend:
 // - Every API call is same-origin with credentials, so the HttpOnly `fg_admission` cookie
-//   set by the waiting room travels with it; no token is ever read or stored by this script.
+//   set by the waiting room travels with it; the admission token is never read or stored by
+//   this script. (The login token the waiting page keeps is only read for the `email` claim
+//   that prefills the optional ticket e-mail field.)
 // - Checkout sends ONE Idempotency-Key per checkout attempt and reuses it on every retry of
 //   that attempt (network error, 5xx, 409 in flight), so a double click or a retry never
 //   creates a second order. Payment likewise: one key per payment attempt, reused until a
@@ -960,7 +962,30 @@
     });
   }
 
+  // The address the identity provider vouches for, as a suggestion: the `email` claim of the
+  // fan's login token (kept by the waiting page). Read, never verified here: booking checks
+  // the address it is sent, and the fan sees and may change it.
+  function identityEmail() {
+    try {
+      var tok = window.localStorage.getItem("fg_wait_" + EVENT + "_identity") || "";
+      var part = tok.split(".")[1];
+      if (!part) return "";
+      var json = atob(part.replace(/-/g, "+").replace(/_/g, "/") + "===".slice((part.length + 3) % 4));
+      var claims = JSON.parse(decodeURIComponent(Array.prototype.map.call(json, function (c) {
+        return "%" + ("0" + c.charCodeAt(0).toString(16)).slice(-2);
+      }).join("")));
+      return typeof claims.email === "string" && claims.email.length <= 254 ? claims.email : "";
+    } catch (e) {
+      return "";
+    }
+  }
+
   function renderHold() {
+    var field = $("email");
+    if (field && !field.value && !field.dataset.prefilled) {
+      field.value = identityEmail();
+      field.dataset.prefilled = "1";
+    }
     holdItems($("hold-items"), S.hold);
     $("hold-total").textContent = S.hold.total !== undefined ? money(S.hold.total) : "";
   }
@@ -1158,9 +1183,21 @@
   function checkout(attempt) {
     if (!S.hold) return;
     if (!S.orderKey) { S.orderKey = newKey(); save(); }
-    return api("POST", "/api/orders", { hold_id: S.hold.hold_id }, { "Idempotency-Key": S.orderKey })
+    var body = { hold_id: S.hold.hold_id };
+    var email = ($("email") && $("email").value || "").trim();
+    if (email) body.email = email;
+    return api("POST", "/api/orders", body, { "Idempotency-Key": S.orderKey })
       .then(function (r) {
         var code = r.data && r.data.code;
+        if (r.status === 422 && r.data && r.data.field === "email") {
+          // Nothing was created: the fan corrects the address and checks out again (a new
+          // body, so a new key: the old one belonged to the refused body).
+          S.orderKey = null;
+          save();
+          showAlert(t("msg.email", { message: r.data.message || code }));
+          $("email").focus();
+          return;
+        }
         if ((r.status === 201 || r.status === 200) && r.data.id) {
           S.order = {
             id: r.data.id, total: r.data.total, currency: r.data.currency || "JPY",
