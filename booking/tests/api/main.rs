@@ -32,6 +32,8 @@ mod idempotency_tx;
 mod jobs;
 mod kept_pool;
 mod line_refunds;
+mod mail;
+mod mail_sink;
 mod one_statement;
 mod openapi;
 mod operators;
