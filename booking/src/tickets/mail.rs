@@ -58,7 +58,7 @@ impl axum::extract::FromRef<MailState> for Auth {
 pub fn jobs(state: &MailState) -> Vec<Arc<dyn Job>> {
     let mut jobs: Vec<Arc<dyn Job>> = vec![Arc::new(retention::Retention(state.clone()))];
     if state.mailer.is_some() {
-        jobs.push(Arc::new(sender::Send(state.clone())));
+        jobs.push(Arc::new(sender::Sender(state.clone())));
     }
     jobs
 }

@@ -15,6 +15,7 @@ use booking::outbox::{self, delivery};
 use booking::tickets::TicketSettings;
 use booking::tickets::mail::sender::{self, Attempt, Outcome};
 use booking::tickets::mail::{MailSettings, StartTls};
+use mail_parser::MimeHeaders;
 use serde_json::{Value, json};
 use shared::config::IdentitySettings;
 use shared::identity::IdentityVerifier;
@@ -536,18 +537,21 @@ async fn redis_strings(app: &TestApp) -> String {
             .query_async(&mut conn)
             .await
             .expect("TYPE");
-        let value: redis::Value = match kind.as_str() {
-            "stream" => redis::cmd("XRANGE").arg(&key).arg("-").arg("+"),
-            "string" => redis::cmd("GET").arg(&key).clone(),
-            "hash" => redis::cmd("HGETALL").arg(&key).clone(),
-            "set" => redis::cmd("SMEMBERS").arg(&key).clone(),
-            "zset" => redis::cmd("ZRANGE").arg(&key).arg(0).arg(-1),
-            "list" => redis::cmd("LRANGE").arg(&key).arg(0).arg(-1),
+        let (name, extra): (&str, &[&str]) = match kind.as_str() {
+            "stream" => ("XRANGE", &["-", "+"]),
+            "string" => ("GET", &[]),
+            "hash" => ("HGETALL", &[]),
+            "set" => ("SMEMBERS", &[]),
+            "zset" => ("ZRANGE", &["0", "-1"]),
+            "list" => ("LRANGE", &["0", "-1"]),
             _ => continue,
+        };
+        let mut cmd = redis::cmd(name);
+        cmd.arg(&key);
+        for a in extra {
+            cmd.arg(*a);
         }
-        .query_async(&mut conn)
-        .await
-        .expect("read key");
+        let value: redis::Value = cmd.query_async(&mut conn).await.expect("read key");
         all.push_str(&format!("{key} {value:?}\n"));
     }
     all

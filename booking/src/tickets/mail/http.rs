@@ -137,7 +137,7 @@ pub async fn fan_resend(
     // Under the order's lock: concurrent resends of one order count each other.
     let (recent, retry_after_s): (i64, Option<f64>) = sqlx::query_as(
         "SELECT count(*),
-                max(3600 - extract(epoch FROM clock_timestamp() - created_at))::float8
+                min(3600 - extract(epoch FROM clock_timestamp() - created_at))::float8
            FROM (SELECT created_at FROM mail_deliveries
                   WHERE order_id = $1 AND kind = 'resend' AND key LIKE 'fan-%'
                     AND created_at > clock_timestamp() - interval '1 hour'

@@ -95,10 +95,10 @@ impl Mailer {
 }
 
 /// The sender job.
-pub struct Send(pub MailState);
+pub struct Sender(pub MailState);
 
 #[async_trait]
-impl Job for Send {
+impl Job for Sender {
     fn name(&self) -> &'static str {
         "ticket-mail"
     }
