@@ -3,7 +3,7 @@
 # through its NAME_packages hook, and extras per command (the browser for tests, bench tools).
 # Root (or sudo) is asked for only when something is really missing.
 
-# ensure_packages [chromium|bench|python]...
+# ensure_packages [chromium|bench|python|zbar]...
 ensure_packages() {
   local want=() name extra t
   have cmake || want+=(cmake)
@@ -26,6 +26,8 @@ ensure_packages() {
              have pgbench || [ -x "$(pg_bin)/pgbench" ] || want+=(postgresql-contrib)
              have redis-benchmark || want+=(redis-tools) ;;
       python) ;;  # python3 and python3-venv are in the base list above
+      # An independent QR decoder: the tests decode the codes in delivered e-mail with it.
+      zbar) have zbarimg || want+=(zbar-tools) ;;
     esac
   done
   # shellcheck disable=SC2207  # one package name per line

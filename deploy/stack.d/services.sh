@@ -150,6 +150,7 @@ cmd_up() {
     booking        http://$BOOKING_ADDR/          (internal)
     ops page       http://$BOOKING_ADDR/ops/      (booking's listener only; sign in with an operator credential)
     sandbox pay    http://$SANDBOX_ADDR/
+    mail           http://127.0.0.1:$MAIL_VIEW_PORT/   (what booking sent: the local SMTP server on 127.0.0.1:$SMTP_PORT keeps it; nothing leaves this machine)
     admin token    $(admin_token)   (the bootstrap secret: automation, and issuing operators)
   Issue yourself an operator credential: deploy/stack operator "Your Name" admin|support|viewer
     logs           $LOGS/

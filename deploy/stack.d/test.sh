@@ -2,7 +2,7 @@
 # `deploy/stack test`: the whole test suite against the private Postgres and Redis.
 
 cmd_test() {
-  deps chromium python
+  deps chromium python zbar
   python_tools
   export FLOODGATE_TEST_PYTHON="$PY_VENV/bin/python"
   FLOODGATE_TEST_NODE_MODULES="$("$ROOT/deploy/node/install.sh" "$STATE/node")"; export FLOODGATE_TEST_NODE_MODULES  # npm tools (Node >= 20), cached per lock
@@ -10,6 +10,9 @@ cmd_test() {
   export FLOODGATE_TEST_REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
   export FLOODGATE_TEST_REDIS_PORT="$REDIS_PORT"
   export FLOODGATE_TEST_QUEUE_REDIS_URL="redis://127.0.0.1:$QREDIS_PORT"
+  # The local SMTP server (deploy/stack.d/smtp.sh): tests mail to it and read what arrived.
+  export FLOODGATE_TEST_SMTP_URL="smtp://127.0.0.1:$SMTP_PORT"
+  export FLOODGATE_TEST_MAIL_VIEW_URL="http://127.0.0.1:$MAIL_VIEW_PORT"
   if [ "$REDIS_CLUSTER" = 1 ]; then
     # The waiting room's tests run on the cluster; booking's own Redis stays one server.
     export FLOODGATE_TEST_STANDALONE_REDIS_URL="redis://127.0.0.1:$REDIS_PORT"

@@ -160,9 +160,12 @@ done
 [ -L "$STATE/pg" ] && PG_BASE="$(dirname "$(readlink "$STATE/pg")")"
 [ "$(cat "$TMP/up1")" = 0 ] || fail "deploy/stack up exited $(cat "$TMP/up1")"
 for url in "http://$FLOODGATE_BOOKING_ADDR/healthz" "http://$FLOODGATE_GATEWAY_ADMIN_ADDR/healthz" \
-           "http://$FLOODGATE_SANDBOX_ADDR/healthz"; do
+           "http://$FLOODGATE_SANDBOX_ADDR/healthz" "http://127.0.0.1:$FLOODGATE_MAIL_VIEW_PORT/api/stats"; do
   [ "$(http_code "$url")" = 200 ] || fail "$url is not 200 after up"
 done
+# `up` says where to read the mail the stack sends (the local SMTP server's view).
+grep -q "mail  *http://127.0.0.1:$FLOODGATE_MAIL_VIEW_PORT/" "$TMP/up1.log" \
+  || fail "up did not print where to read mail: $(tail -12 "$TMP/up1.log")"
 say "up: every service healthy$([ -n "$PG_BASE" ] && echo ", Postgres data in $PG_BASE")"
 
 # Named operators on the fresh stack (issue 42): `deploy/stack operator` issues a support
@@ -236,6 +239,7 @@ as_user() {
     PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8 FLOODGATE_BIN_DIR="$USER_BIN" FLOODGATE_PROFILE=debug \
     FLOODGATE_PG_PORT="$FLOODGATE_PG_PORT" FLOODGATE_REDIS_PORT="$FLOODGATE_REDIS_PORT" \
     FLOODGATE_QUEUE_REDIS_PORT="$FLOODGATE_QUEUE_REDIS_PORT" FLOODGATE_REDIS_CLUSTER_PORTS="$FLOODGATE_REDIS_CLUSTER_PORTS" \
+    FLOODGATE_SMTP_PORT="$FLOODGATE_SMTP_PORT" FLOODGATE_MAIL_VIEW_PORT="$FLOODGATE_MAIL_VIEW_PORT" \
     FLOODGATE_GATEWAY_ADDR="$FLOODGATE_GATEWAY_ADDR" FLOODGATE_GATEWAY_ADMIN_ADDR="$FLOODGATE_GATEWAY_ADMIN_ADDR" \
     FLOODGATE_BOOKING_ADDR="$FLOODGATE_BOOKING_ADDR" FLOODGATE_SANDBOX_ADDR="$FLOODGATE_SANDBOX_ADDR" "$@"
 }

@@ -34,9 +34,12 @@ private_stack_ports() {
   free_port FLOODGATE_PG_PORT || return 1
   free_port FLOODGATE_REDIS_PORT || return 1
   free_port FLOODGATE_QUEUE_REDIS_PORT || return 1
+  # The local SMTP server and its mail view (deploy/stack.d/smtp.sh).
+  free_port FLOODGATE_SMTP_PORT || return 1
+  free_port FLOODGATE_MAIL_VIEW_PORT || return 1
   for _ in 1 2 3 4 5 6; do free_port p || return 1; cluster="$cluster${cluster:+ }$p"; done
   free_port gw && free_port admin && free_port booking && free_port sandbox || return 1
-  export FLOODGATE_PG_PORT FLOODGATE_REDIS_PORT FLOODGATE_QUEUE_REDIS_PORT
+  export FLOODGATE_PG_PORT FLOODGATE_REDIS_PORT FLOODGATE_QUEUE_REDIS_PORT FLOODGATE_SMTP_PORT FLOODGATE_MAIL_VIEW_PORT
   export FLOODGATE_REDIS_CLUSTER_PORTS="$cluster" FLOODGATE_GATEWAY_ADDR="127.0.0.1:$gw" \
     FLOODGATE_GATEWAY_ADMIN_ADDR="127.0.0.1:$admin" FLOODGATE_BOOKING_ADDR="127.0.0.1:$booking" \
     FLOODGATE_SANDBOX_ADDR="127.0.0.1:$sandbox"

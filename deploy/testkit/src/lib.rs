@@ -13,11 +13,15 @@
 //! - [`promtext`]: single values out of a Prometheus `/metrics` text (the gateway tests and
 //!   loadgen's surge timeline).
 //! - [`free_port`]: a port for a listener configured before it binds.
+//! - `mail` (feature `mail`): what the local SMTP server received, taken apart, and QR codes
+//!   read by Debian's `zbarimg`.
 
 #[cfg(feature = "browser")]
 pub mod browser;
 mod chaos;
 pub mod child;
+#[cfg(feature = "mail")]
+pub mod mail;
 pub mod promtext;
 pub mod wait;
 
