@@ -9,35 +9,33 @@
 //! addresses create nothing; the resend limit; retention and forget.
 
 use crate::helpers::{ADMIN_TOKEN, TestApp, json};
-use crate::mail_sink::{Mailbox, Message, smtp_url, zbar_decode};
 use crate::payments::{PayEnv, pay};
 use booking::outbox::{self, delivery};
 use booking::tickets::TicketSettings;
 use booking::tickets::mail::sender::{self, Attempt, Outcome};
 use booking::tickets::mail::{MailSettings, StartTls};
-use mail_parser::MimeHeaders;
 use serde_json::{Value, json};
 use shared::config::IdentitySettings;
 use shared::identity::IdentityVerifier;
 use std::collections::HashMap;
 use std::time::Duration;
+use testkit::mail::{Mailbox, Message, unique_address, zbar_decode};
 
 const FROM_DOMAIN: &str = "floodgate.test";
 
-/// The sink, or `None` (after failing under CI) when the tests were not given one.
+/// The sink (`testkit::mail`), or `None` (after failing under CI) when the tests were not
+/// given one.
 fn sink() -> Option<(String, Mailbox)> {
-    match (smtp_url(), Mailbox::from_env()) {
-        (Some(url), Some(mailbox)) => Some((url, mailbox)),
-        _ => {
-            let msg = "FLOODGATE_TEST_SMTP_URL / FLOODGATE_TEST_MAIL_VIEW_URL are not set: run \
-                       the tests with `deploy/stack test` (it starts the SMTP sink)";
-            if std::env::var_os("CI").is_some() {
-                panic!("{msg}");
-            }
-            eprintln!("\n!!! SKIPPED a mail test: {msg}\n");
-            None
+    if std::env::var_os("FLOODGATE_TEST_SMTP_URL").is_none() {
+        let msg = "FLOODGATE_TEST_SMTP_URL is not set: run the tests with `deploy/stack test` \
+                   (it starts the SMTP server)";
+        if std::env::var_os("CI").is_some() {
+            panic!("{msg}");
         }
+        eprintln!("\n!!! SKIPPED a mail test: {msg}\n");
+        return None;
     }
+    Some((testkit::mail::smtp_url(), Mailbox::from_env()))
 }
 
 fn mail_settings(url: &str) -> MailSettings {
@@ -181,16 +179,23 @@ async fn paid_event_id(app: &TestApp, order: &str) -> String {
     .expect("order.paid event")
 }
 
-/// The parts of a message by MIME type (`image/png` → each PNG's bytes).
+/// The parts of a message by MIME type (`text/plain`, `text/html`, `image/png` → each
+/// part's decoded bytes).
 fn parts(m: &Message) -> HashMap<String, Vec<Vec<u8>>> {
     let parsed = m.parsed();
     let mut out: HashMap<String, Vec<Vec<u8>>> = HashMap::new();
-    for part in &parsed.parts {
-        if let Some(ct) = part.content_type() {
-            let mime =
-                format!("{}/{}", ct.ctype(), ct.subtype().unwrap_or_default()).to_lowercase();
-            out.entry(mime).or_default().push(part.contents().to_vec());
-        }
+    if let Some(text) = parsed.text {
+        out.entry("text/plain".into())
+            .or_default()
+            .push(text.into_bytes());
+    }
+    if let Some(html) = parsed.html {
+        out.entry("text/html".into())
+            .or_default()
+            .push(html.into_bytes());
+    }
+    for part in parsed.parts {
+        out.entry(part.content_type).or_default().push(part.bytes);
     }
     out
 }

@@ -33,7 +33,6 @@ mod jobs;
 mod kept_pool;
 mod line_refunds;
 mod mail;
-mod mail_sink;
 mod one_statement;
 mod openapi;
 mod operators;
