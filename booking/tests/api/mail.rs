@@ -59,10 +59,7 @@ async fn spawn(adjust: impl FnOnce(&mut MailSettings)) -> Option<(PayEnv, Mailbo
 }
 
 fn address(kind: &str) -> String {
-    format!(
-        "{kind}-{}@example.test",
-        shared::ids::new_id().to_lowercase()
-    )
+    unique_address(&format!("{kind}-"))
 }
 
 fn login(account: &str) -> String {
