@@ -311,6 +311,15 @@ pub async fn compose(
     Ok(Ok((to, msg)))
 }
 
+#[derive(sqlx::FromRow)]
+struct VoidedRow {
+    event_id: String,
+    seat_id: Option<String>,
+    ga_tier: Option<String>,
+    void_reason: Option<String>,
+    name: String,
+}
+
 /// The void notice of a `void` row (key `<ticket id>.v<version>`).
 async fn compose_void(
     state: &MailState,
@@ -320,23 +329,24 @@ async fn compose_void(
     let Some((tid, _)) = c.key.rsplit_once(".v") else {
         return Ok(Err("malformed void key"));
     };
-    let row: Option<(
-        String,
-        Option<String>,
-        Option<String>,
-        Option<String>,
-        String,
-    )> = sqlx::query_as(
+    let row: Option<VoidedRow> = sqlx::query_as(
         "SELECT t.event_id, t.seat_id, t.ga_tier, t.void_reason, e.name
-               FROM tickets t JOIN events e ON e.id = t.event_id
-              WHERE t.id = $1 AND t.order_id = $2",
+           FROM tickets t JOIN events e ON e.id = t.event_id
+          WHERE t.id = $1 AND t.order_id = $2",
     )
     .bind(tid)
     .bind(&c.order_id)
     .fetch_optional(&state.pool)
     .await
     .context("failed to read the voided ticket")?;
-    let Some((event_id, seat, tier, reason, event_name)) = row else {
+    let Some(VoidedRow {
+        event_id,
+        seat_id: seat,
+        ga_tier: tier,
+        void_reason: reason,
+        name: event_name,
+    }) = row
+    else {
         return Ok(Err("no such ticket"));
     };
     let notice = message::VoidNotice {
