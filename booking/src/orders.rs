@@ -45,6 +45,7 @@
 
 pub mod batcher;
 pub mod cart;
+pub mod contacts;
 pub mod cursor;
 pub mod expiry;
 pub mod flash;

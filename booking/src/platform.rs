@@ -5,6 +5,7 @@ pub mod audit;
 pub mod auth;
 pub mod credentials;
 pub mod db;
+pub mod email;
 pub mod error;
 pub mod idempotency;
 pub mod jobs;

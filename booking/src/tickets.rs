@@ -1,5 +1,5 @@
 //! Tickets a fan can carry (issue 43): signed ticket codes, the keys behind them and the fan's
-//! own ticket list.
+//! own ticket list, and tickets by e-mail ([`mail`]).
 //!
 //! Layout: [`code`] (the compact JWS, the JWKS, holder handles, the door key and per-ticket
 //! secrets), [`totp`] (RFC 6238 for rotating codes), [`http`] (`GET
@@ -13,6 +13,7 @@
 
 pub mod code;
 pub mod http;
+pub mod mail;
 pub mod totp;
 
 use crate::tickets::code::{KeyError, SigningKeySetting, TicketKeys};
@@ -40,6 +41,9 @@ pub struct TicketSettings {
     /// `Cache-Control: max-age` of the JWKS (seconds): how long a revoked key may still be
     /// trusted by a cache.
     pub jwks_max_age_s: u32,
+    /// Days after the event (its `starts_at`, else the order's payment) an order's e-mail
+    /// address is kept; then the retention job erases it (`mail::retention`).
+    pub email_retention_days: u32,
 }
 
 impl Default for TicketSettings {
@@ -53,6 +57,7 @@ impl Default for TicketSettings {
             handle_secret: SecretString::from(shared::config::DEV_TICKET_HANDLE_SECRET),
             door_secret: SecretString::from(shared::config::DEV_TICKET_DOOR_SECRET),
             jwks_max_age_s: 300,
+            email_retention_days: 30,
         }
     }
 }

@@ -42,6 +42,7 @@ pub const SECTIONS: &[&str] = &[
     "payments",
     "outbox",
     "tickets",
+    "mail",
     "sandbox",
 ];
 

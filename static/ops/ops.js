@@ -403,6 +403,8 @@
     $("d-id").textContent = o.id;
     $("d-status").textContent = statusText(o.status);
     $("d-account").textContent = o.account_id || "–";
+    // Booking sends the address masked (a***@example.com), never in full.
+    $("d-email").textContent = o.email || (o.email_erased_at ? t("email.erased", { at: when(o.email_erased_at) }) : "–");
     $("d-event").textContent = o.event_id || "–";
     $("d-total").textContent = money(o.total, o.currency);
     $("d-created").textContent = when(o.created_at);
@@ -449,6 +451,10 @@
     list("d-refunds", refunds, function (r) { return r.text; });
     list("d-tickets", d.tickets, function (k) {
       return (k.seat_id || k.ga_tier || k.id) + " · " + (k.valid ? t("ticket.valid") : t("ticket.void", { why: k.void_reason || "" }));
+    });
+    list("d-mail", d.mail, function (m) {
+      return when(m.created_at) + " · " + m.kind + " · " + m.state + " · " + m.attempts +
+        (m.last_error ? " · " + m.last_error : "");
     });
     list("d-audit", d.audit, function (a) { return when(a.at) + " · " + whoText(a) + " · " + a.action; });
 

@@ -36,6 +36,8 @@ pub struct BookingConfig {
     pub outbox: crate::outbox::OutboxSettings,
     /// `[tickets]`: ticket-code signing keys, the holder-handle and door secrets.
     pub tickets: crate::tickets::TicketSettings,
+    /// `[mail]`: SMTP for ticket e-mail (off without `smtp_url`).
+    pub mail: crate::tickets::mail::MailSettings,
 }
 
 impl Default for BookingConfig {
@@ -55,6 +57,7 @@ impl Default for BookingConfig {
             payments: Default::default(),
             outbox: Default::default(),
             tickets: Default::default(),
+            mail: Default::default(),
         }
     }
 }

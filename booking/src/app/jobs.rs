@@ -29,5 +29,9 @@ pub fn spawn_all(state: AppState, stop: watch::Receiver<bool>) -> Vec<JoinHandle
         crate::inventory::jobs(&state.inventory),
         &stop,
     ));
+    jobs.extend(crate::platform::jobs::spawn_all(
+        crate::tickets::mail::jobs(&state.mail),
+        &stop,
+    ));
     jobs
 }

@@ -62,6 +62,8 @@ fn api(state: &AppState) -> OpenApiRouter<AppState> {
         .merge(crate::inventory::holdbacks::router().with_state(state.inventory.clone()))
         // Ticket codes (issue 43): the JWKS (public) and the fan's tickets (identity).
         .merge(crate::tickets::router().with_state(state.tickets.clone()))
+        // Ticket e-mail (issue 43): resends, forgetting an address, the delivery list.
+        .merge(crate::tickets::mail::http::admin_router().with_state(state.mail.clone()))
 }
 
 /// Everything a request passes through on its way in and out, in one middleware (one boxed

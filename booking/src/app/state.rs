@@ -43,6 +43,9 @@ pub struct Inner {
     /// Ticket codes and the fan's ticket list.
     pub tickets: crate::tickets::TicketsState,
 
+    /// Ticket e-mail: the sender, retention, the ops endpoints.
+    pub mail: crate::tickets::mail::MailState,
+
     /// The ops API's reads (main pool: custom plans for the search).
     pub ops: crate::ops::OpsState,
 }
@@ -178,9 +181,22 @@ impl AppState {
             redis_prefix: config.redis.key_prefix.clone(),
         };
 
+        let ticket_keys = Arc::new(config.tickets.keys().context("invalid [tickets] keys")?);
+        let mail = crate::tickets::mail::MailState {
+            pool: pool.clone(),
+            keys: ticket_keys.clone(),
+            settings: Arc::new(config.mail.clone()),
+            mailer: crate::tickets::mail::sender::Mailer::new(&config.mail, config.dev.enabled)
+                .context("invalid [mail] settings")?
+                .map(Arc::new),
+            retention_days: config.tickets.email_retention_days,
+            metrics: crate::tickets::mail::MailMetrics::register(&metrics.registry)
+                .context("failed to register mail metrics")?,
+            auth: auth.clone(),
+        };
         let tickets = crate::tickets::TicketsState {
             pool: pool.clone(),
-            keys: Arc::new(config.tickets.keys().context("invalid [tickets] keys")?),
+            keys: ticket_keys,
             identity: Arc::new(
                 shared::identity::IdentityVerifier::new(&config.identity)
                     .context("invalid [identity] settings")?,
@@ -191,6 +207,7 @@ impl AppState {
         Ok(Self(Arc::new(Inner {
             ops,
             tickets,
+            mail,
             idempotency,
             inventory,
             orders,

@@ -4,7 +4,7 @@
 //! (`payment_webhook_events`), its refunds as recorded today (attempts `refund_pending` or
 //! `refunded`, and `order.refunded` outbox events), the refunds ops or an event cancellation
 //! asked for (`order_refunds`: status, amount, provider refund id, who), its tickets (valid or voided) and its
-//! audit entries. Read in one `REPEATABLE READ READ ONLY` transaction: one consistent picture.
+//! audit entries, its ticket e-mails, and its e-mail address masked (`a***@example.com`). Read in one `REPEATABLE READ READ ONLY` transaction: one consistent picture.
 
 use crate::ops::OpsState;
 use crate::orders::load_order;
@@ -39,6 +39,9 @@ struct OrderDetail {
     tickets: Value,
     #[schema(value_type = Vec<Object>)]
     audit: Value,
+    /// Ticket e-mail deliveries (state, attempts, last error; never the address).
+    #[schema(value_type = Vec<Object>)]
+    mail: Value,
 }
 
 /// Every part of the detail but the order itself, as JSON built by Postgres (one statement).
@@ -68,9 +71,19 @@ SELECT
      FROM tickets t WHERE t.order_id = $1) AS tickets,
   (SELECT COALESCE(jsonb_agg(to_jsonb(a) ORDER BY a.id), '[]'::jsonb)
      FROM ops_audit a WHERE a.target = 'order:' || $1) AS audit,
+  (SELECT COALESCE(jsonb_agg(jsonb_build_object(
+              'id', m.id, 'kind', m.kind, 'state', m.state, 'attempts', m.attempts,
+              'next_attempt_at', m.next_attempt_at, 'last_error', m.last_error,
+              'created_at', m.created_at, 'sent_at', m.sent_at) ORDER BY m.id), '[]'::jsonb)
+     FROM mail_deliveries m WHERE m.order_id = $1) AS mail,
   (SELECT jsonb_build_object('account_id', o.account_id, 'updated_at', o.updated_at,
-                             'reversed_at', o.reversed_at)
-     FROM orders o WHERE o.id = $1) AS extra";
+                             'reversed_at', o.reversed_at,
+                             -- Masked as platform::email::mask does: never the address.
+                             'email', left(c.email, 1) || '***@'
+                                      || substring(c.email FROM '@([^@]*)$'),
+                             'email_erased_at', c.erased_at)
+     FROM orders o LEFT JOIN order_contacts c ON c.order_id = o.id
+    WHERE o.id = $1) AS extra";
 
 #[derive(sqlx::FromRow)]
 struct Parts {
@@ -80,6 +93,7 @@ struct Parts {
     ops_refunds: Value,
     tickets: Value,
     audit: Value,
+    mail: Value,
     extra: Option<Value>,
 }
 
@@ -128,5 +142,6 @@ pub async fn order_detail(
         "ops_refunds": parts.ops_refunds,
         "tickets": parts.tickets,
         "audit": parts.audit,
+        "mail": parts.mail,
     })))
 }

@@ -18,9 +18,10 @@ use crate::orders::model::{
 use crate::orders::repo::{
     During, KeyAnswer, OrderError, create_hold_order_tx, load_order, stored_answer,
 };
-use crate::orders::{OrdersState, cart, products};
+use crate::orders::{OrdersState, cart, contacts, products};
 use crate::platform::auth::Admitted;
 use crate::platform::db::{self, MaybeRetryable};
+use crate::platform::email::Email;
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::idempotency::{self, Fingerprint, IdempotencyKey, Replay};
 use crate::platform::json::ApiJson;
@@ -65,6 +66,9 @@ enum OrderRequestDoc {
 #[expect(dead_code, reason = "a schema only")]
 struct FromCart {
     source: CartSource,
+    /// Where the tickets are mailed once paid (optional). Stored only in Postgres.
+    #[schema(required = false, max_length = 254, format = "email")]
+    email: String,
 }
 
 #[derive(ToSchema)]
@@ -75,6 +79,9 @@ struct FromHold {
     source: HoldSource,
     #[schema(min_length = 1, max_length = 64)]
     hold_id: String,
+    /// Where the tickets are mailed once paid (optional). Stored only in Postgres.
+    #[schema(required = false, max_length = 254, format = "email")]
+    email: String,
 }
 
 #[derive(ToSchema)]
@@ -123,17 +130,43 @@ async fn create_order(
     ApiJson(body): ApiJson<serde_json::Value>,
 ) -> ApiResult<Response> {
     let fingerprint = Fingerprint::of_json(&Method::POST, "/api/orders", &body);
-    let req: OrderRequest = serde_json::from_value(body)
+    let mut req: OrderRequest = serde_json::from_value(body)
         .map_err(|e| ApiError::validation(format!("invalid request body: {e}")))?;
+    // Checked before anything is written: a refused address creates nothing.
+    let email = req
+        .email
+        .take()
+        .map(|raw| Email::parse(&raw))
+        .transpose()
+        .map_err(|e| ApiError::validation(e.to_string()).with("field", "email"))?;
     let source = req.source().ok_or_else(|| {
         ApiError::validation(r#"body must be {"source": "cart"} or {"hold_id": "..."}"#)
     })?;
+    let order_id = shared::ids::new_id();
+    if let Some(email) = &email {
+        contacts::store(&state.pool, &order_id, email).await?;
+    }
     let result = match source {
-        RequestedSource::Cart => create_from_cart(&state, &admitted, &key, &fingerprint).await,
+        RequestedSource::Cart => {
+            create_from_cart(&state, &admitted, &key, &fingerprint, &order_id).await
+        }
         RequestedSource::Hold(hold_id) => {
-            create_from_hold(&state, &admitted, &key, &fingerprint, HoldId::new(&hold_id)).await
+            create_from_hold(
+                &state,
+                &admitted,
+                &key,
+                &fingerprint,
+                HoldId::new(&hold_id),
+                &order_id,
+            )
+            .await
         }
     };
+    // Only a `201` made the order `order_id`; a replay answers an earlier order, a refusal
+    // made none.
+    if email.is_some() && !matches!(&result, Ok(r) if r.status() == StatusCode::CREATED) {
+        contacts::discard(&state.pool, &order_id).await;
+    }
     if let Err(e) = &result
         && e.status() == StatusCode::CONFLICT
     {
@@ -208,6 +241,7 @@ async fn create_from_cart(
     admitted: &Admitted,
     key: &IdempotencyKey,
     fingerprint: &Fingerprint,
+    order_id: &str,
 ) -> ApiResult<Response> {
     let account = AccountId::new(admitted.account());
     let event = EventId::new(admitted.event());
@@ -228,10 +262,9 @@ async fn create_from_cart(
     let taken = gate_lines(state, account, order_key, &admission, &lines).await?;
     // 2. The order: one statement when it can (`repo::one_statement`), else the full
     // transaction (`create_cart_order`).
-    let order_id = shared::ids::new_id();
     let result = match cart_order::one_statement_order(
         state,
-        &order_id,
+        order_id,
         account,
         event,
         order_key,
@@ -242,16 +275,8 @@ async fn create_from_cart(
     {
         Ok(Some(created)) => Ok(created),
         Ok(None) => {
-            cart_order::transaction_order(
-                state,
-                &order_id,
-                account,
-                event,
-                key,
-                fingerprint,
-                &lines,
-            )
-            .await
+            cart_order::transaction_order(state, order_id, account, event, key, fingerprint, &lines)
+                .await
         }
         Err(e) => Err(e),
     };
@@ -321,9 +346,9 @@ async fn create_from_hold(
     key: &IdempotencyKey,
     fingerprint: &Fingerprint,
     hold_id: HoldId<'_>,
+    order_id: &str,
 ) -> ApiResult<Response> {
     let account = AccountId::new(admitted.account());
-    let order_id = shared::ids::new_id();
     let settings = &*state.settings;
     let result = db::retry(settings.deadlock_retries, || async {
         state.metrics.order_db_transactions.inc();
@@ -337,7 +362,7 @@ async fn create_from_hold(
         let created = create_hold_order_tx(
             &mut tx,
             settings,
-            OrderId::new(&order_id),
+            OrderId::new(order_id),
             account,
             OrderKey::new(key.as_str()),
             hold_id,

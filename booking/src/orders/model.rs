@@ -390,6 +390,9 @@ impl Shortage {
 pub struct OrderRequest {
     pub source: Option<String>,
     pub hold_id: Option<String>,
+    /// Where the tickets are mailed (optional; validated by `platform::email`, stored only in
+    /// `order_contacts`).
+    pub email: Option<String>,
 }
 
 /// Where a requested order takes its lines from.

@@ -6,6 +6,8 @@
 //!   `event_id` (`INSERT ... ON CONFLICT DO NOTHING`), so an event published twice (relay
 //!   died before marking it) or handed over twice (consumer died before `XACK`) is recorded
 //!   once.
+//! - The ticket e-mail (a `mail_deliveries` row keyed by the same event id) is queued in the
+//!   delivery row's transaction, so it exists iff the delivery does (`tickets::mail`).
 //! - A message is acknowledged (`XACK`) only after its row committed. A consumer that dies
 //!   in between leaves the message pending; any consumer reclaims messages idle longer than
 //!   `delivery_reclaim_idle_ms` (`XAUTOCLAIM`) and processes them again.
@@ -217,7 +219,15 @@ pub async fn read_batch(
     }
 }
 
-/// Records one entry (once per event id), then acknowledges it.
+/// Queues the ticket e-mail of a first delivery (`$1` event id, `$2` order id) when the order
+/// has an address (`tickets::mail` sends it).
+pub const MAIL_ROW: &str = "INSERT INTO mail_deliveries (kind, key, order_id)
+     SELECT 'tickets', $1, c.order_id FROM order_contacts c
+      WHERE c.order_id = $2 AND c.email IS NOT NULL
+     ON CONFLICT (kind, key) DO NOTHING";
+
+/// Records one entry (once per event id) and, in the same transaction, queues its ticket
+/// e-mail, then acknowledges it.
 pub async fn handle(
     state: &OutboxState,
     consumer: &str,
@@ -226,6 +236,11 @@ pub async fn handle(
     let key = stream_key(&state.redis, TOPIC);
     let outcome = match read_entry(entry) {
         Some((event_id, p)) => {
+            let mut tx = state
+                .pool
+                .begin()
+                .await
+                .context("failed to begin a ticket delivery")?;
             let inserted = sqlx::query(
                 "INSERT INTO deliveries (event_id, order_id, account_id, tickets, stream_entry, consumer)
                  VALUES ($1, $2, $3, $4, $5, $6)
@@ -237,10 +252,24 @@ pub async fn handle(
             .bind(&p.tickets)
             .bind(&entry.id)
             .bind(consumer)
-            .execute(&state.pool)
+            .execute(&mut *tx)
             .await
             .context("failed to record a ticket delivery")?
             .rows_affected();
+            if inserted == 1 {
+                // The e-mail, with the delivery or not at all: keyed by the same event id, so
+                // a redelivered event can never queue a second message. Only orders that
+                // have an address get one; the address itself stays in `order_contacts`.
+                sqlx::query(MAIL_ROW)
+                    .bind(&event_id)
+                    .bind(&p.order_id)
+                    .execute(&mut *tx)
+                    .await
+                    .context("failed to queue the ticket e-mail")?;
+            }
+            tx.commit()
+                .await
+                .context("failed to commit a ticket delivery")?;
             if inserted == 1 {
                 tracing::info!(order_id = %p.order_id, event_id = %event_id, "tickets delivered");
                 Handled::Delivered

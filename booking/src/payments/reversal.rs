@@ -272,10 +272,20 @@ async fn reverse_order_tx(
             released_skus = skus;
         }
     }
+    // The void notices go with the void (one per voided ticket version, to the order's
+    // address if it has one): `tickets::mail` sends them.
     let voided: Vec<String> = sqlx::query_scalar(
-        "UPDATE tickets SET voided_at = clock_timestamp(), void_reason = $2, version = version + 1
-          WHERE order_id = $1 AND voided_at IS NULL
-         RETURNING id",
+        "WITH v AS (
+           UPDATE tickets SET voided_at = clock_timestamp(), void_reason = $2, version = version + 1
+            WHERE order_id = $1 AND voided_at IS NULL
+           RETURNING id, version),
+         notice AS (
+           INSERT INTO mail_deliveries (kind, key, order_id)
+           SELECT 'void', v.id || '.v' || v.version, $1 FROM v
+            WHERE EXISTS (SELECT 1 FROM order_contacts c
+                           WHERE c.order_id = $1 AND c.email IS NOT NULL)
+           ON CONFLICT (kind, key) DO NOTHING)
+         SELECT id FROM v",
     )
     .bind(order_id)
     .bind(reversal.void_reason())

@@ -35,6 +35,7 @@ pub fn router() -> OpenApiRouter<TicketsState> {
         .routes(routes!(ticket_keys))
         .routes(routes!(my_tickets))
         .routes(routes!(order_tickets))
+        .routes(routes!(crate::tickets::mail::http::fan_resend))
 }
 
 /// A caller holding a valid login (identity) token: `Authorization: Bearer` only (no cookie:

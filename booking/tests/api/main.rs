@@ -32,6 +32,7 @@ mod idempotency_tx;
 mod jobs;
 mod kept_pool;
 mod line_refunds;
+mod mail;
 mod one_statement;
 mod openapi;
 mod operators;

@@ -738,6 +738,29 @@ async fn fixture(env: &PayEnv, n: usize, method: &str, path: &str) -> Option<Fix
                 json!({"reason": "walk"}),
             )
         }
+        ("post", "/admin/orders/{id}/tickets/resend")
+        | ("post", "/admin/orders/{id}/forget-email") => {
+            // A paid order with an e-mail address (the resend needs one).
+            crate::helpers::create_refund_event(app, &ev, "release").await;
+            let o = crate::helpers::order_seats(app, &ev, &format!("fan{n}"), &["S1-R1-1"]).await;
+            let (s, v) = pay(app, &o.token, &o.order_id, "pay", "pm_card_visa").await;
+            assert_eq!(s, 200, "{v}");
+            sqlx::query("INSERT INTO order_contacts (order_id, email) VALUES ($1, $2)")
+                .bind(&o.order_id)
+                .bind(format!("walk{n}@example.test"))
+                .execute(&app.pool)
+                .await
+                .expect("an address");
+            let tail = if path.ends_with("resend") {
+                "tickets/resend"
+            } else {
+                "forget-email"
+            };
+            Some(Fixture {
+                path: format!("/admin/orders/{}/{tail}", o.order_id),
+                body: None,
+            })
+        }
         ("post", "/admin/operators") => f(
             "/admin/operators".into(),
             json!({"name": format!("new {n}"), "role": "viewer"}),

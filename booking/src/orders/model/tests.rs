@@ -260,6 +260,7 @@ fn request(source: Option<&str>, hold_id: Option<&str>) -> Option<RequestedSourc
     OrderRequest {
         source: source.map(str::to_owned),
         hold_id: hold_id.map(str::to_owned),
+        email: None,
     }
     .source()
 }

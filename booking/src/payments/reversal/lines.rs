@@ -218,11 +218,19 @@ async fn return_lines_tx(
     }
     let seat_ids: Vec<&str> = seats.iter().map(|(s, _)| *s).collect();
     let ga_line = lines.iter().any(|l| l.kind == "ga");
+    // With a void notice per voided ticket version (see `reversal.rs`).
     sqlx::query(
-        "UPDATE tickets SET voided_at = clock_timestamp(), void_reason = 'refunded',
-                version = version + 1
-          WHERE order_id = $1 AND voided_at IS NULL
-            AND (seat_id = ANY($2) OR ($3 AND ga_tier IS NOT NULL))",
+        "WITH v AS (
+           UPDATE tickets SET voided_at = clock_timestamp(), void_reason = 'refunded',
+                  version = version + 1
+            WHERE order_id = $1 AND voided_at IS NULL
+              AND (seat_id = ANY($2) OR ($3 AND ga_tier IS NOT NULL))
+           RETURNING id, version)
+         INSERT INTO mail_deliveries (kind, key, order_id)
+         SELECT 'void', v.id || '.v' || v.version, $1 FROM v
+          WHERE EXISTS (SELECT 1 FROM order_contacts c
+                         WHERE c.order_id = $1 AND c.email IS NOT NULL)
+         ON CONFLICT (kind, key) DO NOTHING",
     )
     .bind(order_id)
     .bind(&seat_ids)
