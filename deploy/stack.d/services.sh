@@ -43,6 +43,10 @@ service_env() {
   # Booking and the sandbox find each other even when the addresses above are overridden.
   export FLOODGATE_PAYMENTS__PROVIDER_URL="http://$SANDBOX_ADDR"
   export FLOODGATE_SANDBOX__WEBHOOK_URL="http://$BOOKING_ADDR/webhooks/payments"
+  # Ticket e-mail goes to this stack's SMTP server (deploy/stack.d/smtp.sh), and links to this
+  # stack's gateway, whatever ports they were moved to.
+  export FLOODGATE_MAIL__SMTP_URL="smtp://127.0.0.1:$SMTP_PORT"
+  export FLOODGATE_MAIL__TICKET_PAGE_URL="http://$GATEWAY_ADDR/e/{event}/tickets?order={order}"
 }
 
 # FLOODGATE_BIN_DIR: run binaries built elsewhere (e.g. CI's own checkout) without building.
