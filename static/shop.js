@@ -64,6 +64,7 @@
     orderKey: null,
     pay: null,
     tickets: null,
+    codes: null,                // the drawn codes of the ticket step ({stop()})
     busyUntil: 0,
     polling: null,
     pollFailures: 0,
@@ -279,6 +280,10 @@
     S.orderKey = null;
     S.pay = null;
     S.tickets = null;
+    if (S.codes) { S.codes.stop(); S.codes = null; }
+    $("ticket-codes").hidden = true;
+    $("ticket-codes").textContent = "";
+    $("tickets").hidden = false;
     save();
   }
 
@@ -994,6 +999,33 @@
       list.appendChild(li);
     });
     $("ticket-order").textContent = S.order ? t("ticket.order", { id: S.order.id, total: money(S.order.total, S.order.currency) }) : "";
+    $("ticket-page-link").href = "/e/" + EVENT + "/tickets" + (S.order ? "?order=" + encodeURIComponent(S.order.id) : "");
+    renderCodes();
+  }
+
+  // The order's scannable codes, drawn by the ticket page's renderer (tickets-render.js) from
+  // booking's ticket read with the fan's login token (class identity; the admission cookie
+  // does not count there). Without a token or a connection the plain list above stays.
+  function renderCodes() {
+    var R = window.FgTickets;
+    var box = $("ticket-codes");
+    if (S.codes) { S.codes.stop(); S.codes = null; }
+    if (!R || !S.order) return;
+    var token = R.identity(EVENT);
+    if (!token) return;
+    var order = S.order.id;
+    Promise.all([
+      R.get("/api/events/" + encodeURIComponent(EVENT) + "/ticket-info"),
+      R.get("/api/orders/" + encodeURIComponent(order) + "/tickets", token)
+    ]).then(function (rs) {
+      var list = rs[1];
+      if (S.step !== "ticket" || !S.order || S.order.id !== order) return;
+      if (!list.ok || !Array.isArray(list.data.tickets) || !list.data.tickets.length) return;
+      if (S.codes) S.codes.stop();
+      S.codes = R.render(box, list.data.tickets, rs[0].ok ? rs[0].data : null, S.lang);
+      box.hidden = false;
+      $("tickets").hidden = true;
+    }, function () { /* offline: the plain list stays, the ticket page link works later */ });
   }
 
   function deadline() {
