@@ -178,7 +178,8 @@
     return line;
   }
 
-  function what(tk, lang) {
+  function what(tk, lang, opts) {
+    if (tk.seat && opts && opts.seatName) return opts.seatName(tk.seat);
     if (tk.seat) return tr(lang, "tk.seat", { seat: tk.seat });
     if (tk.tier) return tr(lang, "tk.tier", { tier: tk.tier });
     return "";
@@ -190,15 +191,16 @@
   }
 
   // Renders `tickets` into `list` (an <ul>/<ol>). Returns {stop()} that ends the rotation
-  // timer. `info` is the event's ticket-info (may be null: the card then leaves it out).
-  function render(list, tickets, info, lang) {
+  // timer. `info` is the event's ticket-info (may be null: the card then leaves it out);
+  // `opts.seatName(seatId)` names a seat (the shop knows its map; default "Seat <id>").
+  function render(list, tickets, info, lang, opts) {
     list.textContent = "";
     var rotating = [];
     var size = canvasSize(list);
     tickets.forEach(function (tk) {
       var li = el("li", "tk" + (tk.status === "voided" ? " tk-voided" : ""));
       li.dataset.ticket = tk.id;
-      li.appendChild(el("p", "tk-what", what(tk, lang)));
+      li.appendChild(el("p", "tk-what", what(tk, lang, opts)));
       if (info && info.name) li.appendChild(el("p", "tk-event", info.name));
       var w = when(info, lang);
       if (w) li.appendChild(el("p", "tk-when", w));
@@ -213,7 +215,7 @@
         var box = el("div", "tk-code");
         var canvas = el("canvas", "tk-qr");
         canvas.setAttribute("role", "img");
-        canvas.setAttribute("aria-label", tr(lang, "tk.qr.label", { what: what(tk, lang) }));
+        canvas.setAttribute("aria-label", tr(lang, "tk.qr.label", { what: what(tk, lang, opts) }));
         box.appendChild(canvas);
         li.appendChild(box);
         if (tk.rotating_secret) {
