@@ -131,7 +131,9 @@
     if (ORDER) reads.push(R.get("/api/orders/" + encodeURIComponent(ORDER) + "/tickets", token));
     Promise.all(reads).then(function (rs) {
       var info = rs[0], mine = rs[1], order = rs[2];
-      if (mine.status === 401) {
+      // Booking's refusal of the login token. (The gateway's ADMISSION_REQUIRED means the
+      // deployment routes /api/tickets to the gateway: a setup error, not the fan's sign-in.)
+      if (mine.status === 401 && mine.data.code !== "ADMISSION_REQUIRED") {
         $("signin-link").href = "/e/" + EVENT;
         S.view = saved(sub);
         setNote("page.signin.again");
