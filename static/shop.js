@@ -66,6 +66,8 @@
     orderKey: null,
     pay: null,
     tickets: null,
+    codes: null,                // the drawn codes of the ticket step ({stop()})
+    codeData: null,             // ... and what they were drawn from ({order, tickets, info})
     busyUntil: 0,
     polling: null,
     pollFailures: 0,
@@ -281,6 +283,11 @@
     S.orderKey = null;
     S.pay = null;
     S.tickets = null;
+    if (S.codes) { S.codes.stop(); S.codes = null; }
+    S.codeData = null;
+    $("ticket-codes").hidden = true;
+    $("ticket-codes").textContent = "";
+    $("tickets").hidden = false;
     save();
   }
 
@@ -1019,6 +1026,70 @@
       list.appendChild(li);
     });
     $("ticket-order").textContent = S.order ? t("ticket.order", { id: S.order.id, total: money(S.order.total, S.order.currency) }) : "";
+    $("ticket-page-link").href = "/e/" + EVENT + "/tickets" + (S.order ? "?order=" + encodeURIComponent(S.order.id) : "");
+    renderCodes();
+  }
+
+  // The order's scannable codes, drawn by the ticket page's renderer (tickets-render.js) from
+  // booking's ticket read with the fan's login token (class identity; the admission cookie
+  // does not count there). Read once per order; a language switch redraws from that copy.
+  // Without a token or a connection the plain list above stays.
+  function renderCodes() {
+    if (S.codes) { S.codes.stop(); S.codes = null; }
+    if (!S.order) return;
+    var order = S.order.id;
+    if (S.codeData && S.codeData.order === order) { drawCodes(); return; }
+    ticketScripts().then(function () { fetchCodes(order); }, function () { /* plain list stays */ });
+  }
+
+  // The ticket renderer and its QR encoder (~70 KB) load only at the ticket step: every
+  // admitted fan loads the shop on sale day, few of them at once reach this step.
+  var ticketScriptsLoad = null;
+  function ticketScripts() {
+    if (window.FgTickets) return Promise.resolve();
+    if (ticketScriptsLoad) return ticketScriptsLoad;
+    var css = document.createElement("link");
+    css.rel = "stylesheet";
+    css.href = "/tickets.css";
+    document.head.appendChild(css);
+    ticketScriptsLoad = ["/vendor/qrcode-generator-2.0.4.js", "/tickets-i18n.js", "/tickets-render.js"]
+      .reduce(function (prev, src) {
+        return prev.then(function () {
+          return new Promise(function (resolve, reject) {
+            var el = document.createElement("script");
+            el.src = src;
+            el.onload = resolve;
+            el.onerror = function () { reject(new Error("could not load " + src)); };
+            document.head.appendChild(el);
+          });
+        });
+      }, Promise.resolve());
+    ticketScriptsLoad.catch(function () { ticketScriptsLoad = null; });
+    return ticketScriptsLoad;
+  }
+
+  function fetchCodes(order) {
+    var R = window.FgTickets;
+    var token = R.identity(EVENT);
+    if (!token) return;
+    Promise.all([
+      R.get("/api/events/" + encodeURIComponent(EVENT) + "/ticket-info"),
+      R.get("/api/orders/" + encodeURIComponent(order) + "/tickets", token)
+    ]).then(function (rs) {
+      var list = rs[1];
+      if (S.step !== "ticket" || !S.order || S.order.id !== order) return;
+      if (!list.ok || !Array.isArray(list.data.tickets) || !list.data.tickets.length) return;
+      S.codeData = { order: order, tickets: list.data.tickets, info: rs[0].ok ? rs[0].data : null };
+      drawCodes();
+    }, function () { /* offline: the plain list stays, the ticket page link works later */ });
+  }
+
+  function drawCodes() {
+    if (S.codes) S.codes.stop();
+    var d = S.codeData;
+    S.codes = window.FgTickets.render($("ticket-codes"), d.tickets, d.info, S.lang, { seatName: seatName });
+    $("ticket-codes").hidden = false;
+    $("tickets").hidden = true;
   }
 
   function deadline() {

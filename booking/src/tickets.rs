@@ -12,6 +12,7 @@
 //! stale. Keys come from `[tickets]` secrets only (fail closed outside dev mode).
 
 pub mod code;
+pub mod cors;
 pub mod http;
 pub mod mail;
 pub mod totp;

@@ -47,6 +47,12 @@ pub struct GatewaySettings {
     pub upstreams: Vec<String>,
     /// Directory with the waiting page and storefront files.
     pub static_dir: String,
+    /// Base URL the fan's ticket page (and the shop's ticket step) reads tickets from
+    /// (`https://booking.example`), put into the pages at start-up. Empty: the page's own
+    /// origin, for when the gateway's route table or a proxy in front routes `/api/tickets`
+    /// to booking. Until then it is booking's listener, which answers these reads
+    /// cross-origin (docs/operations.md, "The ticket page").
+    pub tickets_api_url: String,
     /// Local development: serves `POST /dev/login` (as does `identity.dev_login`).
     pub dev_mode: bool,
     /// Worker threads of the public listener.
@@ -117,6 +123,7 @@ impl Default for GatewaySettings {
             admin_listen: "127.0.0.1:8081".into(),
             upstreams: vec!["127.0.0.1:8090".into()],
             static_dir: "static".into(),
+            tickets_api_url: String::new(),
             dev_mode: false,
             threads: 2,
             work_stealing: true,

@@ -128,7 +128,10 @@ impl Gateway {
         )?;
         // Fail at start-up on a bad Redis URL rather than on the first request.
         Store::new(&config.redis)?;
-        let pages = pages::Pages::load(std::path::Path::new(&g.static_dir));
+        let mut pages = pages::Pages::load(std::path::Path::new(&g.static_dir));
+        pages
+            .set_tickets_api(&g.tickets_api_url)
+            .context("invalid [gateway] tickets_api_url")?;
         let shared = Shared {
             tokens,
             fast_tokens,

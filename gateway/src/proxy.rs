@@ -15,7 +15,7 @@ use crate::forward;
 use crate::limits::Scope;
 use crate::queue;
 use crate::respond::{Reply, read_body, send};
-use crate::routes::{self, Route};
+use crate::routes::{self, EventPage, Route};
 use crate::session::{self, Decision};
 use crate::size::{self, BodyBudget};
 use crate::state::Shared;
@@ -241,9 +241,14 @@ impl ProxyHttp for PublicProxy {
                 Route::Receipt(e) => Action::Receipt(e.to_owned()),
                 Route::Challenge(e) => Action::Challenge(e.to_owned()),
                 Route::Page(p) => Action::Reply(self.page(p)),
-                Route::EventPage { shop, .. } => {
-                    Action::Reply(self.page(if shop { "/shop.html" } else { "/waiting.html" }))
-                }
+                Route::EventPage {
+                    page: EventPage::Tickets,
+                    ..
+                } => Action::Reply(self.page(EventPage::Tickets.file()).header(
+                    "content-security-policy",
+                    self.shared.pages.tickets_csp().to_owned(),
+                )),
+                Route::EventPage { page, .. } => Action::Reply(self.page(page.file())),
                 Route::UnknownEvent => Action::Reply(Reply::error(
                     404,
                     codes::UNKNOWN_EVENT,

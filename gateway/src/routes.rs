@@ -31,15 +31,38 @@ pub enum Route<'a> {
     },
     /// A static file, by its key in the page table.
     Page(&'a str),
-    /// The waiting page or shop page of an event (`/e/{event}`, `/e/{event}/shop`).
+    /// A page of an event: `/e/{event}`, `/e/{event}/shop`, `/e/{event}/tickets`.
     EventPage {
         event: &'a str,
-        shop: bool,
+        page: EventPage,
     },
     UnknownEvent,
     MethodNotAllowed,
     BadPath,
     NotFound,
+}
+
+/// Which page of an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventPage {
+    /// The waiting room.
+    Waiting,
+    /// The storefront (admitted fans).
+    Shop,
+    /// The fan's tickets (class `public` as a page; it reads the tickets with the fan's login
+    /// token, long after admission ended).
+    Tickets,
+}
+
+impl EventPage {
+    /// The file that serves it.
+    pub fn file(self) -> &'static str {
+        match self {
+            EventPage::Waiting => "/waiting.html",
+            EventPage::Shop => "/shop.html",
+            EventPage::Tickets => "/tickets.html",
+        }
+    }
 }
 
 /// Routes of the public listener.
@@ -138,8 +161,18 @@ pub fn public<'a>(method: &Method, path: &'a str) -> Route<'a> {
             return Route::MethodNotAllowed;
         }
         return match tail {
-            "" => Route::EventPage { event, shop: false },
-            "shop" => Route::EventPage { event, shop: true },
+            "" => Route::EventPage {
+                event,
+                page: EventPage::Waiting,
+            },
+            "shop" => Route::EventPage {
+                event,
+                page: EventPage::Shop,
+            },
+            "tickets" => Route::EventPage {
+                event,
+                page: EventPage::Tickets,
+            },
             _ => Route::NotFound,
         };
     }
@@ -324,23 +357,41 @@ mod tests {
             public(&g, "/e/demo"),
             Route::EventPage {
                 event: "demo",
-                shop: false
+                page: EventPage::Waiting
             }
         );
         assert_eq!(
             public(&g, "/e/demo/"),
             Route::EventPage {
                 event: "demo",
-                shop: false
+                page: EventPage::Waiting
             }
         );
         assert_eq!(
             public(&g, "/e/demo/shop"),
             Route::EventPage {
                 event: "demo",
-                shop: true
+                page: EventPage::Shop
             }
         );
+        assert_eq!(
+            public(&g, "/e/demo/tickets"),
+            Route::EventPage {
+                event: "demo",
+                page: EventPage::Tickets
+            }
+        );
+        assert_eq!(
+            public(&g, "/e/demo/tickets/"),
+            Route::EventPage {
+                event: "demo",
+                page: EventPage::Tickets
+            }
+        );
+        assert_eq!(public(&p, "/e/demo/tickets"), Route::MethodNotAllowed);
+        assert_eq!(public(&g, "/e/demo/tickets/x"), Route::NotFound);
+        assert_eq!(public(&g, "/e/DEMO/tickets"), Route::NotFound);
+        assert_eq!(public(&g, "/tickets-sw.js"), Route::Page("/tickets-sw.js"));
         assert_eq!(public(&g, "/e/DEMO"), Route::NotFound);
         assert_eq!(public(&g, "/"), Route::Page("/index.html"));
         assert_eq!(public(&g, "/waiting.js"), Route::Page("/waiting.js"));

@@ -7,6 +7,12 @@
 //! - `GET /api/tickets`, `GET /api/orders/{id}/tickets` (class `identity`): the caller's own
 //!   tickets, by the login token's subject. An admission token is refused (`401`): it proves
 //!   a place in a queue, not who holds a ticket, and it ends with the sale.
+//! - `GET /api/events/{event}/ticket-info` (class `public`): what a ticket prints about its
+//!   event (name, venue, address, date, doors, zone, code kind) for the fan's ticket page,
+//!   which must show it on the day of the show, long after admission has ended.
+//!
+//! All of them answer cross-origin reads (`super::cors`): the ticket page is served by the
+//! gateway and calls booking's listener directly until the route table exists.
 
 use crate::platform::error::{ApiError, ApiResult};
 use crate::platform::json::ApiJson;
@@ -35,6 +41,10 @@ pub fn router() -> OpenApiRouter<TicketsState> {
         .routes(routes!(ticket_keys))
         .routes(routes!(my_tickets))
         .routes(routes!(order_tickets))
+        .routes(routes!(ticket_info))
+        .layer(axum::middleware::from_fn(crate::tickets::cors::cors))
+        // After the layer: the ticket page reads cross-origin; a resend is asked for where the
+        // fan is signed in to booking's own origin (or, later, through the gateway's routes).
         .routes(routes!(crate::tickets::mail::http::fan_resend))
 }
 
@@ -93,6 +103,62 @@ async fn ticket_keys(
     if let Ok(v) = HeaderValue::from_str(&format!("public, max-age={}", state.jwks_max_age_s)) {
         resp.headers_mut().insert(CACHE_CONTROL, v);
     }
+    Ok(resp)
+}
+
+/// What a ticket shows about its event. Nothing here is secret: it is what a printed ticket
+/// carries.
+#[derive(Debug, Serialize, ToSchema, sqlx::FromRow)]
+pub struct TicketEventInfo {
+    pub id: String,
+    pub name: String,
+    pub venue: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub venue_address: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub starts_at: Option<DateTime<Utc>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub doors_at: Option<DateTime<Utc>>,
+    /// IANA zone the event's times are shown in (`Asia/Tokyo`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timezone: Option<String>,
+    /// `static` or `rotating`.
+    #[schema(example = "static")]
+    pub ticket_code: String,
+}
+
+/// What the fan's ticket page shows about an event
+#[utoipa::path(get, path = "/api/events/{event}/ticket-info", tag = tags::TICKETS,
+    params(doc::EventPath),
+    security(()),
+    responses(
+        (status = 200, description = "OK", body = TicketEventInfo,
+            headers(("Cache-Control" = String, description = "public, max-age=60"))),
+        (status = 404, response = doc::NotFound),
+    ))]
+async fn ticket_info(
+    State(state): State<TicketsState>,
+    Path(event): Path<String>,
+) -> ApiResult<Response> {
+    let info: Option<TicketEventInfo> = if event.len() <= 128 {
+        sqlx::query_as(
+            "SELECT id, name, venue, venue_address, starts_at, doors_at, timezone, ticket_code
+               FROM events WHERE id = $1",
+        )
+        .bind(&event)
+        .fetch_optional(&state.pool)
+        .await?
+    } else {
+        None
+    };
+    let info = info.ok_or_else(|| ApiError::not_found(codes::NOT_FOUND, "no such event"))?;
+    let mut resp = ApiJson(info).into_response();
+    // A changed date or venue reaches pages within a minute; the page keeps its own copy for
+    // offline use anyway.
+    resp.headers_mut().insert(
+        CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=60"),
+    );
     Ok(resp)
 }
 

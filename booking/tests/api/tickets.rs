@@ -498,3 +498,129 @@ async fn events_take_a_date_a_place_a_zone_and_a_code_kind_validated() {
     .expect("audit");
     assert_eq!(entries, 1, "one audited change");
 }
+
+/// The ticket page reads the event's printed details without any token, long after admission.
+#[tokio::test]
+async fn the_ticket_info_is_public_and_carries_the_date_place_and_code_kind() {
+    let app = TestApp::spawn().await;
+    let mut body = crate::events::small_event("shown", 1, 2, 10, 1);
+    body["starts_at"] = json!("2031-05-01T19:00:00+09:00");
+    body["doors_at"] = json!("2031-05-01T18:00:00+09:00");
+    body["timezone"] = json!("Asia/Tokyo");
+    body["venue_address"] = json!("1-1 Kudan-kita, Chiyoda, Tokyo");
+    body["ticket_code"] = json!("rotating");
+    crate::events::create_event(&app, &body).await;
+    crate::events::create_event(&app, &crate::events::small_event("bare", 1, 2, 10, 1)).await;
+
+    let resp = app
+        .client
+        .get(app.url("/api/events/shown/ticket-info"))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(
+        resp.headers()["cache-control"],
+        "public, max-age=60",
+        "{resp:?}"
+    );
+    let (status, v) = json(resp).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["id"], "shown");
+    assert_eq!(v["name"], body["name"]);
+    assert_eq!(v["venue"], body["venue"]);
+    assert_eq!(v["starts_at"], "2031-05-01T10:00:00Z");
+    assert_eq!(v["doors_at"], "2031-05-01T09:00:00Z");
+    assert_eq!(v["timezone"], "Asia/Tokyo");
+    assert_eq!(v["venue_address"], "1-1 Kudan-kita, Chiyoda, Tokyo");
+    assert_eq!(v["ticket_code"], "rotating");
+
+    // Absent details are absent, not null.
+    let (status, v) = get_with(&app, "/api/events/bare/ticket-info", None).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["ticket_code"], "static");
+    for absent in ["starts_at", "doors_at", "timezone", "venue_address"] {
+        assert!(v.get(absent).is_none(), "{absent}: {v}");
+    }
+    let (status, v) = get_with(&app, "/api/events/nope/ticket-info", None).await;
+    assert_eq!(status, 404, "{v}");
+}
+
+/// The page on the gateway's origin reads the ticket endpoints cross-origin with a Bearer
+/// token: preflights are answered, answers carry `Access-Control-Allow-Origin: *` and never
+/// allow credentials; booking's other paths stay without CORS.
+#[tokio::test]
+async fn the_ticket_endpoints_answer_cross_origin_reads_and_nothing_else_does() {
+    let app = TestApp::spawn().await;
+    crate::events::create_event(&app, &crate::events::small_event("cors", 1, 2, 10, 1)).await;
+    let origin = "http://127.0.0.1:8080";
+    for path in [
+        "/api/tickets",
+        "/api/orders/o1/tickets",
+        "/api/events/cors/ticket-keys",
+        "/api/events/cors/ticket-info",
+    ] {
+        let resp = app
+            .client
+            .request(reqwest::Method::OPTIONS, app.url(path))
+            .header("Origin", origin)
+            .header("Access-Control-Request-Method", "GET")
+            .header("Access-Control-Request-Headers", "authorization")
+            .send()
+            .await
+            .expect("preflight");
+        assert_eq!(resp.status(), 204, "{path}");
+        let h = resp.headers();
+        assert_eq!(h["access-control-allow-origin"], "*", "{path}");
+        assert_eq!(h["access-control-allow-methods"], "GET, HEAD", "{path}");
+        assert_eq!(h["access-control-allow-headers"], "authorization", "{path}");
+        assert!(
+            h.get("access-control-allow-credentials").is_none(),
+            "{path}"
+        );
+    }
+    let resp = app
+        .client
+        .get(app.url("/api/tickets"))
+        .header("Origin", origin)
+        .bearer_auth(login("alice"))
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["access-control-allow-origin"], "*");
+    assert!(
+        resp.headers()
+            .get("access-control-allow-credentials")
+            .is_none()
+    );
+    // A refusal is readable too, so the page can tell "sign in again" from "offline".
+    let resp = app
+        .client
+        .get(app.url("/api/tickets"))
+        .header("Origin", origin)
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(resp.status(), 401);
+    assert_eq!(resp.headers()["access-control-allow-origin"], "*");
+
+    // An admitted-only path keeps no CORS: a preflight there is not answered as one.
+    let resp = app
+        .client
+        .request(reqwest::Method::OPTIONS, app.url("/api/events/cors"))
+        .header("Origin", origin)
+        .header("Access-Control-Request-Method", "GET")
+        .send()
+        .await
+        .expect("preflight");
+    assert_ne!(resp.status(), 204);
+    assert!(resp.headers().get("access-control-allow-origin").is_none());
+    let resp = app
+        .client
+        .get(app.url("/api/events/cors"))
+        .header("Origin", origin)
+        .send()
+        .await
+        .expect("get");
+    assert!(resp.headers().get("access-control-allow-origin").is_none());
+}

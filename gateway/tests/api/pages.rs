@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use std::time::Duration;
 use testkit::browser::{Browser, chromium_or_skip};
 
-const PAGES: [&str; 3] = ["/", "/e/pg", "/e/pg/shop"];
+const PAGES: [&str; 4] = ["/", "/e/pg", "/e/pg/shop", "/e/pg/tickets"];
 
 /// The same-origin paths a page names in `src` and `href` attributes.
 fn referenced(html: &str) -> Vec<String> {
@@ -54,6 +54,74 @@ async fn every_page_and_every_file_it_names_is_served_never_404() {
     assert_eq!(r.headers()["content-type"], "image/x-icon");
     let icon = r.bytes().await.unwrap();
     assert_eq!(icon[..4], [0, 0, 1, 0], "an ICO file");
+}
+
+/// The ticket page: served for any event slug with its strict CSP, which allows calls to the
+/// configured tickets origin and nothing else; the URL is in the page's meta tag (and the
+/// shop's), and the service worker's script is served from the root, whose scope covers
+/// `/e/{event}/tickets`.
+#[tokio::test]
+async fn the_ticket_page_carries_its_csp_and_the_configured_tickets_origin() {
+    let app = TestApp::spawn_with(|c| {
+        c.gateway.tickets_api_url = "https://booking.example:8443/".into();
+    })
+    .await;
+    let r = app
+        .http
+        .get(app.url("/e/pg/tickets?order=o1"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.headers()["content-type"], "text/html; charset=utf-8");
+    let csp = r.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    for part in [
+        "default-src 'none'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "connect-src 'self' https://booking.example:8443;",
+        "worker-src 'self'",
+        "frame-ancestors 'none'",
+        "form-action 'none'",
+    ] {
+        assert!(csp.contains(part), "{part} not in {csp}");
+    }
+    let html = r.text().await.unwrap();
+    assert!(
+        html.contains(
+            r#"<meta name="floodgate-tickets-api" content="https://booking.example:8443">"#
+        ),
+        "{html}"
+    );
+    let shop = app.http.get(app.url("/e/pg/shop")).send().await.unwrap();
+    assert!(shop.headers().get("content-security-policy").is_none());
+    assert!(
+        shop.text()
+            .await
+            .unwrap()
+            .contains(r#"content="https://booking.example:8443""#)
+    );
+    let sw = app
+        .http
+        .get(app.url("/tickets-sw.js"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sw.status(), StatusCode::OK);
+    assert_eq!(
+        sw.headers()["content-type"],
+        "text/javascript; charset=utf-8"
+    );
+    let r = app
+        .http
+        .post(app.url("/e/pg/tickets"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED);
 }
 
 async fn config_of(app: &TestApp, event: &str) -> Value {
@@ -150,7 +218,7 @@ async fn the_room_config_takes_a_name_per_language_and_joins_carry_it() {
     .await;
 }
 
-/// In a real browser: the index, waiting and shop pages load without a single `404`, their
+/// In a real browser: the index, waiting, shop and ticket pages load without a single `404`, their
 /// icon is served, and the waiting page shows the event's name in the fan's language, as
 /// text (markup in a name is shown, never parsed).
 #[tokio::test]
@@ -196,6 +264,27 @@ async fn pages_load_in_a_browser_without_a_404_and_the_waiting_page_shows_the_na
         Duration::from_secs(15),
     )
     .await;
+    // The ticket page, with the login token the waiting page kept: with no `tickets_api_url`
+    // it asks its own origin, where the gateway wants an admission (401 ADMISSION_REQUIRED);
+    // the page says it could not load the tickets (not "sign in again"). Its CSP let every
+    // file it names load: a refused script would leave "Loading…" on screen.
+    page.navigate(&app.url("/e/pg/tickets")).await;
+    let note = page
+        .wait_for(
+            "document.getElementById('loading').hidden && document.getElementById('note').innerText",
+            Duration::from_secs(15),
+        )
+        .await;
+    assert_eq!(
+        note,
+        "Your tickets could not be loaded (401). Try again in a moment.",
+    );
+    assert_eq!(
+        page.eval("getComputedStyle(document.querySelector('.tp-bar')).backgroundColor")
+            .await,
+        "rgb(0, 0, 0)",
+        "the stylesheet applied under the CSP"
+    );
     for icon in [
         "document.querySelector('link[rel=icon]').href",
         "location.origin + '/favicon.ico'",

@@ -161,6 +161,31 @@ fn the_shop_page_has_every_string_in_english_and_japanese() {
 }
 
 #[test]
+fn the_ticket_page_has_every_string_in_english_and_japanese() {
+    check_page("tickets-i18n.js", "tickets.html", "tickets.js");
+    // The cards, drawn by tickets-render.js for the ticket page and the shop, name their keys
+    // as `tr(lang, "key"`; the void reasons booking sends are looked up as `tk.reason.<reason>`.
+    let text = read("tickets-i18n.js");
+    let en: BTreeSet<_> = dictionary(&text, "en")
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    let used: BTreeSet<String> = read("tickets-render.js")
+        .split("tr(lang, \"")
+        .skip(1)
+        .filter_map(|rest| rest.split_once('"'))
+        .filter(|(_, tail)| tail.starts_with(')') || tail.starts_with(','))
+        .map(|(key, _)| key.to_owned())
+        .collect();
+    assert!(used.len() >= 8, "too few card keys found: {used:?}");
+    let missing: Vec<_> = used.difference(&en).collect();
+    assert!(missing.is_empty(), "tickets-render.js uses {missing:?}");
+    for reason in ["refunded", "disputed"] {
+        assert!(en.contains(&format!("tk.reason.{reason}")), "{reason}");
+    }
+}
+
+#[test]
 fn the_checks_catch_a_missing_translation() {
     let js = "x = {\n  en: {\n    \"a\": \"A\",\n    \"b\": \"B\"\n  },\n  ja: {\n    \"a\": \"エー\"\n  }\n};";
     let en: BTreeSet<_> = dictionary(js, "en").into_iter().map(|(k, _)| k).collect();

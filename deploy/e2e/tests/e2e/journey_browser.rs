@@ -212,6 +212,30 @@ async fn fan_journey_in_a_real_browser() {
             .await,
         json!(2)
     );
+    // The same scannable codes as the ticket page (tickets-render.js), and a link to it.
+    page.wait_for(
+        "document.querySelectorAll('#ticket-codes canvas.tk-qr').length === 2",
+        WAIT,
+    )
+    .await;
+    assert_eq!(
+        page.eval("[...document.querySelectorAll('#ticket-codes canvas.tk-qr')].every(c => c.getBoundingClientRect().width >= 240)")
+            .await,
+        json!(true)
+    );
+    let link = page
+        .eval("document.getElementById('ticket-page-link').getAttribute('href')")
+        .await;
+    assert!(
+        link.as_str()
+            .is_some_and(|l| l.starts_with(&format!("/e/{event}/tickets?order="))),
+        "{link}"
+    );
+    assert!(
+        page.text("#ticket-page-line").await.contains("ticket page"),
+        "{}",
+        page.text("#ticket-page-line").await
+    );
     page.screenshot(&shot("shop-ticket"), false).await;
 
     // Japanese, from the toggle.

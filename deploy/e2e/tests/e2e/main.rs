@@ -13,3 +13,4 @@ mod operators;
 mod ops_page;
 mod session;
 mod stack;
+mod tickets_page;

@@ -166,6 +166,9 @@ impl Stack {
         g.gateway.admin_listen = format!("127.0.0.1:{gateway_admin_port}");
         g.gateway.upstreams = vec![format!("127.0.0.1:{booking_port}")];
         g.gateway.static_dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../static").into();
+        // The ticket page reads booking's listener directly, as on the local stack
+        // (deploy/local.toml) until the gateway's route table exists.
+        g.gateway.tickets_api_url = format!("http://127.0.0.1:{booking_port}");
         g.gateway.dev_mode = true;
         g.gateway.threads = 2;
         g.gateway.tick_ms = 100;
