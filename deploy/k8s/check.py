@@ -54,6 +54,7 @@ SECTIONS = {  # [section] -> the struct that deserializes it
     "booking": ("booking/src/app/config.rs", "BookingSettings"),
     "payments": ("booking/src/payments.rs", "PaymentSettings"),
     "tickets": ("booking/src/tickets.rs", "TicketSettings"),
+    "mail": ("booking/src/tickets/mail/settings.rs", "MailSettings"),
 }
 PROCESSES = {  # container name -> its top-level config struct
     "gateway": struct_fields("gateway/src/config.rs", "GatewayConfig"),

@@ -462,6 +462,41 @@
     $("a-refund").disabled = !paid || !may;
     $("a-lines").disabled = !paid || !may;
     $("a-cancel").disabled = !(paid || pending) || !may;
+    $("m-resend").disabled = !paid || !may || !o.email;
+    $("m-forget").disabled = !may || !o.email;
+  }
+  // Ticket e-mail: a resend queues a new message with the current codes (support role;
+  // booking audits it); "forget" erases the address at once, after a confirmation.
+  function mailResend() {
+    var d = S.detail;
+    if (!d || !d.order) return;
+    var id = d.order.id;
+    $("m-resend").disabled = true;
+    notice("mail-message", function () { return t("loading"); }, "info");
+    api("POST", "/admin/orders/" + seg(id) + "/tickets/resend").then(function (r) {
+      if (ok(r)) {
+        var delivery = r.body && r.body.delivery;
+        notice("mail-message", function () { return t("mail.queued", { id: delivery }); }, "ok");
+      } else {
+        notice("mail-message", function () { return errorText(r); }, "bad");
+      }
+      return loadOrder(id, false);
+    });
+  }
+  function mailForgetYes() {
+    var d = S.detail;
+    $("m-confirm").hidden = true;
+    if (!d || !d.order) return;
+    var id = d.order.id;
+    api("POST", "/admin/orders/" + seg(id) + "/forget-email").then(function (r) {
+      if (ok(r)) {
+        var erased = r.body && r.body.erased;
+        notice("mail-message", function () { return t(erased ? "mail.erased" : "mail.nothing"); }, "ok");
+      } else {
+        notice("mail-message", function () { return errorText(r); }, "bad");
+      }
+      return loadOrder(id, false);
+    });
   }
   function list(id, items, text) {
     var ul = $(id); clear(ul);
@@ -874,6 +909,10 @@
     $("a-refund").addEventListener("click", function () { ask("refund"); });
     $("a-lines").addEventListener("click", function () { ask("lines"); });
     $("a-cancel").addEventListener("click", function () { ask("cancel"); });
+    $("m-resend").addEventListener("click", mailResend);
+    $("m-forget").addEventListener("click", function () { $("m-confirm").hidden = false; $("m-confirm-yes").focus(); });
+    $("m-confirm-yes").addEventListener("click", mailForgetYes);
+    $("m-confirm-no").addEventListener("click", function () { $("m-confirm").hidden = true; });
     $("confirm-yes").addEventListener("click", confirmYes);
     $("confirm-no").addEventListener("click", confirmNo);
     $("event-form").addEventListener("submit", askEventCancel);

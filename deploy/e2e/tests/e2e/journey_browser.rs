@@ -176,6 +176,14 @@ async fn fan_journey_in_a_real_browser() {
     assert!(items.contains("Section S1, row 3, seat 7"), "{items}");
     page.screenshot(&shot("shop-held"), false).await;
 
+    // The tickets by e-mail too: an address for this test alone, typed on the hold step.
+    let email = testkit::mail::unique_address("fan-web-");
+    page.eval(&format!(
+        "document.getElementById('email').value = {}",
+        serde_json::to_string(&email).expect("json")
+    ))
+    .await;
+
     // Checkout, then a declined card, then the good card.
     page.click("#checkout").await;
     page.wait_for(&visible("step-pay"), WAIT).await;
@@ -274,6 +282,71 @@ async fn fan_journey_in_a_real_browser() {
     .await
     .expect("rival seat");
     assert_eq!(rival_seat.0, "held", "the rival keeps the seat they took");
+
+    // The mail, as the local SMTP server received it: one message, whose QR images decode
+    // (zbarimg, an independent decoder) to exactly the codes the fan's ticket API gives, and
+    // those verify with the published JWKS (npm jose). The address is nowhere but Postgres.
+    let mail = testkit::mail::Mailbox::from_env()
+        .wait_for(&email, 1, Duration::from_secs(60))
+        .await;
+    assert_eq!(mail.len(), 1, "exactly one message to {email}");
+    let parsed = mail[0].parsed();
+    let text = parsed.text.as_deref().unwrap_or_default();
+    for seat in ["Seat S1-R3-5", "Seat S1-R3-7"] {
+        assert!(
+            text.contains(seat),
+            "{seat:?} missing from the mail: {text}"
+        );
+    }
+    let mut mailed: Vec<String> = parsed
+        .parts
+        .iter()
+        .filter(|p| p.content_type == "image/png")
+        .flat_map(|p| testkit::mail::zbar_decode(&p.bytes))
+        .collect();
+    mailed.sort();
+    let (status, listed) = json(
+        stack
+            .http
+            .get(format!(
+                "{}/api/orders/{order_id}/tickets",
+                stack.booking_url
+            ))
+            .bearer_auth(&identity)
+            .send()
+            .await
+            .expect("the fan's tickets"),
+    )
+    .await;
+    assert_eq!(status, 200, "{listed}");
+    let mut codes: Vec<String> = listed["tickets"]
+        .as_array()
+        .expect("tickets")
+        .iter()
+        .map(|t| t["code"].as_str().expect("a code").to_owned())
+        .collect();
+    codes.sort();
+    assert_eq!(mailed, codes, "the mailed QR codes are the fan's codes");
+    if let Some(modules) = crate::tickets_page::node_modules() {
+        let checked = crate::tickets_page::node(
+            &crate::tickets_page::jose_script(),
+            &modules,
+            &json!({"jwks_url": format!("{}/api/events/{event}/ticket-keys", stack.booking_url),
+                    "valid": mailed, "invalid": []}),
+        )
+        .await;
+        for r in checked["valid"].as_array().expect("valid") {
+            assert_eq!(r["ok"], true, "{r}");
+        }
+    }
+    let outbox: Vec<(String,)> = sqlx::query_as("SELECT payload::text FROM outbox")
+        .fetch_all(&stack.pool)
+        .await
+        .expect("outbox");
+    assert!(
+        outbox.iter().all(|(p,)| !p.contains(&email)),
+        "the address left Postgres' contact table"
+    );
 
     drop(page);
     drop(browser);

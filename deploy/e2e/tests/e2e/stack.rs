@@ -149,6 +149,11 @@ impl Stack {
         config.payments.provider_url = sandbox_url.clone();
         config.payments.api_key = SecretString::from(API_KEY);
         config.payments.webhook_secrets = vec![SecretString::from(WEBHOOK_SECRET)];
+        // Ticket e-mail to the test run's SMTP server (deploy/stack test starts it), checked
+        // often so a journey does not wait a second for its mail.
+        config.mail.smtp_url = std::env::var("FLOODGATE_TEST_SMTP_URL").ok();
+        config.mail.starttls = booking::tickets::mail::settings::StartTls::Off;
+        config.mail.poll_ms = 100;
         tune_booking(&mut config);
         let app = booking::app::startup::Application::build(config)
             .await

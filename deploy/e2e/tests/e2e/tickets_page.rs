@@ -23,7 +23,7 @@ use testkit::browser::{Browser, Page, chromium_or_skip};
 const WAIT: Duration = Duration::from_secs(20);
 
 /// The installed npm tools (zxing-wasm, jose), or `None` (after failing under CI).
-fn node_modules() -> Option<PathBuf> {
+pub(crate) fn node_modules() -> Option<PathBuf> {
     if let Some(dir) = std::env::var_os("FLOODGATE_TEST_NODE_MODULES") {
         return Some(PathBuf::from(dir));
     }
@@ -37,7 +37,7 @@ fn node_modules() -> Option<PathBuf> {
 
 /// Runs a node script with `input` on stdin and returns its JSON output, on a blocking thread:
 /// the stack runs on this test's runtime, and the script may call it (jose fetches the JWKS).
-async fn node(script: &Path, modules: &Path, input: &Value) -> Value {
+pub(crate) async fn node(script: &Path, modules: &Path, input: &Value) -> Value {
     let (script, modules, input) = (script.to_owned(), modules.to_owned(), input.clone());
     tokio::task::spawn_blocking(move || node_blocking(&script, &modules, &input))
         .await
@@ -76,7 +76,7 @@ fn decode_script() -> PathBuf {
 }
 
 /// booking's own check: the same `jose` verification its API tests use.
-fn jose_script() -> PathBuf {
+pub(crate) fn jose_script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../booking/tests/jose_ticket_check.mjs")
 }
 
