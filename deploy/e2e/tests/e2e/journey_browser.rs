@@ -312,7 +312,7 @@ async fn fan_journey_in_a_real_browser() {
                 "{}/api/orders/{order_id}/tickets",
                 stack.booking_url
             ))
-            .bearer_auth(&identity)
+            .bearer_auth(identity)
             .send()
             .await
             .expect("the fan's tickets"),
