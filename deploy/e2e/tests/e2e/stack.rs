@@ -153,6 +153,7 @@ impl Stack {
         // often so a journey does not wait a second for its mail.
         config.mail.smtp_url = std::env::var("FLOODGATE_TEST_SMTP_URL").ok();
         config.mail.starttls = booking::tickets::mail::settings::StartTls::Off;
+        config.mail.from = Some("Floodgate Tickets <tickets@e2e.floodgate.test>".into());
         config.mail.poll_ms = 100;
         tune_booking(&mut config);
         let app = booking::app::startup::Application::build(config)
