@@ -169,6 +169,7 @@ pub async fn fan_resend(
     params(doc::IdPath, doc::ActorHeader),
     responses(
         (status = 202, description = "Queued", body = Queued),
+        (status = 400, response = doc::BadRequest),
         (status = 401, response = doc::Unauthorized),
         (status = 404, response = doc::NotFound),
         (status = 409, response = doc::Conflict),
@@ -209,6 +210,7 @@ pub struct Forgotten {
     params(doc::IdPath, doc::ActorHeader),
     responses(
         (status = 200, description = "Erased (or there was none)", body = Forgotten),
+        (status = 400, response = doc::BadRequest),
         (status = 401, response = doc::Unauthorized),
         (status = 404, response = doc::NotFound),
     ))]
@@ -243,6 +245,7 @@ pub struct MailQuery {
     /// Only this order's deliveries.
     pub order_id: Option<String>,
     /// At most this many, newest first (1 to 500, default 100).
+    #[param(minimum = 1, maximum = 500)]
     pub limit: Option<i64>,
 }
 
