@@ -17,10 +17,8 @@
 #    of the SMTP server.
 # Results go to $BENCH_OUT as a markdown section (deploy/bench/run), JSON to OUT_DIR.
 #
-# Not executable yet, so `deploy/bench/run` (and CI's bench --quick) skips it: it was written
-# in session 36 and never run to completion (the release build did not fit the session). Run it
-# with `bash deploy/bench/tickets.sh [--quick]` after `deploy/stack deps` and a release build,
-# fix what it finds, then `chmod +x` it to join the suite.
+# BENCH_TICKETS_MAIL_CONCURRENCY / _BATCH override `[mail] concurrency` / `batch` (the
+# defaults are what a launch runs with).
 set -euo pipefail
 
 QUICK="${BENCH_QUICK:-0}"
@@ -105,6 +103,8 @@ env -i PATH="$PATH" HOME="${HOME:-/tmp}" \
   FLOODGATE_BOOKING__LISTEN="127.0.0.1:$PORT" \
   FLOODGATE_MAIL__SMTP_URL="smtp://127.0.0.1:$SMTP_PORT" FLOODGATE_MAIL__STARTTLS=off \
   FLOODGATE_MAIL__POLL_MS="${BENCH_TICKETS_MAIL_POLL_MS:-100}" \
+  ${BENCH_TICKETS_MAIL_CONCURRENCY:+FLOODGATE_MAIL__CONCURRENCY="$BENCH_TICKETS_MAIL_CONCURRENCY"} \
+  ${BENCH_TICKETS_MAIL_BATCH:+FLOODGATE_MAIL__BATCH="$BENCH_TICKETS_MAIL_BATCH"} \
   FLOODGATE_LOG__LEVEL=warn FLOODGATE_LOG__FORMAT=json \
   "$BOOKING_BIN" >>"$WORK/booking.log" 2>&1 &
 BOOKING_PID=$!
@@ -141,7 +141,7 @@ INSERT INTO orders (id, account_id, idempotency_key, status, source, hold_id, ev
 UPDATE seats s SET status = 'sold', order_id = 'bo' || p.n
   FROM pick p WHERE s.event_id = :'ev' AND s.seat_id = p.seat_id;
 INSERT INTO tickets (id, event_id, seat_id, order_id, account_id, holder_account)
-  SELECT 'bt' || replace(seat_id, '-', ''), :'ev', seat_id, 'bo' || n, 'bench-fan-' || n, 'bench-fan-' || n
+  SELECT 'bt-' || seat_id, :'ev', seat_id, 'bo' || n, 'bench-fan-' || n, 'bench-fan-' || n
     FROM pick;
 INSERT INTO order_contacts (order_id, email)
   SELECT 'bo' || n, 'fan-' || n || '@bench.test' FROM generate_series(0, :n - 1) n;
@@ -150,7 +150,7 @@ INSERT INTO outbox (event_id, topic, aggregate_id, payload)
            'order_id', 'bo' || p.n, 'account_id', 'bench-fan-' || p.n, 'event', :'ev',
            'source', 'hold', 'total', 40000, 'payment_id', 'bp' || p.n,
            'provider_payment_id', 'pi_bench_' || p.n,
-           'tickets', jsonb_agg(jsonb_build_object('id', 'bt' || replace(p.seat_id, '-', ''),
+           'tickets', jsonb_agg(jsonb_build_object('id', 'bt-' || p.seat_id,
                                                    'seat_id', p.seat_id, 'ga_tier', NULL)
                                 ORDER BY p.seat_id))
     FROM pick p GROUP BY p.n ORDER BY p.n;
@@ -176,6 +176,7 @@ b1="$(cpu_ticks "$BOOKING_PID")"; s1="$(cpu_ticks "$SINK_PID")"
 # Anything sent twice would arrive after the last new one: give stragglers a moment.
 sleep 2
 st="$(stat_of)"
+log "SMTP server: $st"
 ACCEPTED="$(jget "$st" accepted)"; DISTINCT="$(jget "$st" distinct_message_ids)"
 SENT_ROWS="$(psql_q -d "$DB" -c "SELECT count(*) FROM mail_deliveries WHERE kind = 'tickets' AND state = 'sent'")"
 OTHER_ROWS="$(psql_q -d "$DB" -c "SELECT count(*) FROM mail_deliveries WHERE state <> 'sent'")"

@@ -207,6 +207,19 @@ impl Browser {
 
     /// Sends one command (to the browser, or to a page session) and waits for its result.
     pub async fn call(&self, session: Option<&str>, method: &str, params: Value) -> Value {
+        self.call_within(session, method, params, Duration::from_secs(30))
+            .await
+            .unwrap_or_else(|| panic!("DevTools {method} timed out"))
+    }
+
+    /// [`Browser::call`] that gives up after `limit` and answers `None` instead of panicking.
+    pub async fn call_within(
+        &self,
+        session: Option<&str>,
+        method: &str,
+        params: Value,
+        limit: Duration,
+    ) -> Option<Value> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut msg = json!({"id": id, "method": method, "params": params});
         if let Some(s) = session {
@@ -217,14 +230,15 @@ impl Browser {
         self.out
             .send(Message::Text(msg.to_string().into()))
             .expect("DevTools connection closed");
-        let v = tokio::time::timeout(Duration::from_secs(30), rx)
-            .await
-            .unwrap_or_else(|_| panic!("DevTools {method} timed out"))
-            .expect("DevTools reply dropped");
+        let Ok(reply) = tokio::time::timeout(limit, rx).await else {
+            self.pending.lock().expect("pending lock").remove(&id);
+            return None;
+        };
+        let v = reply.expect("DevTools reply dropped");
         if let Some(err) = v.get("error") {
             panic!("DevTools {method} failed: {err}");
         }
-        v["result"].clone()
+        Some(v["result"].clone())
     }
 
     /// Opens a page with a phone-sized viewport (CSS pixels) and returns it.
@@ -430,13 +444,29 @@ impl Page<'_> {
     }
 
     /// Saves a PNG screenshot of the viewport (or the full page) to `path`.
+    ///
+    /// Screenshots are pictures for people, never evidence a test relies on, so one that
+    /// headless Chromium does not produce is reported and skipped rather than failing the
+    /// test: CI saw `captureScreenshot` wait forever for a frame of a page that had lost
+    /// the foreground to a permission grant. The page is brought to the front first.
     pub async fn screenshot(&self, path: &std::path::Path, full_page: bool) {
-        let r = self
-            .call(
+        self.call("Page.bringToFront", json!({})).await;
+        let Some(r) = self
+            .browser
+            .call_within(
+                Some(&self.session),
                 "Page.captureScreenshot",
                 json!({"format": "png", "captureBeyondViewport": full_page}),
+                Duration::from_secs(20),
             )
-            .await;
+            .await
+        else {
+            eprintln!(
+                "screenshot {} skipped: Chromium produced no frame within 20 s",
+                path.display()
+            );
+            return;
+        };
         let data = base64::engine::general_purpose::STANDARD
             .decode(r["data"].as_str().expect("screenshot data"))
             .expect("screenshot base64");

@@ -1,5 +1,5 @@
 //! A ticket code as a QR PNG for the e-mail: the code's text exactly, error correction M,
-//! a 4-module quiet zone (ISO/IEC 18004), each module [`MODULE_PX`] pixels square, 8-bit
+//! a 4-module quiet zone (ISO/IEC 18004), each module [`MODULE_PX`] pixels square, 1-bit
 //! grayscale. The QR matrix comes from `qrcode` without its image features; `png` encodes it
 //! (docs/decisions.md, "QR codes in e-mail").
 
@@ -20,22 +20,32 @@ pub fn png(text: &str) -> anyhow::Result<Vec<u8>> {
     let colors = code.to_colors();
     let side_modules = modules + 2 * QUIET_MODULES;
     let side = side_modules * MODULE_PX;
-    let mut pixels = vec![255u8; side * side];
-    for (i, color) in colors.iter().enumerate() {
-        if *color != Color::Dark {
-            continue;
+    // One bit per pixel (1 = white), rows padded to whole bytes: an eighth of the pixels an
+    // 8-bit image would deflate. Each module row is drawn once and copied to its pixel rows.
+    let stride = side.div_ceil(8);
+    let mut pixels = vec![0xffu8; stride * side];
+    let mut row = vec![0xffu8; stride];
+    for my in 0..modules {
+        row.fill(0xff);
+        for mx in 0..modules {
+            if colors[my * modules + mx] != Color::Dark {
+                continue;
+            }
+            let x0 = (mx + QUIET_MODULES) * MODULE_PX;
+            for x in x0..x0 + MODULE_PX {
+                row[x / 8] &= !(0x80 >> (x % 8));
+            }
         }
-        let (mx, my) = (i % modules + QUIET_MODULES, i / modules + QUIET_MODULES);
-        for y in my * MODULE_PX..(my + 1) * MODULE_PX {
-            let row = y * side;
-            pixels[row + mx * MODULE_PX..row + (mx + 1) * MODULE_PX].fill(0);
+        let y0 = (my + QUIET_MODULES) * MODULE_PX;
+        for y in y0..y0 + MODULE_PX {
+            pixels[y * stride..(y + 1) * stride].copy_from_slice(&row);
         }
     }
     let side32 = u32::try_from(side).context("QR image too large")?;
     let mut out = Vec::new();
     let mut encoder = png::Encoder::new(&mut out, side32, side32);
     encoder.set_color(png::ColorType::Grayscale);
-    encoder.set_depth(png::BitDepth::Eight);
+    encoder.set_depth(png::BitDepth::One);
     let mut writer = encoder
         .write_header()
         .context("failed to write the QR PNG header")?;
@@ -53,7 +63,9 @@ mod tests {
     #[test]
     fn the_png_has_a_quiet_zone_and_square_modules() {
         let bytes = png("hello ticket").expect("png");
-        let decoder = png::Decoder::new(std::io::Cursor::new(&bytes));
+        let mut decoder = png::Decoder::new(std::io::Cursor::new(&bytes));
+        // 1-bit pixels as 0 / 255 bytes.
+        decoder.set_transformations(png::Transformations::EXPAND);
         let mut reader = decoder.read_info().expect("info");
         let mut buf = vec![0; reader.output_buffer_size()];
         let info = reader.next_frame(&mut buf).expect("frame");

@@ -65,8 +65,8 @@ impl Default for MailSettings {
             backoff_base_s: 30,
             backoff_max_s: 3600,
             lease_s: 120,
-            batch: 50,
-            concurrency: 4,
+            batch: 100,
+            concurrency: 16,
             poll_ms: 1000,
         }
     }
