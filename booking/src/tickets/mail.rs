@@ -18,6 +18,7 @@
 //!   the audit log, `last_error` or a metric. Erased addresses are not mailed.
 //! - Without `[mail] smtp_url`, nothing is sent: rows stay `pending`, visible to ops.
 
+pub mod compose;
 pub mod http;
 pub mod ics;
 pub mod message;
