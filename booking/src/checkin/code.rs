@@ -17,9 +17,9 @@ pub enum Refused {
     /// or not 8 digits. The reason names which (never the text itself).
     Invalid(&'static str),
     /// `403 WRONG_EVENT`: a good code of another event.
-    WrongEvent(TicketClaims),
+    WrongEvent(Box<TicketClaims>),
     /// `409 CODE_EXPIRED`: a rotating code whose TOTP is not of the current step ±1.
-    Expired(TicketClaims),
+    Expired(Box<TicketClaims>),
 }
 
 /// The claims of `text` when it may be decided for `event` at `unix_s` (server time).
@@ -39,7 +39,7 @@ pub fn read(
         })
     })?;
     if claims.evt != event {
-        return Err(Refused::WrongEvent(claims));
+        return Err(Refused::WrongEvent(Box::new(claims)));
     }
     let rotating = claims.rot == Some(true);
     match (rotating, moving) {
@@ -55,7 +55,7 @@ pub fn read(
             if totp::accepts(&secret, digits, unix_s, totp::TICKET_STEP_S) {
                 Ok(claims)
             } else {
-                Err(Refused::Expired(claims))
+                Err(Refused::Expired(Box::new(claims)))
             }
         }
     }
@@ -138,7 +138,7 @@ mod tests {
         let code = k.sign(&claims("other", false));
         assert_eq!(
             read(&k, &code, "ev", 0),
-            Err(Refused::WrongEvent(claims("other", false)))
+            Err(Refused::WrongEvent(Box::new(claims("other", false))))
         );
     }
 
@@ -160,7 +160,7 @@ mod tests {
         for at in [now - 2 * step, now + 2 * step, now - 3600] {
             assert_eq!(
                 read(&k, &rotating_text(&code, &secret, at), "ev", now),
-                Err(Refused::Expired(c.clone())),
+                Err(Refused::Expired(Box::new(c.clone()))),
                 "{at}"
             );
         }
@@ -180,7 +180,7 @@ mod tests {
         let stale = k.ticket_secret("ev", &c.tid, c.ver - 1);
         assert_eq!(
             read(&k, &rotating_text(&code, &stale, now), "ev", now),
-            Err(Refused::Expired(c))
+            Err(Refused::Expired(Box::new(c)))
         );
     }
 }

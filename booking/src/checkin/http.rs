@@ -145,7 +145,8 @@ async fn scan(
     let read = code::read(&state.keys, &req.code, &event, now);
     // The ticket this scan is about, when its code's signature was good.
     let ticket = match &read {
-        Ok(c) | Err(Refused::WrongEvent(c) | Refused::Expired(c)) => Some(c.tid.clone()),
+        Ok(c) => Some(c.tid.clone()),
+        Err(Refused::WrongEvent(c) | Refused::Expired(c)) => Some(c.tid.clone()),
         Err(Refused::Invalid(_)) => None,
     };
     let written = match &read {
@@ -176,15 +177,13 @@ async fn scan(
     };
     // A replay must be the same scan: the same direction, and the same ticket (or, for a code
     // that named none, again none).
-    if replayed {
-        if decision.direction != req.direction.as_str() || decision.ticket_id != ticket {
-            return Err(ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                codes::IDEMPOTENCY_KEY_REUSED,
-                "this scan_id was another scan (another ticket or direction); send a new one",
-            )
-            .with("field", "scan_id"));
-        }
+    if replayed && (decision.direction != req.direction.as_str() || decision.ticket_id != ticket) {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            codes::IDEMPOTENCY_KEY_REUSED,
+            "this scan_id was another scan (another ticket or direction); send a new one",
+        )
+        .with("field", "scan_id"));
     }
     let mut resp = answer(decision).into_response();
     if replayed {
