@@ -100,9 +100,19 @@ mod tests {
     fn forged_truncated_and_foreign_texts_are_invalid() {
         let k = keys();
         let code = k.sign(&claims("ev", false));
+        // Cut inside the signature: not base64url of 64 bytes any more.
         let truncated = &code[..code.len() - 5];
         assert_eq!(
             read(&k, truncated, "ev", 0),
+            Err(Refused::Invalid("malformed"))
+        );
+        // Claims changed under the signature.
+        let (head, rest) = code.split_once('.').expect("parts");
+        let (_, sig) = rest.split_once('.').expect("parts");
+        let other_claims = k.sign(&claims("ev", true));
+        let payload = other_claims.split('.').nth(1).expect("payload");
+        assert_eq!(
+            read(&k, &format!("{head}.{payload}.{sig}"), "ev", 0),
             Err(Refused::Invalid("bad_signature"))
         );
         for junk in ["", "hello", "a.b.c", "https://example.com/"] {
