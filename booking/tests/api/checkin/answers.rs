@@ -354,8 +354,34 @@ async fn bad_scan_requests_are_refused_and_change_nothing() {
     assert_eq!(s, 415, "{v}");
     assert_eq!(checkins(app).await, 0);
     assert_eq!(door_state(app, ticket).await, (false, 0));
-    // And the ticket still enters afterwards.
-    let (s, v) = scan(app, &scanner, "ev", code, "in", None).await;
+    // And the ticket still enters afterwards, whatever the device's clock says: its time is
+    // kept as information, the server's decides and orders.
+    let (s, v) = answer(
+        app.client
+            .post(&url)
+            .bearer_auth(&scanner)
+            .json(&json!({"code": code, "direction": "in", "scanned_at": "2001-01-01T00:00:00Z"}))
+            .send()
+            .await
+            .expect("scan"),
+    )
+    .await;
     assert_eq!((s, v["result"].as_str()), (200, Some("ENTRY")), "{v}");
+    let (device, received): (
+        Option<chrono::DateTime<chrono::Utc>>,
+        chrono::DateTime<chrono::Utc>,
+    ) = sqlx::query_as("SELECT device_time, received_at FROM checkins")
+        .fetch_one(&app.pool)
+        .await
+        .expect("the one row");
+    assert_eq!(
+        device.map(|d| d.to_rfc3339()).as_deref(),
+        Some("2001-01-01T00:00:00+00:00")
+    );
+    assert!(
+        (chrono::Utc::now() - received).num_seconds().abs() < 300,
+        "{received}"
+    );
+    assert_eq!(v["ticket"]["at"], json!(received));
     env.app.stop().await;
 }
