@@ -137,10 +137,12 @@ fn unknown_event() -> ApiError {
             headers(("Cache-Control" = String, description = "no-store"))),
         (status = 400, response = doc::BadRequest),
         (status = 401, response = doc::Unauthorized),
+        (status = 403, response = doc::Forbidden),
         (status = 404, response = doc::NotFound),
         (status = 413, response = doc::TooLarge),
         (status = 415, response = doc::UnsupportedMediaType),
         (status = 422, response = doc::Invalid),
+        (status = 429, response = doc::RateLimited),
         (status = 503, response = doc::Unavailable),
     ))]
 async fn create(
@@ -215,7 +217,9 @@ async fn create(
     responses(
         (status = 200, description = "OK", body = ScannerList),
         (status = 401, response = doc::Unauthorized),
+        (status = 403, response = doc::Forbidden),
         (status = 404, response = doc::NotFound),
+        (status = 429, response = doc::RateLimited),
         (status = 503, response = doc::Unavailable),
     ))]
 async fn list(
@@ -256,7 +260,9 @@ async fn list(
         (status = 204, description = "Revoked (or already revoked: nothing changed)"),
         (status = 400, response = doc::BadRequest),
         (status = 401, response = doc::Unauthorized),
+        (status = 403, response = doc::Forbidden),
         (status = 404, response = doc::NotFound),
+        (status = 429, response = doc::RateLimited),
         (status = 503, response = doc::Unavailable),
     ))]
 async fn revoke(
