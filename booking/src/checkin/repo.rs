@@ -75,7 +75,8 @@ pub enum Written {
 /// (`FOR UPDATE`: concurrent scans of it wait here and then read what the winner wrote), its
 /// door state changes only when the code's version is the ticket's, the ticket is not void,
 /// and it is not inside (on the way in; with `reentry` only once it went out) or is inside (on
-/// the way out); the decision is inserted into `checkins` in the same statement.
+/// the way out); the decision is inserted into `checkins` in the same statement, under the
+/// code's ticket id (signed by us, so worth keeping even when no such ticket exists).
 pub async fn decide(
     pool: &PgPool,
     scan: &Scan<'_>,
@@ -128,7 +129,7 @@ pub async fn decide(
              INSERT INTO checkins (event_id, scanner_id, gate, ticket_id, version_seen,
                                    direction, result, reason, scan_id, device_time,
                                    received_at, entry_at, entry_gate)
-             SELECT $1::text, $5::text, $6::text, d.ticket_id, $3::int4, $4::text, d.result,
+             SELECT $1::text, $5::text, $6::text, $2::text, $3::int4, $4::text, d.result,
                     d.reason, $7::text, $8::timestamptz, now(), d.entry_at, d.entry_gate
                FROM decided d
              RETURNING result, reason, ticket_id, gate, direction, received_at, entry_at,

@@ -164,10 +164,32 @@ async fn a_replayed_scan_id_answers_the_first_answer_and_changes_nothing() {
     );
     assert_eq!(checkins(app).await, 3);
     assert_eq!(door_state(app, a).await, (false, 1));
+    // A code we signed for a ticket that does not exist: refused, and replayed as refused.
+    let ghost = booking::tickets::TicketSettings::default()
+        .keys()
+        .expect("the app's keys")
+        .sign(&booking::tickets::code::TicketClaims {
+            tid: "tkt_ghost".into(),
+            evt: "ev".into(),
+            seat: None,
+            tier: Some("FLOOR".into()),
+            hnd: "h".into(),
+            ver: 1,
+            iat: 0,
+            rot: None,
+        });
+    let (s, v) = scan(app, &scanner, "ev", &ghost, "in", Some("scan-4")).await;
+    assert_eq!(
+        (s, v["code"].as_str(), v["reason"].as_str()),
+        (400, Some("INVALID_CODE"), Some("unknown_ticket")),
+        "{v}"
+    );
+    let (s, v2, replayed) = scan_raw(app, &scanner, "ev", &ghost, "in", Some("scan-4")).await;
+    assert_eq!((s, &v2, replayed), (400, &v, true));
     // Another scanner's scan-1 is its own scan.
     let (s, v) = scan(app, &second, "ev", code, "in", Some("scan-1")).await;
     assert_eq!((s, v["result"].as_str()), (200, Some("ENTRY")), "{v}");
     assert_eq!(door_state(app, a).await, (true, 2));
-    assert_eq!(checkins(app).await, 4);
+    assert_eq!(checkins(app).await, 5);
     env.app.stop().await;
 }
