@@ -21,8 +21,9 @@ ALTER TABLE tickets
         CHECK (NOT inside OR (entered_at IS NOT NULL AND entered_gate IS NOT NULL
                               AND entries >= 1));
 
--- Who is inside, per event (the gate counts).
+-- Who is inside, and who entered, per event (the gate counts: `checkin::gauges`).
 CREATE INDEX tickets_inside ON tickets (event_id) WHERE inside;
+CREATE INDEX tickets_entered ON tickets (event_id, entered_gate) WHERE entries > 0;
 
 -- Every scan decision, refusals included, as the server received it: the scanner and its
 -- gate, the ticket and the version its code carried (NULL when the code named no ticket this

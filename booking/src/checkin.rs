@@ -5,7 +5,8 @@
 //! credential per device, shown once, audited), [`code`] (what a scanned text is, decided
 //! before the database: signature, event, TOTP), [`repo`] (the one conditional statement that
 //! decides a scan and logs it), [`http`] (`POST /api/checkin/{event}/scans`, class `scanner`,
-//! on booking's listener until the gateway's route table exists).
+//! on booking's listener until the gateway's route table exists), [`gauges`] (the job that
+//! reads the gate counts from Postgres into `/metrics`).
 //!
 //! Guarantees:
 //! - **Each ticket enters once.** Whether a scan admits is decided by one statement that locks
@@ -21,13 +22,15 @@
 //!   soon as it commits (every scan reads the credential).
 
 pub mod code;
+pub mod gauges;
 pub mod http;
 pub mod repo;
 pub mod scanners;
 
 use crate::platform::auth::Auth;
+use crate::platform::jobs::Job;
 use crate::tickets::code::TicketKeys;
-use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
+use prometheus::{IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry};
 use sqlx::PgPool;
 use std::sync::Arc;
 use utoipa_axum::router::OpenApiRouter;
@@ -48,9 +51,9 @@ impl axum::extract::FromRef<CheckinState> for Auth {
     }
 }
 
-/// The door's counters. Entries and exits are counted per event and gate on each instance;
-/// the people inside an event are `sum(checkin_entries_total) - sum(checkin_exits_total)` by
-/// event (docs/operations.md).
+/// The door's metrics. Scans, entries and exits are counted on each instance (sum them across
+/// instances); the gauges of tickets inside and entered, per event and gate, are read from
+/// Postgres by [`gauges::GateCounts`], the same on every instance (take the max).
 #[derive(Clone)]
 pub struct CheckinMetrics {
     /// Scan decisions by result (`ENTRY`, `ALREADY_INSIDE`, `VOIDED`, ...).
@@ -61,6 +64,10 @@ pub struct CheckinMetrics {
     pub exits: IntCounterVec,
     /// Scans answered again from the log (the same `scan_id`).
     pub replays: IntCounter,
+    /// Tickets inside now, by event and the gate they entered at.
+    pub inside: IntGaugeVec,
+    /// Tickets that entered at least once, by event and the gate of their latest entry.
+    pub entered: IntGaugeVec,
 }
 
 impl CheckinMetrics {
@@ -90,14 +97,41 @@ impl CheckinMetrics {
         registry.register(Box::new(scans.clone()))?;
         registry.register(Box::new(entries.clone()))?;
         registry.register(Box::new(exits.clone()))?;
+        let inside = IntGaugeVec::new(
+            Opts::new(
+                "checkin_inside",
+                "Tickets inside now, by event and the gate they entered at (from Postgres)",
+            ),
+            &["event", "gate"],
+        )?;
+        let entered = IntGaugeVec::new(
+            Opts::new(
+                "checkin_entered",
+                "Tickets that entered at least once, by event and the gate of their latest \
+                 entry (from Postgres)",
+            ),
+            &["event", "gate"],
+        )?;
         registry.register(Box::new(replays.clone()))?;
+        registry.register(Box::new(inside.clone()))?;
+        registry.register(Box::new(entered.clone()))?;
         Ok(Self {
             scans,
             entries,
             exits,
             replays,
+            inside,
+            entered,
         })
     }
+}
+
+/// The door's background jobs: the gate-count gauges.
+pub fn jobs(state: &CheckinState) -> Vec<Arc<dyn Job>> {
+    vec![Arc::new(gauges::GateCounts::new(
+        state.pool.clone(),
+        state.metrics.clone(),
+    ))]
 }
 
 /// Scanner provisioning (admin API) and the scan route (class `scanner`).

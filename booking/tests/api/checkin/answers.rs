@@ -164,6 +164,30 @@ async fn the_door_answers_each_case_with_its_code_and_logs_it() {
     assert!(metrics.contains("checkin_scans_total{result=\"INVALID_CODE\"} 4"));
     assert!(metrics.contains("checkin_entries_total{event=\"ev\",gate=\"North\"} 2"));
     assert!(metrics.contains("checkin_exits_total{event=\"ev\",gate=\"South\"} 1"));
+    // The gauges, read from Postgres (the job every instance runs; run once here): c is inside
+    // through North, a entered there and went out.
+    use booking::platform::jobs::Job;
+    let gauges = booking::checkin::gauges::GateCounts::new(
+        app.pool.clone(),
+        app.state.checkin.metrics.clone(),
+    );
+    gauges.run_once().await.expect("gauges");
+    let metrics = app.metrics_text().await;
+    assert!(
+        metrics.contains("checkin_inside{event=\"ev\",gate=\"North\"} 1"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("checkin_entered{event=\"ev\",gate=\"North\"} 2"));
+    // c goes out at South: still entered through North, no longer inside.
+    let (s, v) = scan(app, &south, "ev", &fresh_c, "out", None).await;
+    assert_eq!((s, v["result"].as_str()), (200, Some("EXIT")), "{v}");
+    gauges.run_once().await.expect("gauges");
+    let metrics = app.metrics_text().await;
+    assert!(
+        metrics.contains("checkin_inside{event=\"ev\",gate=\"North\"} 0"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("checkin_entered{event=\"ev\",gate=\"North\"} 2"));
     env.app.stop().await;
 }
 
