@@ -39,5 +39,8 @@ pub mod ops;
 // Ticket codes, their keys and the fan's ticket list.
 pub mod tickets;
 
+// The door: scanners and check-in.
+pub mod checkin;
+
 // Assembles state, routes, config, metrics and jobs; starts the service.
 pub mod app;

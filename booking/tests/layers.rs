@@ -13,9 +13,10 @@ use std::path::{Path, PathBuf};
 
 const PLATFORM: &str = "platform";
 const APP: &str = "app";
-const DOMAINS: [&str; 7] = [
+const DOMAINS: [&str; 8] = [
     "inventory",
     "tickets",
+    "checkin",
     "orders",
     "outbox",
     "payments",

@@ -164,10 +164,11 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "404",
 include-name = ["POST /admin/events", "PATCH /admin/events/{event}"]
 checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "404", "409", "422", "429"]
 
-# 422: an operator's expiry against the clock (in the future, at most 366 days away) and the
-# names booking reserves for itself (bootstrap, payments, ...).
+# 422: an operator's or a scanner's expiry against the clock (in the future, at most 366 or 7
+# days away), the names booking reserves for itself (bootstrap, payments, ...), a gate with a
+# control character.
 [[operations]]
-include-name = "POST /admin/operators"
+include-name = ["POST /admin/operators", "POST /admin/events/{event}/scanners"]
 checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "404", "409", "422", "429"]
 
 # 422 UNKNOWN_EVENT: a product of an event that does not exist.

@@ -111,6 +111,25 @@ pub mod codes {
     pub const LAST_ADMIN: &str = "LAST_ADMIN";
     /// `404`: no such operator.
     pub const UNKNOWN_OPERATOR: &str = "UNKNOWN_OPERATOR";
+    /// `404`: no such scanner of this event.
+    pub const UNKNOWN_SCANNER: &str = "UNKNOWN_SCANNER";
+
+    // Check-in at the door (DESIGN section 9, "Check-in").
+    /// `409`: the ticket is inside already (`at`, `gate` of the entry in force).
+    pub const ALREADY_INSIDE: &str = "ALREADY_INSIDE";
+    /// `410`: the code's ticket is void (`reason`: `refunded`, `disputed`, or `reissued` when
+    /// the code names an older version of the ticket than the current one).
+    pub const VOIDED: &str = "VOIDED";
+    /// `400`: not a ticket code of this deployment (forged, truncated, unknown key, bad
+    /// signature, or a rotating ticket's code without its TOTP).
+    pub const INVALID_CODE: &str = "INVALID_CODE";
+    /// `409`: a rotating code whose TOTP is outside the current 15 s step and one either side.
+    pub const CODE_EXPIRED: &str = "CODE_EXPIRED";
+    /// `409`: the ticket went out and its event does not allow re-entry (`reentry: false`);
+    /// an addition to section 9 (docs/decisions.md).
+    pub const REENTRY_NOT_ALLOWED: &str = "REENTRY_NOT_ALLOWED";
+    /// `409`: an exit scan of a ticket that is not inside; an addition to section 9.
+    pub const NOT_INSIDE: &str = "NOT_INSIDE";
 }
 
 /// The wire shape of an error.

@@ -33,5 +33,9 @@ pub fn spawn_all(state: AppState, stop: watch::Receiver<bool>) -> Vec<JoinHandle
         crate::tickets::mail::jobs(&state.mail),
         &stop,
     ));
+    jobs.extend(crate::platform::jobs::spawn_all(
+        crate::checkin::jobs(&state.checkin),
+        &stop,
+    ));
     jobs
 }

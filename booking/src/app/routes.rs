@@ -64,6 +64,8 @@ fn api(state: &AppState) -> OpenApiRouter<AppState> {
         .merge(crate::tickets::router().with_state(state.tickets.clone()))
         // Ticket e-mail (issue 43): resends, forgetting an address, the delivery list.
         .merge(crate::tickets::mail::http::admin_router().with_state(state.mail.clone()))
+        // The door (issue 44): scanners (admin) and scans (class `scanner`).
+        .merge(crate::checkin::router().with_state(state.checkin.clone()))
 }
 
 /// Everything a request passes through on its way in and out, in one middleware (one boxed

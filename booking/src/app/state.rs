@@ -48,6 +48,9 @@ pub struct Inner {
 
     /// The ops API's reads (main pool: custom plans for the search).
     pub ops: crate::ops::OpsState,
+
+    /// The door: scanners and check-in.
+    pub checkin: crate::checkin::CheckinState,
 }
 
 impl std::ops::Deref for AppState {
@@ -194,6 +197,13 @@ impl AppState {
                 .context("failed to register mail metrics")?,
             auth: auth.clone(),
         };
+        let checkin = crate::checkin::CheckinState {
+            pool: pool.clone(),
+            auth: auth.clone(),
+            keys: ticket_keys.clone(),
+            metrics: crate::checkin::CheckinMetrics::register(&metrics.registry)
+                .context("failed to register check-in metrics")?,
+        };
         let tickets = crate::tickets::TicketsState {
             pool: pool.clone(),
             keys: ticket_keys,
@@ -206,6 +216,7 @@ impl AppState {
 
         Ok(Self(Arc::new(Inner {
             ops,
+            checkin,
             tickets,
             mail,
             idempotency,

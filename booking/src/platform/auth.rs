@@ -3,6 +3,8 @@
 //! against Postgres on every call, so a revocation is in force as soon as it commits) or the
 //! bootstrap admin secret (compared in constant time); failed checks are counted per client
 //! address and refused for a minute past `[booking] admin_auth_failures_per_ip_per_min`.
+//! Scan endpoints need a scanner credential ([`Auth::scanner`]), checked the same way against
+//! Postgres on every call, and counted against the same per-address budget.
 
 use crate::platform::audit::{Operator, actor_from};
 use crate::platform::credentials;
@@ -42,6 +44,17 @@ struct AuthInner {
     failures: AuthFailures,
     /// Refused admin calls, by reason.
     admin_failures: IntCounterVec,
+    /// Refused scanner calls, by reason.
+    scanner_failures: IntCounterVec,
+}
+
+/// The holder of a live scanner credential: the scanner's id, and the event and gate it was
+/// provisioned for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScannerCredential {
+    pub id: String,
+    pub event: String,
+    pub gate: String,
 }
 
 /// What an admin refusal is counted as.
@@ -91,6 +104,15 @@ impl Auth {
             &["reason"],
         )?;
         registry.register(Box::new(admin_failures.clone()))?;
+        let scanner_failures = IntCounterVec::new(
+            Opts::new(
+                "scanner_auth_failures_total",
+                "Refused scanner calls by reason (missing, unknown, expired, revoked, \
+                 malformed, wrong_type, rate_limited)",
+            ),
+            &["reason"],
+        )?;
+        registry.register(Box::new(scanner_failures.clone()))?;
         Ok(Self(Arc::new(AuthInner {
             tokens,
             revocations,
@@ -99,6 +121,7 @@ impl Auth {
             pool,
             failures: AuthFailures::new(failures_per_ip_per_min),
             admin_failures,
+            scanner_failures,
         })))
     }
 
@@ -166,6 +189,89 @@ impl Auth {
                 note: actor_from(parts),
             }),
             Shape::Other => Err(self.refuse_admin(Refusal::Unknown, Some(ip))),
+        }
+    }
+
+    /// Who a scan call comes from: a live scanner credential (`fgsc_…`). `401 {reason}` for a
+    /// missing, unknown, expired, revoked or malformed one; `403 WRONG_CREDENTIAL_TYPE` for an
+    /// operator credential or the bootstrap secret (they open the admin API, never the door);
+    /// `429` while the caller's address has failed too often. Read from Postgres on every
+    /// call, so a revocation is in force as soon as it commits.
+    pub async fn scanner(&self, parts: &Parts) -> Result<ScannerCredential, ApiError> {
+        let Some(presented) = parts
+            .headers
+            .get(AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(bearer)
+        else {
+            return Err(self.refuse_scanner(Refusal::Missing, None));
+        };
+        let ip = client_ip(parts);
+        if let Some(wait) = self.0.failures.blocked(ip) {
+            self.0
+                .scanner_failures
+                .with_label_values(&["rate_limited"])
+                .inc();
+            return Err(ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                codes::TOO_MANY_FAILED_LOGINS,
+                "too many failed credential checks from this address; retry later",
+            )
+            .retry_after(wait));
+        }
+        match shared::credentials::shape(presented) {
+            Shape::Scanner => {
+                let hash = shared::credentials::hash(presented);
+                let found = credentials::find_scanner(&self.0.pool, &hash)
+                    .await
+                    .map_err(ApiError::from)?;
+                let Some(found) = found else {
+                    return Err(self.refuse_scanner(Refusal::Unknown, Some(ip)));
+                };
+                if found.revoked_at.is_some() {
+                    return Err(self.refuse_scanner(Refusal::Revoked, Some(ip)));
+                }
+                if found.expires_at <= chrono::Utc::now() {
+                    return Err(self.refuse_scanner(Refusal::Expired, Some(ip)));
+                }
+                Ok(ScannerCredential {
+                    id: found.id,
+                    event: found.event_id,
+                    gate: found.gate,
+                })
+            }
+            Shape::Operator => Err(self.refuse_scanner(Refusal::WrongType, Some(ip))),
+            Shape::Malformed => Err(self.refuse_scanner(Refusal::Malformed, Some(ip))),
+            Shape::Other if self.is_admin(presented) => {
+                Err(self.refuse_scanner(Refusal::WrongType, Some(ip)))
+            }
+            Shape::Other => Err(self.refuse_scanner(Refusal::Unknown, Some(ip))),
+        }
+    }
+
+    /// Counts a refused scanner call (a failed check also against the caller's address).
+    fn refuse_scanner(&self, why: Refusal, ip: Option<IpAddr>) -> ApiError {
+        self.0
+            .scanner_failures
+            .with_label_values(&[why.as_str()])
+            .inc();
+        if let Some(ip) = ip {
+            self.0.failures.failed(ip);
+        }
+        let unauthorized = || {
+            ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                codes::UNAUTHORIZED,
+                "a scanner credential is required: Authorization: Bearer fgsc_…",
+            )
+        };
+        match why {
+            Refusal::WrongType => ApiError::new(
+                StatusCode::FORBIDDEN,
+                codes::WRONG_CREDENTIAL_TYPE,
+                "only a scanner credential can scan; operator credentials open the admin API",
+            ),
+            other => unauthorized().with("reason", other.as_str()),
         }
     }
 

@@ -1,4 +1,4 @@
-//! Operator (and, later, scanner) credentials in Postgres, and the copy of the live operators
+//! Operator and scanner credentials in Postgres, and the copy of the live operators
 //! booking publishes to Redis for the gateway's admin listener (`shared::credentials`).
 //!
 //! Booking checks a presented credential against Postgres on every admin call (a primary-key
@@ -33,6 +33,30 @@ pub async fn find_operator(pool: &PgPool, hash: &[u8; 32]) -> Result<Option<Foun
     sqlx::query_as(
         "SELECT id, name, role, expires_at, revoked_at FROM credentials
          WHERE hash = $1 AND kind = 'operator'",
+    )
+    .bind(&hash[..])
+    .fetch_optional(pool)
+    .await
+}
+
+/// A scanner credential row, as a check finds it (`checkin`'s scanners).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct FoundScanner {
+    pub id: String,
+    pub event_id: String,
+    pub gate: String,
+    pub expires_at: DateTime<Utc>,
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+/// The scanner whose credential hashes to `hash`, revoked or expired or not.
+pub async fn find_scanner(
+    pool: &PgPool,
+    hash: &[u8; 32],
+) -> Result<Option<FoundScanner>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, event_id, gate, expires_at, revoked_at FROM credentials
+         WHERE hash = $1 AND kind = 'scanner' AND event_id IS NOT NULL AND gate IS NOT NULL",
     )
     .bind(&hash[..])
     .fetch_optional(pool)

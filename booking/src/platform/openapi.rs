@@ -23,6 +23,7 @@ pub mod tags {
     pub const AUCTIONS: &str = "auctions";
     pub const OPS: &str = "ops";
     pub const TICKETS: &str = "tickets";
+    pub const CHECKIN: &str = "check-in";
 }
 
 /// The head of the document; the paths and their schemas come from the routers.
@@ -199,6 +200,19 @@ impl Modify for AuthSchemes {
                          bootstrap admin secret. Each operation's scope list names the least role \
                          it needs: `viewer` < `support` < `admin`; the bootstrap secret acts as \
                          `admin`",
+                    ))
+                    .build(),
+            ),
+        );
+        components.add_security_scheme(
+            "scanner",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "a scanner credential (`fgsc_…`, from `POST \
+                         /admin/events/{event}/scanners`): the door's scan routes of its own \
+                         event only",
                     ))
                     .build(),
             ),

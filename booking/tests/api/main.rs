@@ -11,6 +11,7 @@ mod best;
 mod best_race;
 mod cancelled_orders;
 mod cart;
+mod checkin;
 mod deadlines;
 mod event_cancel;
 mod event_cancel_kill;

@@ -761,6 +761,29 @@ async fn fixture(env: &PayEnv, n: usize, method: &str, path: &str) -> Option<Fix
                 body: None,
             })
         }
+        ("post", "/admin/events/{event}/scanners") => {
+            create_event(app, &small_event(&ev, 1, 4, 5, 1)).await;
+            f(
+                format!("/admin/events/{ev}/scanners"),
+                json!({"gate": "walk"}),
+            )
+        }
+        ("delete", "/admin/events/{event}/scanners/{id}") => {
+            create_event(app, &small_event(&ev, 1, 4, 5, 1)).await;
+            let (s, v) = call_named(
+                app,
+                "POST",
+                &format!("/admin/events/{ev}/scanners"),
+                Some(&json!({"gate": "walk"})),
+            )
+            .await;
+            assert_eq!(s, 201, "{v}");
+            let id = v["id"].as_str().expect("scanner id");
+            Some(Fixture {
+                path: format!("/admin/events/{ev}/scanners/{id}"),
+                body: None,
+            })
+        }
         ("post", "/admin/operators") => f(
             "/admin/operators".into(),
             json!({"name": format!("new {n}"), "role": "viewer"}),

@@ -17,7 +17,7 @@ use shared::identity::IdentityVerifier;
 use std::path::PathBuf;
 
 /// A login token for `account`, minted with the test app's identity key.
-fn login(account: &str) -> String {
+pub fn login(account: &str) -> String {
     login_with(&IdentitySettings::default(), account)
 }
 

@@ -70,6 +70,17 @@ pub struct CreateEvent {
     /// How the event's ticket codes are shown (docs/api.md, "Ticket codes").
     #[serde(default)]
     pub ticket_code: TicketCode,
+    /// Whether a ticket that went out at the door may come back in (default no).
+    #[serde(default)]
+    pub reentry: bool,
+    /// Whether tickets may be transferred to another fan (default yes).
+    #[serde(default = "default_true")]
+    #[schema(default = true)]
+    pub transfers: bool,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 /// `ticket_code`: one signed code per ticket version (`static`), or that code plus a TOTP the
@@ -252,6 +263,8 @@ pub struct EventCreated {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub venue_address: Option<String>,
     pub ticket_code: TicketCode,
+    pub reentry: bool,
+    pub transfers: bool,
 }
 
 /// Section and tier names: 1..=32 ASCII letters, digits, `-`, `_` (they become part of seat ids).

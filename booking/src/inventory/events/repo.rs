@@ -68,6 +68,8 @@ pub(super) async fn insert_event(
         timezone: req.timezone,
         venue_address: req.venue_address,
         ticket_code: req.ticket_code,
+        reentry: req.reentry,
+        transfers: req.transfers,
     })
 }
 
@@ -121,8 +123,8 @@ async fn insert_tx(
     let inserted: Option<String> = sqlx::query_scalar(
         "INSERT INTO events (id, name, venue, sale_start, hold_ttl_s, max_tickets_per_account,
                                  refund_stock, no_orphans, starts_at, doors_at, timezone,
-                                 venue_address, ticket_code)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+                                 venue_address, ticket_code, reentry, transfers)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
              ON CONFLICT (id) DO NOTHING
              RETURNING id",
     )
@@ -139,6 +141,8 @@ async fn insert_tx(
     .bind(req.timezone.as_deref())
     .bind(req.venue_address.as_deref())
     .bind(req.ticket_code)
+    .bind(req.reentry)
+    .bind(req.transfers)
     .fetch_optional(&mut *tx)
     .await
     .during("insert the event row")?;
@@ -316,6 +320,10 @@ pub struct EventCounts {
     pub held_back: i64,
     pub refund_stock: RefundStock,
     pub no_orphans: bool,
+    /// Whether a ticket that went out may come back in.
+    pub reentry: bool,
+    /// Whether tickets may be transferred.
+    pub transfers: bool,
     pub ga_tiers: Vec<GaCounts>,
 }
 
@@ -327,6 +335,8 @@ type EventRow = (
     i32,
     i32,
     RefundStock,
+    bool,
+    bool,
     bool,
 );
 
@@ -343,7 +353,7 @@ pub(super) async fn event_counts(pool: &PgPool, event: &str) -> Result<EventCoun
         .during("begin reading the event's counts")?;
     let row: Option<EventRow> = sqlx::query_as(
         "SELECT id, name, venue, sale_start, hold_ttl_s, max_tickets_per_account, refund_stock,
-                no_orphans
+                no_orphans, reentry, transfers
          FROM events WHERE id = $1",
     )
     .bind(event)
@@ -359,6 +369,8 @@ pub(super) async fn event_counts(pool: &PgPool, event: &str) -> Result<EventCoun
         max_tickets_per_account,
         refund_stock,
         no_orphans,
+        reentry,
+        transfers,
     )) = row
     else {
         return Err(InventoryError::UnknownEvent);
@@ -407,6 +419,8 @@ pub(super) async fn event_counts(pool: &PgPool, event: &str) -> Result<EventCoun
         held_back,
         refund_stock,
         no_orphans,
+        reentry,
+        transfers,
         ga_tiers,
     })
 }

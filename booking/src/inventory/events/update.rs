@@ -1,5 +1,5 @@
-//! `PATCH /admin/events/{event}` (operator): name, sale start, limits, date, place, zone and
-//! ticket-code kind of an event (a field left out is unchanged),
+//! `PATCH /admin/events/{event}` (operator): name, sale start, limits, date, place, zone,
+//! ticket-code kind and door rules (`reentry`, `transfers`) of an event (a field left out is unchanged),
 //! validated as on creation, unknown fields refused, with a before/after audit entry written
 //! in the same transaction as the change (the event row is locked while it is read).
 
@@ -49,6 +49,12 @@ pub struct UpdateEvent {
     /// codes already handed out for it stay valid until their ticket's version changes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ticket_code: Option<TicketCode>,
+    /// Whether a ticket that went out at the door may come back in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reentry: Option<bool>,
+    /// Whether tickets may be transferred to another fan.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transfers: Option<bool>,
 }
 
 /// The same bounds as `model::validate` applies on creation.
@@ -62,6 +68,8 @@ pub fn validate(req: &UpdateEvent) -> Result<(), Invalid> {
         && req.timezone.is_none()
         && req.venue_address.is_none()
         && req.ticket_code.is_none()
+        && req.reentry.is_none()
+        && req.transfers.is_none()
     {
         return Err(Invalid::field("body", "name at least one field to change"));
     }
@@ -106,6 +114,8 @@ pub struct EventSettings {
     pub timezone: Option<String>,
     pub venue_address: Option<String>,
     pub ticket_code: TicketCode,
+    pub reentry: bool,
+    pub transfers: bool,
 }
 
 #[derive(sqlx::FromRow)]
@@ -139,7 +149,8 @@ pub async fn update_event(
     let mut tx = state.pool.begin().await?;
     let before: Option<(EventSettings, bool)> = sqlx::query_as::<_, EventSettingsRow>(
         "SELECT id, name, sale_start, hold_ttl_s, max_tickets_per_account, starts_at, doors_at,
-                timezone, venue_address, ticket_code, cancelled_at IS NOT NULL AS cancelled
+                timezone, venue_address, ticket_code, reentry, transfers,
+                cancelled_at IS NOT NULL AS cancelled
            FROM events WHERE id = $1 FOR UPDATE",
     )
     .bind(&event)
@@ -170,10 +181,11 @@ pub async fn update_event(
                 starts_at = COALESCE($6, starts_at), doors_at = COALESCE($7, doors_at),
                 timezone = COALESCE($8, timezone),
                 venue_address = COALESCE($9, venue_address),
-                ticket_code = COALESCE($10, ticket_code)
+                ticket_code = COALESCE($10, ticket_code),
+                reentry = COALESCE($11, reentry), transfers = COALESCE($12, transfers)
           WHERE id = $1
          RETURNING id, name, sale_start, hold_ttl_s, max_tickets_per_account, starts_at,
-                   doors_at, timezone, venue_address, ticket_code",
+                   doors_at, timezone, venue_address, ticket_code, reentry, transfers",
     )
     .bind(&event)
     .bind(req.name.as_deref().map(str::trim))
@@ -185,6 +197,8 @@ pub async fn update_event(
     .bind(req.timezone.as_deref())
     .bind(req.venue_address.as_deref())
     .bind(req.ticket_code)
+    .bind(req.reentry)
+    .bind(req.transfers)
     .fetch_one(&mut *tx)
     .await?;
     audit::record_tx(
