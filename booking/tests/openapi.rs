@@ -173,3 +173,34 @@ fn the_document_is_whole() {
         );
     }
 }
+
+/// Every operation behind an operator credential documents the two refusals any of them can
+/// give: `403` (a role below the one it needs, or a scanner's credential) and `429` (too many
+/// failed credential checks from the caller's address). They were once added before the
+/// routers' operations were merged in, so no operation got them.
+#[test]
+fn every_admin_operation_documents_403_and_429() {
+    let doc = document();
+    let paths = doc["paths"].as_object().expect("paths");
+    let mut admin_ops = 0;
+    let mut missing = Vec::new();
+    for (path, item) in paths {
+        for method in METHODS {
+            let Some(op) = item.get(method) else { continue };
+            let admin = op["security"]
+                .as_array()
+                .is_some_and(|reqs| reqs.iter().any(|r| r.get("admin").is_some()));
+            if !admin {
+                continue;
+            }
+            admin_ops += 1;
+            for status in ["403", "429"] {
+                if op["responses"].get(status).is_none() {
+                    missing.push(format!("{method} {path}: {status}"));
+                }
+            }
+        }
+    }
+    assert!(admin_ops > 20, "only {admin_ops} admin operations found");
+    assert!(missing.is_empty(), "undocumented refusals: {missing:?}");
+}

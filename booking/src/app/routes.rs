@@ -27,7 +27,8 @@ const MAX_REQUEST_ID: usize = 128;
 
 pub fn router(state: AppState) -> Router {
     let body_limit = state.config.booking.body_limit_bytes;
-    let (routes, doc) = api(&state).split_for_parts();
+    let (routes, mut doc) = api(&state).split_for_parts();
+    crate::platform::openapi::admin_refusals(&mut doc);
     // The document describes exactly what was just mounted (app/openapi.rs).
     crate::app::health::OPENAPI.get_or_init(|| crate::platform::openapi::render(&doc));
     routes

@@ -217,14 +217,16 @@ impl Modify for AuthSchemes {
                     .build(),
             ),
         );
-        admin_refusals(doc);
     }
 }
 
 /// Every operation behind an operator credential can also answer `403` (a role below the one
 /// it needs: `ROLE_FORBIDDEN`; a scanner credential: `WRONG_CREDENTIAL_TYPE`) and `429` (too
 /// many failed credential checks from this address: `TOO_MANY_FAILED_LOGINS`).
-fn admin_refusals(doc: &mut utoipa::openapi::OpenApi) {
+///
+/// Applied to the whole document once the routers' operations are merged in (the modifier of
+/// [`ApiDoc`] runs before that, when there are none yet).
+pub fn admin_refusals(doc: &mut utoipa::openapi::OpenApi) {
     use utoipa::openapi::{Ref, RefOr};
     for item in doc.paths.paths.values_mut() {
         let ops = [
