@@ -6,7 +6,11 @@
 //! before the database: signature, event, TOTP), [`repo`] (the one conditional statement that
 //! decides a scan and logs it), [`http`] (`POST /api/checkin/{event}/scans`, class `scanner`,
 //! on booking's listener until the gateway's route table exists), [`gauges`] (the job that
-//! reads the gate counts from Postgres into `/metrics`).
+//! reads the gate counts from Postgres into `/metrics`); offline (issue 44, "Offline"):
+//! [`snapshot`] (`GET /api/checkin/{event}/snapshot`, what a scanner decides from alone, with an
+//! incremental cursor that never misses a write), [`batch`] (`POST …/scans:batch`, the offline
+//! decisions uploaded and re-decided in the server's order, conflicts recorded) and
+//! [`conflicts`] (`GET /admin/events/{event}/checkin/conflicts`, for ops).
 //!
 //! Guarantees:
 //! - **Each ticket enters once.** Whether a scan admits is decided by one statement that locks
@@ -21,11 +25,14 @@
 //! - A scanner credential opens only its own event's scan route; a revocation is in force as
 //!   soon as it commits (every scan reads the credential).
 
+pub mod batch;
 pub mod code;
+pub mod conflicts;
 pub mod gauges;
 pub mod http;
 pub mod repo;
 pub mod scanners;
+pub mod snapshot;
 
 use crate::platform::auth::Auth;
 use crate::platform::jobs::Job;
@@ -68,6 +75,12 @@ pub struct CheckinMetrics {
     pub inside: IntGaugeVec,
     /// Tickets that entered at least once, by event and the gate of their latest entry.
     pub entered: IntGaugeVec,
+    /// Uploaded offline decisions by the server's result.
+    pub offline_scans: IntCounterVec,
+    /// Offline admissions the server would not have made, by event and the server's result.
+    pub offline_conflicts: IntCounterVec,
+    /// Offline decisions uploaded by a scanner revoked since (an alert).
+    pub offline_revoked: IntCounter,
 }
 
 impl CheckinMetrics {
@@ -115,6 +128,28 @@ impl CheckinMetrics {
         registry.register(Box::new(replays.clone()))?;
         registry.register(Box::new(inside.clone()))?;
         registry.register(Box::new(entered.clone()))?;
+        let offline_scans = IntCounterVec::new(
+            Opts::new(
+                "checkin_offline_scans_total",
+                "Uploaded offline scan decisions, by the server's result",
+            ),
+            &["result"],
+        )?;
+        let offline_conflicts = IntCounterVec::new(
+            Opts::new(
+                "checkin_offline_conflicts_total",
+                "Offline admissions the server would not have made (a double entry, a void \
+                 ticket), by event and the server's result",
+            ),
+            &["event", "reason"],
+        )?;
+        let offline_revoked = IntCounter::new(
+            "checkin_offline_revoked_scans_total",
+            "Offline scan decisions uploaded by a scanner revoked since (kept, flagged)",
+        )?;
+        registry.register(Box::new(offline_scans.clone()))?;
+        registry.register(Box::new(offline_conflicts.clone()))?;
+        registry.register(Box::new(offline_revoked.clone()))?;
         Ok(Self {
             scans,
             entries,
@@ -122,6 +157,9 @@ impl CheckinMetrics {
             replays,
             inside,
             entered,
+            offline_scans,
+            offline_conflicts,
+            offline_revoked,
         })
     }
 }
@@ -139,4 +177,7 @@ pub fn router() -> OpenApiRouter<CheckinState> {
     OpenApiRouter::new()
         .merge(scanners::router())
         .merge(http::router())
+        .merge(snapshot::router())
+        .merge(batch::router())
+        .merge(conflicts::router())
 }

@@ -27,7 +27,7 @@ use utoipa_axum::routes;
 /// Largest scan body: a code is about 300 bytes (at most 2 KiB is read), the rest is small.
 const MAX_SCAN_BODY: usize = 4 * 1024;
 /// Longest `scan_id`.
-const MAX_SCAN_ID: usize = 128;
+pub(crate) const MAX_SCAN_ID: usize = 128;
 
 pub fn router() -> OpenApiRouter<CheckinState> {
     OpenApiRouter::new()
@@ -127,7 +127,7 @@ async fn scan(
         ));
     }
     if let Some(id) = &req.scan_id
-        && (id.is_empty() || id.len() > MAX_SCAN_ID || !id.bytes().all(|b| b.is_ascii_graphic()))
+        && !valid_scan_id(id)
     {
         return Err(
             ApiError::validation("scan_id must be 1 to 128 visible ASCII characters")
@@ -140,6 +140,8 @@ async fn scan(
         direction: req.direction,
         scan_id: req.scan_id.as_deref(),
         device_time: req.scanned_at,
+        offline_decided: None,
+        from_revoked: false,
     };
     let now = u64::try_from(Utc::now().timestamp()).unwrap_or_default();
     let read = code::read(&state.keys, &req.code, &event, now);
@@ -195,7 +197,13 @@ async fn scan(
     Ok(resp)
 }
 
-fn count(state: &CheckinState, event: &str, d: &Decision) {
+/// A scanner's id of a scan: 1 to 128 visible ASCII characters.
+pub(crate) fn valid_scan_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= MAX_SCAN_ID && id.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// Counts a new decision (scans by result, entries and exits by event and gate).
+pub(crate) fn count(state: &CheckinState, event: &str, d: &Decision) {
     state
         .metrics
         .scans

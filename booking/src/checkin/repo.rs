@@ -4,7 +4,9 @@
 //! a scan refused before the database was needed (a bad code, another event's code, an
 //! expired TOTP). Both insert into `checkins`; a `scan_id` seen before from the same scanner
 //! fails that insert on its unique index, which rolls the whole statement back (nothing
-//! changed), and [`replay`] then reads the first answer.
+//! changed), and [`replay`] then reads the first answer. Offline decisions uploaded in a batch
+//! go through the same two statements, which also log what the device decided and whether
+//! that was a conflict (an admission the server would not have made).
 
 use crate::platform::auth::ScannerCredential;
 use chrono::{DateTime, Utc};
@@ -41,6 +43,11 @@ pub struct Scan<'a> {
     pub scan_id: Option<&'a str>,
     /// The scanner's clock (information only).
     pub device_time: Option<DateTime<Utc>>,
+    /// An uploaded offline decision: what the device decided (`ENTRY`, `EXIT` or its refusal
+    /// code). `None` for an online scan.
+    pub offline_decided: Option<&'a str>,
+    /// The upload came from a scanner revoked since (kept as a fact, flagged).
+    pub from_revoked: bool,
 }
 
 /// A logged decision, as answered (first time or replayed).
@@ -60,6 +67,8 @@ pub struct Decision {
     /// The entry in force when the decision was made (the new one for `ENTRY`).
     pub entry_at: Option<DateTime<Utc>>,
     pub entry_gate: Option<String>,
+    /// An offline admission the server would not have made (see `checkins.conflict`).
+    pub conflict: bool,
 }
 
 /// What a write of a scan came to.
@@ -128,14 +137,18 @@ pub async fn decide(
          logged AS (
              INSERT INTO checkins (event_id, scanner_id, gate, ticket_id, version_seen,
                                    direction, result, reason, scan_id, device_time,
-                                   received_at, entry_at, entry_gate)
+                                   received_at, entry_at, entry_gate, offline_decided,
+                                   conflict, from_revoked_scanner)
              SELECT $1::text, $5::text, $6::text, $2::text, $3::int4, $4::text, d.result,
-                    d.reason, $7::text, $8::timestamptz, now(), d.entry_at, d.entry_gate
+                    d.reason, $7::text, $8::timestamptz, now(), d.entry_at, d.entry_gate,
+                    $9::text,
+                    coalesce($9::text IN ('ENTRY', 'EXIT') AND $9::text <> d.result, false),
+                    $10::bool
                FROM decided d
              RETURNING result, reason, ticket_id, gate, direction, received_at, entry_at,
-                       entry_gate)
+                       entry_gate, conflict)
          SELECT l.result, l.reason, l.ticket_id, d.seat_id, d.ga_tier, l.gate, l.direction,
-                l.received_at, l.entry_at, l.entry_gate
+                l.received_at, l.entry_at, l.entry_gate, l.conflict
            FROM logged l, decided d",
     )
     .bind(scan.event)
@@ -146,6 +159,8 @@ pub async fn decide(
     .bind(&scan.scanner.gate)
     .bind(scan.scan_id)
     .bind(scan.device_time)
+    .bind(scan.offline_decided)
+    .bind(scan.from_revoked)
     .fetch_one(pool)
     .await;
     settle(pool, scan, run).await
@@ -164,12 +179,15 @@ pub async fn record(
         "WITH logged AS (
              INSERT INTO checkins (event_id, scanner_id, gate, ticket_id, version_seen,
                                    direction, result, reason, scan_id, device_time,
-                                   received_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now())
+                                   received_at, offline_decided, conflict,
+                                   from_revoked_scanner)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now(), $11::text,
+                     coalesce($11::text IN ('ENTRY', 'EXIT') AND $11::text <> $7::text, false),
+                     $12)
              RETURNING result, reason, ticket_id, gate, direction, received_at, entry_at,
-                       entry_gate)
+                       entry_gate, conflict)
          SELECT l.result, l.reason, l.ticket_id, k.seat_id, k.ga_tier, l.gate, l.direction,
-                l.received_at, l.entry_at, l.entry_gate
+                l.received_at, l.entry_at, l.entry_gate, l.conflict
            FROM logged l LEFT JOIN tickets k ON k.id = l.ticket_id",
     )
     .bind(scan.event)
@@ -182,6 +200,8 @@ pub async fn record(
     .bind(reason)
     .bind(scan.scan_id)
     .bind(scan.device_time)
+    .bind(scan.offline_decided)
+    .bind(scan.from_revoked)
     .fetch_one(pool)
     .await;
     settle(pool, scan, run).await
@@ -217,7 +237,7 @@ pub async fn replay(
 ) -> Result<Option<Decision>, sqlx::Error> {
     sqlx::query_as(
         "SELECT c.result, c.reason, c.ticket_id, k.seat_id, k.ga_tier, c.gate, c.direction,
-                c.received_at, c.entry_at, c.entry_gate
+                c.received_at, c.entry_at, c.entry_gate, c.conflict
            FROM checkins c LEFT JOIN tickets k ON k.id = c.ticket_id
           WHERE c.scanner_id = $1 AND c.scan_id = $2",
     )

@@ -13,7 +13,7 @@
 //! the next hold would take it.
 
 mod cache;
-mod encode;
+pub(crate) mod encode;
 mod layout;
 
 pub use cache::SeatMapCache;

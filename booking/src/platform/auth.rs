@@ -55,6 +55,9 @@ pub struct ScannerCredential {
     pub id: String,
     pub event: String,
     pub gate: String,
+    /// Revoked since it was issued: only [`Auth::scanner_upload`] lets such a scanner through
+    /// (its offline decisions are facts, kept and flagged).
+    pub revoked: bool,
 }
 
 /// What an admin refusal is counted as.
@@ -198,6 +201,21 @@ impl Auth {
     /// `429` while the caller's address has failed too often. Read from Postgres on every
     /// call, so a revocation is in force as soon as it commits.
     pub async fn scanner(&self, parts: &Parts) -> Result<ScannerCredential, ApiError> {
+        self.scanner_with(parts, false).await
+    }
+
+    /// [`Auth::scanner`] for an upload of offline decisions: a scanner revoked while it was
+    /// offline is let through with `revoked: true` (what it decided happened at the door);
+    /// unknown, malformed, expired and wrong-type credentials are refused as always.
+    pub async fn scanner_upload(&self, parts: &Parts) -> Result<ScannerCredential, ApiError> {
+        self.scanner_with(parts, true).await
+    }
+
+    async fn scanner_with(
+        &self,
+        parts: &Parts,
+        accept_revoked: bool,
+    ) -> Result<ScannerCredential, ApiError> {
         let Some(presented) = parts
             .headers
             .get(AUTHORIZATION)
@@ -228,7 +246,7 @@ impl Auth {
                 let Some(found) = found else {
                     return Err(self.refuse_scanner(Refusal::Unknown, Some(ip)));
                 };
-                if found.revoked_at.is_some() {
+                if found.revoked_at.is_some() && !accept_revoked {
                     return Err(self.refuse_scanner(Refusal::Revoked, Some(ip)));
                 }
                 if found.expires_at <= chrono::Utc::now() {
@@ -238,6 +256,7 @@ impl Auth {
                     id: found.id,
                     event: found.event_id,
                     gate: found.gate,
+                    revoked: found.revoked_at.is_some(),
                 })
             }
             Shape::Operator => Err(self.refuse_scanner(Refusal::WrongType, Some(ip))),

@@ -6,11 +6,17 @@
 //! and paid through the API and their codes fetched as a fan does.
 //!
 //! Layout: `scanners` (provisioning and the credential), `answers` (each answer of the door,
-//! rotating codes, re-entry, bad input), `races` (hundreds of simultaneous scans, replays).
+//! rotating codes, re-entry, bad input), `races` (hundreds of simultaneous scans, replays);
+//! offline: `snapshot` (contents, access, the cursor under concurrent writers), `offline`
+//! (batch uploads: conflicts, replays, revoked scanners, bad input, races with online scans),
+//! `offline_kit` (their helpers).
 
 mod answers;
+mod offline;
+mod offline_kit;
 mod races;
 mod scanners;
+mod snapshot;
 
 use crate::helpers::{ADMIN_TOKEN, TestApp, json};
 use crate::payments::{PayEnv, pay};

@@ -74,7 +74,7 @@ pub(crate) fn content_tag(prefix: &str, body: &[u8]) -> String {
 
 /// gzip at the fastest level: built once per change, the size matters more than the last
 /// few percent. `None` if compression failed (the plain body is served instead).
-fn gzip(body: &[u8]) -> Option<Bytes> {
+pub(crate) fn gzip(body: &[u8]) -> Option<Bytes> {
     let mut enc = flate2::write::GzEncoder::new(
         Vec::with_capacity(body.len() / 4),
         flate2::Compression::fast(),
