@@ -241,6 +241,7 @@ pub async fn forget_email(
 #[into_params(parameter_in = Query)]
 pub struct MailQuery {
     /// `pending`, `sending`, `sent` or `dead`; all states when left out.
+    #[param(pattern = "^(pending|sending|sent|dead)$")]
     pub state: Option<String>,
     /// Only this order's deliveries.
     pub order_id: Option<String>,
