@@ -273,12 +273,12 @@ async fn a_refund_after_a_transfer_voids_the_receivers_ticket_and_releases_their
             .is_some_and(|t| t.contains("the order was refunded"))
     };
     let to_bob = mailbox.wait_for(&bob_addr, 2, WAIT).await;
-    let bob_voids: Vec<_> = to_bob.iter().filter(|m| refunded(*m)).collect();
+    let bob_voids: Vec<_> = to_bob.iter().filter(|m| refunded(m)).collect();
     assert_eq!(bob_voids.len(), 1);
     let text = bob_voids[0].parsed().text.unwrap_or_default();
     assert!(text.contains("S1-R1-1"), "{text}");
     let to_alice = mailbox.wait_for(&alice_addr, 3, WAIT).await;
-    let alice_voids: Vec<_> = to_alice.iter().filter(|m| refunded(*m)).collect();
+    let alice_voids: Vec<_> = to_alice.iter().filter(|m| refunded(m)).collect();
     assert_eq!(
         alice_voids.len(),
         1,
