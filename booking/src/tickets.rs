@@ -16,6 +16,7 @@ pub mod cors;
 pub mod http;
 pub mod mail;
 pub mod totp;
+pub mod transfer;
 
 use crate::tickets::code::{KeyError, SigningKeySetting, TicketKeys};
 use secrecy::SecretString;
@@ -45,6 +46,8 @@ pub struct TicketSettings {
     /// Days after the event (its `starts_at`, else the order's payment) an order's e-mail
     /// address is kept; then the retention job erases it (`mail::retention`).
     pub email_retention_days: u32,
+    /// How long a transfer offer stays open (seconds).
+    pub transfer_offer_ttl_s: u32,
 }
 
 impl Default for TicketSettings {
@@ -59,6 +62,7 @@ impl Default for TicketSettings {
             door_secret: SecretString::from(shared::config::DEV_TICKET_DOOR_SECRET),
             jwks_max_age_s: 300,
             email_retention_days: 30,
+            transfer_offer_ttl_s: 72 * 3600,
         }
     }
 }
@@ -82,6 +86,22 @@ pub struct TicketsState {
     /// Verifies fans' login tokens (`[identity]`).
     pub identity: Arc<IdentityVerifier>,
     pub jwks_max_age_s: u32,
+    pub transfer: TransferConfig,
+}
+
+/// What the transfer endpoints need from `[tickets]` and `[mail]`.
+#[derive(Clone)]
+pub struct TransferConfig {
+    /// `[tickets] transfer_offer_ttl_s`.
+    pub offer_ttl_s: u32,
+    /// `[mail]`, for `transfer_accept_url`.
+    pub mail: Arc<mail::MailSettings>,
+}
+
+impl TransferConfig {
+    pub fn accept_url(&self, event: &str, transfer: &str) -> String {
+        self.mail.transfer_accept(event, transfer)
+    }
 }
 
 pub use http::router;

@@ -212,6 +212,10 @@ impl AppState {
                     .context("invalid [identity] settings")?,
             ),
             jwks_max_age_s: config.tickets.jwks_max_age_s,
+            transfer: crate::tickets::TransferConfig {
+                offer_ttl_s: config.tickets.transfer_offer_ttl_s,
+                mail: mail.settings.clone(),
+            },
         };
 
         Ok(Self(Arc::new(Inner {

@@ -21,6 +21,7 @@
 //! - A partial refund is recorded by the provider but changes no order here (per-line
 //!   refunds are an ops feature); only a full refund reverses the order.
 
+pub mod holders;
 pub mod lines;
 
 use crate::inventory::holds;
@@ -244,16 +245,16 @@ async fn reverse_order_tx(
                     .statement("give the GA units back")?;
             }
             // The fan no longer holds these tickets: they count against the limit no more.
-            sqlx::query(
-                "UPDATE account_event_usage SET tickets = tickets - $3
-                  WHERE event_id = $1 AND account_id = $2",
+            // Transferred tickets' usage goes back to their holders (`holders`).
+            holders::release_usage_tx(
+                conn,
+                order_id,
+                &hold_event,
+                &order.account_id,
+                quantity,
+                holders::Which::All,
             )
-            .bind(&hold_event)
-            .bind(&order.account_id)
-            .bind(quantity)
-            .execute(&mut *conn)
-            .await
-            .statement("give the account's ticket usage back")?;
+            .await?;
             event_id = Some(hold_event);
         }
     }
@@ -284,6 +285,10 @@ async fn reverse_order_tx(
            SELECT 'void', v.id || '.v' || v.version, $1 FROM v
             WHERE EXISTS (SELECT 1 FROM order_contacts c
                            WHERE c.order_id = $1 AND c.email IS NOT NULL)
+               -- A transferred ticket's notice goes to its receiver (`tickets::mail`).
+               OR EXISTS (SELECT 1 FROM ticket_transfers x
+                           WHERE x.ticket_id = v.id AND x.status = 'accepted'
+                             AND x.receiver_email IS NOT NULL)
            ON CONFLICT (kind, key) DO NOTHING)
          SELECT id FROM v",
     )

@@ -46,6 +46,10 @@ pub fn router() -> OpenApiRouter<TicketsState> {
         // After the layer: the ticket page reads cross-origin; a resend is asked for where the
         // fan is signed in to booking's own origin (or, later, through the gateway's routes).
         .routes(routes!(crate::tickets::mail::http::fan_resend))
+        // Transfers: called by the shop's or ticket page's own origin, like the resend.
+        .routes(routes!(crate::tickets::transfer::http::offer))
+        .routes(routes!(crate::tickets::transfer::http::cancel))
+        .routes(routes!(crate::tickets::transfer::http::accept))
 }
 
 /// A caller holding a valid login (identity) token: `Authorization: Bearer` only (no cookie:
@@ -318,9 +322,27 @@ async fn order_tickets(
     }))
 }
 
+impl TicketsState {
+    /// One ticket as `holder` sees it (`None`: not theirs).
+    pub async fn ticket_view(&self, id: &str, holder: &str) -> ApiResult<Option<TicketView>> {
+        let row: Option<TicketRow> =
+            sqlx::query_as(select_tickets!("WHERE t.id = $1 AND t.holder_account = $2"))
+                .bind(id)
+                .bind(holder)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(row.map(|r| self.view(r)))
+    }
+}
+
 /// Codes and secrets are the fan's alone: never stored by a shared cache.
 fn private(list: TicketList) -> Response {
-    let mut resp = ApiJson(list).into_response();
+    private_json(list)
+}
+
+/// [`private`] for any body.
+pub fn private_json<T: Serialize>(body: T) -> Response {
+    let mut resp = ApiJson(body).into_response();
     resp.headers_mut()
         .insert(CACHE_CONTROL, HeaderValue::from_static("private, no-store"));
     resp

@@ -26,6 +26,7 @@ pub mod qr;
 pub mod retention;
 pub mod sender;
 pub mod settings;
+pub mod transfer;
 
 use crate::platform::auth::Auth;
 use crate::platform::jobs::Job;

@@ -50,7 +50,7 @@ fn mail_settings(url: &str) -> MailSettings {
     }
 }
 
-async fn spawn(adjust: impl FnOnce(&mut MailSettings)) -> Option<(PayEnv, Mailbox)> {
+pub(crate) async fn spawn(adjust: impl FnOnce(&mut MailSettings)) -> Option<(PayEnv, Mailbox)> {
     let (url, mailbox) = sink()?;
     let mut settings = mail_settings(&url);
     adjust(&mut settings);
@@ -58,7 +58,7 @@ async fn spawn(adjust: impl FnOnce(&mut MailSettings)) -> Option<(PayEnv, Mailbo
     Some((env, mailbox))
 }
 
-fn address(kind: &str) -> String {
+pub(crate) fn address(kind: &str) -> String {
     unique_address(&format!("{kind}-"))
 }
 
@@ -81,7 +81,7 @@ async fn create_event(app: &TestApp, event: &str, extra: Value) {
 }
 
 /// Holds `seats` and orders them with `email` (raw JSON value, so tests can send anything).
-async fn order_with(
+pub(crate) async fn order_with(
     app: &TestApp,
     event: &str,
     account: &str,
@@ -122,7 +122,7 @@ async fn order_with(
 
 /// An order of `seats` with `email`, paid, its `order.paid` relayed and consumed (the mail
 /// row queued). Returns the order id.
-async fn paid_order(
+pub(crate) async fn paid_order(
     env: &PayEnv,
     event: &str,
     account: &str,
@@ -138,14 +138,14 @@ async fn paid_order(
     id
 }
 
-async fn deliver(app: &TestApp) {
+pub(crate) async fn deliver(app: &TestApp) {
     outbox::relay_all(&app.state.outbox).await.expect("relay");
     delivery::consume_once(&app.state.outbox, "mail-test")
         .await
         .expect("consume");
 }
 
-async fn send_until_idle(app: &TestApp) -> Vec<Outcome> {
+pub(crate) async fn send_until_idle(app: &TestApp) -> Vec<Outcome> {
     let mut all = Vec::new();
     loop {
         let got = sender::send_once(&app.state.mail).await.expect("send pass");
@@ -178,7 +178,7 @@ async fn paid_event_id(app: &TestApp, order: &str) -> String {
 
 /// The parts of a message by MIME type (`text/plain`, `text/html`, `image/png` → each
 /// part's decoded bytes).
-fn parts(m: &Message) -> HashMap<String, Vec<Vec<u8>>> {
+pub(crate) fn parts(m: &Message) -> HashMap<String, Vec<Vec<u8>>> {
     let parsed = m.parsed();
     let mut out: HashMap<String, Vec<Vec<u8>>> = HashMap::new();
     if let Some(text) = parsed.text {

@@ -56,4 +56,5 @@ mod storefront;
 mod stripe_fake;
 mod sweeper;
 mod tickets;
+mod transfers;
 mod webhooks;

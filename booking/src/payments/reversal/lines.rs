@@ -184,17 +184,22 @@ async fn return_lines_tx(
         .filter(|l| l.kind != "sku")
         .map(|l| l.quantity)
         .sum();
+    let seat_ids: Vec<&str> = seats.iter().map(|(s, _)| *s).collect();
+    let ga_line = lines.iter().any(|l| l.kind == "ga");
     if let (Some(event), true) = (&hold_event, tickets > 0) {
-        sqlx::query(
-            "UPDATE account_event_usage SET tickets = tickets - $3
-              WHERE event_id = $1 AND account_id = $2",
+        // Transferred tickets' usage goes back to their holders.
+        super::holders::release_usage_tx(
+            conn,
+            order_id,
+            event,
+            &account,
+            tickets,
+            super::holders::Which::Lines {
+                seats: &seat_ids,
+                ga: ga_line,
+            },
         )
-        .bind(event)
-        .bind(&account)
-        .bind(tickets)
-        .execute(&mut *conn)
-        .await
-        .statement("give the refunded lines' ticket usage back")?;
+        .await?;
     }
     let mut released = Vec::new();
     for release in [true, false] {
@@ -216,8 +221,6 @@ async fn return_lines_tx(
             released = moved;
         }
     }
-    let seat_ids: Vec<&str> = seats.iter().map(|(s, _)| *s).collect();
-    let ga_line = lines.iter().any(|l| l.kind == "ga");
     // With a void notice per voided ticket version (see `reversal.rs`).
     sqlx::query(
         "WITH v AS (
@@ -230,6 +233,9 @@ async fn return_lines_tx(
          SELECT 'void', v.id || '.v' || v.version, $1 FROM v
           WHERE EXISTS (SELECT 1 FROM order_contacts c
                          WHERE c.order_id = $1 AND c.email IS NOT NULL)
+             OR EXISTS (SELECT 1 FROM ticket_transfers x
+                         WHERE x.ticket_id = v.id AND x.status = 'accepted'
+                           AND x.receiver_email IS NOT NULL)
          ON CONFLICT (kind, key) DO NOTHING",
     )
     .bind(order_id)

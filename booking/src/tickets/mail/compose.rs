@@ -17,13 +17,20 @@ pub async fn compose(
     mailer: &Mailer,
     c: &Claimed,
 ) -> anyhow::Result<Result<(Email, lettre::Message), &'static str>> {
-    let address: Option<String> = sqlx::query_scalar(
-        "SELECT email FROM order_contacts WHERE order_id = $1 AND email IS NOT NULL",
-    )
-    .bind(&c.order_id)
-    .fetch_optional(&state.pool)
-    .await
-    .context("failed to read the order's address")?;
+    if super::transfer::KINDS.contains(&c.kind.as_str()) {
+        return super::transfer::compose(state, mailer, c).await;
+    }
+    let address: Option<String> = if c.kind == "void" {
+        void_address(state, c).await?
+    } else {
+        sqlx::query_scalar(
+            "SELECT email FROM order_contacts WHERE order_id = $1 AND email IS NOT NULL",
+        )
+        .bind(&c.order_id)
+        .fetch_optional(&state.pool)
+        .await
+        .context("failed to read the order's address")?
+    };
     let Some(to) = address.and_then(|a| Email::parse(&a).ok()) else {
         return Ok(Err("no address (erased)"));
     };
@@ -110,6 +117,32 @@ pub async fn compose(
     .await
     .context("the ticket e-mail builder stopped")??;
     Ok(Ok((to, msg)))
+}
+
+/// Where a void notice goes: the ticket's holder. The order's address when the buyer holds
+/// it; after a transfer, the address the receiver gave when accepting (never the buyer's:
+/// the buyer no longer has the ticket).
+async fn void_address(state: &MailState, c: &Claimed) -> anyhow::Result<Option<String>> {
+    let Some((tid, _)) = c.key.rsplit_once(".v") else {
+        return Ok(None);
+    };
+    let address: Option<Option<String>> = sqlx::query_scalar(
+        "SELECT CASE WHEN t.holder_account = o.account_id
+                     THEN (SELECT k.email FROM order_contacts k WHERE k.order_id = t.order_id)
+                     ELSE (SELECT x.receiver_email FROM ticket_transfers x
+                            WHERE x.ticket_id = t.id AND x.status = 'accepted'
+                              AND x.receiver_account = t.holder_account
+                            ORDER BY x.accepted_at DESC LIMIT 1)
+                END
+           FROM tickets t JOIN orders o ON o.id = t.order_id
+          WHERE t.id = $1 AND t.order_id = $2",
+    )
+    .bind(tid)
+    .bind(&c.order_id)
+    .fetch_optional(&state.pool)
+    .await
+    .context("failed to read the ticket holder's address")?;
+    Ok(address.flatten())
 }
 
 #[derive(sqlx::FromRow)]

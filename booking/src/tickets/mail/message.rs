@@ -60,7 +60,7 @@ fn local_time(t: DateTime<Utc>, timezone: Option<&str>) -> String {
     }
 }
 
-fn html_escape(s: &str) -> String {
+pub(crate) fn html_escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -231,6 +231,7 @@ fn void_reason_text(reason: &str) -> &'static str {
     match reason {
         "refunded" => "the order was refunded",
         "disputed" => "the payment was disputed",
+        "transferred" => "you transferred it; the receiver has a new code",
         _ => "it was cancelled",
     }
 }

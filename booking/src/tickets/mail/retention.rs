@@ -5,6 +5,9 @@
 //! page can say the address existed and was erased; a queued e-mail for an erased address
 //! goes `dead` ("no address") instead of being sent.
 //!
+//! Transfer addresses (`ticket_transfers`) are erased by the same date and the same forget
+//! as the order their ticket came from.
+//!
 //! The job also deletes address rows whose order never committed (`orders::contacts`), an
 //! hour after they were written: longer than any order request can take.
 
@@ -32,6 +35,22 @@ pub const ERASE_EXPIRED: &str = "UPDATE order_contacts c
          LIMIT $2
          FOR UPDATE OF x SKIP LOCKED))
   RETURNING c.order_id";
+
+/// Erases the transfer addresses (`ticket_transfers`) of orders past retention, by the same
+/// date as the order's own address; `$2` rows per statement.
+pub const ERASE_TRANSFERS_EXPIRED: &str = "UPDATE ticket_transfers x
+    SET from_email = NULL, to_email = NULL, receiver_email = NULL,
+        erased_at = clock_timestamp()
+  WHERE x.id = ANY (ARRAY(
+        SELECT y.id FROM ticket_transfers y
+          JOIN orders o ON o.id = y.order_id
+          LEFT JOIN events e ON e.id = o.event_id
+         WHERE y.erased_at IS NULL
+           AND COALESCE(e.starts_at, o.paid_at, o.created_at) + make_interval(days => $1)
+               <= clock_timestamp()
+         LIMIT $2
+         FOR UPDATE OF y SKIP LOCKED))
+  RETURNING x.id";
 
 /// Deletes address rows left by orders that never committed.
 pub const DELETE_ORPHANS: &str = "DELETE FROM order_contacts c
@@ -71,6 +90,19 @@ pub async fn erase_expired(state: &MailState) -> anyhow::Result<(u64, u64)> {
             .fetch_all(&state.pool)
             .await
             .context("failed to erase addresses past retention")?;
+        erased += ids.len() as u64;
+        if (ids.len() as i64) < BATCH {
+            break;
+        }
+    }
+    loop {
+        let ids: Vec<String> = sqlx::query_scalar(ERASE_TRANSFERS_EXPIRED)
+            .persistent(false)
+            .bind(i32::try_from(state.retention_days).unwrap_or(i32::MAX))
+            .bind(BATCH)
+            .fetch_all(&state.pool)
+            .await
+            .context("failed to erase transfer addresses past retention")?;
         erased += ids.len() as u64;
         if (ids.len() as i64) < BATCH {
             break;
@@ -121,13 +153,25 @@ pub async fn forget_tx(
     .context("failed to erase the order's address")?
     .rows_affected()
         == 1;
+    // The order's transfers' addresses go with it (offers of its tickets, their receivers).
+    let transfers = sqlx::query(
+        "UPDATE ticket_transfers
+            SET from_email = NULL, to_email = NULL, receiver_email = NULL,
+                erased_at = clock_timestamp()
+          WHERE order_id = $1 AND erased_at IS NULL",
+    )
+    .bind(order_id)
+    .execute(&mut *conn)
+    .await
+    .context("failed to erase the order's transfer addresses")?
+    .rows_affected();
     audit::record_tx(
         conn,
         actor,
         "order.forget_email",
         &format!("order:{order_id}"),
         event.as_deref(),
-        &serde_json::json!({ "erased": erased }),
+        &serde_json::json!({ "erased": erased, "transfers_erased": transfers }),
     )
     .await?;
     Ok(Some(erased))

@@ -36,6 +36,9 @@ pub struct MailSettings {
     pub timeout_ms: u64,
     /// The ticket page a message links to; `{event}` and `{order}` are replaced.
     pub ticket_page_url: String,
+    /// The page a transfer offer links to (the receiver signs in there and accepts);
+    /// `{event}` and `{transfer}` are replaced.
+    pub transfer_accept_url: String,
     /// Tries before a temporarily refused message is `dead`.
     pub max_attempts: i32,
     /// Backoff after a temporary failure: `backoff_base_s * 2^(attempt-1)`, at most
@@ -61,6 +64,7 @@ impl Default for MailSettings {
             password: None,
             timeout_ms: 10_000,
             ticket_page_url: "http://127.0.0.1:8080/e/{event}/tickets?order={order}".into(),
+            transfer_accept_url: "http://127.0.0.1:8080/e/{event}/transfers/{transfer}".into(),
             max_attempts: 8,
             backoff_base_s: 30,
             backoff_max_s: 3600,
@@ -122,6 +126,13 @@ impl MailSettings {
         self.ticket_page_url
             .replace("{event}", &encode(event))
             .replace("{order}", &encode(order))
+    }
+
+    /// The accept link of a transfer offer.
+    pub fn transfer_accept(&self, event: &str, transfer: &str) -> String {
+        self.transfer_accept_url
+            .replace("{event}", &encode(event))
+            .replace("{transfer}", &encode(transfer))
     }
 }
 
