@@ -149,10 +149,24 @@ async fn increments_carry_every_change_and_a_late_commit_is_not_missed() {
         ids.contains(&t[1].0.as_str()) && ids.contains(&issued[0].0.as_str()),
         "{inc1}"
     );
-    assert!(
-        !ids.contains(&t[2].0.as_str()),
-        "an unchanged ticket is not sent: {inc1}"
-    );
+    // An unchanged ticket may come again: the cursor is the oldest transaction running in the
+    // whole Postgres cluster at the read, and other databases' transactions (the other tests
+    // running beside this one) can hold it back past this test's seeding. A resent row must
+    // then say exactly what the full snapshot said.
+    let unchanged = inc1["tickets"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .find(|r| r[0] == json!(t[2].0));
+    if let Some(row) = unchanged {
+        let was = full["tickets"]
+            .as_array()
+            .expect("rows")
+            .iter()
+            .find(|r| r[0] == json!(t[2].0))
+            .expect("in the full snapshot");
+        assert_eq!(row, was, "a resent unchanged ticket is unchanged: {inc1}");
+    }
     assert_eq!(
         inc1["voided"],
         json!([]),
