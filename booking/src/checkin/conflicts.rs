@@ -30,6 +30,7 @@ pub fn router() -> OpenApiRouter<CheckinState> {
 #[into_params(parameter_in = Query)]
 pub struct ConflictQuery {
     /// 1 to 200 (default 50)
+    #[param(minimum = 1, maximum = 200)]
     limit: Option<i64>,
     /// The `next_before` of the previous page
     before: Option<i64>,

@@ -71,10 +71,13 @@ fn address(raw: &str, field: &'static str) -> ApiResult<Email> {
     security(("identity" = [])),
     responses(
         (status = 201, description = "Offered; the receiver is mailed the accept link", body = OfferMade),
+        (status = 400, response = doc::BadRequest),
         (status = 401, response = doc::Unauthorized),
         (status = 403, description = "`TRANSFERS_DISABLED`: the event does not allow transfers", body = doc::Error),
         (status = 404, description = "No such ticket of the caller's", body = doc::Error),
         (status = 409, description = "`TICKET_VOIDED`, `TICKET_CHECKED_IN`, `TRANSFER_PENDING {transfer_id}`", body = doc::Error),
+        (status = 413, response = doc::TooLarge),
+        (status = 415, response = doc::UnsupportedMediaType),
         (status = 422, description = "`VALIDATION_FAILED` (the address), `TRANSFER_TO_SELF`", body = doc::Error),
     ))]
 pub async fn offer(
@@ -126,10 +129,13 @@ pub async fn cancel(
     security(("identity" = [])),
     responses(
         (status = 200, description = "The ticket is the caller's, with a new code (the old one is void)", body = TicketView),
+        (status = 400, response = doc::BadRequest),
         (status = 401, response = doc::Unauthorized),
         (status = 403, description = "`TRANSFER_TO_SELF`: the sender accepting their own offer", body = doc::Error),
         (status = 404, response = doc::NotFound),
         (status = 409, description = "`TRANSFER_NOT_OPEN {status}`, `TRANSFER_EXPIRED`, `TRANSFER_STALE`, `LIMIT_EXCEEDED {limit, held, requested}`", body = doc::Error),
+        (status = 413, response = doc::TooLarge),
+        (status = 415, response = doc::UnsupportedMediaType),
         (status = 422, response = doc::Invalid),
     ))]
 pub async fn accept(
