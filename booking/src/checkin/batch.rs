@@ -213,13 +213,7 @@ async fn upload(
     Path(event): Path<String>,
     ApiJson(req): ApiJson<BatchRequest>,
 ) -> ApiResult<Response> {
-    if scanner.event != event {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            codes::WRONG_EVENT,
-            "this scanner was provisioned for another event",
-        ));
-    }
+    scanner.for_event(&event)?;
     validate(&req)?;
     if scanner.revoked {
         state

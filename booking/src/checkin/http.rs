@@ -119,13 +119,7 @@ async fn scan(
     Path(event): Path<String>,
     ApiJson(req): ApiJson<ScanRequest>,
 ) -> ApiResult<Response> {
-    if scanner.event != event {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            codes::WRONG_EVENT,
-            "this scanner was provisioned for another event",
-        ));
-    }
+    scanner.for_event(&event)?;
     if let Some(id) = &req.scan_id
         && !valid_scan_id(id)
     {

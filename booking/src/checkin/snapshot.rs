@@ -23,11 +23,10 @@ use crate::tickets::code::{Jwks, b64};
 use anyhow::Context;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
-use shared::error::codes;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -179,13 +178,7 @@ async fn snapshot(
     headers: HeaderMap,
     q: Result<Query<SnapshotQuery>, QueryRejection>,
 ) -> ApiResult<Response> {
-    if scanner.event != event {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            codes::WRONG_EVENT,
-            "this scanner was provisioned for another event",
-        ));
-    }
+    scanner.for_event(&event)?;
     let q = q
         .map(|Query(v)| v)
         .map_err(|e| ApiError::validation(format!("invalid query: {}", e.body_text())))?;

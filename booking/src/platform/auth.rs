@@ -60,6 +60,20 @@ pub struct ScannerCredential {
     pub revoked: bool,
 }
 
+impl ScannerCredential {
+    /// `403 WRONG_EVENT` unless this scanner was provisioned for `event`.
+    pub fn for_event(&self, event: &str) -> Result<(), ApiError> {
+        if self.event == event {
+            return Ok(());
+        }
+        Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            codes::WRONG_EVENT,
+            "this scanner was provisioned for another event",
+        ))
+    }
+}
+
 /// What an admin refusal is counted as.
 #[derive(Debug, Clone, Copy)]
 enum Refusal {
